@@ -1,0 +1,72 @@
+// Host-side launch of one GEMM kernel instance: shared-memory opt-in, a persistent grid sized
+// by how many clusters fit on the device, cluster dims through cudaLaunchKernelEx.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "cuda/sm90_gemm.h"
+#include "cuda/sm90_gemm_kernel.cuh"
+
+namespace jax_hopper {
+
+template <DType TIN, int BM, int BN, int BK, int STAGES, bool A_MN, bool B_MN>
+cudaError_t launch_sm90_gemm(const GemmLaunch& l) {
+  using Smem = GemmSmem<BM, BN, BK, STAGES>;
+  static_assert(Smem::kTotal == sm90_gemm_smem_bytes(BM, BN, BK, STAGES), "smem formula");
+  auto kernel = sm90_gemm_kernel<TIN, BM, BN, BK, STAGES, A_MN, B_MN>;
+  const GemmParams& p = *l.params;
+
+  // Per-device state: the >48 KB shared-memory opt-in and the number of co-resident clusters
+  // (one entry per cluster size 1, 2). Computed once; the handler then launches the same work
+  // every time, which is what CUDA-graph capture needs.
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> resident[kMaxDevices][3];
+  if (l.device < 0 || l.device >= kMaxDevices) return cudaErrorInvalidDevice;
+  const int csize = p.cluster_m * p.cluster_n;
+  if (csize < 1 || csize > 2) return cudaErrorInvalidConfiguration;
+
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = csize;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.blockDim = dim3(kGemmThreads, 1, 1);
+  cfg.dynamicSmemBytes = Smem::kTotal;
+  cfg.stream = l.stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+
+  int clusters = resident[l.device][csize].load(std::memory_order_relaxed);
+  if (clusters == 0) {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         Smem::kTotal);
+    if (e != cudaSuccess) return e;
+    if (csize > 1) {
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 0);
+      if (e != cudaSuccess) return e;
+    }
+    int sms = 0;
+    e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, l.device);
+    if (e != cudaSuccess) return e;
+    cfg.gridDim = dim3(sms - sms % csize, 1, 1);
+    e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+    if (e != cudaSuccess) return e;
+    if (clusters < 1) return cudaErrorInvalidConfiguration;
+    resident[l.device][csize].store(clusters, std::memory_order_relaxed);
+  }
+
+  const int64_t tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN;
+  const int64_t cluster_tiles =
+      ((tiles_m + p.cluster_m - 1) / p.cluster_m) * ((tiles_n + p.cluster_n - 1) / p.cluster_n) *
+      p.batch;
+  const int64_t grid_clusters = cluster_tiles < clusters ? cluster_tiles : clusters;
+  cfg.gridDim = dim3(static_cast<unsigned>(grid_clusters * csize), 1, 1);
+  return cudaLaunchKernelEx(&cfg, kernel, p, *l.a, *l.b, *l.d);
+}
+
+}  // namespace jax_hopper

@@ -1,0 +1,30 @@
+// Plain parameter struct shared by the GEMM FFI handler (ffi/) and the kernel (cuda/).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/dtype.h"
+
+namespace jax_hopper {
+
+// Epilogue activation; the numbering is mirrored by jax_hopper/gemm/epilogue.py.
+enum class Activation : int { kNone = 0, kRelu = 1, kGeluTanh = 2, kGeluErf = 3, kSilu = 4 };
+
+struct GemmParams {
+  int32_t m, n, k, batch;
+  // 0 when the operand has no batch dimension and is shared by every batch entry.
+  int32_t a_batched, b_batched;
+  DType out_dtype;
+  // out = act(alpha * A.B + bias) + beta * residual, computed in fp32, rounded once.
+  float alpha, beta;
+  Activation activation;
+  const void* bias;       // (n,) in out_dtype, or nullptr
+  const void* residual;   // (batch or 1, m, n) row-major in out_dtype, or nullptr
+  int32_t residual_batched;
+  // Schedule: clusters of cluster_m x cluster_n CTAs (one of them 1), tiles visited in groups of
+  // group_size along M (raster_n == 0) or along N (raster_n == 1) for L2 reuse.
+  int32_t cluster_m, cluster_n;
+  int32_t group_size, raster_n;
+};
+
+}  // namespace jax_hopper

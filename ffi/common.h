@@ -1,0 +1,81 @@
+// Shared by every FFI handler: error plumbing, the dtype mapping, attribute helpers.
+// This is the only folder that includes xla/ffi; kernels in cuda/ see plain structs.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/dtype.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_hopper {
+
+namespace ffi = xla::ffi;
+
+// NOTES: CUDA failures become ffi::Error with the CUDA message, so Python sees an exception
+// instead of a crash or a silently wrong buffer.
+#define JH_CUDA_RETURN_IF_ERROR(expr)                                                         \
+  do {                                                                                        \
+    cudaError_t jh_err_ = (expr);                                                             \
+    if (jh_err_ != cudaSuccess) {                                                             \
+      return ::xla::ffi::Error::Internal(std::string(#expr) + " failed: " +                  \
+                                         cudaGetErrorName(jh_err_) + ": " +                   \
+                                         cudaGetErrorString(jh_err_));                        \
+    }                                                                                         \
+  } while (0)
+
+#define JH_RETURN_IF_ERROR(expr)               \
+  do {                                         \
+    ::xla::ffi::Error jh_e_ = (expr);          \
+    if (jh_e_.failure()) return jh_e_;         \
+  } while (0)
+
+inline ffi::Error invalid(const std::string& msg) { return ffi::Error::InvalidArgument(msg); }
+
+// The one mapping from XLA's element types to the kernels' DType (cuda/dtype.h).
+inline bool to_dtype(ffi::DataType t, DType* out) {
+  switch (t) {
+    case ffi::DataType::BF16: *out = DType::kBF16; return true;
+    case ffi::DataType::F16:  *out = DType::kF16;  return true;
+    case ffi::DataType::F32:  *out = DType::kF32;  return true;
+    default: return false;
+  }
+}
+
+// Tensor-map element type for TMA. Copies only move bytes, so any element type maps to the
+// unsigned type of its width; arithmetic ops (reduce-add) ask for the real float type.
+inline bool tma_bits_type(size_t elem_bytes, CUtensorMapDataType* out) {
+  switch (elem_bytes) {
+    case 1: *out = CU_TENSOR_MAP_DATA_TYPE_UINT8;  return true;
+    case 2: *out = CU_TENSOR_MAP_DATA_TYPE_UINT16; return true;
+    case 4: *out = CU_TENSOR_MAP_DATA_TYPE_UINT32; return true;
+    case 8: *out = CU_TENSOR_MAP_DATA_TYPE_UINT64; return true;
+    default: return false;
+  }
+}
+
+inline bool tma_float_type(DType t, CUtensorMapDataType* out) {
+  switch (t) {
+    case DType::kBF16: *out = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; return true;
+    case DType::kF16:  *out = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;  return true;
+    case DType::kF32:  *out = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;  return true;
+  }
+  return false;
+}
+
+inline const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kBF16: return "bfloat16";
+    case DType::kF16:  return "float16";
+    case DType::kF32:  return "float32";
+  }
+  return "?";
+}
+
+// Multiprocessor count of the device that owns `stream`'s context, cached per device.
+ffi::Error current_device_sm_count(int* device, int* sm_count);
+
+}  // namespace jax_hopper

@@ -1,0 +1,14 @@
+// Every FFI handler symbol the module registers (ffi/module.cc).
+#pragma once
+
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_hopper {
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(GemmHandler);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(TmaCopyHandler);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(TmaSmemBytesHandler);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(TmaMulticastHandler);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(TmaReduceAddHandler);
+
+}  // namespace jax_hopper

@@ -1,0 +1,25 @@
+"""jax-hopper: hand-written NVIDIA Hopper (sm_90a) TMA + wgmma kernels as jittable JAX functions.
+
+    from jax_hopper import hopper_matmul
+    y = jax.jit(hopper_matmul)(a, b)          # bf16/fp16 in, fp32 accumulation
+
+On a machine without a Hopper GPU every op lowers to a pure-JAX reference with the same result.
+"""
+
+from jax_hopper import _ffi, layout
+from jax_hopper.gemm.api import hopper_matmul
+from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.tma.ops import tma_copy, tma_multicast, tma_reduce_add, tma_smem_bytes
+
+_ffi.register_targets()
+
+__all__ = [
+    "GemmConfig",
+    "hopper_matmul",
+    "layout",
+    "tma_copy",
+    "tma_multicast",
+    "tma_reduce_add",
+    "tma_smem_bytes",
+]
+__version__ = "0.1.0"

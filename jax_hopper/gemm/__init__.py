@@ -1,0 +1,1 @@
+"""The Hopper GEMM: configs (compiled set), heuristic, JAX primitive and public wrapper."""

@@ -1,0 +1,192 @@
+"""hopper_matmul: the public GEMM with jnp.matmul semantics and a fused epilogue."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_hopper.gemm import configs
+from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.epilogue import activation_code
+from jax_hopper.gemm.heuristics import choose_config
+from jax_hopper.gemm.primitive import hopper_gemm_p, reference
+
+_SUPPORTED_INPUTS = tuple(jnp.dtype(d) for d in configs.INPUT_DTYPES)
+_SUPPORTED_OUTPUTS = tuple(jnp.dtype(d) for d in configs.OUTPUT_DTYPES)
+_warned_fallback: set[str] = set()
+
+
+def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=None, bias=None,
+                  activation=None, residual=None, alpha=1.0, beta=1.0, transpose_a=False,
+                  transpose_b=False, strict=False):
+    """out = act(alpha * op(a) @ op(b) + bias) + beta * residual, fp32 accumulation.
+
+    a: (..., M, K) or, with transpose_a, (..., K, M) -- read in place through wgmma's transpose
+       bit, never transposed in memory. b: (..., K, N) or, with transpose_b, (..., N, K).
+    Leading (batch) dimensions broadcast as in jnp.matmul; an operand without them is shared by
+    every batch entry without being copied. bfloat16 or float16 inputs (both the same);
+    out_dtype (alias preferred_element_type) bfloat16, float16 or float32, default the input
+    dtype. bias: (N,); residual: broadcastable to the output; both cast to out_dtype.
+    activation: None, "relu", "gelu_tanh", "gelu" (exact erf) or "silu".
+    config: a GemmConfig, default chosen by jax_hopper.gemm.heuristics.choose_config.
+    When TMA cannot address an operand (a row pitch that is not a multiple of 16 bytes, e.g.
+    K=100 in bf16 row-major) the product falls back to XLA's dot with a one-time warning, or
+    raises ValueError when strict=True.
+    """
+    a = jnp.asarray(a)
+    b = jnp.asarray(b)
+    if out_dtype is not None and preferred_element_type is not None and \
+            jnp.dtype(out_dtype) != jnp.dtype(preferred_element_type):
+        raise ValueError("out_dtype and preferred_element_type disagree; pass one of them")
+    out_dtype = out_dtype if out_dtype is not None else preferred_element_type
+    _check_dtypes(a, b, out_dtype)
+    out_dtype = jnp.dtype(out_dtype) if out_dtype is not None else a.dtype
+    act = activation_code(activation)
+    if a.ndim < 1 or b.ndim < 1:
+        raise ValueError(f"a and b must have at least 1 dimension; got a.ndim={a.ndim}, "
+                         f"b.ndim={b.ndim}")
+
+    # 1-D operands as jnp.matmul treats them: a vector a is a row (1, K), a vector b a column.
+    squeeze_m, squeeze_n = a.ndim == 1, b.ndim == 1
+    if squeeze_m:
+        if transpose_a:
+            raise ValueError("transpose_a needs a at least 2-D")
+        a = a[None, :]
+    if squeeze_n:
+        if transpose_b:
+            raise ValueError("transpose_b needs b at least 2-D")
+        b = b[:, None]
+
+    m, ka = (a.shape[-1], a.shape[-2]) if transpose_a else (a.shape[-2], a.shape[-1])
+    kb, n = (b.shape[-1], b.shape[-2]) if transpose_b else (b.shape[-2], b.shape[-1])
+    if ka != kb:
+        raise ValueError(f"contraction dimensions differ: op(a) is ({m}, {ka}) and op(b) is "
+                         f"({kb}, {n}) (transpose_a={transpose_a}, transpose_b={transpose_b})")
+    k = ka
+    try:
+        batch_shape = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError as e:
+        raise ValueError(f"batch dimensions of a {a.shape[:-2]} and b {b.shape[:-2]} do not "
+                         f"broadcast: {e}") from None
+    batch = math.prod(batch_shape)
+
+    bias_arr = _prepare_bias(bias, n, out_dtype)
+    res_arr = _prepare_residual(residual, batch_shape, m, n, out_dtype)
+
+    a_mn_major, b_mn_major = bool(transpose_a), not transpose_b
+    if config is None:
+        config = choose_config(m, n, k, batch)
+    elif not isinstance(config, GemmConfig):
+        raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
+    config.validate(a.dtype.name, a_mn_major, b_mn_major)
+
+    a3 = _as_batched_3d(a, batch_shape)
+    b3 = _as_batched_3d(b, batch_shape)
+    params = dict(a_mn_major=a_mn_major, b_mn_major=b_mn_major, out_dtype=out_dtype,
+                  activation=act, alpha=float(alpha), beta=float(beta), config=config)
+
+    if batch == 0 or m == 0 or n == 0 or k == 0:
+        out = reference(a3, b3, bias_arr, res_arr, **params)  # empty or all-epilogue: no launch
+    elif (reason := _tma_unaddressable(a3, b3)) is not None:
+        if strict:
+            raise ValueError(f"hopper_matmul(strict=True): {reason}")
+        if reason not in _warned_fallback:
+            _warned_fallback.add(reason)
+            warnings.warn(f"hopper_matmul falls back to XLA's dot: {reason}", stacklevel=2)
+        out = reference(a3, b3, bias_arr, res_arr, **params)
+    else:
+        out = _launch_padded(a3, b3, bias_arr, res_arr, n, params)
+
+    out = out.reshape(*batch_shape, m, n)
+    if squeeze_m:
+        out = out[..., 0, :]
+    if squeeze_n:
+        out = out[..., 0]
+    return out
+
+
+def _check_dtypes(a, b, out_dtype):
+    for name, x in (("a", a), ("b", b)):
+        if x.dtype not in _SUPPORTED_INPUTS:
+            raise ValueError(f"{name}.dtype={x.dtype} is not supported: hopper_matmul takes "
+                             f"{', '.join(d.name for d in _SUPPORTED_INPUTS)} inputs (cast first)")
+    if a.dtype != b.dtype:
+        raise ValueError(f"a.dtype={a.dtype} and b.dtype={b.dtype} differ: wgmma multiplies two "
+                         "operands of one type; cast one of them (jnp.matmul would promote to "
+                         "float32, which this kernel does not take)")
+    if out_dtype is not None and jnp.dtype(out_dtype) not in _SUPPORTED_OUTPUTS:
+        raise ValueError(f"out_dtype={jnp.dtype(out_dtype)} must be one of "
+                         f"{', '.join(d.name for d in _SUPPORTED_OUTPUTS)}")
+
+
+def _prepare_bias(bias, n, out_dtype):
+    if bias is None:
+        return jnp.zeros((0,), out_dtype)
+    bias = jnp.asarray(bias)
+    if bias.shape != (n,):
+        raise ValueError(f"bias.shape={bias.shape} must be (N,) = ({n},)")
+    return bias.astype(out_dtype)
+
+
+def _prepare_residual(residual, batch_shape, m, n, out_dtype):
+    if residual is None:
+        return jnp.zeros((0, 0, 0), out_dtype)
+    residual = jnp.asarray(residual)
+    full = (*batch_shape, m, n)
+    try:
+        target = jnp.broadcast_shapes(residual.shape, full)
+    except ValueError:
+        target = None
+    if target != full:
+        raise ValueError(f"residual.shape={residual.shape} must broadcast to the output shape "
+                         f"{full}")
+    residual = residual.astype(out_dtype)
+    # A residual shared by every batch entry stays (1, M, N); anything else is materialised.
+    lead = residual.shape[:-2]
+    if math.prod(lead) <= 1:
+        return jnp.broadcast_to(residual.reshape(residual.shape[-2:]), (m, n))[None]
+    return jnp.broadcast_to(residual, full).reshape(-1, m, n)
+
+
+def _as_batched_3d(x, batch_shape):
+    """(..., r, c) -> (1 or batch, r, c) without copying when x's batch dims are all 1 or absent."""
+    lead = x.shape[:-2]
+    if math.prod(lead) == 1 or not lead:
+        return x.reshape(1, *x.shape[-2:])
+    if tuple(lead) != tuple(batch_shape):
+        x = jnp.broadcast_to(x, (*batch_shape, *x.shape[-2:]))  # partial broadcast: materialise
+    return x.reshape(-1, *x.shape[-2:])
+
+
+def _tma_unaddressable(a3, b3):
+    for name, x in (("a", a3), ("b", b3)):
+        pitch = x.shape[-1] * x.dtype.itemsize
+        if pitch % 16:
+            return (f"{name}'s rows are {pitch} bytes apart; TMA needs a multiple of 16 "
+                    f"(its last dimension, {x.shape[-1]}, must be a multiple of "
+                    f"{16 // x.dtype.itemsize})")
+    return None
+
+
+def _launch_padded(a3, b3, bias, res, n, params):
+    """TMA stores need a 16-byte output pitch: compute into a padded N and slice it off."""
+    out_itemsize = np.dtype(params["out_dtype"]).itemsize
+    step = 16 // out_itemsize
+    n_pad = -(-n // step) * step
+    if n_pad != n:
+        # Padding b with zero columns (and bias/residual with zeros) costs one copy of b; the
+        # padded columns are sliced away.
+        if params["b_mn_major"]:
+            b3 = jnp.pad(b3, ((0, 0), (0, 0), (0, n_pad - n)))
+        else:
+            b3 = jnp.pad(b3, ((0, 0), (0, n_pad - n), (0, 0)))
+        if bias.size:
+            bias = jnp.pad(bias, (0, n_pad - n))
+        if res.size:
+            res = jnp.pad(res, ((0, 0), (0, 0), (0, n_pad - n)))
+    out = hopper_gemm_p.bind(a3, b3, bias, res, **params)
+    return out[..., :n] if n_pad != n else out

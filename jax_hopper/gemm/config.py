@@ -1,0 +1,74 @@
+"""GemmConfig: the layout descriptor of one GEMM launch, checked against the compiled set."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jax_hopper.gemm import configs
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmConfig:
+    """Tile shape, pipeline depth, cluster shape, tile order and swizzle of a GEMM launch.
+
+    block_m x block_n is one CTA's output tile, block_k the k-extent of one pipeline stage
+    (one 128-byte swizzle row of 16-bit elements), `stages` the depth of the shared-memory ring.
+    A cluster of cluster_m x cluster_n CTAs (one of them 1) multicasts the shared operand.
+    Tiles are visited in groups of `group_size` cluster tiles along M (raster="m") or N ("n").
+    Operand majors come from the call (transpose_a/transpose_b); `a_mn_major`/`b_mn_major`, when
+    set, must agree with them.
+    """
+
+    block_m: int = 128
+    block_n: int = 256
+    block_k: int = 64
+    stages: int = 4
+    cluster_m: int = 1
+    cluster_n: int = 1
+    raster: str = "m"
+    group_size: int = 8
+    swizzle: str = "128B"
+    a_mn_major: bool | None = None
+    b_mn_major: bool | None = None
+
+    @property
+    def tile(self) -> configs.TileShape:
+        return configs.TileShape(self.block_m, self.block_n, self.block_k, self.stages)
+
+    def validate(self, dtype: str, a_mn_major: bool, b_mn_major: bool) -> None:
+        """Raises ValueError naming the field and the rule when no compiled kernel runs this."""
+        tiles = {t: t for t in configs.TILE_SHAPES}
+        if self.tile not in tiles:
+            listed = ", ".join(t.tag for t in configs.TILE_SHAPES)
+            raise ValueError(
+                f"config: (block_m, block_n, block_k, stages) = ({self.block_m}, {self.block_n}, "
+                f"{self.block_k}, {self.stages}) is not compiled; compiled tile shapes: {listed}")
+        if self.tile.smem_bytes > configs.SMEM_LIMIT_BYTES:
+            raise ValueError(f"config: shared memory {self.tile.smem_bytes} B exceeds the "
+                             f"{configs.SMEM_LIMIT_BYTES} B per-block limit")
+        if (self.cluster_m, self.cluster_n) not in configs.CLUSTER_SHAPES:
+            raise ValueError(f"config: cluster (cluster_m, cluster_n) = ({self.cluster_m}, "
+                             f"{self.cluster_n}) must be one of {configs.CLUSTER_SHAPES}")
+        if self.raster not in configs.RASTERS:
+            raise ValueError(f"config: raster={self.raster!r} must be one of {configs.RASTERS}")
+        if not isinstance(self.group_size, int) or not 1 <= self.group_size <= 1024:
+            raise ValueError(f"config: group_size={self.group_size!r} must be an int in 1..1024")
+        if self.swizzle not in configs.SWIZZLES:
+            raise ValueError(f"config: swizzle={self.swizzle!r}; compiled kernels use "
+                             f"{configs.SWIZZLES} (one 128-byte row of 16-bit elements per "
+                             "k-block)")
+        if dtype not in configs.INPUT_DTYPES:
+            raise ValueError(f"config: input dtype {dtype} not compiled ({configs.INPUT_DTYPES})")
+        for field, want, got in (("a_mn_major", a_mn_major, self.a_mn_major),
+                                 ("b_mn_major", b_mn_major, self.b_mn_major)):
+            if got is not None and got != want:
+                raise ValueError(f"config: {field}={got} contradicts the call, whose operand "
+                                 f"layout makes it {want} (set by transpose_a / transpose_b)")
+
+    def ffi_attrs(self) -> dict:
+        import numpy as np
+        return dict(block_m=np.int64(self.block_m), block_n=np.int64(self.block_n),
+                    block_k=np.int64(self.block_k), stages=np.int64(self.stages),
+                    cluster_m=np.int64(self.cluster_m), cluster_n=np.int64(self.cluster_n),
+                    group_size=np.int64(self.group_size),
+                    raster_n=np.int64(1 if self.raster == "n" else 0))

@@ -1,0 +1,29 @@
+"""Epilogue options: activation names <-> kernel codes (cuda/sm90_gemm_params.h), and the
+pure-JAX epilogue the CPU reference uses."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+# Same numbering as enum class Activation in cuda/sm90_gemm_params.h.
+ACTIVATIONS = {None: 0, "relu": 1, "gelu_tanh": 2, "gelu": 3, "silu": 4}
+
+
+def activation_code(activation: str | None) -> int:
+    if activation not in ACTIVATIONS:
+        names = ", ".join(repr(a) for a in ACTIVATIONS)
+        raise ValueError(f"activation={activation!r} must be one of {names}")
+    return ACTIVATIONS[activation]
+
+
+def apply_activation(x: jax.Array, code: int) -> jax.Array:
+    if code == 1:
+        return jnp.maximum(x, 0)
+    if code == 2:
+        return jax.nn.gelu(x, approximate=True)
+    if code == 3:
+        return jax.nn.gelu(x, approximate=False)
+    if code == 4:
+        return jax.nn.silu(x)
+    return x

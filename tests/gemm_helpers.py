@@ -1,0 +1,76 @@
+"""Float64 references, error bounds and input generation for the GEMM tests."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# Relative Frobenius error bounds per out dtype. Inputs are exact in their dtype and the
+# reference uses those exact values in float64, so the error is fp32 accumulation plus one
+# rounding to the out dtype: ~2^-9/sqrt(3) for bf16, ~2^-11/sqrt(3) for fp16.
+REL_FROB_BOUND = {"bfloat16": 6e-3, "float16": 1.5e-3, "float32": 1e-4}
+
+
+def random_operand(rng, shape, dtype):
+    """Random-normal values rounded to `dtype` (never zeros: they hide unwritten outputs)."""
+    return jnp.asarray(rng.standard_normal(shape, dtype=np.float32)).astype(dtype)
+
+
+def to64(x):
+    return np.asarray(jnp.asarray(x).astype(jnp.float32), dtype=np.float64)
+
+
+def act64(x, activation):
+    from scipy.special import erf  # noqa: PLC0415 (only the GPU tests need scipy)
+    if activation is None:
+        return x
+    if activation == "relu":
+        return np.maximum(x, 0)
+    if activation == "gelu_tanh":
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    if activation == "gelu":
+        return 0.5 * x * (1 + erf(x / np.sqrt(2)))
+    if activation == "silu":
+        return x / (1 + np.exp(-x))
+    raise ValueError(activation)
+
+
+def reference64(a, b, *, transpose_a=False, transpose_b=False, bias=None, activation=None,
+                residual=None, alpha=1.0, beta=1.0):
+    a64, b64 = to64(a), to64(b)
+    if transpose_a:
+        a64 = np.swapaxes(a64, -1, -2)
+    if transpose_b:
+        b64 = np.swapaxes(b64, -1, -2)
+    x = alpha * np.matmul(a64, b64)
+    if bias is not None:
+        x = x + to64(bias)
+    x = act64(x, activation)
+    if residual is not None:
+        x = x + beta * to64(residual)
+    return x
+
+
+def rel_frob(out, ref):
+    out64 = to64(out)
+    assert out64.shape == ref.shape, (out64.shape, ref.shape)
+    assert np.all(np.isfinite(out64)), "non-finite values in the output (unwritten or NaN)"
+    denom = np.linalg.norm(ref)
+    return float(np.linalg.norm(out64 - ref) / (denom if denom > 0 else 1.0))
+
+
+def poisoned_call(fn, out_shape, out_dtype, *args):
+    """Runs fn(*args) right after a NaN buffer of the output's size was freed, donating it.
+
+    XLA may place the custom call's output in the donated buffer and its allocator tends to
+    reuse a freed block of the same size: either way elements the kernel skips stay NaN, and
+    rel_frob rejects NaN.
+    """
+    poison = jnp.full(out_shape, jnp.nan, out_dtype)
+    call = jax.jit(lambda p, *a: fn(*a), donate_argnums=0)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+        return call(poison, *args)

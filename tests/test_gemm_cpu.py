@@ -1,0 +1,151 @@
+"""hopper_matmul without a GPU: validation, heuristic, compiled set, and the reference lowering
+(which must equal jnp.matmul's semantics so user code runs anywhere)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gemm_helpers import REL_FROB_BOUND, random_operand, reference64, rel_frob
+from jax_hopper import GemmConfig, _ffi, hopper_matmul
+from jax_hopper.gemm import api, configs
+from jax_hopper.gemm.heuristics import choose_config
+
+CPU = jax.devices("cpu")[0]
+
+
+def on_cpu(*xs):
+    return [jax.device_put(x, CPU) for x in xs]
+
+
+# ---------------------------------------------------------------- compiled set and configs
+
+def test_extension_compiles_exactly_the_listed_instances():
+    built = {d["name"] for d in _ffi.extension().gemm_instances()}
+    assert built == {i.name for i in configs.compiled_instances()}
+    for d in _ffi.extension().gemm_instances():
+        tile = configs.TileShape(d["block_m"], d["block_n"], d["block_k"], d["stages"])
+        assert d["smem_bytes"] == tile.smem_bytes <= configs.SMEM_LIMIT_BYTES
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("block_n", 192, "not compiled"),
+    ("stages", 7, "not compiled"),
+    ("cluster_m", 4, "cluster"),
+    ("raster", "hilbert", "raster"),
+    ("group_size", 0, "group_size"),
+    ("swizzle", "64B", "swizzle"),
+    ("a_mn_major", True, "a_mn_major"),
+])
+def test_config_validation_names_the_field(field, value, match):
+    cfg = GemmConfig(**{field: value})
+    with pytest.raises(ValueError, match=match):
+        cfg.validate("bfloat16", a_mn_major=False, b_mn_major=True)
+
+
+def test_config_rejected_through_the_api():
+    a = jnp.ones((64, 64), jnp.bfloat16)
+    with pytest.raises(ValueError, match="cluster"):
+        hopper_matmul(a, a, config=GemmConfig(cluster_m=2, cluster_n=2))
+    with pytest.raises(ValueError, match="GemmConfig"):
+        hopper_matmul(a, a, config={"block_m": 128})
+
+
+def test_heuristic_choices():
+    big = choose_config(8192, 8192, 8192)
+    assert (big.block_m, big.block_n, big.cluster_m) == (128, 256, 2)
+    decode = choose_config(256, 4096, 4096)
+    assert (decode.block_n, decode.cluster_m) == (128, 1)
+    for shape in [(1, 1, 1), (4000, 3000, 2056), (64, 12288, 4096)]:
+        cfg = choose_config(*shape)
+        cfg.validate("bfloat16", False, True)  # always a compiled, valid config
+
+
+# ---------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(a=np.ones((4, 8), np.float32)), "a.dtype=float32"),
+    (dict(b=np.ones((8, 4), np.float16)), "differ"),
+    (dict(b=np.ones((6, 4), jnp.bfloat16)), "contraction"),
+    (dict(out_dtype=jnp.int8), "out_dtype"),
+    (dict(bias=np.ones((5,), np.float32)), "bias.shape"),
+    (dict(residual=np.ones((3, 4), np.float32)), "residual.shape"),
+    (dict(activation="tanh"), "activation"),
+    (dict(a=np.ones((2, 4, 8), jnp.bfloat16), b=np.ones((3, 8, 4), jnp.bfloat16)), "broadcast"),
+])
+def test_bad_input_raises_value_error(kwargs, match):
+    args = dict(a=np.ones((4, 8), jnp.bfloat16), b=np.ones((8, 4), jnp.bfloat16))
+    args.update(kwargs)
+    a, b = args.pop("a"), args.pop("b")
+    with pytest.raises(ValueError, match=match):
+        hopper_matmul(a, b, **args)
+
+
+def test_strict_mode_rejects_unaddressable_pitch():
+    a = jnp.ones((16, 100), jnp.bfloat16)
+    b = jnp.ones((100, 16), jnp.bfloat16)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        hopper_matmul(a, b, strict=True)
+
+
+def test_fallback_warns_once(rng):
+    api._warned_fallback.clear()
+    a, b = on_cpu(random_operand(rng, (16, 98), "bfloat16"), random_operand(rng, (98, 16),
+                                                                            "bfloat16"))
+    with pytest.warns(UserWarning, match="falls back"):
+        hopper_matmul(a, b)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = hopper_matmul(a, b)
+    assert rel_frob(out, reference64(a, b)) < REL_FROB_BOUND["bfloat16"]
+
+
+# ---------------------------------------------------------------- reference lowering
+
+@pytest.mark.parametrize("transpose_a", [False, True])
+@pytest.mark.parametrize("transpose_b", [False, True])
+@pytest.mark.parametrize("dtype", configs.INPUT_DTYPES)
+def test_cpu_lowering_matches_jnp(rng, dtype, transpose_a, transpose_b):
+    m, n, k = 37, 48, 64
+    a = random_operand(rng, (k, m) if transpose_a else (m, k), dtype)
+    b = random_operand(rng, (n, k) if transpose_b else (k, n), dtype)
+    a, b = on_cpu(a, b)
+    f = jax.jit(lambda a, b: hopper_matmul(a, b, transpose_a=transpose_a,
+                                           transpose_b=transpose_b, out_dtype=jnp.float32))
+    got = np.asarray(f(a, b))
+    opa = a.T if transpose_a else a
+    opb = b.T if transpose_b else b
+    want = np.asarray(jnp.matmul(opa, opb, preferred_element_type=jnp.float32))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
+
+
+def test_cpu_lowering_batched_broadcast_and_vectors(rng):
+    a, b = on_cpu(random_operand(rng, (2, 3, 5, 16), "bfloat16"),
+                  random_operand(rng, (3, 16, 8), "bfloat16"))
+    got = hopper_matmul(a, b, out_dtype=jnp.float32)
+    assert got.shape == (2, 3, 5, 8)
+    np.testing.assert_allclose(got, reference64(a, b), rtol=1e-5, atol=1e-4)
+    v = on_cpu(random_operand(rng, (16,), "bfloat16"))[0]
+    assert hopper_matmul(v, b[0]).shape == (8,)
+    assert hopper_matmul(a[0, 0], v).shape == (5,)
+    assert hopper_matmul(v, v[:, None]).shape == (1,)
+
+
+def test_cpu_lowering_epilogue(rng):
+    m, n, k = 9, 16, 32
+    a, b = on_cpu(random_operand(rng, (m, k), "bfloat16"), random_operand(rng, (k, n), "bfloat16"))
+    bias, res = on_cpu(random_operand(rng, (n,), "float32"), random_operand(rng, (m, n), "float32"))
+    for act in (None, "relu", "gelu_tanh", "gelu", "silu"):
+        got = hopper_matmul(a, b, bias=bias, residual=res, activation=act, alpha=2.0, beta=0.5,
+                            out_dtype=jnp.float32)
+        want = reference64(a, b, bias=bias, residual=res, activation=act, alpha=2.0, beta=0.5)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_empty_problems_are_shaped_right():
+    for (m, n, k) in [(0, 8, 8), (8, 0, 8), (8, 8, 0)]:
+        a, b = on_cpu(jnp.ones((m, k), jnp.bfloat16), jnp.ones((k, n), jnp.bfloat16))
+        out = hopper_matmul(a, b, bias=jnp.full((n,), 2.0, jnp.bfloat16))
+        assert out.shape == (m, n)
+        assert np.all(np.asarray(out, np.float32) == 2.0)

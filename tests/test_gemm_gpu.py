@@ -1,0 +1,122 @@
+"""hopper_matmul on an sm_90 GPU against float64 references."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gemm_helpers import REL_FROB_BOUND, poisoned_call, random_operand, reference64, rel_frob
+from jax_hopper import GemmConfig, hopper_matmul
+from jax_hopper.gemm import api, configs
+
+pytestmark = pytest.mark.gpu
+
+LAYOUTS = list(itertools.product((False, True), repeat=2))  # (transpose_a, transpose_b)
+
+
+def _operands(rng, m, n, k, dtype, transpose_a, transpose_b, batch=()):
+    a = random_operand(rng, (*batch, k, m) if transpose_a else (*batch, m, k), dtype)
+    b = random_operand(rng, (*batch, n, k) if transpose_b else (*batch, k, n), dtype)
+    return a, b
+
+
+def _check(rng, m, n, k, *, dtype="bfloat16", out_dtype=None, transpose_a=False,
+           transpose_b=False, batch=(), config=None, **epilogue):
+    a, b = _operands(rng, m, n, k, dtype, transpose_a, transpose_b, batch)
+    out_dtype = out_dtype or dtype
+
+    def fn(a, b, *extra):
+        kw = dict(zip(epilogue, extra))
+        return hopper_matmul(a, b, out_dtype=out_dtype, transpose_a=transpose_a,
+                             transpose_b=transpose_b, config=config, strict=True, **kw)
+
+    out = poisoned_call(fn, (*batch, m, n), out_dtype, a, b, *epilogue.values())
+    ref = reference64(a, b, transpose_a=transpose_a, transpose_b=transpose_b, **epilogue)
+    err = rel_frob(out, ref)
+    assert out.dtype == jnp.dtype(out_dtype)
+    assert err < REL_FROB_BOUND[jnp.dtype(out_dtype).name], (m, n, k, err)
+    return out
+
+
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS)
+@pytest.mark.parametrize("dtype", configs.INPUT_DTYPES)
+def test_layouts_and_dtypes(rng, dtype, transpose_a, transpose_b):
+    _check(rng, 384, 512, 320, dtype=dtype, transpose_a=transpose_a, transpose_b=transpose_b)
+
+
+# Edge shapes: 1, primes, non-multiples of every tile size, and a 16385-row problem. Each
+# dimension that is a row pitch of a stored operand stays a multiple of 8 so TMA can address it
+# (the fallback has its own test).
+@pytest.mark.parametrize("m,n,k", [
+    (1, 8, 8), (7, 16, 8), (127, 136, 72), (129, 264, 136), (257, 120, 4104),
+    (1000, 1000, 1000), (16385, 256, 64), (64, 12288, 128), (131, 8, 1048)])
+def test_edge_shapes(rng, m, n, k):
+    _check(rng, m, n, k)
+
+
+@pytest.mark.parametrize("n", [1, 3, 13, 257])
+def test_unaligned_n_with_k_major_b(rng, n):
+    # b as (N, K): N is not a pitch, so any N runs in the kernel (output computed padded).
+    _check(rng, 200, n, 64, transpose_b=True)
+
+
+@pytest.mark.parametrize("m", [1, 5, 301])
+def test_unaligned_m_with_k_major_a(rng, m):
+    _check(rng, m, 64, 64)
+
+
+@pytest.mark.parametrize("tile", configs.TILE_SHAPES, ids=lambda t: t.tag)
+@pytest.mark.parametrize("cluster", configs.CLUSTER_SHAPES, ids=str)
+@pytest.mark.parametrize("raster", configs.RASTERS)
+def test_every_config(rng, tile, cluster, raster):
+    cfg = GemmConfig(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
+                     stages=tile.stages, cluster_m=cluster[0], cluster_n=cluster[1],
+                     raster=raster, group_size=3)
+    # 5 x 3 tiles of 128 x 256 with a k tail: odd tile counts leave a cluster's second tile
+    # outside the output, which must be clipped.
+    _check(rng, 600, 700, 456, config=cfg)
+    _check(rng, 600, 700, 456, config=cfg, transpose_a=True, transpose_b=True, dtype="float16")
+
+
+@pytest.mark.parametrize("out_dtype", configs.OUTPUT_DTYPES)
+def test_out_dtypes(rng, out_dtype):
+    _check(rng, 333, 520, 264, out_dtype=out_dtype)
+
+
+def test_batched(rng):
+    _check(rng, 130, 264, 72, batch=(3,))
+    _check(rng, 130, 264, 72, batch=(2, 2), transpose_a=True)
+
+
+def test_batched_against_shared_operand(rng):
+    a = random_operand(rng, (4, 130, 72), "bfloat16")
+    b = random_operand(rng, (72, 264), "bfloat16")
+    out = jax.jit(lambda a, b: hopper_matmul(a, b, strict=True))(a, b)
+    assert rel_frob(out, reference64(a, b)) < REL_FROB_BOUND["bfloat16"]
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu_tanh", "gelu", "silu"])
+def test_epilogue(rng, activation):
+    m, n, k = 300, 264, 136
+    bias = random_operand(rng, (n,), "bfloat16")
+    residual = random_operand(rng, (m, n), "bfloat16")
+    _check(rng, m, n, k, bias=bias, activation=activation, residual=residual, alpha=0.5,
+           beta=-1.5)
+
+
+def test_repeated_runs_are_bitwise_identical(rng):
+    a, b = _operands(rng, 1000, 1024, 2048, "bfloat16", False, False)
+    f = jax.jit(lambda a, b: hopper_matmul(a, b, strict=True))
+    first = np.asarray(f(a, b))
+    for _ in range(3):
+        assert np.array_equal(np.asarray(f(a, b)).view(np.uint16), first.view(np.uint16))
+
+
+def test_fallback_serves_unaddressable_pitch(rng):
+    api._warned_fallback.clear()
+    a, b = _operands(rng, 64, 64, 100, "bfloat16", False, False)  # K=100: 200-byte rows
+    with pytest.warns(UserWarning, match="falls back"):
+        out = hopper_matmul(a, b)
+    assert rel_frob(out, reference64(a, b)) < REL_FROB_BOUND["bfloat16"]
