@@ -1,5 +1,6 @@
 // GEMM epilogue: fp32 accumulators of one consumer warpgroup (a 64 x BN strip) -> alpha, bias,
 // activation, residual in registers -> out dtype -> 128B-swizzled shared staging -> TMA store.
+// bias is fp32 (the wrapper casts it); residual is in the out dtype.
 // The staging buffer is reused pass after pass; the stores of the last pass drain while the
 // next tile's mainloop runs (we only wait for their shared-memory reads before reuse).
 #pragma once
@@ -18,38 +19,110 @@ namespace jax_hopper {
 
 template <typename T> struct OutType;
 template <> struct OutType<__nv_bfloat16> {
-  __device__ static float load(const void* p, int64_t i) {
-    return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-  }
   __device__ static void store2(uint8_t* dst, float a, float b) {
     *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a, b);
   }
 };
 template <> struct OutType<__half> {
-  __device__ static float load(const void* p, int64_t i) {
-    return __half2float(static_cast<const __half*>(p)[i]);
-  }
   __device__ static void store2(uint8_t* dst, float a, float b) {
     *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(a, b);
   }
 };
 template <> struct OutType<float> {
-  __device__ static float load(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
   __device__ static void store2(uint8_t* dst, float a, float b) {
     *reinterpret_cast<float2*>(dst) = make_float2(a, b);
   }
 };
 
-__device__ __forceinline__ float activate(float x, Activation act) {
-  switch (act) {
-    case Activation::kRelu: return fmaxf(x, 0.0f);
-    case Activation::kGeluTanh: {
-      const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-      return 0.5f * x * (1.0f + tanhf(u));
+// Compact activations. NOTES: the epilogue is unrolled over all BN/2 accumulators of a thread,
+// so whatever runs per element is copied 128 times: libdevice's erff/tanhf inlined there grew
+// the kernel past 600 KB of SASS and instruction-cache misses halved the GEMM's speed (H100).
+// Out-of-line calls are no better: the accumulators then live on the stack around each call.
+__device__ __forceinline__ float tanh_fast(float u) {
+  // 1 - 2/(e^{2u}+1): ~1e-7 absolute error, saturates correctly for |u| large.
+  return 1.0f - __fdividef(2.0f, __expf(2.0f * u) + 1.0f);
+}
+
+__device__ __forceinline__ float erf_fast(float z) {
+  // Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7, odd extension for z < 0.
+  const float a = fabsf(z);
+  const float t = __fdividef(1.0f, 1.0f + 0.3275911f * a);
+  const float poly =
+      t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f +
+                                                                       t * 1.061405429f))));
+  return copysignf(1.0f - poly * __expf(-a * a), z);
+}
+
+struct Relu { __device__ float operator()(float x) const { return fmaxf(x, 0.0f); } };
+struct GeluTanh {
+  __device__ float operator()(float x) const {
+    return 0.5f * x * (1.0f + tanh_fast(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  }
+};
+struct GeluErf {
+  __device__ float operator()(float x) const {
+    return 0.5f * x * (1.0f + erf_fast(x * 0.7071067811865476f));
+  }
+};
+struct Silu {
+  __device__ float operator()(float x) const { return __fdividef(x, 1.0f + __expf(-x)); }
+};
+
+// Calls f(value, global_row, global_col) for each accumulator of this thread and stores the
+// result back. wgmma m64nN fragment: register i = 4j + 2h + e holds strip row
+// 16*warp + lane/4 + 8h, column 8j + 2*(lane%4) + e.
+template <int BN, typename F>
+__device__ __forceinline__ void for_each_accumulator(float* acc, int32_t row0, int32_t col0,
+                                                     uint32_t wg_thread, F f) {
+  const int32_t warp = wg_thread / 32, lane = wg_thread % 32;
+  const int32_t r = row0 + warp * 16 + lane / 4, c = col0 + 2 * (lane % 4);
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i)
+    acc[i] = f(acc[i], r + 8 * ((i / 2) % 2), c + (i / 4) * 8 + i % 2);
+}
+
+template <int BN, typename Act>
+__device__ __forceinline__ void apply_activation(float* acc, uint32_t wg_thread, Act act) {
+  for_each_accumulator<BN>(acc, 0, 0, wg_thread, [&](float x, int32_t, int32_t) { return act(x); });
+}
+
+template <int BN, typename T>
+__device__ __forceinline__ void add_residual(float* acc, const GemmParams& p, int32_t row0,
+                                             int32_t col0, int32_t batch, uint32_t wg_thread) {
+  const T* res = static_cast<const T*>(p.residual) +
+                 (p.residual_batched ? static_cast<int64_t>(batch) * p.m * p.n : 0);
+  for_each_accumulator<BN>(acc, row0, col0, wg_thread, [&](float x, int32_t r, int32_t c) {
+    return (r < p.m && c < p.n) ? x + p.beta * static_cast<float>(res[int64_t(r) * p.n + c]) : x;
+  });
+}
+
+// out = act(alpha * acc + bias) + beta * residual, in place on the fp32 accumulators of one
+// consumer warpgroup's 64 x BN strip starting at (row0, col0); each step is one unrolled pass,
+// chosen once per tile, and a plain GEMM skips them all.
+template <int BN>
+__device__ __forceinline__ void apply_epilogue_ops(float* acc, const GemmParams& p, int32_t row0,
+                                                   int32_t col0, int32_t batch,
+                                                   uint32_t wg_thread) {
+  if (p.alpha != 1.0f || p.bias != nullptr) {
+    const float* bias = static_cast<const float*>(p.bias);
+    for_each_accumulator<BN>(acc, row0, col0, wg_thread, [&](float x, int32_t, int32_t c) {
+      x *= p.alpha;
+      return (bias != nullptr && c < p.n) ? x + bias[c] : x;
+    });
+  }
+  switch (p.activation) {
+    case Activation::kRelu: apply_activation<BN>(acc, wg_thread, Relu{}); break;
+    case Activation::kGeluTanh: apply_activation<BN>(acc, wg_thread, GeluTanh{}); break;
+    case Activation::kGeluErf: apply_activation<BN>(acc, wg_thread, GeluErf{}); break;
+    case Activation::kSilu: apply_activation<BN>(acc, wg_thread, Silu{}); break;
+    default: break;
+  }
+  if (p.residual != nullptr) {
+    switch (p.out_dtype) {
+      case DType::kBF16: add_residual<BN, __nv_bfloat16>(acc, p, row0, col0, batch, wg_thread); break;
+      case DType::kF16: add_residual<BN, __half>(acc, p, row0, col0, batch, wg_thread); break;
+      case DType::kF32: add_residual<BN, float>(acc, p, row0, col0, batch, wg_thread); break;
     }
-    case Activation::kGeluErf: return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
-    case Activation::kSilu: return x / (1.0f + __expf(-x));
-    default: return x;
   }
 }
 
@@ -66,57 +139,46 @@ __device__ __forceinline__ void epilogue_store(const float* acc, const GemmParam
   constexpr int kOutBytes = sizeof(TOut);
   constexpr int kBoxCols = 128 / kOutBytes;          // columns per 128-byte swizzle row
   constexpr int kColsPerPass = kBoxCols * kEpiBoxesPerPass;
-  constexpr int kPasses = BN / kColsPerPass;
   static_assert(BN % kColsPerPass == 0, "BN must cover whole staging passes");
 
+  constexpr int kJPerPass = kColsPerPass / 8;        // 8-column fragment groups per pass
   const uint32_t warp = wg_thread / 32, lane = wg_thread % 32;
-  const bool has_bias = p.bias != nullptr, has_res = p.residual != nullptr;
-  const int64_t res_base =
-      p.residual_batched ? static_cast<int64_t>(batch) * p.m * p.n : 0;
 
+  // One flat, fully unrolled loop over the fragment's 8-column groups j (a nested pass/j loop
+  // was not unrolled by nvcc and put the accumulators in local memory).
 #pragma unroll
-  for (int pass = 0; pass < kPasses; ++pass) {
-    // The previous pass's (or tile's) TMA stores must have read the staging buffer.
-    if (wg_thread == 0) ptx::bulk_wait_group_read<0>();
-    ptx::named_barrier_sync(barrier_id, 128);
-#pragma unroll
-    for (int j = pass * kColsPerPass / 8; j < (pass + 1) * kColsPerPass / 8; ++j) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        // wgmma m64nN accumulator fragment: thread holds rows lane/4 (+8) of its warp's 16,
-        // columns 8j + 2*(lane%4) + {0,1}.
-        const int32_t r = warp * 16 + lane / 4 + 8 * half;
-        const int32_t c = j * 8 + 2 * (lane % 4);
-        float v[2] = {acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]};
-        const int32_t gr = row0 + r;
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int32_t gc = col0 + c + e;
-          float x = p.alpha * v[e];
-          if (has_bias && gc < p.n) x += OutType<TOut>::load(p.bias, gc);
-          x = activate(x, p.activation);
-          if (has_res && gr < p.m && gc < p.n)
-            x += p.beta * OutType<TOut>::load(p.residual, res_base + int64_t(gr) * p.n + gc);
-          v[e] = x;
-        }
-        // 128B swizzle (Swizzle<3,4,3> on byte offsets): the 16-byte chunk index within a
-        // 128-byte row is XORed with the row index mod 8 -> the 8 rows a warp writes hit
-        // 8 different bank groups. jax_hopper/layout/swizzle.py holds the same arithmetic.
-        const int32_t box = (c % kColsPerPass) / kBoxCols;
-        const int32_t byte = (c % kBoxCols) * kOutBytes;
-        const int32_t off =
-            box * kEpiBoxBytes + r * 128 + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15);
-        OutType<TOut>::store2(staging + off, v[0], v[1]);
-      }
+  for (int j = 0; j < BN / 8; ++j) {
+    const int pass = j / kJPerPass;
+    if (j % kJPerPass == 0) {
+      // The previous pass's (or tile's) TMA stores must have read the staging buffer.
+      if (wg_thread == 0) ptx::bulk_wait_group_read<0>();
+      ptx::named_barrier_sync(barrier_id, 128);
     }
-    ptx::fence_proxy_async_smem();
-    ptx::named_barrier_sync(barrier_id, 128);
-    if (wg_thread == 0) {
 #pragma unroll
-      for (int b = 0; b < kEpiBoxesPerPass; ++b)
-        ptx::tma_store_3d(tma_d, staging + b * kEpiBoxBytes,
-                          col0 + pass * kColsPerPass + b * kBoxCols, row0, batch);
-      ptx::bulk_commit_group();
+    for (int half = 0; half < 2; ++half) {
+      // wgmma m64nN accumulator fragment: rows lane/4 (+8) of the warp's 16, columns
+      // 8j + 2*(lane%4) + {0,1}.
+      const int32_t r = warp * 16 + lane / 4 + 8 * half;
+      const int32_t c = j * 8 + 2 * (lane % 4);
+      // 128B swizzle (Swizzle<3,4,3> on byte offsets): the 16-byte chunk index within a
+      // 128-byte row is XORed with the row index mod 8 -> the 8 rows a warp writes hit
+      // 8 different bank groups. jax_hopper/layout/swizzle.py holds the same arithmetic.
+      const int32_t box = (c % kColsPerPass) / kBoxCols;
+      const int32_t byte = (c % kBoxCols) * kOutBytes;
+      const int32_t off =
+          box * kEpiBoxBytes + r * 128 + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15);
+      OutType<TOut>::store2(staging + off, acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+    }
+    if (j % kJPerPass == kJPerPass - 1) {
+      ptx::fence_proxy_async_smem();
+      ptx::named_barrier_sync(barrier_id, 128);
+      if (wg_thread == 0) {
+#pragma unroll
+        for (int b = 0; b < kEpiBoxesPerPass; ++b)
+          ptx::tma_store_3d(tma_d, staging + b * kEpiBoxBytes,
+                            col0 + pass * kColsPerPass + b * kBoxCols, row0, batch);
+        ptx::bulk_commit_group();
+      }
     }
   }
 }

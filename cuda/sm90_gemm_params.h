@@ -18,7 +18,7 @@ struct GemmParams {
   // out = act(alpha * A.B + bias) + beta * residual, computed in fp32, rounded once.
   float alpha, beta;
   Activation activation;
-  const void* bias;       // (n,) in out_dtype, or nullptr
+  const void* bias;       // (n,) float32, or nullptr
   const void* residual;   // (batch or 1, m, n) row-major in out_dtype, or nullptr
   int32_t residual_batched;
   // Schedule: clusters of cluster_m x cluster_n CTAs (one of them 1), tiles visited in groups of

@@ -73,8 +73,8 @@ ffi::Error gemm_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
       (ob.batch != 1 && ob.batch != batch))
     return invalid("hopper_matmul: operand shapes do not match the output");
   const bool has_bias = bias.element_count() > 0, has_res = residual.element_count() > 0;
-  if (has_bias && (bias.element_type() != out->element_type() || bias.element_count() != n))
-    return invalid("hopper_matmul: bias must be (N,) in the out dtype");
+  if (has_bias && (bias.element_type() != ffi::DataType::F32 || bias.element_count() != n))
+    return invalid("hopper_matmul: bias must be (N,) float32");
   if (has_res && (residual.element_type() != out->element_type() ||
                   residual.dimensions().size() != 3 || residual.dimensions()[1] != m ||
                   residual.dimensions()[2] != n))
@@ -133,7 +133,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(GemmHandler, gemm_impl,
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                   .Arg<ffi::AnyBuffer>()  // a
                                   .Arg<ffi::AnyBuffer>()  // b
-                                  .Arg<ffi::AnyBuffer>()  // bias, (0,) when absent
+                                  .Arg<ffi::AnyBuffer>()  // bias (N,) float32, (0,) when absent
                                   .Arg<ffi::AnyBuffer>()  // residual, (0,0,0) when absent
                                   .Ret<ffi::AnyBuffer>()  // out (batch, m, n)
                                   .Attr<int64_t>("block_m")

@@ -23,17 +23,21 @@ def _operands(rng, m, n, k, dtype, transpose_a, transpose_b, batch=()):
 
 
 def _check(rng, m, n, k, *, dtype="bfloat16", out_dtype=None, transpose_a=False,
-           transpose_b=False, batch=(), config=None, **epilogue):
+           transpose_b=False, batch=(), config=None, activation=None, alpha=1.0, beta=1.0,
+           **arrays):
+    """arrays: bias / residual."""
     a, b = _operands(rng, m, n, k, dtype, transpose_a, transpose_b, batch)
     out_dtype = out_dtype or dtype
+    scalars = dict(activation=activation, alpha=alpha, beta=beta)
 
     def fn(a, b, *extra):
-        kw = dict(zip(epilogue, extra))
         return hopper_matmul(a, b, out_dtype=out_dtype, transpose_a=transpose_a,
-                             transpose_b=transpose_b, config=config, strict=True, **kw)
+                             transpose_b=transpose_b, config=config, strict=True,
+                             **dict(zip(arrays, extra)), **scalars)
 
-    out = poisoned_call(fn, (*batch, m, n), out_dtype, a, b, *epilogue.values())
-    ref = reference64(a, b, transpose_a=transpose_a, transpose_b=transpose_b, **epilogue)
+    out = poisoned_call(fn, (*batch, m, n), out_dtype, a, b, *arrays.values())
+    ref = reference64(a, b, transpose_a=transpose_a, transpose_b=transpose_b, **arrays,
+                      **scalars)
     err = rel_frob(out, ref)
     assert out.dtype == jnp.dtype(out_dtype)
     assert err < REL_FROB_BOUND[jnp.dtype(out_dtype).name], (m, n, k, err)
@@ -76,7 +80,7 @@ def test_every_config(rng, tile, cluster, raster):
                      raster=raster, group_size=3)
     # 5 x 3 tiles of 128 x 256 with a k tail: odd tile counts leave a cluster's second tile
     # outside the output, which must be clipped.
-    _check(rng, 600, 700, 456, config=cfg)
+    _check(rng, 600, 712, 456, config=cfg)
     _check(rng, 600, 700, 456, config=cfg, transpose_a=True, transpose_b=True, dtype="float16")
 
 
@@ -87,7 +91,7 @@ def test_out_dtypes(rng, out_dtype):
 
 def test_batched(rng):
     _check(rng, 130, 264, 72, batch=(3,))
-    _check(rng, 130, 264, 72, batch=(2, 2), transpose_a=True)
+    _check(rng, 136, 264, 72, batch=(2, 2), transpose_a=True)
 
 
 def test_batched_against_shared_operand(rng):

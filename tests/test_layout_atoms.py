@@ -77,7 +77,7 @@ def test_known_offsets():
 def test_array_and_scalar_agree():
     atom = LayoutAtom("K", SwizzleMode.B64, 8)
     mn, k, off = all_offsets(atom)
-    assert [atom.byte_offset(int(a), int(b)) for a, b in zip(mn, k)] == off.tolist()
+    assert [atom.byte_offset(int(a), int(b)) for a, b in zip(mn, k, strict=True)] == off.tolist()
 
 
 @pytest.mark.parametrize("mode, bits", itertools.product(SwizzleMode, (8, 32)))

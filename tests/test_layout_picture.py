@@ -32,7 +32,7 @@ def test_chunk_grid_multi_box_covers_every_chunk_once():
     lay = SmemLayout(LayoutAtom(Major.MN, SwizzleMode.B64, 16), (64, 16))
     rows_at, chunks_at = chunk_grid(lay)
     assert rows_at.shape == (lay.stage_bytes // 64, 4)
-    pairs = set(zip(rows_at.ravel().tolist(), chunks_at.ravel().tolist()))
+    pairs = set(zip(rows_at.ravel().tolist(), chunks_at.ravel().tolist(), strict=True))
     assert pairs == {(r, c) for r in range(16) for c in range(8)}
 
 

@@ -29,7 +29,8 @@ def layouts():
 
 
 def ids(layout):
-    return f"{layout.atom.major.value}-{layout.atom.mode.name}-{layout.atom.elem_bits}b-{layout.shape}"
+    a = layout.atom
+    return f"{a.major.value}-{a.mode.name}-{a.elem_bits}b-{layout.shape}"
 
 
 def all_offsets(lay):
@@ -70,7 +71,7 @@ def test_tma_boxes_write_exactly_the_layout(lay):
     got = np.zeros(lay.stage_bytes, dtype=np.uint8)
     inner, outer = boxes.box_dims
     assert boxes.boxes_per_stage * inner * outer * atom.elem_bytes == boxes.stage_bytes
-    for start, off in zip(boxes.box_inner_starts, boxes.box_byte_offsets):
+    for start, off in zip(boxes.box_inner_starts, boxes.box_byte_offsets, strict=True):
         box = stored[:, start:start + inner]
         assert box.shape == (outer, inner)
         got[off:off + box.nbytes] = tma_box_smem_bytes(box, atom.mode)
@@ -80,19 +81,23 @@ def test_tma_boxes_write_exactly_the_layout(lay):
 
 def test_tma_boxes_of_standard_tiles():
     b = SmemLayout(LayoutAtom(Major.K, SwizzleMode.B128, 16), (128, 128, 4)).tma_boxes()
-    assert (b.box_dims, b.boxes_per_stage, b.box_byte_offsets) == ((64, 128), 2, (0, 16384))
+    assert (b.box_dims, b.boxes_per_stage) == ((64, 128), 2)
+    assert b.box_byte_offsets == (0, 16384)
     assert (b.box_inner_starts, b.stage_bytes, b.tma_code) == ((0, 64), 32768, 3)
     b = SmemLayout(LayoutAtom(Major.MN, SwizzleMode.B128, 16), (256, 64)).tma_boxes()
     assert (b.box_dims, b.box_byte_offsets) == ((64, 64), (0, 8192, 16384, 24576))
     b = SmemLayout(LayoutAtom(Major.K, SwizzleMode.INTERLEAVE, 16), (128, 64)).tma_boxes()
-    assert (b.box_dims, b.boxes_per_stage, b.box_byte_offsets[1], b.tma_code) == ((8, 128), 8, 2048, 0)
+    assert (b.box_dims, b.boxes_per_stage, b.tma_code) == ((8, 128), 8, 0)
+    assert b.box_byte_offsets[1] == 2048
     with pytest.raises(ValueError, match=r"box_dims\[1\] must be in 1..256"):
         SmemLayout(LayoutAtom(Major.K, SwizzleMode.B128, 16), (512, 64)).tma_boxes()
 
 
 def wgmma_reads(fields, atom, mn_extent):
-    """Where wgmma reads each (mn, k) of its sub-tile, straight from the PTX ISA canonical layouts
-    (9.7.15.5.1.2.1.3), in bytes, independent of SmemLayout: T elements make 16 bytes, W = span/16."""
+    """Where wgmma reads each (mn, k) of its sub-tile, in bytes, transcribed from the PTX ISA
+    canonical layouts (9.7.15.5.1.2.1.3) independently of SmemLayout.
+
+    T elements make 16 bytes; W = span / 16."""
     eb, span = atom.elem_bytes, atom.mode.span_bytes
     T, W = 16 // eb, span // 16
     lbo, sbo = fields.lbo, fields.sbo

@@ -46,7 +46,8 @@ def test_periodic_and_scalar_matches_array(mode):
     sw = mode.swizzle
     off = np.arange(sw.period_bytes)
     for n in (1, 5):
-        assert np.array_equal(sw.apply(off + n * sw.period_bytes), sw.apply(off) + n * sw.period_bytes)
+        shifted = off + n * sw.period_bytes
+        assert np.array_equal(sw.apply(shifted), sw.apply(off) + n * sw.period_bytes)
     assert [sw.apply(int(o)) for o in off[::7]] == sw.apply(off[::7]).tolist()
 
 

@@ -1,13 +1,19 @@
 import numpy as np
 import pytest
 
-from jax_hopper.layout import LayoutAtom, Major, SwizzleMode, tma_box_byte_offset, tma_box_smem_bytes
+from jax_hopper.layout import (
+    LayoutAtom,
+    Major,
+    SwizzleMode,
+    tma_box_byte_offset,
+    tma_box_smem_bytes,
+)
 
-rng = np.random.default_rng(1)
+RNG = np.random.default_rng(1)
 
 
 def test_no_swizzle_is_plain_row_major():
-    tile = rng.integers(0, 2**16, size=(5, 24), dtype=np.uint16)
+    tile = RNG.integers(0, 2**16, size=(5, 24), dtype=np.uint16)
     out = tma_box_smem_bytes(tile, SwizzleMode.INTERLEAVE)
     assert out.dtype == np.uint8
     assert np.array_equal(out, tile.view(np.uint8).reshape(-1))
@@ -26,8 +32,8 @@ def test_128b_box_moves_chunk_c_of_row_r_to_chunk_c_xor_r():
 def test_full_span_box_matches_the_k_major_atom(mode, dtype):
     itemsize = np.dtype(dtype).itemsize
     atom = LayoutAtom(Major.K, mode, 8 * itemsize)
-    tile = rng.standard_normal(atom.shape).astype(dtype) if itemsize > 1 else \
-        rng.integers(0, 256, size=atom.shape, dtype=np.uint8)
+    tile = RNG.standard_normal(atom.shape).astype(dtype) if itemsize > 1 else \
+        RNG.integers(0, 256, size=atom.shape, dtype=np.uint8)
     out = tma_box_smem_bytes(tile, mode).view(dtype)
     mn, k = np.indices(atom.shape).reshape(2, -1)
     assert np.array_equal(out[atom.byte_offset(mn, k) // itemsize], tile[mn, k])
@@ -47,7 +53,7 @@ def test_narrow_box_in_wide_swizzle_keeps_every_byte():
     "tile, mode, message",
     [
         (np.zeros((2, 3, 8), np.uint16), SwizzleMode.B128, r"tile must be 2-D"),
-        (np.zeros((8, 4), np.uint16), SwizzleMode.B128, r"box_dims\[0\] must span a multiple of 16"),
+        (np.zeros((8, 4), np.uint16), SwizzleMode.B128, r"box_dims\[0\] must span a multiple"),
         (np.zeros((8, 128), np.uint16), SwizzleMode.B128, r"box_dims\[0\] spans 256 bytes"),
         (np.zeros((300, 64), np.uint16), SwizzleMode.B128, r"box_dims\[1\] must be in 1..256"),
         (np.zeros((3, 32), np.uint16), SwizzleMode.B128, r"tile of 3 rows x 64 bytes must fill"),

@@ -16,8 +16,13 @@ from jax_hopper.layout.validate import check_index
 
 @pytest.mark.parametrize(
     "box, bits, mode",
-    [((64, 128), 16, SwizzleMode.B128), ((32, 256), 8, SwizzleMode.B32), ((8,), 16, SwizzleMode.INTERLEAVE),
-     ((256, 1, 1, 1, 1), 16, SwizzleMode.INTERLEAVE), ((2, 64), 64, SwizzleMode.B32)],
+    [
+        ((64, 128), 16, SwizzleMode.B128),
+        ((32, 256), 8, SwizzleMode.B32),
+        ((8,), 16, SwizzleMode.INTERLEAVE),
+        ((256, 1, 1, 1, 1), 16, SwizzleMode.INTERLEAVE),
+        ((2, 64), 64, SwizzleMode.B32),
+    ],
 )
 def test_tma_box_ok(box, bits, mode):
     check_tma_box(box, bits, mode)

@@ -32,11 +32,13 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 
 // Arrive on the barrier at the same shared offset in CTA `cta` of the cluster (mapa translates
 // the address); used to release a stage that a peer CTA's producer multicasts into.
+// NOTES: no .release.cluster qualifier: it compiles to MEMBAR.ALL.GPU before every arrive
+// (seen in SASS), and the stage's reads were by wgmma, already complete at wgmma.wait_group.
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta) {
   asm volatile(
       "{\n\t.reg .b32 remote;\n\t"
       "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t}"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n\t}"
       ::"r"(smem_addr(bar)), "r"(cta) : "memory");
 }
 

@@ -30,7 +30,8 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     Leading (batch) dimensions broadcast as in jnp.matmul; an operand without them is shared by
     every batch entry without being copied. bfloat16 or float16 inputs (both the same);
     out_dtype (alias preferred_element_type) bfloat16, float16 or float32, default the input
-    dtype. bias: (N,); residual: broadcastable to the output; both cast to out_dtype.
+    dtype. bias: (N,), added in float32; residual: broadcastable to the output, cast to
+    out_dtype.
     activation: None, "relu", "gelu_tanh", "gelu" (exact erf) or "silu".
     config: a GemmConfig, default chosen by jax_hopper.gemm.heuristics.choose_config.
     When TMA cannot address an operand (a row pitch that is not a multiple of 16 bytes, e.g.
@@ -74,7 +75,7 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
                          f"broadcast: {e}") from None
     batch = math.prod(batch_shape)
 
-    bias_arr = _prepare_bias(bias, n, out_dtype)
+    bias_arr = _prepare_bias(bias, n)
     res_arr = _prepare_residual(residual, batch_shape, m, n, out_dtype)
 
     a_mn_major, b_mn_major = bool(transpose_a), not transpose_b
@@ -123,13 +124,14 @@ def _check_dtypes(a, b, out_dtype):
                          f"{', '.join(d.name for d in _SUPPORTED_OUTPUTS)}")
 
 
-def _prepare_bias(bias, n, out_dtype):
+def _prepare_bias(bias, n):
+    """The kernel adds bias in fp32 (one (N,) vector: the cast costs nothing)."""
     if bias is None:
-        return jnp.zeros((0,), out_dtype)
+        return jnp.zeros((0,), jnp.float32)
     bias = jnp.asarray(bias)
     if bias.shape != (n,):
         raise ValueError(f"bias.shape={bias.shape} must be (N,) = ({n},)")
-    return bias.astype(out_dtype)
+    return bias.astype(jnp.float32)
 
 
 def _prepare_residual(residual, batch_shape, m, n, out_dtype):

@@ -1,4 +1,4 @@
-"""A shared-memory operand tile (mn, k[, stages]) built from one atom, as TMA fills it and wgmma reads it.
+"""A shared-memory operand tile (mn, k[, stages]) of one atom, as TMA fills it and wgmma reads it.
 
 Atoms are stacked along the strided dimension first (for K-major: along MN; for MN-major: along
 K), so one TMA box of (inner = atom width, outer = all rows) lands as one column of atoms; wider
@@ -59,9 +59,10 @@ class SmemLayout:
     def __post_init__(self) -> None:
         shape = tuple(int(s) for s in self.shape)
         if len(shape) not in (2, 3) or min(shape) < 1:
-            raise ValueError(f"shape must be (mn, k) or (mn, k, stages) of positive ints, got {shape}")
+            raise ValueError(
+                f"shape must be (mn, k) or (mn, k, stages) of positive ints, got {shape}")
         object.__setattr__(self, "shape", shape)
-        for extent, unit, name in zip(shape, self.atom.shape, ("mn", "k")):
+        for extent, unit, name in zip(shape[:2], self.atom.shape, ("mn", "k"), strict=True):
             if extent % unit:
                 raise ValueError(f"shape: {name} extent {extent} must be a multiple of the atom's "
                                  f"{unit} ({self.atom.description()})")
@@ -132,11 +133,12 @@ class SmemLayout:
         mn_extent = self.mn if mn_extent is None else mn_extent
         mn_unit = atom.shape[0]
         if not (8 <= mn_extent <= 256 and mn_extent % mn_unit == 0):
-            raise ValueError(f"mn_extent must be a multiple of {mn_unit} in 8..256, got {mn_extent}")
+            raise ValueError(
+                f"mn_extent must be a multiple of {mn_unit} in 8..256, got {mn_extent}")
         # Starting on an atom boundary keeps the descriptor's base offset (pattern phase) at 0.
         if mn_offset % mn_unit or mn_offset < 0 or mn_offset + mn_extent > self.mn:
-            raise ValueError(f"mn_offset must be a multiple of {mn_unit} with mn_offset + mn_extent "
-                             f"<= {self.mn}, got {mn_offset} + {mn_extent}")
+            raise ValueError(f"mn_offset must be a multiple of {mn_unit} with mn_offset + "
+                             f"mn_extent <= {self.mn}, got {mn_offset} + {mn_extent}")
         if self.k % k_elems:
             raise ValueError(f"shape: k extent {self.k} must be a multiple of the wgmma k-block "
                              f"({k_elems} elements = {WGMMA_K_BYTES} bytes)")

@@ -35,7 +35,7 @@ class Swizzle:
 
     @property
     def period_bytes(self) -> int:
-        """The pattern repeats every this many bytes: offsets that are multiples of it pass through."""
+        """The pattern repeats every this many bytes; multiples of it pass through unchanged."""
         return 1 << (self.base + self.shift + self.bits)
 
     def apply(self, offset: Offset) -> Offset:

@@ -81,7 +81,8 @@ def check_tma_global(shape: Sequence[int], strides_bytes: Sequence[int], elem_bi
             raise ValueError(f"strides_bytes[{i}] must be a multiple of 16 bytes "
                              f"(TMA globalStrides), got {s}")
         if not 0 <= s < 2**40:
-            raise ValueError(f"strides_bytes[{i}] must be in 0..2^40-1 (TMA globalStrides), got {s}")
+            raise ValueError(
+                f"strides_bytes[{i}] must be in 0..2^40-1 (TMA globalStrides), got {s}")
 
 
 def check_smem_budget(nbytes: int, limit: int = SMEM_LIMIT_BYTES) -> None:

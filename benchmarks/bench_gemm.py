@@ -1,0 +1,300 @@
+"""bf16 GEMM side by side in one process: XLA's jnp.dot, Pallas Mosaic GPU's hopper_matmul_mgpu
+and jax_hopper.hopper_matmul (default config plus --hopper-configs variants).
+
+    python benchmarks/bench_gemm.py                      # default shapes, ~4 min on an H100
+    python benchmarks/bench_gemm.py --quick              # three shapes, one Pallas config
+    python benchmarks/bench_gemm.py --shapes 8192x8192x8192 4096 \\
+        --hopper-configs '[{"cluster_m": 2}, {"raster": "n", "group_size": 16}]'
+
+Writes gemm_<tag>.json and gemm_<tag>.png to --out-dir. Exit status 1 when hopper_matmul's
+result is wrong (relative Frobenius error > 1e-2 or NaN) for some shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import importlib.metadata
+import inspect
+import json
+import math
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+
+import timing
+
+LARGE_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 12288, 4096),
+                (8192, 4096, 4096), (8192, 28672, 4096), (8192, 4096, 14336)]
+DEFAULT_SHAPES = LARGE_SHAPES + [(4000, 3000, 2056), (256, 4096, 4096), (64, 12288, 4096)]
+QUICK_SHAPES = [(4096, 4096, 4096), (8192, 4096, 14336), (256, 4096, 4096)]
+ERR_LIMIT = 1e-2
+
+# hopper_matmul_mgpu.TuningConfig fields. Shared memory per CTA is about
+# (cta_tile_m + cta_tile_n) * tile_k * steps * 2 B + 32 KB of epilogue; the wg_dimension tile is
+# doubled (two consumer warpgroups), so 128x128 tiles allow 4 steps within the 227 KB limit and
+# 64x128 ones 5. Small M needs tile_m 64 with wg_dimension N (M must divide by the CTA tile).
+PALLAS_CONFIGS = {
+    "mgpu_128x128x64_s4_wgN": dict(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=4),
+    "mgpu_128x128x64_s4_wgN_snakeN8": dict(tile_m=128, tile_n=128, tile_k=64,
+                                           max_concurrent_steps=4, grid_minor_dim="N",
+                                           grid_tile_width=8),
+    "mgpu_128x128x64_s4_wgN_snakeN8_clusterM": dict(tile_m=128, tile_n=128, tile_k=64,
+                                                    max_concurrent_steps=4, grid_minor_dim="N",
+                                                    grid_tile_width=8, cluster_dimension="M"),
+    "mgpu_256x64x64_s4_wgN_snakeN8": dict(tile_m=256, tile_n=64, tile_k=64,
+                                          max_concurrent_steps=4, grid_minor_dim="N",
+                                          grid_tile_width=8),
+    "mgpu_64x128x64_s5_wgM": dict(tile_m=64, tile_n=128, tile_k=64, max_concurrent_steps=5,
+                                  wg_dimension="M"),
+    "mgpu_64x128x64_s4_wgN": dict(tile_m=64, tile_n=128, tile_k=64, max_concurrent_steps=4),
+}
+_DIMENSION_FIELDS = ("grid_minor_dim", "wg_dimension", "cluster_dimension")
+
+
+def log(*parts):
+    print(*parts, flush=True)
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """'MxNxK', or one number for a cube."""
+    dims = [int(d) for d in text.lower().split("x")]
+    if len(dims) == 1:
+        dims *= 3
+    if len(dims) != 3 or min(dims) <= 0:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: want MxNxK or N")
+    return tuple(dims)
+
+
+def shape_name(shape) -> str:
+    return "x".join(map(str, shape))
+
+
+def pallas_variants(configs: dict) -> tuple[dict, dict]:
+    """(name -> f(a, b), name -> reason skipped) for hopper_matmul_mgpu, whatever its version.
+
+    Its entry point was matmul_kernel(a, b, config) in early 2025 releases and
+    matmul(a, b, c, config) by jax 0.10 (c: an optional addend, None for a plain product).
+    """
+    if jax.default_backend() != "gpu":
+        return {}, {name: "Mosaic GPU needs a CUDA GPU" for name in configs}
+    try:
+        from jax.experimental.pallas.ops.gpu import hopper_matmul_mgpu as mgpu
+    except Exception as e:  # noqa: BLE001 -- any import failure just means "not available"
+        return {}, {name: f"import failed: {e!r}" for name in configs}
+    fn = getattr(mgpu, "matmul", None) or mgpu.matmul_kernel
+    extra = {"c": None} if "c" in inspect.signature(fn).parameters else {}
+    fields = {f.name for f in dataclasses.fields(mgpu.TuningConfig)}
+    variants, skipped = {}, {}
+    for name, cfg in configs.items():
+        if unknown := sorted(set(cfg) - fields):
+            skipped[name] = f"TuningConfig of jax {jax.__version__} has no field {unknown}"
+            continue
+        cfg = {k: mgpu.MatmulDimension[v] if k in _DIMENSION_FIELDS and v else v
+               for k, v in cfg.items()}
+        tuning = mgpu.TuningConfig(**cfg)
+        variants[name] = lambda a, b, tuning=tuning: fn(a, b, config=tuning, **extra)
+    return variants, skipped
+
+
+def hopper_variants(configs: list[dict]) -> tuple[dict, dict]:
+    """'hopper' (the heuristic's choice) plus one 'hopper:<fields>' per explicit GemmConfig."""
+    names = ["hopper"] + ["hopper:" + ",".join(f"{k}={v}" for k, v in c.items()) for c in configs]
+    # An installed jax_hopper (which has the compiled extension) first; the source tree only as a
+    # fallback, where every op lowers to its pure-JAX reference on a CPU.
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:  # lazily: the package may not import on this machine
+        import jax_hopper
+    except Exception as e:  # noqa: BLE001
+        return {}, {name: f"import jax_hopper failed: {e!r}" for name in names}
+    variants = {"hopper": jax_hopper.hopper_matmul}
+    skipped = {}
+    for name, fields in zip(names[1:], configs):
+        try:
+            config = jax_hopper.GemmConfig(**fields)
+        except TypeError as e:
+            skipped[name] = str(e)
+            continue
+        variants[name] = lambda a, b, config=config: jax_hopper.hopper_matmul(a, b, config=config)
+    return variants, skipped
+
+
+def error_text(e: Exception) -> str:
+    lines = [line for line in str(e).splitlines() if line.strip()]
+    return f"{type(e).__name__}: {lines[0][:300] if lines else ''}"
+
+
+def bench_shape(shape, variants: dict, skipped: dict, args, key) -> dict:
+    m, n, k = shape
+    set_bytes = (m * k + k * n) * 2
+    # Guess of one call's time on an H100 (700 TFLOP/s, 2.5 TB/s) to pick how many calls fill
+    # ~30 ms; on a CPU (smoke tests) a few calls are enough.
+    est_s = max(2 * m * n * k / 700e12, (set_bytes + 2 * m * n) / 2.5e12)
+    n_calls = args.calls or (timing.calls_for(est_s, out_bytes=2 * m * n)
+                             if jax.default_backend() == "gpu" else 3)
+    # Sets beyond n_calls would never be read.
+    n_sets = min(n_calls, timing.n_sets_for(set_bytes, args.min_set_mb * 1e6))
+    sets = timing.rotating_sets(key, m, n, k, n_sets)
+    pairs = timing.rotation(sets, n_calls)
+    ref = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))(*sets[0])
+    log(f"  {n_sets} input sets ({n_sets * set_bytes / 1e6:.0f} MB), {n_calls} calls per run")
+
+    results = {name: dict(error=reason) for name, reason in skipped.items()}
+    for name, f in variants.items():
+        try:
+            r = timing.time_chained(timing.chained(f), pairs, reps=args.reps)
+            err = float(timing.rel_fro_error(r["out"], ref))
+        except Exception as e:  # noqa: BLE001 -- one failing variant must not stop the run
+            results[name] = dict(error=error_text(e))
+            log(f"  {name:44s} skipped: {results[name]['error']}")
+            continue
+        wrong = not err <= ERR_LIMIT  # NaN compares false
+        results[name] = dict(tflops=timing.tflops(m, n, k, r["median_s"]),
+                             ms=r["median_s"] * 1e3, times_ms=[t * 1e3 for t in r["times_s"]],
+                             compile_s=r["compile_s"], rel_err=err, wrong=wrong)
+        log(f"  {name:44s} {results[name]['tflops']:7.1f} TFLOP/s  {r['median_s'] * 1e6:9.1f} us"
+            f"  err {err:.1e}{'  WRONG' if wrong else ''}  (first run {r['compile_s']:.1f} s)")
+    return summarise(shape, n_sets, n_calls, results)
+
+
+def _best(results: dict, prefix: str):
+    ok = {n: r for n, r in results.items() if n.startswith(prefix) and "tflops" in r
+          and not r["wrong"]}
+    return max(ok, key=lambda n: ok[n]["tflops"]) if ok else None
+
+
+def summarise(shape, n_sets, n_calls, results) -> dict:
+    xla = results.get("xla", {}).get("tflops")
+    hopper = results.get("hopper", {})
+    best_pallas, best_hopper = _best(results, "mgpu"), _best(results, "hopper")
+    # "-": hopper not asked for; "ERR": it did not run; "FAIL": it ran and gave a wrong result.
+    status = ("-" if "hopper" not in results else "ERR" if "tflops" not in hopper
+              else "FAIL" if hopper["wrong"] else "ok")
+
+    def ratio(name):
+        t = results.get(name, {}).get("tflops") if name else None
+        return t / xla if t and xla else None
+
+    return dict(shape=list(shape), flops=2 * math.prod(shape), n_sets=n_sets, n_calls=n_calls,
+                status=status, best_pallas=best_pallas, best_hopper=best_hopper,
+                hopper_over_xla=ratio("hopper"), best_hopper_over_xla=ratio(best_hopper),
+                best_pallas_over_xla=ratio(best_pallas), variants=results)
+
+
+def fmt(x, spec):
+    return f"{'-':>{spec.split('.')[0]}}" if x is None else format(x, spec)
+
+
+def print_table(rows):
+    log(f"\n{'shape':18s} {'XLA':>7s} {'Pallas':>7s} {'hopper':>7s} {'h/XLA':>6s} {'h-best':>7s}"
+        f" {'hb/XLA':>6s} {'err':>8s} {'status':6s} best Pallas | best hopper")
+    for r in rows:
+        v = r["variants"]
+
+        def t(name):
+            return v.get(name, {}).get("tflops") if name else None
+
+        log(f"{shape_name(r['shape']):18s} {fmt(t('xla'), '7.1f')} {fmt(t(r['best_pallas']), '7.1f')}"
+            f" {fmt(t('hopper'), '7.1f')} {fmt(r['hopper_over_xla'], '6.2f')}"
+            f" {fmt(t(r['best_hopper']), '7.1f')} {fmt(r['best_hopper_over_xla'], '6.2f')}"
+            f" {fmt(v.get('hopper', {}).get('rel_err'), '8.1e')} {r['status']:6s}"
+            f" {r['best_pallas'] or '-'} | {r['best_hopper'] or '-'}")
+
+
+def large_shape_summary(rows) -> dict:
+    """Geometric mean and minimum of hopper/XLA over the six large shapes that were run."""
+    out = {}
+    for key in ("hopper_over_xla", "best_hopper_over_xla"):
+        ratios = {shape_name(r["shape"]): r[key] for r in rows
+                  if tuple(r["shape"]) in LARGE_SHAPES and r[key]}
+        if ratios:
+            worst = min(ratios, key=ratios.get)
+            out[key] = dict(geomean=timing.geomean(ratios.values()), min=ratios[worst],
+                            min_shape=worst, n_shapes=len(ratios))
+    return out
+
+
+def environment() -> dict:
+    dev = jax.devices()[0]
+    try:
+        jaxlib = importlib.metadata.version("jaxlib")
+    except importlib.metadata.PackageNotFoundError:
+        jaxlib = None
+    return dict(device=dev.device_kind, platform=dev.platform,
+                platform_version=getattr(dev.client, "platform_version", None),
+                jax=jax.__version__, jaxlib=jaxlib,
+                xla_flags=os.environ.get("XLA_FLAGS", ""),
+                date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                argv=sys.argv[1:])
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shapes", nargs="+", type=parse_shape, help="MxNxK (or N for a cube) ...")
+    p.add_argument("--quick", action="store_true",
+                   help=f"shapes {', '.join(map(shape_name, QUICK_SHAPES))} and one Pallas config")
+    p.add_argument("--impls", default="xla,pallas,hopper", help="comma list of xla,pallas,hopper")
+    p.add_argument("--hopper-configs", type=json.loads, default=[],
+                   help='JSON list of GemmConfig field dicts, e.g. \'[{"cluster_m": 2}]\'')
+    p.add_argument("--pallas-configs", type=json.loads, default=None,
+                   help="JSON object name -> TuningConfig fields, replacing the built-in list")
+    p.add_argument("--reps", type=int, default=7, help="timed runs per variant (median)")
+    p.add_argument("--calls", type=int, default=0, help="calls per run (default: ~30 ms worth)")
+    p.add_argument("--min-set-mb", type=float, default=200.0,
+                   help="rotating input sets together exceed this many MB")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "results"))
+    p.add_argument("--tag", default=datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    shapes = args.shapes or (QUICK_SHAPES if args.quick else DEFAULT_SHAPES)
+    impls = set(args.impls.split(","))
+    pallas_cfgs = args.pallas_configs or PALLAS_CONFIGS
+    if args.quick and args.pallas_configs is None:
+        pallas_cfgs = dict(list(PALLAS_CONFIGS.items())[:1])
+
+    variants, skipped = ({"xla": jnp.dot} if "xla" in impls else {}), {}
+    for impl, build, cfgs in (("pallas", pallas_variants, pallas_cfgs),
+                              ("hopper", hopper_variants, args.hopper_configs)):
+        if impl in impls:
+            v, s = build(cfgs)
+            variants.update(v)
+            skipped.update(s)
+    env = environment()
+    log(f"{env['device']} ({env['platform_version']}), jax {env['jax']}; "
+        f"{len(shapes)} shapes, variants: {', '.join(variants) or 'none'}")
+    for name, reason in skipped.items():
+        log(f"  {name}: not run: {reason}")
+
+    rows = []
+    for i, shape in enumerate(shapes):
+        log(f"[{i + 1}/{len(shapes)}] {shape_name(shape)}")
+        key = jax.random.fold_in(jax.random.key(args.seed), i)
+        rows.append(bench_shape(shape, variants, skipped, args, key))
+
+    print_table(rows)
+    summary = large_shape_summary(rows)
+    for key, label in (("hopper_over_xla", "hopper (default)"),
+                       ("best_hopper_over_xla", "hopper (best config)")):
+        if s := summary.get(key):
+            log(f"{label} / XLA over {s['n_shapes']} large shapes: geomean {s['geomean']:.3f}, "
+                f"min {s['min']:.3f} ({s['min_shape']})")
+
+    os.makedirs(args.out_dir, exist_ok=True)
+    stem = os.path.join(args.out_dir, f"gemm_{args.tag}")
+    with open(stem + ".json", "w") as fh:
+        json.dump(dict(environment=env, shapes=rows, large_shape_summary=summary), fh, indent=1)
+    import plot  # matplotlib only now: a missing one must not cost the numbers above
+    plot.plot_results(rows, stem + ".png", title=f"bf16 GEMM, {env['device']}, jax {env['jax']}")
+    log(f"wrote {stem}.json and {stem}.png")
+    return 1 if any(r["status"] == "FAIL" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

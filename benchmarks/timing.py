@@ -1,0 +1,106 @@
+"""Timing helpers for GEMM benchmarks: rotating input sets, chained calls, host-clock medians.
+
+Any f(a, b) -> array works (jnp.dot, a Pallas kernel, jax_hopper.hopper_matmul), so these are
+testable on CPU with plain jnp functions.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+
+def n_sets_for(set_bytes: int, min_total_bytes: float = 200e6) -> int:
+    """Sets needed so that together they exceed min_total_bytes (at least 2).
+
+    200 MB is four times the H100's 50 MB L2: rotating through that many bytes means every call
+    reads its operands from HBM, as a call inside a real model does.
+    """
+    return max(2, math.floor(min_total_bytes / set_bytes) + 1)
+
+
+def rotating_sets(key, m: int, n: int, k: int, n_sets: int, dtype=jnp.bfloat16):
+    """n_sets (a (m, k), b (k, n)) pairs of random-normal data, generated on the device.
+
+    Drawn in float32 and cast, as the brief's reference numbers were; never zeros, which can run
+    faster than real data and hide unwritten outputs.
+    """
+    @jax.jit
+    def draw(key):
+        ka, kb = jax.random.split(key)
+        return (jax.random.normal(ka, (m, k), jnp.float32).astype(dtype),
+                jax.random.normal(kb, (k, n), jnp.float32).astype(dtype))
+
+    sets = [draw(kk) for kk in jax.random.split(key, n_sets)]
+    jax.block_until_ready(sets)
+    return sets
+
+
+def calls_for(est_call_s: float, out_bytes: int, target_s: float = 0.03, lo: int = 10,
+              hi: int = 100, max_out_bytes: float = 8e9) -> int:
+    """Calls per timed run so that one run lasts about target_s (the host clock and the dispatch
+    of one jitted call then cost under 1%). hi bounds the unrolled program's size; every call's
+    output is kept until the run ends (see chained), so their total is capped too."""
+    calls = max(lo, min(hi, math.ceil(target_s / max(est_call_s, 1e-9))))
+    return max(2, min(calls, int(max_out_bytes // out_bytes)))
+
+
+def chained(f):
+    """jit(pairs -> outputs) calling f once per (a, b) pair, back to back in one program.
+
+    The pairs come from rotation(), which repeats the sets: every call gets its own parameters
+    even where two of them are the same buffers, so XLA cannot merge the repeats into one call
+    (CSE), and no operand is copied. Every output is returned, else XLA would drop the calls
+    (a slice of a dot's output would be rewritten into a smaller dot). f gets its own jit so that
+    its lowering (a Pallas kernel's compile) happens once, not once per call.
+    """
+    inner = jax.jit(f)
+    return jax.jit(lambda pairs: [inner(a, b) for a, b in pairs])
+
+
+def rotation(sets, n_calls: int):
+    """The n_calls (a, b) pairs chained() runs: cycling through sets, ending with sets[0] so that
+    the last output can be checked against a reference without another compile."""
+    return [sets[(i - n_calls + 1) % len(sets)] for i in range(n_calls)]
+
+
+def time_chained(run, pairs, reps: int = 7, warmup: int = 2) -> dict:
+    """Median seconds per call of run(pairs) (from chained), over reps timed runs after warm-up.
+
+    The host clock is read after block_until_ready, so every call has finished on the device.
+    The first warm-up run includes the compile; its time is returned as compile_s, and its last
+    output (set 0's product) as out.
+    """
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(run(pairs))[-1]
+    compile_s = time.perf_counter() - t0
+    for _ in range(warmup - 1):
+        jax.block_until_ready(run(pairs))
+    per_call = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(run(pairs))
+        per_call.append((time.perf_counter() - t0) / len(pairs))
+    return dict(median_s=statistics.median(per_call), times_s=per_call, compile_s=compile_s,
+                out=out)
+
+
+@jax.jit
+def rel_fro_error(out, ref):
+    """||out - ref||_F / ||ref||_F in float32 (NaN anywhere in out gives NaN)."""
+    out = out.astype(jnp.float32)
+    ref = ref.astype(jnp.float32)
+    return jnp.linalg.norm(out - ref) / jnp.linalg.norm(ref)
+
+
+def tflops(m: int, n: int, k: int, seconds: float) -> float:
+    return 2.0 * m * n * k / seconds / 1e12
+
+
+def geomean(xs) -> float:
+    xs = list(xs)
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
