@@ -83,11 +83,11 @@ def pallas_variants(configs: dict) -> tuple[dict, dict]:
         return {}, {name: "Mosaic GPU needs a CUDA GPU" for name in configs}
     try:
         from jax.experimental.pallas.ops.gpu import hopper_matmul_mgpu as mgpu
-    except Exception as e:  # noqa: BLE001 -- any import failure just means "not available"
-        return {}, {name: f"import failed: {e!r}" for name in configs}
-    fn = getattr(mgpu, "matmul", None) or mgpu.matmul_kernel
-    extra = {"c": None} if "c" in inspect.signature(fn).parameters else {}
-    fields = {f.name for f in dataclasses.fields(mgpu.TuningConfig)}
+        fn = getattr(mgpu, "matmul", None) or mgpu.matmul_kernel
+        extra = {"c": None} if "c" in inspect.signature(fn).parameters else {}
+        fields = {f.name for f in dataclasses.fields(mgpu.TuningConfig)}
+    except Exception as e:  # noqa: BLE001 -- any failure here just means "not available"
+        return {}, {name: f"hopper_matmul_mgpu unusable: {e!r}" for name in configs}
     variants, skipped = {}, {}
     for name, cfg in configs.items():
         if unknown := sorted(set(cfg) - fields):
@@ -95,7 +95,11 @@ def pallas_variants(configs: dict) -> tuple[dict, dict]:
             continue
         cfg = {k: mgpu.MatmulDimension[v] if k in _DIMENSION_FIELDS and v else v
                for k, v in cfg.items()}
-        tuning = mgpu.TuningConfig(**cfg)
+        try:
+            tuning = mgpu.TuningConfig(**cfg)
+        except (TypeError, ValueError) as e:
+            skipped[name] = error_text(e)
+            continue
         variants[name] = lambda a, b, tuning=tuning: fn(a, b, config=tuning, **extra)
     return variants, skipped
 
@@ -112,7 +116,7 @@ def hopper_variants(configs: list[dict]) -> tuple[dict, dict]:
         return {}, {name: f"import jax_hopper failed: {e!r}" for name in names}
     variants = {"hopper": jax_hopper.hopper_matmul}
     skipped = {}
-    for name, fields in zip(names[1:], configs):
+    for name, fields in zip(names[1:], configs, strict=True):
         try:
             config = jax_hopper.GemmConfig(**fields)
         except TypeError as e:
@@ -127,7 +131,7 @@ def error_text(e: Exception) -> str:
     return f"{type(e).__name__}: {lines[0][:300] if lines else ''}"
 
 
-def bench_shape(shape, variants: dict, skipped: dict, args, key) -> dict:
+def bench_shape(shape, variants: dict, skipped: dict, impl_of: dict, args, key) -> dict:
     m, n, k = shape
     set_bytes = (m * k + k * n) * 2
     # Guess of one call's time on an H100 (700 TFLOP/s, 2.5 TB/s) to pick how many calls fill
@@ -142,17 +146,17 @@ def bench_shape(shape, variants: dict, skipped: dict, args, key) -> dict:
     ref = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))(*sets[0])
     log(f"  {n_sets} input sets ({n_sets * set_bytes / 1e6:.0f} MB), {n_calls} calls per run")
 
-    results = {name: dict(error=reason) for name, reason in skipped.items()}
+    results = {name: dict(impl=impl_of[name], error=reason) for name, reason in skipped.items()}
     for name, f in variants.items():
         try:
             r = timing.time_chained(timing.chained(f), pairs, reps=args.reps)
             err = float(timing.rel_fro_error(r["out"], ref))
         except Exception as e:  # noqa: BLE001 -- one failing variant must not stop the run
-            results[name] = dict(error=error_text(e))
+            results[name] = dict(impl=impl_of[name], error=error_text(e))
             log(f"  {name:44s} skipped: {results[name]['error']}")
             continue
         wrong = not err <= ERR_LIMIT  # NaN compares false
-        results[name] = dict(tflops=timing.tflops(m, n, k, r["median_s"]),
+        results[name] = dict(impl=impl_of[name], tflops=timing.tflops(m, n, k, r["median_s"]),
                              ms=r["median_s"] * 1e3, times_ms=[t * 1e3 for t in r["times_s"]],
                              compile_s=r["compile_s"], rel_err=err, wrong=wrong)
         log(f"  {name:44s} {results[name]['tflops']:7.1f} TFLOP/s  {r['median_s'] * 1e6:9.1f} us"
@@ -160,8 +164,8 @@ def bench_shape(shape, variants: dict, skipped: dict, args, key) -> dict:
     return summarise(shape, n_sets, n_calls, results)
 
 
-def _best(results: dict, prefix: str):
-    ok = {n: r for n, r in results.items() if n.startswith(prefix) and "tflops" in r
+def _best(results: dict, impl: str):
+    ok = {n: r for n, r in results.items() if r["impl"] == impl and "tflops" in r
           and not r["wrong"]}
     return max(ok, key=lambda n: ok[n]["tflops"]) if ok else None
 
@@ -169,7 +173,7 @@ def _best(results: dict, prefix: str):
 def summarise(shape, n_sets, n_calls, results) -> dict:
     xla = results.get("xla", {}).get("tflops")
     hopper = results.get("hopper", {})
-    best_pallas, best_hopper = _best(results, "mgpu"), _best(results, "hopper")
+    best_pallas, best_hopper = _best(results, "pallas"), _best(results, "hopper")
     # "-": hopper not asked for; "ERR": it did not run; "FAIL": it ran and gave a wrong result.
     status = ("-" if "hopper" not in results else "ERR" if "tflops" not in hopper
               else "FAIL" if hopper["wrong"] else "ok")
@@ -188,19 +192,20 @@ def fmt(x, spec):
     return f"{'-':>{spec.split('.')[0]}}" if x is None else format(x, spec)
 
 
+def _variant(row, name, field):
+    return row["variants"].get(name, {}).get(field) if name else None
+
+
 def print_table(rows):
     log(f"\n{'shape':18s} {'XLA':>7s} {'Pallas':>7s} {'hopper':>7s} {'h/XLA':>6s} {'h-best':>7s}"
         f" {'hb/XLA':>6s} {'err':>8s} {'status':6s} best Pallas | best hopper")
     for r in rows:
-        v = r["variants"]
-
-        def t(name):
-            return v.get(name, {}).get("tflops") if name else None
-
-        log(f"{shape_name(r['shape']):18s} {fmt(t('xla'), '7.1f')} {fmt(t(r['best_pallas']), '7.1f')}"
-            f" {fmt(t('hopper'), '7.1f')} {fmt(r['hopper_over_xla'], '6.2f')}"
-            f" {fmt(t(r['best_hopper']), '7.1f')} {fmt(r['best_hopper_over_xla'], '6.2f')}"
-            f" {fmt(v.get('hopper', {}).get('rel_err'), '8.1e')} {r['status']:6s}"
+        log(f"{shape_name(r['shape']):18s} {fmt(_variant(r, 'xla', 'tflops'), '7.1f')}"
+            f" {fmt(_variant(r, r['best_pallas'], 'tflops'), '7.1f')}"
+            f" {fmt(_variant(r, 'hopper', 'tflops'), '7.1f')} {fmt(r['hopper_over_xla'], '6.2f')}"
+            f" {fmt(_variant(r, r['best_hopper'], 'tflops'), '7.1f')}"
+            f" {fmt(r['best_hopper_over_xla'], '6.2f')}"
+            f" {fmt(_variant(r, 'hopper', 'rel_err'), '8.1e')} {r['status']:6s}"
             f" {r['best_pallas'] or '-'} | {r['best_hopper'] or '-'}")
 
 
@@ -260,12 +265,14 @@ def main(argv=None) -> int:
         pallas_cfgs = dict(list(PALLAS_CONFIGS.items())[:1])
 
     variants, skipped = ({"xla": jnp.dot} if "xla" in impls else {}), {}
+    impl_of = {"xla": "xla"}
     for impl, build, cfgs in (("pallas", pallas_variants, pallas_cfgs),
                               ("hopper", hopper_variants, args.hopper_configs)):
         if impl in impls:
             v, s = build(cfgs)
             variants.update(v)
             skipped.update(s)
+            impl_of.update(dict.fromkeys([*v, *s], impl))
     env = environment()
     log(f"{env['device']} ({env['platform_version']}), jax {env['jax']}; "
         f"{len(shapes)} shapes, variants: {', '.join(variants) or 'none'}")
@@ -276,7 +283,7 @@ def main(argv=None) -> int:
     for i, shape in enumerate(shapes):
         log(f"[{i + 1}/{len(shapes)}] {shape_name(shape)}")
         key = jax.random.fold_in(jax.random.key(args.seed), i)
-        rows.append(bench_shape(shape, variants, skipped, args, key))
+        rows.append(bench_shape(shape, variants, skipped, impl_of, args, key))
 
     print_table(rows)
     summary = large_shape_summary(rows)

@@ -21,6 +21,10 @@
 
 #include <cstdint>
 
+#ifndef JH_WGMMA_INFLIGHT
+#define JH_WGMMA_INFLIGHT 0
+#endif
+
 #include "cuda/ptx/cluster.cuh"
 #include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/mbarrier.cuh"
@@ -53,21 +57,30 @@ struct GemmSmem {
   static constexpr int kTotal = kBarOffset + 2 * STAGES * 8 + 1024;
 };
 
-// Loads the `boxes` boxes of one operand tile for k-block `kb`. With a cluster sharing this
-// operand, CTA `rank` loads every cluster_size-th box and multicasts it to the whole cluster.
+// Loads one operand tile (`rows` x 64 k) for k-block k0. With a cluster sharing this operand,
+// CTA `rank` loads 1/share of it and multicasts it to the whole cluster.
+//   K-major:  the tensor map's box is (64 k, rows/share): one TMA per CTA, rows stacked.
+//   MN-major: the box is (64 mn, 64 k): rows/64 boxes side by side, every share-th per CTA.
 template <bool MN_MAJOR>
 __device__ __forceinline__ void load_operand(const CUtensorMap* map, uint64_t* bar, uint8_t* dst,
-                                             int boxes, int32_t mn0, int32_t k0, int32_t batch,
+                                             int rows, int32_t mn0, int32_t k0, int32_t batch,
                                              uint32_t share, uint32_t rank) {
-  for (int j = 0; j < boxes; ++j) {
-    if (share > 1 && j % share != rank) continue;
-    const int32_t c0 = MN_MAJOR ? mn0 + j * kBoxElems : k0;
-    const int32_t c1 = MN_MAJOR ? k0 : mn0 + j * kBoxElems;
+  const uint16_t mask = static_cast<uint16_t>((1u << share) - 1);
+  if constexpr (!MN_MAJOR) {
+    const int part = rows / share;
+    uint8_t* d = dst + rank * part * 128;
     if (share > 1)
-      ptx::tma_load_3d_multicast(map, bar, dst + j * kBoxBytes, c0, c1, batch,
-                                 static_cast<uint16_t>((1u << share) - 1));
+      ptx::tma_load_3d_multicast(map, bar, d, k0, mn0 + rank * part, batch, mask);
     else
-      ptx::tma_load_3d(map, bar, dst + j * kBoxBytes, c0, c1, batch);
+      ptx::tma_load_3d(map, bar, d, k0, mn0, batch);
+  } else {
+    for (int j = rank; j < rows / kBoxElems; j += share) {
+      if (share > 1)
+        ptx::tma_load_3d_multicast(map, bar, dst + j * kBoxBytes, mn0 + j * kBoxElems, k0, batch,
+                                   mask);
+      else
+        ptx::tma_load_3d(map, bar, dst + j * kBoxBytes, mn0 + j * kBoxElems, k0, batch);
+    }
   }
 }
 
@@ -132,9 +145,9 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
           // A fresh barrier passes a wait on parity 1, so the first lap does not block.
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
           ptx::mbarrier_arrive_expect_tx(&full[stage], Smem::kStageBytes);
-          load_operand<A_MN>(&tma_a, &full[stage], smem_a + stage * Smem::kABytes, BM / kBoxElems,
+          load_operand<A_MN>(&tma_a, &full[stage], smem_a + stage * Smem::kABytes, BM,
                              tc.m_block * BM, kb * BK, ba, share_a, rank);
-          load_operand<B_MN>(&tma_b, &full[stage], smem_b + stage * Smem::kBBytes, BN / kBoxElems,
+          load_operand<B_MN>(&tma_b, &full[stage], smem_b + stage * Smem::kBBytes, BN,
                              tc.n_block * BN, kb * BK, bb, share_b, rank);
           if (++stage == STAGES) { stage = 0; phase ^= 1; }
         }
@@ -163,6 +176,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
       const TileCoord tc = sched.tile(t, rank);
 #pragma unroll
       for (int i = 0; i < Mma::kRegs; ++i) acc[i] = 0.0f;
+      int prev_stage = -1;
       for (int32_t kb = 0; kb < k_blocks; ++kb) {
         ptx::mbarrier_wait(&full[stage], phase);
         const uint8_t* a_tile = smem_a + stage * Smem::kABytes + wg * kBoxBytes;
@@ -174,16 +188,26 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
         for (int kk = 0; kk < BK / 16; ++kk)
           Mma::mma(operand_desc<A_MN>(a_tile, kk), operand_desc<B_MN>(b_tile, kk), acc, 1);
         ptx::wgmma_commit_group();
-        // NOTES: release the stage as soon as its wgmmas finished, so the producer runs
-        // STAGES - 1 k-blocks ahead. Keeping one group in flight (wait_group 1) would hold two
-        // stages and, measured on an H100, starved the tensor cores of data (~420 TFLOP/s at
-        // 8192^3); the other consumer warpgroup covers this one's issue gap.
+#if JH_WGMMA_INFLIGHT
+        ptx::wgmma_wait_group<1>();
+#pragma unroll
+        for (int i = 0; i < Mma::kRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
+        if (prev_stage >= 0) release(prev_stage);
+        prev_stage = stage;
+#else
         ptx::wgmma_wait_group<0>();
 #pragma unroll
         for (int i = 0; i < Mma::kRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
         release(stage);
+#endif
         if (++stage == STAGES) { stage = 0; phase ^= 1; }
       }
+#if JH_WGMMA_INFLIGHT
+      ptx::wgmma_wait_group<0>();
+#pragma unroll
+      for (int i = 0; i < Mma::kRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
+      if (prev_stage >= 0) release(prev_stage);
+#endif
 
       const int32_t row0 = tc.m_block * BM + wg * 64, col0 = tc.n_block * BN;
       apply_epilogue_ops<BN>(acc, p, row0, col0, tc.batch, wg_thread);

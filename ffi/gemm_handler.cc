@@ -108,10 +108,14 @@ ffi::Error gemm_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
   p.raster_n = static_cast<int32_t>(raster_n);
 
   alignas(64) CUtensorMap map_a, map_b, map_d;
-  // Operand tiles are 64 x 64 boxes (cuda/sm90_gemm_kernel.cuh); the output box is one 128-byte
-  // swizzle row wide and 64 rows (one consumer warpgroup's strip) high.
-  JH_RETURN_IF_ERROR(operand_map(a, 2, 64, 64, &map_a));
-  JH_RETURN_IF_ERROR(operand_map(b, 2, 64, 64, &map_b));
+  // Boxes are one 128-byte swizzle row (64 elements) wide. A K-major operand tile is one box of
+  // all its rows (split between the CTAs of a cluster sharing it); an MN-major tile is 64 x 64
+  // boxes side by side (cuda/sm90_gemm_kernel.cuh, load_operand). The output box is 64 rows,
+  // one consumer warpgroup's strip.
+  const uint32_t a_rows = a_mn_major ? 64 : static_cast<uint32_t>(block_m / cluster_n);
+  const uint32_t b_rows = b_mn_major ? 64 : static_cast<uint32_t>(block_n / cluster_m);
+  JH_RETURN_IF_ERROR(operand_map(a, 2, 64, a_rows, &map_a));
+  JH_RETURN_IF_ERROR(operand_map(b, 2, 64, b_rows, &map_b));
   const size_t out_bytes = dtype_bytes(tout);
   JH_RETURN_IF_ERROR(operand_map(*out, out_bytes, static_cast<uint32_t>(128 / out_bytes), 64,
                                  &map_d));

@@ -67,8 +67,8 @@ def _copy(shape, dtype="float32", **kw):
     (lambda: _copy((8, 64), box=(8, 32), swizzle="64B"), r"spans 128 bytes, more than the 64"),
     (lambda: _copy((8, 4), swizzle="256B"), r"swizzle must be one of '128B', '64B'"),
     (lambda: _copy((8, 12), "float16", box=(8, 8)),
-     r"x of shape \(8, 12\) cannot be addressed by TMA: strides_bytes\[1\] must be a multiple of "
-     r"16.*last dimension must be a multiple of 8 for float16"),
+     (r"x of shape \(8, 12\) cannot be addressed by TMA: strides_bytes\[1\] must be a multiple "
+      r"of 16.*last dimension must be a multiple of 8 for float16")),
     (lambda: _copy((3, 1, 2)), r"x of shape \(3, 1, 2\).*strides_bytes\[2\] must be a multiple"),
     (lambda: _copy((0, 4)), r"x of shape \(0, 4\).*shape\[1\] must be in 1"),
     (lambda: _copy((8, 256), box=(256, 256), swizzle="none"),
@@ -80,8 +80,8 @@ def _copy(shape, dtype="float32", **kw):
     (lambda: tma_multicast(jnp.zeros((8, 4)), box=(6, 4), cluster_size=4),
      r"box rows \(6\) must be divisible by cluster_size \(4\)"),
     (lambda: tma_multicast(jnp.zeros((1, 2)), box=(8, 4)),
-     r"the output \(cluster_size, \*x\.shape\) of shape \(2, 1, 2\) cannot be addressed.*"
-     r"the 1 x 2 planes of the output .* are 8 bytes apart"),
+     (r"the output \(cluster_size, \*x\.shape\) of shape \(2, 1, 2\) cannot be addressed.*"
+      r"the 1 x 2 planes of the output .* are 8 bytes apart")),
     (lambda: tma_reduce_add(jnp.zeros((8, 4), jnp.int32), jnp.zeros((8, 4), jnp.int32), box=(8, 4)),
      r"dst\.dtype=int32 is not supported: TMA reduce-add takes float32, float16, bfloat16"),
     (lambda: tma_reduce_add(jnp.zeros((8, 4)), jnp.zeros((8, 8)), box=(8, 4)),

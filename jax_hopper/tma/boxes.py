@@ -14,7 +14,12 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from jax_hopper.layout import SwizzleMode, check_smem_budget, check_tma_box, check_tma_global
+from jax_hopper.layout import (
+    SwizzleMode,
+    check_smem_budget,
+    check_tma_box,
+    check_tma_global,
+)
 
 SWIZZLES = {
     "128B": SwizzleMode.B128,
@@ -80,8 +85,8 @@ class BoxGrid:
         return self.box[0] * self.inner_bytes
 
     def ffi_attrs(self) -> dict[str, np.int64]:
-        return dict(box_rows=np.int64(self.box[0]), box_cols=np.int64(self.box[1]),
-                    swizzle=np.int64(self.mode.tma_code))
+        return {"box_rows": np.int64(self.box[0]), "box_cols": np.int64(self.box[1]),
+                "swizzle": np.int64(self.mode.tma_code)}
 
 
 def box_grid(name: str, x: jax.Array, box: Sequence[int], swizzle: str | SwizzleMode) -> BoxGrid:

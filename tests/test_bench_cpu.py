@@ -1,0 +1,139 @@
+"""CPU smoke tests of the GEMM benchmark: timing helpers on plain jnp functions, the CLI end to
+end on one tiny shape, and the pass/fail bookkeeping with a stand-in for jax_hopper."""
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+BENCH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         "benchmarks")
+sys.path.insert(0, BENCH_DIR)
+import bench_gemm  # noqa: E402
+import timing  # noqa: E402
+
+
+def test_n_sets_exceeds_the_byte_floor():
+    assert timing.n_sets_for(300e6) == 2  # never fewer than two
+    assert timing.n_sets_for(100e6) == 3  # 300 MB > 200 MB; two sets would only equal it
+    assert timing.n_sets_for(34e6) * 34e6 > 200e6
+
+
+def test_rotating_sets_are_random_bf16_and_distinct():
+    sets = timing.rotating_sets(jax.random.key(1), 16, 24, 8, 3)
+    assert len(sets) == 3
+    for a, b in sets:
+        assert a.shape == (16, 8) and b.shape == (8, 24)
+        assert a.dtype == b.dtype == jnp.bfloat16
+        assert 0.5 < float(jnp.std(a.astype(jnp.float32))) < 1.5
+    assert not np.array_equal(np.asarray(sets[0][0]), np.asarray(sets[1][0]))
+
+
+def test_rotation_cycles_and_ends_with_set_0():
+    assert timing.rotation(["s0", "s1", "s2"], 5) == ["s2", "s0", "s1", "s2", "s0"]
+
+
+def test_chained_keeps_every_call():
+    """Repeats of one set must not be merged by XLA: the compiled flop count grows with calls."""
+    sets = timing.rotating_sets(jax.random.key(2), 64, 48, 32, 2)
+    run = timing.chained(jnp.dot)
+
+    def flops(n_calls):
+        cost = run.lower(timing.rotation(sets, n_calls)).compile().cost_analysis()
+        return (cost[0] if isinstance(cost, list) else cost)["flops"]
+
+    assert flops(6) == pytest.approx(6 * flops(1), rel=0.01)
+    assert flops(1) >= 2 * 64 * 48 * 32
+
+
+def test_time_chained_returns_set_0_product_and_positive_times():
+    sets = timing.rotating_sets(jax.random.key(3), 32, 32, 32, 2)
+    pairs = timing.rotation(sets, 4)
+    r = timing.time_chained(timing.chained(jnp.dot), pairs, reps=7)
+    assert len(r["times_s"]) == 7 and r["median_s"] > 0 and r["compile_s"] > 0
+    np.testing.assert_array_equal(np.asarray(r["out"]), np.asarray(jnp.dot(*sets[0])))
+
+
+def test_rel_fro_error():
+    x = jnp.arange(1.0, 7.0).reshape(2, 3)
+    assert float(timing.rel_fro_error(x, x)) == 0.0
+    assert float(timing.rel_fro_error(2 * x, x)) == pytest.approx(1.0)
+    assert np.isnan(float(timing.rel_fro_error(x.at[0, 0].set(jnp.nan), x)))
+
+
+def test_tflops_and_geomean():
+    assert timing.tflops(1000, 1000, 1000, 1e-6) == pytest.approx(2000.0)
+    assert timing.geomean([0.5, 2.0]) == pytest.approx(1.0)
+
+
+def test_calls_for_bounds():
+    assert timing.calls_for(1e-3, out_bytes=1) == 30
+    assert timing.calls_for(1.0, out_bytes=1) == 10
+    assert timing.calls_for(1e-9, out_bytes=1) == 100
+    assert timing.calls_for(1e-3, out_bytes=int(2e9)) == 4  # 8 GB of outputs at most
+
+
+def test_parse_shape():
+    assert bench_gemm.parse_shape("4000x3000x2056") == (4000, 3000, 2056)
+    assert bench_gemm.parse_shape("256") == (256, 256, 256)
+
+
+def test_large_shape_summary():
+    shapes = bench_gemm.LARGE_SHAPES[:2] + [(256, 4096, 4096)]  # the last is not "large"
+    rows = [dict(shape=list(s), hopper_over_xla=r, best_hopper_over_xla=None)
+            for s, r in zip(shapes, (0.5, 2.0, 9.0), strict=True)]
+    s = bench_gemm.large_shape_summary(rows)["hopper_over_xla"]
+    assert s["geomean"] == pytest.approx(1.0) and s["min"] == 0.5 and s["n_shapes"] == 2
+    assert s["min_shape"] == "4096x4096x4096"
+
+
+def test_cli_quick_on_cpu(tmp_path):
+    """The documented CPU invocation runs, and writes the JSON and the PNG."""
+    proc = subprocess.run(
+        [sys.executable, os.path.join(BENCH_DIR, "bench_gemm.py"), "--quick", "--shapes",
+         "256x256x256", "--out-dir", str(tmp_path), "--tag", "t"],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads((tmp_path / "gemm_t.json").read_text())
+    (row,) = data["shapes"]
+    assert row["shape"] == [256, 256, 256]
+    assert row["variants"]["xla"]["tflops"] > 0
+    assert row["variants"]["xla"]["rel_err"] < 1e-2
+    assert "error" in row["variants"]["mgpu_128x128x64_s4_wgN"]  # no Mosaic GPU on a CPU
+    assert data["environment"]["jax"] == jax.__version__
+    assert (tmp_path / "gemm_t.png").stat().st_size > 0
+
+
+def _fake_jax_hopper():
+    """A stand-in for jax_hopper: GemmConfig(scale=...) multiplies the product by scale, and the
+    default config is wrong (x2) when M == 64."""
+    class GemmConfig:
+        def __init__(self, scale=1.0):
+            self.scale = scale
+
+    def hopper_matmul(a, b, config=None):
+        scale = config.scale if config else 2.0 if a.shape[0] == 64 else 1.0
+        return (jnp.dot(a, b) * scale).astype(a.dtype)
+
+    return types.SimpleNamespace(GemmConfig=GemmConfig, hopper_matmul=hopper_matmul)
+
+
+def test_pass_fail_bookkeeping(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "jax_hopper", _fake_jax_hopper())
+    rc = bench_gemm.main(["--shapes", "128x64x32", "64x64x32", "--impls", "xla,hopper",
+                          "--reps", "3", "--out-dir", str(tmp_path), "--tag", "f",
+                          "--hopper-configs", '[{"scale": 1.0}, {"scale": 3.0}, {"bogus": 1}]'])
+    ok, fail = json.loads((tmp_path / "gemm_f.json").read_text())["shapes"]
+    for row in ok, fail:
+        v = row["variants"]
+        assert v["hopper:scale=3.0"]["wrong"]  # never the best, however fast
+        assert "unexpected keyword" in v["hopper:bogus=1"]["error"]
+    assert ok["status"] == "ok" and ok["best_hopper"] in ("hopper", "hopper:scale=1.0")
+    assert fail["status"] == "FAIL" and fail["best_hopper"] == "hopper:scale=1.0"
+    assert rc == 1
