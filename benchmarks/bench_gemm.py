@@ -33,10 +33,12 @@ DEFAULT_SHAPES = LARGE_SHAPES + [(4000, 3000, 2056), (256, 4096, 4096), (64, 122
 QUICK_SHAPES = [(4096, 4096, 4096), (8192, 4096, 14336), (256, 4096, 4096)]
 ERR_LIMIT = 1e-2
 
-# hopper_matmul_mgpu.TuningConfig fields. Shared memory per CTA is about
-# (cta_tile_m + cta_tile_n) * tile_k * steps * 2 B + 32 KB of epilogue; the wg_dimension tile is
-# doubled (two consumer warpgroups), so 128x128 tiles allow 4 steps within the 227 KB limit and
-# 64x128 ones 5. Small M needs tile_m 64 with wg_dimension N (M must divide by the CTA tile).
+# hopper_matmul_mgpu.TuningConfig fields. tile_m x tile_n is one consumer warpgroup's tile; the
+# CTA has two, side by side along wg_dimension. Shared memory is about
+# (cta_tile_m + cta_tile_n) * tile_k * steps * 2 B + 32 KB of epilogue, at most 227 KB: with a
+# 128x256 CTA tile 4 steps fit, with 128x128 6 (jax 0.10.2 lowers all of these for cuda; 128x128
+# per warpgroup with 5 steps is refused). M and N must divide by the CTA tile (times 2 along
+# cluster_dimension), K by tile_k: small M needs tile_m 64 with wg_dimension N.
 PALLAS_CONFIGS = {
     "mgpu_128x128x64_s4_wgN": dict(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=4),
     "mgpu_128x128x64_s4_wgN_snakeN8": dict(tile_m=128, tile_n=128, tile_k=64,
@@ -45,10 +47,10 @@ PALLAS_CONFIGS = {
     "mgpu_128x128x64_s4_wgN_snakeN8_clusterM": dict(tile_m=128, tile_n=128, tile_k=64,
                                                     max_concurrent_steps=4, grid_minor_dim="N",
                                                     grid_tile_width=8, cluster_dimension="M"),
-    "mgpu_256x64x64_s4_wgN_snakeN8": dict(tile_m=256, tile_n=64, tile_k=64,
-                                          max_concurrent_steps=4, grid_minor_dim="N",
-                                          grid_tile_width=8),
-    "mgpu_64x128x64_s5_wgM": dict(tile_m=64, tile_n=128, tile_k=64, max_concurrent_steps=5,
+    "mgpu_64x256x64_s4_wgM_snakeN8": dict(tile_m=64, tile_n=256, tile_k=64,
+                                          max_concurrent_steps=4, wg_dimension="M",
+                                          grid_minor_dim="N", grid_tile_width=8),
+    "mgpu_64x128x64_s6_wgM": dict(tile_m=64, tile_n=128, tile_k=64, max_concurrent_steps=6,
                                   wg_dimension="M"),
     "mgpu_64x128x64_s4_wgN": dict(tile_m=64, tile_n=128, tile_k=64, max_concurrent_steps=4),
 }
@@ -127,8 +129,9 @@ def hopper_variants(configs: list[dict]) -> tuple[dict, dict]:
 
 
 def error_text(e: Exception) -> str:
+    """The exception's type and first line (XLA and Mosaic errors run to pages)."""
     lines = [line for line in str(e).splitlines() if line.strip()]
-    return f"{type(e).__name__}: {lines[0][:300] if lines else ''}"
+    return f"{type(e).__name__}: {lines[0][:300]}" if lines else repr(e)
 
 
 def bench_shape(shape, variants: dict, skipped: dict, impl_of: dict, args, key) -> dict:

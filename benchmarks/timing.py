@@ -6,6 +6,7 @@ testable on CPU with plain jnp functions.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -26,18 +27,19 @@ def n_sets_for(set_bytes: int, min_total_bytes: float = 200e6) -> int:
 def rotating_sets(key, m: int, n: int, k: int, n_sets: int, dtype=jnp.bfloat16):
     """n_sets (a (m, k), b (k, n)) pairs of random-normal data, generated on the device.
 
-    Drawn in float32 and cast, as the brief's reference numbers were; never zeros, which can run
-    faster than real data and hide unwritten outputs.
+    Drawn in float32, then cast to dtype. Never zeros: they can run faster than real data and
+    hide unwritten outputs.
     """
-    @jax.jit
-    def draw(key):
-        ka, kb = jax.random.split(key)
-        return (jax.random.normal(ka, (m, k), jnp.float32).astype(dtype),
-                jax.random.normal(kb, (k, n), jnp.float32).astype(dtype))
-
-    sets = [draw(kk) for kk in jax.random.split(key, n_sets)]
+    sets = [_draw(kk, m, n, k, dtype) for kk in jax.random.split(key, n_sets)]
     jax.block_until_ready(sets)
     return sets
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _draw(key, m, n, k, dtype):
+    ka, kb = jax.random.split(key)
+    return (jax.random.normal(ka, (m, k), jnp.float32).astype(dtype),
+            jax.random.normal(kb, (k, n), jnp.float32).astype(dtype))
 
 
 def calls_for(est_call_s: float, out_bytes: int, target_s: float = 0.03, lo: int = 10,

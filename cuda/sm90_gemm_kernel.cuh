@@ -66,15 +66,16 @@ __device__ __forceinline__ void load_operand(const CUtensorMap* map, uint64_t* b
                                              int rows, int32_t mn0, int32_t k0, int32_t batch,
                                              uint32_t share, uint32_t rank) {
   const uint16_t mask = static_cast<uint16_t>((1u << share) - 1);
+  const uint32_t part_id = share > 1 ? rank : 0;  // a cluster along the other dim shares nothing
   if constexpr (!MN_MAJOR) {
     const int part = rows / share;
-    uint8_t* d = dst + rank * part * 128;
+    uint8_t* d = dst + part_id * part * 128;
     if (share > 1)
-      ptx::tma_load_3d_multicast(map, bar, d, k0, mn0 + rank * part, batch, mask);
+      ptx::tma_load_3d_multicast(map, bar, d, k0, mn0 + part_id * part, batch, mask);
     else
       ptx::tma_load_3d(map, bar, d, k0, mn0, batch);
   } else {
-    for (int j = rank; j < rows / kBoxElems; j += share) {
+    for (int j = part_id; j < rows / kBoxElems; j += share) {
       if (share > 1)
         ptx::tma_load_3d_multicast(map, bar, dst + j * kBoxBytes, mn0 + j * kBoxElems, k0, batch,
                                    mask);
