@@ -41,8 +41,8 @@ namespace jax_hopper {
 constexpr int kGemmThreads = 384;       // producer warpgroup + two consumer warpgroups
 constexpr int kBoxElems = 64;           // 64 x 16-bit = 128 bytes: one 128B swizzle row
 constexpr int kBoxBytes = 64 * 128;     // one 64 x 64 box of 16-bit elements
-constexpr int kProducerRegs = 40;       // 40 + 2 * 232 per thread of each warpgroup fits 64K
-constexpr int kConsumerRegs = 232;
+constexpr int kProducerRegs = 56;       // 128 x (56 + 2 x 224) registers fit the 64K file
+constexpr int kConsumerRegs = 224;
 
 template <int BM, int BN, int BK, int STAGES>
 struct GemmSmem {
