@@ -52,6 +52,7 @@ def edge_shapes(dtype):
 
 def _copy(shape, dtype="float32", **kw):
     kw.setdefault("box", (8, 4))
+    kw.setdefault("swizzle", "none")
     return tma_copy(jnp.zeros(shape, dtype), **kw)
 
 
@@ -63,7 +64,10 @@ def _copy(shape, dtype="float32", **kw):
     (lambda: _copy((8, 4), box=(0, 4)), r"box=\(rows=0, cols=4\).*box_dims\[1\] must be in 1..256"),
     (lambda: _copy((8, 4), box=(257, 4)), r"box_dims\[1\] must be in 1..256"),
     (lambda: _copy((8, 4), box=(8, 3)), r"box_dims\[0\] must span a multiple of 16 bytes"),
-    (lambda: _copy((8, 64), box=(8, 64)), r"spans 256 bytes, more than the 128-byte swizzle"),
+    (lambda: _copy((8, 64), box=(8, 64), swizzle="128B"),
+     r"spans 256 bytes, more than the 128-byte swizzle"),
+    (lambda: _copy((8, 64), box=(8, 16), swizzle="128B"),
+     r"inner dimension must be exactly one swizzle span, 128 bytes = 32 columns"),
     (lambda: _copy((8, 64), box=(8, 32), swizzle="64B"), r"spans 128 bytes, more than the 64"),
     (lambda: _copy((8, 4), swizzle="256B"), r"swizzle must be one of '128B', '64B'"),
     (lambda: _copy((8, 12), "float16", box=(8, 8)),

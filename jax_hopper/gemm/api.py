@@ -5,15 +5,14 @@ from __future__ import annotations
 import math
 import warnings
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 
-from jax_hopper.gemm import configs
+# batching and sharding register hopper_gemm_p's vmap rule and its (partitioned) lowering.
+from jax_hopper.gemm import autodiff, batching, configs, sharding  # noqa: F401
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code
 from jax_hopper.gemm.heuristics import choose_config
-from jax_hopper.gemm.primitive import hopper_gemm_p, reference
+from jax_hopper.gemm.primitive import reference, tma_unaddressable
 
 _SUPPORTED_INPUTS = tuple(jnp.dtype(d) for d in configs.INPUT_DTYPES)
 _SUPPORTED_OUTPUTS = tuple(jnp.dtype(d) for d in configs.OUTPUT_DTYPES)
@@ -92,7 +91,7 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
 
     if batch == 0 or m == 0 or n == 0 or k == 0:
         out = reference(a3, b3, bias_arr, res_arr, **params)  # empty or all-epilogue: no launch
-    elif (reason := _tma_unaddressable(a3, b3)) is not None:
+    elif (reason := tma_unaddressable(a3, b3)) is not None:
         if strict:
             raise ValueError(f"hopper_matmul(strict=True): {reason}")
         if reason not in _warned_fallback:
@@ -100,7 +99,8 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
             warnings.warn(f"hopper_matmul falls back to XLA's dot: {reason}", stacklevel=2)
         out = reference(a3, b3, bias_arr, res_arr, **params)
     else:
-        out = _launch_padded(a3, b3, bias_arr, res_arr, n, params)
+        out = autodiff.gemm(a3, b3, bias_arr, res_arr, tuple(sorted(params.items())),
+                            res_arr.shape[0])
 
     out = out.reshape(*batch_shape, m, n)
     if squeeze_m:
@@ -162,33 +162,3 @@ def _as_batched_3d(x, batch_shape):
     if tuple(lead) != tuple(batch_shape):
         x = jnp.broadcast_to(x, (*batch_shape, *x.shape[-2:]))  # partial broadcast: materialise
     return x.reshape(-1, *x.shape[-2:])
-
-
-def _tma_unaddressable(a3, b3):
-    for name, x in (("a", a3), ("b", b3)):
-        pitch = x.shape[-1] * x.dtype.itemsize
-        if pitch % 16:
-            return (f"{name}'s rows are {pitch} bytes apart; TMA needs a multiple of 16 "
-                    f"(its last dimension, {x.shape[-1]}, must be a multiple of "
-                    f"{16 // x.dtype.itemsize})")
-    return None
-
-
-def _launch_padded(a3, b3, bias, res, n, params):
-    """TMA stores need a 16-byte output pitch: compute into a padded N and slice it off."""
-    out_itemsize = np.dtype(params["out_dtype"]).itemsize
-    step = 16 // out_itemsize
-    n_pad = -(-n // step) * step
-    if n_pad != n:
-        # Padding b with zero columns (and bias/residual with zeros) costs one copy of b; the
-        # padded columns are sliced away.
-        if params["b_mn_major"]:
-            b3 = jnp.pad(b3, ((0, 0), (0, 0), (0, n_pad - n)))
-        else:
-            b3 = jnp.pad(b3, ((0, 0), (0, n_pad - n), (0, 0)))
-        if bias.size:
-            bias = jnp.pad(bias, (0, n_pad - n))
-        if res.size:
-            res = jnp.pad(res, ((0, 0), (0, 0), (0, n_pad - n)))
-    out = hopper_gemm_p.bind(a3, b3, bias, res, **params)
-    return out[..., :n] if n_pad != n else out

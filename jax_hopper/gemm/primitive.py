@@ -1,14 +1,22 @@
-"""The `hopper_gemm` JAX primitive: abstract eval, the CUDA lowering to the FFI custom call and
-the CPU (reference) lowering.
+"""The GEMM primitives: abstract eval, the reference semantics, and one device's launch.
 
 Operands are always 3-D as stored in memory: a (Ba, M, K) or, MN-major, (Ba, K, M); b (Bb, N, K)
-or, MN-major, (Bb, K, N); Ba and Bb are 1 (shared) or the batch. bias is (N,) or (0,); residual is
-(1 or batch, M, N) or (0, 0, 0). The result is (batch, M, N).
+or, MN-major, (Bb, K, N); Ba and Bb are 1 (shared) or the batch. bias is (N,) float32 or (0,);
+residual is (1 or batch, M, N) in the out dtype or (0, 0, 0). The result is (batch, M, N).
+
+Two primitives with that contract:
+- `hopper_gemm_p` is what programs bind. Its batching rule (gemm/batching.py) and its lowering
+  through custom_partitioning (gemm/sharding.py) attach to it; jax.grad reaches it through the
+  custom_vjp in gemm/autodiff.py.
+- `hopper_gemm_local_p` is one device's launch: it only appears while hopper_gemm_p is lowered,
+  on whole operands or on one shard of them, and lowers to the FFI call (or, on CPU, to
+  `reference`).
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +28,7 @@ from jax_hopper import _ffi
 from jax_hopper.gemm.epilogue import apply_activation
 
 hopper_gemm_p = Primitive("hopper_gemm")
+hopper_gemm_local_p = Primitive("hopper_gemm_local")
 
 
 def problem_shape(a_shape, b_shape, a_mn_major: bool, b_mn_major: bool):
@@ -37,20 +46,69 @@ def _abstract_eval(a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, *
     return jax.core.ShapedArray((batch, m, n), out_dtype)
 
 
-def reference(a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, activation, alpha,
-              beta, config=None):
-    """What the kernel computes, in jnp: fp32 accumulation, epilogue in fp32, one rounding."""
-    del config
-    a_mk = jnp.swapaxes(a, 1, 2) if a_mn_major else a
-    b_kn = b if b_mn_major else jnp.swapaxes(b, 1, 2)
-    x = jnp.matmul(a_mk, b_kn, preferred_element_type=jnp.float32)
-    x = alpha * x
+def apply_epilogue(x, bias, residual, *, activation, beta, out_dtype):
+    """act(x + bias) + beta * residual on an fp32 x, then the one rounding to out_dtype."""
     if bias.size:
         x = x + bias.astype(jnp.float32)
     x = apply_activation(x, activation)
     if residual.size:
         x = x + beta * residual.astype(jnp.float32)
     return x.astype(out_dtype)
+
+
+def reference(a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, activation, alpha,
+              beta, config=None):
+    """What the kernel computes, in jnp: fp32 accumulation, epilogue in fp32, one rounding."""
+    del config
+    a_mk = jnp.swapaxes(a, 1, 2) if a_mn_major else a
+    b_kn = b if b_mn_major else jnp.swapaxes(b, 1, 2)
+    x = alpha * jnp.matmul(a_mk, b_kn, preferred_element_type=jnp.float32)
+    return apply_epilogue(x, bias, residual, activation=activation, beta=beta,
+                          out_dtype=out_dtype)
+
+
+def tma_unaddressable(a3, b3) -> str | None:
+    """Why TMA cannot load an operand (its row pitch), or None when it can."""
+    for name, x in (("a", a3), ("b", b3)):
+        pitch = x.shape[-1] * x.dtype.itemsize
+        if pitch % 16:
+            return (f"{name}'s rows are {pitch} bytes apart; TMA needs a multiple of 16 "
+                    f"(its last dimension, {x.shape[-1]}, must be a multiple of "
+                    f"{16 // x.dtype.itemsize})")
+    return None
+
+
+def local_gemm(a, b, bias, res, **params):
+    """One device's GEMM on operands as they lie on it (whole, or one shard of a sharded call).
+
+    A shard can have a row pitch TMA cannot address although the whole operand had one (K split
+    8 ways, say): that shard is computed by XLA's dot, with a warning.
+    """
+    if (reason := tma_unaddressable(a, b)) is not None:
+        warnings.warn(f"hopper_matmul falls back to XLA's dot on a shard: {reason}",
+                      stacklevel=2)
+        return reference(a, b, bias, res, **params)
+    return _launch_padded(a, b, bias, res, **params)
+
+
+def _launch_padded(a, b, bias, res, **params):
+    """TMA stores need a 16-byte output pitch: compute into a padded N and slice it off."""
+    _, _, n, _ = problem_shape(a.shape, b.shape, params["a_mn_major"], params["b_mn_major"])
+    step = 16 // np.dtype(params["out_dtype"]).itemsize
+    n_pad = -(-n // step) * step
+    if n_pad != n:
+        # Padding b with zero columns (and bias/residual with zeros) costs one copy of b; the
+        # padded columns are sliced away.
+        if params["b_mn_major"]:
+            b = jnp.pad(b, ((0, 0), (0, 0), (0, n_pad - n)))
+        else:
+            b = jnp.pad(b, ((0, 0), (0, n_pad - n), (0, 0)))
+        if bias.size:
+            bias = jnp.pad(bias, (0, n_pad - n))
+        if res.size:
+            res = jnp.pad(res, ((0, 0), (0, 0), (0, n_pad - n)))
+    out = hopper_gemm_local_p.bind(a, b, bias, res, **params)
+    return out[..., :n] if n_pad != n else out
 
 
 def _cuda_lowering(ctx, a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, activation,
@@ -69,11 +127,10 @@ def _jitted_bind(params: tuple):
 # Eager binds run through a cached jit so the custom call is lowered once per parameter set.
 hopper_gemm_p.def_impl(lambda *args, **params: _jitted_bind(tuple(sorted(params.items())))(*args))
 hopper_gemm_p.def_abstract_eval(_abstract_eval)
-mlir.register_lowering(hopper_gemm_p, mlir.lower_fun(reference, multiple_results=False),
-                       platform="cpu")
+hopper_gemm_local_p.def_abstract_eval(_abstract_eval)
+_reference_lowering = mlir.lower_fun(reference, multiple_results=False)
+mlir.register_lowering(hopper_gemm_local_p, _reference_lowering, platform="cpu")
 # A CUDA machine without a Hopper GPU (or without the built extension) runs the reference too.
-if _ffi.hopper_devices() and _ffi.register_targets():
-    mlir.register_lowering(hopper_gemm_p, _cuda_lowering, platform="cuda")
-else:
-    mlir.register_lowering(hopper_gemm_p, mlir.lower_fun(reference, multiple_results=False),
-                           platform="cuda")
+mlir.register_lowering(hopper_gemm_local_p,
+                       _cuda_lowering if _ffi.hopper_devices() and _ffi.register_targets()
+                       else _reference_lowering, platform="cuda")

@@ -108,6 +108,17 @@ def box_grid(name: str, x: jax.Array, box: Sequence[int], swizzle: str | Swizzle
         raise ValueError(f"box=(rows={grid.box[0]}, cols={grid.box[1]}) for {x.dtype} with "
                          f"swizzle {grid.mode.name}: {e} (box_dims are innermost first: "
                          "box_dims[0] is cols)") from None
+    if grid.mode is not SwizzleMode.INTERLEAVE and grid.inner_bytes != grid.mode.span_bytes:
+        # NOTES: measured on an H100 (2026-11-22): a swizzled box narrower than its span
+        # (e.g. 5 rows x 16 bytes under 128B) made the copy kernel fault with an illegal address
+        # when shared memory held only the packed box, i.e. the hardware does not pack such rows
+        # at their own width. Until that layout is measured and modelled these ops take only
+        # boxes one swizzle span wide: exactly the wgmma atoms.
+        raise ValueError(f"box=(rows={grid.box[0]}, cols={grid.box[1]}) for {x.dtype} with "
+                         f"swizzle {grid.mode.name}: the box's inner dimension must be exactly "
+                         f"one swizzle span, {grid.mode.span_bytes} bytes = "
+                         f"{grid.mode.span_bytes // grid.elem_bytes} columns (got "
+                         f"{grid.inner_bytes} bytes); use swizzle='none' for other widths")
     check_addressable(name, x.shape, x.dtype)
     check_box_smem(grid.box, tma_box_smem_bytes(grid.box_bytes))
     return grid

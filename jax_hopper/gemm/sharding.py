@@ -1,0 +1,133 @@
+"""hopper_gemm_p under jit with sharded operands: every device multiplies its own shards.
+
+hopper_gemm_p lowers through jax.experimental.custom_partitioning with a Shardy sharding rule
+
+    a: b m k (or b k m),  b: b k n (or b n k),  bias: n,  residual: b m n  ->  out: b m n
+
+(k a reduction factor; the batch dim of an operand shared by the whole batch has a factor of its
+own, so it is never split). After propagation `_partition` fixes one mesh-axis assignment per
+factor and the per-device program:
+- batch, M or N split: each device runs the kernel on its shards, no communication;
+- K split: each device computes its partial alpha*A.B in float32, a psum adds the partials, and
+  the epilogue (bias, activation, residual, the one rounding) runs after the sum in jnp. An
+  activation cannot be applied to partial sums; applying it after the psum costs one float32
+  M x N buffer and an unfused epilogue, far less traffic than gathering K-split operands.
+Without a mesh (one device) or inside shard_map (all axes manual) the call is the plain launch.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.interpreters import mlir
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jax_hopper.gemm.primitive import apply_epilogue, hopper_gemm_p, local_gemm
+
+
+@functools.partial(custom_partitioning, static_argnums=(0, 1))
+def _partitioned(params, shapes, a, b, bias, res):
+    del shapes
+    return local_gemm(a, b, bias, res, **dict(params))
+
+
+def _rule(params, shapes, mesh, value_types, result_types):
+    """Einsum-like Shardy rule; factor names follow the stored layouts of this call."""
+    del mesh, value_types, result_types
+    p = dict(params)
+    (ba, *_), (bb, *_), bias_shape, res_shape = shapes
+    batch = max(ba, bb)
+
+    def lead(size, own):  # a batch of 1 shared by a batch > 1 cannot carry the batch factor
+        return "b" if size == batch else own
+
+    a = f"{lead(ba, 'ba')} " + ("k m" if p["a_mn_major"] else "m k")
+    b = f"{lead(bb, 'bb')} " + ("k n" if p["b_mn_major"] else "n k")
+    bias = "n" if bias_shape[0] else "nz"
+    res = f"{lead(res_shape[0], 'br')} m n" if res_shape[0] else "rz mz nz2"
+    return f"{a}, {b}, {bias}, {res} -> b m n", {"reduction_factors": ("k",)}
+
+
+def _axes(entry) -> tuple:
+    if entry is None:
+        return ()
+    return (entry,) if isinstance(entry, str) else tuple(entry)
+
+
+def _spec_of(x) -> tuple:
+    spec = tuple(x.sharding.spec) if isinstance(x.sharding, NamedSharding) else ()
+    return spec + (None,) * (len(x.shape) - len(spec))
+
+
+def _partition(params, shapes, mesh, arg_shapes, result_shape):
+    p = dict(params)
+    a, b, bias, res = arg_shapes
+    ba, bb = a.shape[0], b.shape[0]
+    batch = max(ba, bb)
+    sa, sb, so = _spec_of(a), _spec_of(b), _spec_of(result_shape)
+    a_m, a_k = (2, 1) if p["a_mn_major"] else (1, 2)
+    b_n, b_k = (2, 1) if p["b_mn_major"] else (1, 2)
+
+    # Candidates per factor, operands first: a device keeps what it holds. The output's choice
+    # fills in a factor the operands leave whole (slicing a replicated operand is free).
+    candidates = {
+        "b": [sa[0] if ba == batch else None, sb[0] if bb == batch else None, so[0]]
+        if batch > 1 else [],
+        "m": [sa[a_m], so[1]],
+        "n": [sb[b_n], so[2]],
+        "k": [sa[a_k], sb[b_k]],
+    }
+    used, axes = set(), {}
+    for factor, entries in candidates.items():
+        axes[factor] = ()
+        for entry in map(_axes, entries):
+            if entry and not used & set(entry):  # a mesh axis splits one factor at most
+                axes[factor] = entry
+                used |= set(entry)
+                break
+    # XLA pads an uneven split with undefined values; in K they would be summed in.
+    k = a.shape[a_k]
+    if axes["k"] and k % math.prod(mesh.shape[name] for name in axes["k"]):
+        axes["k"] = ()
+
+    def spec(*factors):
+        entries = [axes[f] if f else () for f in factors]
+        return NamedSharding(mesh, PartitionSpec(
+            *(None if not e else e[0] if len(e) == 1 else e for e in entries)))
+
+    a_sh = spec("b" if ba == batch else None, *(("k", "m") if p["a_mn_major"] else ("m", "k")))
+    b_sh = spec("b" if bb == batch else None, *(("k", "n") if p["b_mn_major"] else ("n", "k")))
+    bias_sh = spec("n" if bias.shape[0] else None)
+    res_sh = spec("b" if res.shape[0] == batch else None, "m", "n") if res.shape[0] else \
+        spec(None, None, None)
+    out_sh = spec("b", "m", "n")
+    k_axes = axes["k"]
+
+    def lower_fn(a, b, bias, res):
+        if not k_axes:
+            return local_gemm(a, b, bias, res, **p)
+        f32 = jnp.dtype(jnp.float32)
+        partial = local_gemm(a, b, jnp.zeros((0,), f32), jnp.zeros((0, 0, 0), f32),
+                             **{**p, "out_dtype": f32, "activation": 0})
+        z = jax.lax.psum(partial, k_axes)
+        return apply_epilogue(z, bias, res, activation=p["activation"], beta=p["beta"],
+                              out_dtype=p["out_dtype"])
+
+    return mesh, lower_fn, out_sh, (a_sh, b_sh, bias_sh, res_sh)
+
+
+_partitioned.def_partition(partition=_partition, sharding_rule=_rule)
+
+
+def _lowering(ctx, a, b, bias, res, **params):
+    shapes = tuple(tuple(aval.shape) for aval in ctx.avals_in)
+    key = tuple(sorted(params.items()))
+    return mlir.lower_fun(lambda *args: _partitioned(key, shapes, *args),
+                          multiple_results=False)(ctx, a, b, bias, res)
+
+
+mlir.register_lowering(hopper_gemm_p, _lowering)

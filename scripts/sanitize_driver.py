@@ -1,0 +1,432 @@
+"""Calls every jax_hopper kernel on small and edge shapes, for compute-sanitizer.
+
+scripts/sanitize.sh runs this once per tool (memcheck, racecheck, synccheck, initcheck). One
+process covers: every compiled GEMM instance (jax_hopper.gemm.configs: input dtype x tile shape x
+operand majors), every cluster shape and raster with every tile and layout (bfloat16), every
+activation and output dtype with bias/residual/alpha/beta, a batched and a shared-operand
+problem, and the four TMA ops in every swizzle mode (multicast with clusters of 2 and 4).
+
+Inputs are made on the host and copied in (cudaMemcpy, which initcheck tracks as initialising),
+every result is blocked on and copied back, and checked on the host against float64 (GEMM) or
+bit for bit (TMA): a wrong answer fails the run even when the sanitizer reports nothing.
+
+    python3 scripts/sanitize_driver.py            # full list (a few hundred launches)
+    python3 scripts/sanitize_driver.py --quick    # ~25 launches, every kernel family once (racecheck)
+    python3 scripts/sanitize_driver.py --list     # print the cases, run nothing
+    python3 scripts/sanitize_driver.py --plant-fault  # one out-of-bounds store: the self-test
+
+Exit status 0 when every case ran and matched, 1 otherwise, 2 when there is no Hopper GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # gemm_helpers: error bounds and activations in float64
+
+# Shapes (M, N, K): one row; tails past 128/256-row tiles and the 64-wide k-block; several tiles.
+GEMM_SHAPES = [(1, 8, 8), (129, 136, 72), (300, 520, 264)]
+BATCHED_SHAPE = (2, 136, 264, 72)  # (batch, M, N, K), both operands batched
+LAYOUTS = list(itertools.product((False, True), repeat=2))  # (transpose_a, transpose_b)
+
+
+def _round8(x: int) -> int:
+    return -(-x // 8) * 8
+
+
+def addressable(m, n, k, transpose_a, transpose_b):
+    """(M, N, K) with the dimensions that are row pitches for this layout rounded up to a multiple
+    of 8 elements, so TMA can address every operand and the kernel (not the fallback) runs."""
+    if transpose_a:
+        m = _round8(m)   # a is stored (K, M)
+    else:
+        k = _round8(k)   # a is stored (M, K)
+    if transpose_b:
+        k = _round8(k)   # b is stored (N, K)
+    else:
+        n = _round8(n)   # b is stored (K, N)
+    return m, n, k
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmCase:
+    m: int
+    n: int
+    k: int
+    dtype: str = "bfloat16"
+    tile: object = None            # configs.TileShape; None lets the heuristic choose
+    cluster: tuple = (1, 1)
+    raster: str = "m"
+    transpose_a: bool = False
+    transpose_b: bool = False
+    batch: int = 0                 # 0: no batch dimension
+    shared_b: bool = False         # b without the batch dimension (broadcast, not copied)
+    out_dtype: str | None = None
+    activation: str | None = None
+    bias: bool = False
+    residual: bool = False
+    alpha: float = 1.0
+    beta: float = 1.0
+
+    @property
+    def config(self):
+        from jax_hopper import GemmConfig
+        if self.tile is None:
+            return None
+        t = self.tile
+        return GemmConfig(block_m=t.block_m, block_n=t.block_n, block_k=t.block_k,
+                          stages=t.stages, cluster_m=self.cluster[0], cluster_n=self.cluster[1],
+                          raster=self.raster, group_size=3)
+
+    def label(self) -> str:
+        tile = self.tile.tag if self.tile is not None else "auto"
+        lay = ("T" if self.transpose_a else "N") + ("T" if self.transpose_b else "N")
+        batch = f"{self.batch}x" if self.batch else ""
+        epi = ",".join(x for x in (self.activation, "bias" if self.bias else None,
+                                   "res" if self.residual else None) if x)
+        return (f"gemm {self.dtype}->{self.out_dtype or self.dtype} {tile} "
+                f"cluster{self.cluster[0]}x{self.cluster[1]} raster={self.raster} {lay} "
+                f"{batch}{self.m}x{self.n}x{self.k}" + (f" [{epi}]" if epi else ""))
+
+
+def gemm_groups(quick: bool) -> list[list[GemmCase]]:
+    """Lists of cases; each list is one jitted program (fewer compiles, same launches)."""
+    from jax_hopper.gemm import configs
+    tiles, clusters = configs.TILE_SHAPES, configs.CLUSTER_SHAPES
+    groups = []
+    # Every tile x cluster, bfloat16; the full run crosses them with every layout, the quick run
+    # rotates the layout so each still appears. Rasters alternate.
+    for i, (tile, cluster) in enumerate(itertools.product(tiles, clusters)):
+        layouts = [LAYOUTS[i % 4]] if quick else LAYOUTS
+        for j, (ta, tb) in enumerate(layouts):
+            shapes = GEMM_SHAPES[2:] if quick else GEMM_SHAPES
+            group = [GemmCase(*addressable(*s, ta, tb), tile=tile, cluster=cluster,
+                              raster="mn"[(i + j) % 2], transpose_a=ta, transpose_b=tb)
+                     for s in shapes]
+            if not quick:
+                b, m, n, k = BATCHED_SHAPE
+                group.append(GemmCase(*addressable(m, n, k, ta, tb), batch=b, tile=tile,
+                                      cluster=cluster, transpose_a=ta, transpose_b=tb))
+            groups.append(group)
+    # float16: the other half of the compiled instances (every tile x layout).
+    for i, (tile, (ta, tb)) in enumerate(itertools.product(tiles, LAYOUTS)):
+        if quick and i % 2:
+            continue
+        shapes = GEMM_SHAPES[2:] if quick else GEMM_SHAPES[1:]
+        groups.append([GemmCase(*addressable(*s, ta, tb), dtype="float16", tile=tile,
+                                cluster=clusters[i % len(clusters)], transpose_a=ta,
+                                transpose_b=tb) for s in shapes])
+    # Epilogues: every activation x output dtype with bias, residual, alpha and beta, per tile
+    # (the epilogue is unrolled over BN). N=131 with b as (N, K): the N-padding path.
+    activations = [None, "relu", "gelu_tanh", "gelu", "silu"]
+    for tile in tiles:
+        group = []
+        for o, out_dtype in enumerate(configs.OUTPUT_DTYPES):
+            acts = activations[o::3] if quick else activations
+            for act in acts:
+                group.append(GemmCase(129, 131, 72, tile=tile, transpose_b=True,
+                                      out_dtype=out_dtype, activation=act, bias=True,
+                                      residual=True, alpha=0.5, beta=-1.5))
+        groups.append(group)
+    # Bias only, residual only; a batch against a shared operand with a batched residual.
+    groups.append([
+        GemmCase(300, 520, 264, bias=True, activation="gelu"),
+        GemmCase(300, 520, 264, residual=True, out_dtype="float32", beta=2.0),
+        GemmCase(130, 264, 72, batch=3, shared_b=True, bias=True, residual=True),
+    ])
+    return groups
+
+
+def gemm_inputs(c: GemmCase, rng) -> dict:
+    import jax.numpy as jnp
+    lead = (c.batch,) if c.batch else ()
+
+    def normal(shape, dtype):
+        return rng.standard_normal(shape, dtype=np.float32).astype(jnp.dtype(dtype))
+
+    out_dtype = c.out_dtype or c.dtype
+    arrays = {
+        "a": normal((*lead, c.k, c.m) if c.transpose_a else (*lead, c.m, c.k), c.dtype),
+        "b": normal(((() if c.shared_b else lead)) + ((c.n, c.k) if c.transpose_b else (c.k, c.n)),
+                    c.dtype),
+    }
+    if c.bias:
+        arrays["bias"] = normal((c.n,), "float32")
+    if c.residual:
+        arrays["residual"] = normal((*lead, c.m, c.n), out_dtype)
+    return arrays
+
+
+def gemm_call(c: GemmCase, arrays: dict):
+    from jax_hopper import hopper_matmul
+    return hopper_matmul(arrays["a"], arrays["b"], bias=arrays.get("bias"),
+                         residual=arrays.get("residual"), activation=c.activation,
+                         alpha=c.alpha, beta=c.beta, out_dtype=c.out_dtype, config=c.config,
+                         transpose_a=c.transpose_a, transpose_b=c.transpose_b, strict=True)
+
+
+def gemm_check(c: GemmCase, arrays: dict, out) -> str | None:
+    """None when out matches the float64 reference within the test suite's bound."""
+    from gemm_helpers import REL_FROB_BOUND, act64
+    f64 = {k: np.asarray(v).astype(np.float64) for k, v in arrays.items()}
+    a = np.swapaxes(f64["a"], -1, -2) if c.transpose_a else f64["a"]
+    b = np.swapaxes(f64["b"], -1, -2) if c.transpose_b else f64["b"]
+    ref = c.alpha * np.matmul(a, b)
+    if c.bias:
+        ref = ref + f64["bias"]
+    ref = act64(ref, c.activation)
+    if c.residual:
+        ref = ref + c.beta * f64["residual"]
+    out = np.asarray(out)
+    want_dtype = np.dtype(c.out_dtype or c.dtype)
+    if out.shape != ref.shape or out.dtype != want_dtype:
+        return f"shape/dtype {out.shape} {out.dtype}, expected {ref.shape} {want_dtype}"
+    out64 = out.astype(np.float64)
+    if not np.all(np.isfinite(out64)):
+        return f"{np.sum(~np.isfinite(out64))} non-finite outputs"
+    err = np.linalg.norm(out64 - ref) / max(np.linalg.norm(ref), 1e-30)
+    bound = REL_FROB_BOUND[want_dtype.name]
+    return None if err < bound else f"relative Frobenius error {err:.2e} >= {bound:.0e}"
+
+
+# ---------------------------------------------------------------------------------------- TMA
+
+@dataclasses.dataclass(frozen=True)
+class TmaCase:
+    op: str          # copy | smem_bytes | multicast | reduce_add
+    mode: str
+    dtype: str
+    box: tuple
+    shape: tuple
+    cluster_size: int = 0
+
+    def label(self) -> str:
+        cs = f" cluster={self.cluster_size}" if self.cluster_size else ""
+        return f"tma_{self.op} {self.mode} {self.dtype} box={self.box} x{self.shape}{cs}"
+
+
+def tma_groups(quick: bool) -> list[list[TmaCase]]:
+    import jax.numpy as jnp
+    from jax_hopper.tma import SWIZZLES
+    modes = ["128B"] if quick else list(SWIZZLES)
+    dtypes = ["bfloat16"] if quick else ["uint8", "bfloat16", "float32", "complex64"]
+    groups = []
+    for mode, dtype in itertools.product(modes, dtypes):
+        size = jnp.dtype(dtype).itemsize
+        unit = 16 // size                                   # one 16-byte chunk
+        span = SWIZZLES[mode].span_bytes if mode != "none" else 256
+        wide = span // size
+        # A single element (its row pitch is free), a row count and width that are no multiple
+        # of any box, and a batch.
+        shapes = [(1, 1), (37, 25 * unit), (3, 65, 17 * unit)]
+        if quick:
+            shapes = shapes[1:2]
+        copy_boxes = [(64, wide)] if quick else [(64, wide), (5, unit)]
+        group = [TmaCase("copy", mode, dtype, box, s) for box in copy_boxes for s in shapes]
+        group += [TmaCase("smem_bytes", mode, dtype, box, s)
+                  for box in [(8, wide), (8, unit)][: 1 if quick else 2] for s in shapes]
+        for cs in (2, 4):
+            # (1, 1) cannot be multicast: its copies would sit itemsize bytes apart.
+            group += [TmaCase("multicast", mode, dtype, box, s, cs)
+                      for box in [(16 * cs, wide), (cs, unit)][: 1 if quick else 2]
+                      for s in shapes if s != (1, 1)]
+        if dtype in ("bfloat16", "float32"):
+            group += [TmaCase("reduce_add", mode, dtype, box, s)
+                      for box in copy_boxes for s in shapes]
+        groups.append(group)
+    if not quick:
+        groups.append([TmaCase("reduce_add", m, "float16", (64, SWIZZLES[m].span_bytes // 2),
+                               (3, 65, 136)) for m in SWIZZLES if m != "none"])
+    return groups
+
+
+def tma_inputs(c: TmaCase, rng) -> dict:
+    import jax.numpy as jnp
+    dtype = jnp.dtype(c.dtype)
+    if jnp.issubdtype(dtype, jnp.integer):
+        def make():
+            return rng.integers(0, 256, size=c.shape).astype(dtype)
+    elif jnp.issubdtype(dtype, jnp.complexfloating):
+        def make():
+            return (rng.standard_normal(c.shape) + 1j * rng.standard_normal(c.shape)).astype(dtype)
+    else:
+        def make():
+            return rng.standard_normal(c.shape).astype(np.float32).astype(dtype)
+    return {"x": make(), "src": make()} if c.op == "reduce_add" else {"x": make()}
+
+
+def tma_call(c: TmaCase, arrays: dict):
+    from jax_hopper import tma_copy, tma_multicast, tma_reduce_add, tma_smem_bytes
+    x = arrays["x"]
+    if c.op == "copy":
+        return tma_copy(x, box=c.box, swizzle=c.mode)
+    if c.op == "smem_bytes":
+        return tma_smem_bytes(x, box=c.box, swizzle=c.mode)
+    if c.op == "multicast":
+        return tma_multicast(x, box=c.box, cluster_size=c.cluster_size, swizzle=c.mode)
+    return tma_reduce_add(x, arrays["src"], box=c.box, swizzle=c.mode)
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return x.view(f"u{x.dtype.itemsize}")
+
+
+def tma_check(c: TmaCase, arrays: dict, out) -> str | None:
+    from jax_hopper.tma.reference import smem_bytes_numpy
+    x, out = arrays["x"], np.asarray(out)
+    if c.op == "copy":
+        want = x
+    elif c.op == "smem_bytes":
+        want = smem_bytes_numpy(x, c.box, c.mode)
+    elif c.op == "multicast":
+        want = np.broadcast_to(x, (c.cluster_size, *x.shape))
+    else:  # one rounding in the element type, as the TMA reduction does
+        want = (x.astype(np.float32) + arrays["src"].astype(np.float32)).astype(x.dtype)
+    if out.shape != want.shape or out.dtype != want.dtype:
+        return f"shape/dtype {out.shape} {out.dtype}, expected {want.shape} {want.dtype}"
+    bad = int(np.sum(_bits(out) != _bits(np.ascontiguousarray(want))))
+    return None if bad == 0 else f"{bad} elements differ"
+
+
+# ------------------------------------------------------------------------------- the self-test
+
+# One thread stores 4 bytes at element n of an n-element int32 buffer: one past the end. The name
+# contains "sm90_gemm_kernel" so that sanitize.sh's kernel-name filter checks it.
+_PLANTED_PTX = b"""
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry sm90_gemm_kernel_planted_oob(.param .u64 p, .param .u32 n)
+{
+  .reg .b64 %rd<4>;
+  .reg .b32 %r<2>;
+  ld.param.u64 %rd1, [p];
+  ld.param.u32 %r1, [n];
+  cvta.to.global.u64 %rd2, %rd1;
+  mul.wide.u32 %rd3, %r1, 4;
+  add.s64 %rd2, %rd2, %rd3;
+  st.global.u32 [%rd2], %r1;
+  ret;
+}
+"""
+
+
+def plant_fault() -> int:
+    """Launches the out-of-bounds store through the CUDA driver API (ctypes, no JAX): memcheck
+    must report it, which shows that the tool, the filter and the log parsing see our kernels."""
+    import ctypes
+    cuda = ctypes.CDLL("libcuda.so.1")
+
+    def ok(result, what):
+        if result != 0:
+            raise RuntimeError(f"{what} failed with CUresult {result}")
+
+    ok(cuda.cuInit(0), "cuInit")
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    ok(cuda.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
+    ok(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+    ok(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    n = 1000
+    buf, module, fn = ctypes.c_uint64(), ctypes.c_void_p(), ctypes.c_void_p()
+    ok(cuda.cuMemAlloc_v2(ctypes.byref(buf), ctypes.c_size_t(4 * n)), "cuMemAlloc")
+    ok(cuda.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(_PLANTED_PTX)),
+       "cuModuleLoadData")
+    ok(cuda.cuModuleGetFunction(ctypes.byref(fn), module, b"sm90_gemm_kernel_planted_oob"),
+       "cuModuleGetFunction")
+    p, count = ctypes.c_uint64(buf.value), ctypes.c_uint32(n)
+    params = (ctypes.c_void_p * 2)(ctypes.cast(ctypes.byref(p), ctypes.c_void_p),
+                                   ctypes.cast(ctypes.byref(count), ctypes.c_void_p))
+    ok(cuda.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, None, params, None), "cuLaunchKernel")
+    result = cuda.cuCtxSynchronize()
+    print(f"planted out-of-bounds store launched (cuCtxSynchronize -> {result}); "
+          "memcheck should report 1 error", flush=True)
+    return 0
+
+
+# ------------------------------------------------------------------------------------- driver
+
+def run_group(group, inputs_fn, call_fn, check_fn, rng) -> list[tuple[str, str]]:
+    import jax
+    host = [inputs_fn(c, rng) for c in group]
+    # Separate device buffers per argument (each its own allocation for memcheck).
+    dev = [{k: jax.device_put(v) for k, v in h.items()} for h in host]
+    program = jax.jit(lambda dev: [call_fn(c, d) for c, d in zip(group, dev)])
+    outs = jax.block_until_ready(program(dev))
+    failures = []
+    for c, h, o in zip(group, host, outs):
+        problem = check_fn(c, h, o)
+        if problem:
+            failures.append((c.label(), problem))
+    return failures
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="every kernel family once: for racecheck, the slowest tool")
+    parser.add_argument("--only", choices=["gemm", "tma"], help="run one family")
+    parser.add_argument("--list", action="store_true", help="print the cases and exit")
+    parser.add_argument("--plant-fault", action="store_true",
+                        help="launch one out-of-bounds store instead (sanitizer self-test)")
+    parser.add_argument("--allow-cpu", action="store_true",
+                        help="run without a Hopper GPU (reference path; checks the driver itself)")
+    args = parser.parse_args(argv)
+    if args.plant_fault:
+        return plant_fault()
+
+    import jax
+    from jax_hopper import _ffi
+
+    families = []
+    if args.only in (None, "gemm"):
+        families.append(("gemm", gemm_groups(args.quick), gemm_inputs, gemm_call, gemm_check))
+    if args.only in (None, "tma"):
+        families.append(("tma", tma_groups(args.quick), tma_inputs, tma_call, tma_check))
+    total = sum(len(g) for _, groups, *_ in families for g in groups)
+    if args.list:
+        for _, groups, *_ in families:
+            for g in groups:
+                for c in g:
+                    print(c.label())
+        print(f"{total} cases")
+        return 0
+
+    hopper = _ffi.hopper_devices()
+    if not hopper and not args.allow_cpu:
+        print(f"sanitize_driver: no Hopper GPU (devices: {jax.devices()}); nothing to sanitize",
+              flush=True)
+        return 2
+    print(f"sanitize_driver: {total} kernel calls on {hopper[0] if hopper else jax.devices()[0]}",
+          flush=True)
+    rng = np.random.default_rng(0)
+    failures, start, done = [], time.time(), 0
+    for family, groups, inputs_fn, call_fn, check_fn in families:
+        for i, group in enumerate(groups):
+            t0 = time.time()
+            try:
+                bad = run_group(group, inputs_fn, call_fn, check_fn, rng)
+            except Exception as e:  # noqa: BLE001 (report every group, then fail)
+                bad = [(f"{family} group {i} ({group[0].label()} ...)",
+                        f"{type(e).__name__}: {e}")]
+            done += len(group)
+            failures += bad
+            print(f"[{done}/{total}] {family} group {i + 1}/{len(groups)}: {len(group)} calls, "
+                  f"{'ok' if not bad else f'{len(bad)} FAILED'} ({time.time() - t0:.1f} s)",
+                  flush=True)
+            for label, problem in bad:
+                print(f"  FAIL {label}: {problem}", flush=True)
+    print(f"sanitize_driver: {total} calls, {len(failures)} failures, "
+          f"{time.time() - start:.0f} s", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
