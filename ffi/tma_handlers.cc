@@ -57,6 +57,30 @@ ffi::Error decode_swizzle(const char* op, int64_t code, CUtensorMapSwizzle* out)
 
 uint64_t round_up_16(uint64_t x) { return (x + 15) / 16 * 16; }
 
+// NOTES: a swizzled box must be exactly one swizzle span wide (box_cols * elem_bytes == 128, 64
+// or 32 bytes; any rows). On an H100 a narrower one (5 rows x 16 bytes under 128B) faulted with
+// an illegal address in the copy kernel, whose shared memory holds the box packed at its own
+// width: the hardware does not lay such rows out at that width. jax_hopper/tma/boxes.py
+// (box_grid) has the same rule; swizzle NONE takes any multiple of 16 bytes.
+ffi::Error check_swizzle_span(const char* op, CUtensorMapSwizzle swizzle, int64_t box_cols,
+                              size_t elem_bytes) {
+  uint64_t span;
+  const char* name;
+  switch (swizzle) {
+    case CU_TENSOR_MAP_SWIZZLE_32B: span = 32; name = "32B"; break;
+    case CU_TENSOR_MAP_SWIZZLE_64B: span = 64; name = "64B"; break;
+    case CU_TENSOR_MAP_SWIZZLE_128B: span = 128; name = "128B"; break;
+    default: return ffi::Error::Success();
+  }
+  const uint64_t inner = static_cast<uint64_t>(box_cols) * elem_bytes;
+  if (inner == span) return ffi::Error::Success();
+  return invalid(std::string(op) + ": with swizzle " + name + " the box's inner dimension must " +
+                 "be exactly one swizzle span, " + std::to_string(span) + " bytes = " +
+                 std::to_string(span / elem_bytes) + " columns of " + std::to_string(elem_bytes) +
+                 " bytes (got " + std::to_string(box_cols) + " columns = " + std::to_string(inner) +
+                 " bytes); use swizzle 0 (none) for other widths");
+}
+
 // 3-D tensor map (cols innermost) with a box of box_rows x box_cols x 1.
 ffi::Error box_map(const Array3& a, CUtensorMapDataType type, int64_t box_rows, int64_t box_cols,
                    CUtensorMapSwizzle swizzle, CUtensorMap* out) {
@@ -143,6 +167,7 @@ ffi::Error copy_impl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::Any
   Array3 src, dst;
   JH_RETURN_IF_ERROR(view3(op, "x", x, &src));
   JH_RETURN_IF_ERROR(view3(op, "out", *out, &dst));
+  JH_RETURN_IF_ERROR(check_swizzle_span(op, swz, box_cols, src.elem_bytes));
   alignas(64) CUtensorMap src_map, dst_map;
   JH_RETURN_IF_ERROR(bits_map(op, src, box_rows, box_cols, swz, &src_map));
   JH_RETURN_IF_ERROR(bits_map(op, dst, box_rows, box_cols, swz, &dst_map));
@@ -159,6 +184,7 @@ ffi::Error smem_bytes_impl(cudaStream_t stream, ffi::AnyBuffer x,
   JH_RETURN_IF_ERROR(decode_swizzle(op, swizzle, &swz));
   Array3 src;
   JH_RETURN_IF_ERROR(view3(op, "x", x, &src));
+  JH_RETURN_IF_ERROR(check_swizzle_span(op, swz, box_cols, src.elem_bytes));
   const TmaBoxGrid g = grid_of(src, box_rows, box_cols);
   if (out->element_type() != ffi::DataType::U8 ||
       out->element_count() != static_cast<size_t>(g.boxes()) * g.box_bytes)
@@ -189,6 +215,7 @@ ffi::Error multicast_impl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi
   Array3 src, dst;
   JH_RETURN_IF_ERROR(view3(op, "x", x, &src));
   JH_RETURN_IF_ERROR(view3(op, "out", *out, &dst));
+  JH_RETURN_IF_ERROR(check_swizzle_span(op, swz, box_cols, src.elem_bytes));
   // Both maps move one CTA's slice: box_rows / cluster_size rows of the box.
   const int64_t slice_rows = box_rows / cluster_size;
   alignas(64) CUtensorMap src_map, dst_map;
@@ -216,6 +243,7 @@ ffi::Error reduce_add_impl(cudaStream_t stream, ffi::AnyBuffer dst, ffi::AnyBuff
   Array3 a_src, a_out;
   JH_RETURN_IF_ERROR(view3(op, "src", src, &a_src));
   JH_RETURN_IF_ERROR(view3(op, "out", *out, &a_out));
+  JH_RETURN_IF_ERROR(check_swizzle_span(op, swz, box_cols, a_src.elem_bytes));
   // out aliases dst (input_output_aliases={0: 0}); should XLA ever hand a separate buffer, start
   // it from dst so the result is still dst + src.
   if (out->untyped_data() != dst.untyped_data())

@@ -37,8 +37,25 @@ def bits(x):
     return x.view(f"u{x.dtype.itemsize}") if x.dtype.itemsize in (1, 2, 4, 8) else x
 
 
-def full_span_box(dtype, mode, rows=8):
-    return rows, mode.span_bytes // jnp.dtype(dtype).itemsize
+# A swizzled box is exactly one span wide (jax_hopper/tma/boxes.py: box_grid); only swizzle
+# "none" takes other widths: any multiple of 16 bytes up to 256 elements.
+def wide_cols(mode, dtype):
+    """Columns of a box as wide as the swizzle allows (256 bytes without swizzle)."""
+    span = SWIZZLES[mode].span_bytes if mode != "none" else 256
+    return span // jnp.dtype(dtype).itemsize
+
+
+def narrow_cols(mode, dtype):
+    """Columns of the narrowest legal box: one 16-byte chunk without swizzle, else one span."""
+    inner = SWIZZLES[mode].span_bytes if mode != "none" else 16
+    return inner // jnp.dtype(dtype).itemsize
+
+
+def smem_boxes(mode, dtype, rows=(3, 8, 64)):
+    """Boxes to hold tma_smem_bytes to the model with: one span wide at a few row counts when
+    swizzled; without swizzle one chunk, an odd number of chunks (48 bytes) and 256 bytes."""
+    widths = [SWIZZLES[mode].span_bytes] if mode != "none" else [16, 48, 256]
+    return [(r, inner // jnp.dtype(dtype).itemsize) for inner in widths for r in rows]
 
 
 def edge_shapes(dtype):
@@ -77,13 +94,19 @@ def _copy(shape, dtype="float32", **kw):
     (lambda: _copy((0, 4)), r"x of shape \(0, 4\).*shape\[1\] must be in 1"),
     (lambda: _copy((8, 256), box=(256, 256), swizzle="none"),
      r"box=\(rows=256, cols=256\) does not fit in shared memory"),
-    (lambda: tma_smem_bytes(jnp.zeros((8, 32), jnp.float16), box=(3, 32)),
-     r"box=\(rows=3, cols=32\).*192 bytes; tma_smem_bytes needs whole 128-byte swizzle spans"),
-    (lambda: tma_multicast(jnp.zeros((8, 4)), box=(8, 4), cluster_size=3),
+    # Every op refuses a swizzled box narrower than its span (the rule lives in box_grid).
+    (lambda: tma_smem_bytes(jnp.zeros((8, 32), jnp.float16), box=(3, 16), swizzle="64B"),
+     (r"box=\(rows=3, cols=16\) for float16 with swizzle B64: the box's inner dimension must be "
+      r"exactly one swizzle span, 64 bytes = 32 columns \(got 32 bytes\)")),
+    (lambda: tma_multicast(jnp.zeros((8, 32), jnp.uint8), box=(8, 16), swizzle="32B"),
+     r"exactly one swizzle span, 32 bytes = 32 columns \(got 16 bytes\)"),
+    (lambda: tma_reduce_add(jnp.zeros((8, 64)), jnp.zeros((8, 64)), box=(8, 16)),
+     r"exactly one swizzle span, 128 bytes = 32 columns \(got 64 bytes\)"),
+    (lambda: tma_multicast(jnp.zeros((8, 4)), box=(8, 4), cluster_size=3, swizzle="none"),
      r"cluster_size must be one of \(2, 4\), got 3"),
-    (lambda: tma_multicast(jnp.zeros((8, 4)), box=(6, 4), cluster_size=4),
+    (lambda: tma_multicast(jnp.zeros((8, 4)), box=(6, 4), cluster_size=4, swizzle="none"),
      r"box rows \(6\) must be divisible by cluster_size \(4\)"),
-    (lambda: tma_multicast(jnp.zeros((1, 2)), box=(8, 4)),
+    (lambda: tma_multicast(jnp.zeros((1, 2)), box=(8, 4), swizzle="none"),
      (r"the output \(cluster_size, \*x\.shape\) of shape \(2, 1, 2\) cannot be addressed.*"
       r"the 1 x 2 planes of the output .* are 8 bytes apart")),
     (lambda: tma_reduce_add(jnp.zeros((8, 4), jnp.int32), jnp.zeros((8, 4), jnp.int32), box=(8, 4)),
@@ -92,7 +115,7 @@ def _copy(shape, dtype="float32", **kw):
      r"src \(\(8, 8\), float32\) must match dst \(\(8, 4\), float32\)"),
     (lambda: tma_reduce_add(jnp.zeros((8, 4)), jnp.zeros((8, 4), jnp.float16), box=(8, 4)),
      r"src .* must match dst"),
-    (lambda: tma_reduce_add(jnp.zeros((8, 2)), jnp.zeros((8, 2)), box=(8, 4)),
+    (lambda: tma_reduce_add(jnp.zeros((8, 2)), jnp.zeros((8, 2)), box=(8, 4), swizzle="none"),
      r"dst of shape \(8, 2\) cannot be addressed"),
 ])
 def test_validation_errors(call, message):
@@ -108,24 +131,43 @@ def test_none_swizzle_allows_rows_past_the_span():
         tma_copy(x, box=(2, 256), swizzle="32B")
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "bfloat16", "float32", "complex64"])
+@pytest.mark.parametrize("mode", ["128B", "64B", "32B"])
+def test_swizzled_boxes_are_exactly_one_span_wide(mode, dtype):
+    span, itemsize = SWIZZLES[mode].span_bytes, jnp.dtype(dtype).itemsize
+    x = jnp.zeros((8, 2 * span // itemsize), dtype)
+    for rows in (1, 5, 8, 256):
+        assert tma_copy(x, box=(rows, span // itemsize), swizzle=mode).shape == x.shape
+        for inner in range(16, span, 16):
+            box = (rows, inner // itemsize)
+            with pytest.raises(ValueError, match=(rf"inner dimension must be exactly one swizzle "
+                                                  rf"span, {span} bytes = {span // itemsize} "
+                                                  rf"columns \(got {inner} bytes\)")):
+                tma_copy(x, box=box, swizzle=mode)
+            # The same width without swizzle is legal.
+            assert tma_copy(x, box=box, swizzle="none").shape == x.shape
+
+
 # ---- reference results -----------------------------------------------------------------------
 
+@pytest.mark.parametrize("mode", list(SWIZZLES))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_copy_is_identity(rng, dtype):
-    for shape in edge_shapes(dtype):
-        x = random_array(rng, shape, dtype)
-        out = tma_copy(x, box=full_span_box(dtype, SwizzleMode.B128, rows=64))
-        assert out.shape == x.shape and out.dtype == x.dtype
-        assert np.array_equal(bits(out), bits(x)), shape
+def test_copy_is_identity(rng, dtype, mode):
+    for box in [(64, wide_cols(mode, dtype)), (5, narrow_cols(mode, dtype))]:
+        for shape in edge_shapes(dtype):
+            x = random_array(rng, shape, dtype)
+            out = tma_copy(x, box=box, swizzle=mode)
+            assert out.shape == x.shape and out.dtype == x.dtype
+            assert np.array_equal(bits(out), bits(x)), (box, shape)
 
 
 @pytest.mark.parametrize("mode", list(SWIZZLES))
-@pytest.mark.parametrize("dtype", ["uint8", "bfloat16", "float32"])
+@pytest.mark.parametrize("dtype", ["uint8", "bfloat16", "float32", "complex64"])
 def test_smem_bytes_matches_the_model(rng, dtype, mode):
-    span = SWIZZLES[mode].span_bytes
     itemsize = jnp.dtype(dtype).itemsize
-    x = random_array(rng, (3, 37, 5 * span // itemsize + 16 // itemsize), dtype)
-    for box in [(8, span // itemsize), (16, 16 // itemsize)]:
+    for box in smem_boxes(mode, dtype):
+        # Two and a bit boxes wide, 37 rows: edge boxes are partly out of bounds (zero-filled).
+        x = random_array(rng, (3, 37, 2 * box[1] + 16 // itemsize), dtype)
         out = tma_smem_bytes(x, box=box, swizzle=mode)
         want = smem_bytes_numpy(np.asarray(x), box, mode)
         assert out.dtype == jnp.uint8 and out.shape == want.shape
@@ -155,28 +197,33 @@ def test_smem_bytes_of_a_2d_array_has_no_batch_axis(rng):
 
 @pytest.mark.parametrize("cluster_size", [2, 4])
 @pytest.mark.parametrize("dtype", ["uint8", "bfloat16", "complex64"])
-def test_multicast_stacks_copies(rng, dtype, cluster_size):
-    # (1, 1) is left out: its copies would sit itemsize bytes apart (see test_validation_errors).
-    for shape in edge_shapes(dtype)[1:]:
-        x = random_array(rng, shape, dtype)
-        out = tma_multicast(x, box=full_span_box(dtype, SwizzleMode.B64, rows=8),
-                            cluster_size=cluster_size, swizzle="64B")
-        assert out.shape == (cluster_size, *shape)
-        for copy in out:
-            assert np.array_equal(bits(copy), bits(x)), shape
+@pytest.mark.parametrize("mode", ["64B", "none"])
+def test_multicast_stacks_copies(rng, mode, dtype, cluster_size):
+    for box in [(16 * cluster_size, wide_cols(mode, dtype)),
+                (cluster_size, narrow_cols(mode, dtype))]:
+        # (1, 1) is left out: its copies would sit itemsize bytes apart (see
+        # test_validation_errors).
+        for shape in edge_shapes(dtype)[1:]:
+            x = random_array(rng, shape, dtype)
+            out = tma_multicast(x, box=box, cluster_size=cluster_size, swizzle=mode)
+            assert out.shape == (cluster_size, *shape)
+            for copy in out:
+                assert np.array_equal(bits(copy), bits(x)), (box, shape)
 
 
+@pytest.mark.parametrize("mode", list(SWIZZLES))
 @pytest.mark.parametrize("dtype", REDUCE_DTYPES)
-def test_reduce_add_is_the_sum(rng, dtype):
+def test_reduce_add_is_the_sum(rng, dtype, mode):
     dst, src = (random_array(rng, (3, 65, 136), dtype) for _ in range(2))
-    out = tma_reduce_add(dst, src, box=(16, 8), swizzle="32B")
-    assert out.dtype == jnp.dtype(dtype)
-    assert np.array_equal(bits(out), bits(dst + src))
+    for box in [(16, wide_cols(mode, dtype)), (5, narrow_cols(mode, dtype))]:
+        out = tma_reduce_add(dst, src, box=box, swizzle=mode)
+        assert out.dtype == jnp.dtype(dtype)
+        assert np.array_equal(bits(out), bits(dst + src)), box
 
 
 # ---- under jit, and what reaches each platform ----------------------------------------------
 
-def _ops(box=(8, 32)):
+def _ops(box=(8, 64)):  # 128 bytes of bfloat16: one span of the default 128B swizzle
     return {
         "jax_hopper_tma_copy": lambda x: tma_copy(x, box=box),
         "jax_hopper_tma_smem_bytes": lambda x: tma_smem_bytes(x, box=box),
@@ -208,7 +255,7 @@ def test_cuda_lowering_carries_box_and_swizzle(target):
     calls = [line for line in exported.mlir_module().splitlines() if "custom_call" in line]
     assert len(calls) == 1 and f"@{target}(" in calls[0]
     attrs = dict(re.findall(r"(\w+) = (\d+) : i64", calls[0]))
-    expected = {"box_rows": "8", "box_cols": "32", "swizzle": "3"}
+    expected = {"box_rows": "8", "box_cols": "64", "swizzle": "3"}
     if target == "jax_hopper_tma_multicast":
         expected["cluster_size"] = "4"
     assert attrs == expected

@@ -4,9 +4,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_tma_cpu import bits, edge_shapes, random_array  # shared input generation
+from test_tma_cpu import (  # shared input generation and box choices
+    bits,
+    edge_shapes,
+    narrow_cols,
+    random_array,
+    smem_boxes,
+    wide_cols,
+)
 
-from jax_hopper import tma_copy, tma_multicast, tma_reduce_add, tma_smem_bytes
+from jax_hopper import _ffi, tma_copy, tma_multicast, tma_reduce_add, tma_smem_bytes
 from jax_hopper.tma import SWIZZLES
 from jax_hopper.tma.reference import smem_bytes_numpy
 
@@ -18,20 +25,12 @@ DTYPES = ["uint8", "bfloat16", "float32", "complex64"]
 REDUCE_DTYPES = ["float32", "float16", "bfloat16"]
 
 
-def wide_cols(mode, dtype):
-    """Columns of a box as wide as the swizzle allows (256 bytes without swizzle)."""
-    span = SWIZZLES[mode].span_bytes if mode != "none" else 256
-    return span // jnp.dtype(dtype).itemsize
-
-
-def narrow_cols(dtype):
-    """Columns of one 16-byte chunk, the narrowest legal box."""
-    return 16 // jnp.dtype(dtype).itemsize
-
-
 def copy_boxes(mode, dtype):
-    # The 256-row box without swizzle is 64 KiB: past the 48 KiB that needs no opt-in.
-    return [(64, wide_cols(mode, dtype)), (5, narrow_cols(dtype)), (256, wide_cols(mode, dtype))]
+    # A swizzled box is one span wide (wide == narrow), so its rows vary: 64, an odd 5 and 256.
+    # Without swizzle the 5-row box is one 16-byte chunk wide, and the 256-row box is 64 KiB:
+    # past the 48 KiB that needs no opt-in.
+    return [(64, wide_cols(mode, dtype)), (5, narrow_cols(mode, dtype)),
+            (256, wide_cols(mode, dtype))]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -48,16 +47,6 @@ def test_copy_roundtrips_every_shape(rng, mode, dtype):
 def test_copy_runs_eagerly(rng):
     x = random_array(rng, (3, 65, 136), "bfloat16")
     assert np.array_equal(bits(tma_copy(x, box=(64, 64))), bits(x))
-
-
-def smem_boxes(mode, dtype):
-    """Every inner width from one 16-byte chunk up to the span, at a few row counts, restricted
-    to boxes of whole swizzle spans (the model's domain)."""
-    itemsize = jnp.dtype(dtype).itemsize
-    span = SWIZZLES[mode].span_bytes
-    widths = [w for w in (16, 32, 64, 128) if w <= span] if mode != "none" else [16, 48, 256]
-    return [(rows, inner // itemsize) for inner in widths for rows in (3, 8, 64)
-            if (rows * inner) % span == 0]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -81,7 +70,8 @@ def test_smem_bytes_match_the_model(rng, mode, dtype):
 @pytest.mark.parametrize("mode", MODES)
 def test_multicast_gives_every_cta_the_whole_box(rng, mode, dtype, cluster_size):
     # Slices of 16 rows, and of a single row each (box rows == cluster_size).
-    for box in [(16 * cluster_size, wide_cols(mode, dtype)), (cluster_size, narrow_cols(dtype))]:
+    for box in [(16 * cluster_size, wide_cols(mode, dtype)),
+                (cluster_size, narrow_cols(mode, dtype))]:
         # (1, 1) is left out: its copies would sit itemsize bytes apart, which TMA cannot address.
         for shape in edge_shapes(dtype)[1:]:
             x = random_array(rng, shape, dtype)
@@ -102,7 +92,7 @@ def _numpy_sum(dst, src, dtype):
 @pytest.mark.parametrize("dtype", REDUCE_DTYPES)
 @pytest.mark.parametrize("mode", MODES)
 def test_reduce_add_sums_and_leaves_dst_alone(rng, mode, dtype):
-    for box in [(64, wide_cols(mode, dtype)), (5, narrow_cols(dtype))]:
+    for box in [(64, wide_cols(mode, dtype)), (5, narrow_cols(mode, dtype))]:
         for shape in edge_shapes(dtype):
             dst_np, src_np = (random_array(rng, shape, dtype) for _ in range(2))
             dst, src = jnp.asarray(dst_np), jnp.asarray(src_np)
@@ -134,10 +124,55 @@ def test_gpu_program_calls_the_kernel(op, target):
     assert f"custom_call @{target}(" in text
 
 
+def _ffi_call(target, out_type, **kwargs):
+    """jax.ffi.ffi_call with the handlers registered, as ops.py would, so a test run alone works."""
+    _ffi.extension()
+    _ffi.register_targets()
+    return jax.ffi.ffi_call(target, out_type, **kwargs)
+
+
 def test_handler_rejects_what_python_would_have(rng):
     # Straight to the custom call, past the Python checks: the C++ side refuses the box.
     x = jnp.asarray(random_array(rng, (16, 64), "bfloat16"))
-    call = jax.ffi.ffi_call("jax_hopper_tma_copy", jax.ShapeDtypeStruct(x.shape, x.dtype))
+    call = _ffi_call("jax_hopper_tma_copy", jax.ShapeDtypeStruct(x.shape, x.dtype))
     with pytest.raises(Exception, match=r"box \(300, 64\) outside 1..256"):
         jax.block_until_ready(call(x, box_rows=np.int64(300), box_cols=np.int64(64),
                                    swizzle=np.int64(3)))
+
+
+def _raw_call(target, x, box):
+    """target's custom call on x, output typed as ops.py would, with no Python checks."""
+    rows, cols = x.shape
+    row_boxes, col_boxes = -(-rows // box[0]), -(-cols // box[1])
+    outs = {
+        "jax_hopper_tma_copy": (x.shape, x.dtype, {}),
+        "jax_hopper_tma_smem_bytes": ((row_boxes, col_boxes, box[0] * box[1] * x.dtype.itemsize),
+                                      jnp.uint8, {}),
+        "jax_hopper_tma_multicast": ((2, *x.shape), x.dtype, {"cluster_size": np.int64(2)}),
+        "jax_hopper_tma_reduce_add": (x.shape, x.dtype, {}),
+    }
+    shape, dtype, attrs = outs[target]
+    aliases = {0: 0} if target == "jax_hopper_tma_reduce_add" else {}
+    call = _ffi_call(target, jax.ShapeDtypeStruct(shape, dtype), input_output_aliases=aliases)
+    args = (x, x) if target == "jax_hopper_tma_reduce_add" else (x,)
+    return lambda swizzle: call(*args, box_rows=np.int64(box[0]), box_cols=np.int64(box[1]),
+                                swizzle=np.int64(swizzle), **attrs)
+
+
+@pytest.mark.parametrize("swizzle, name, span", [(1, "32B", 32), (2, "64B", 64), (3, "128B", 128)])
+@pytest.mark.parametrize("target", ["jax_hopper_tma_copy", "jax_hopper_tma_smem_bytes",
+                                    "jax_hopper_tma_multicast", "jax_hopper_tma_reduce_add"])
+def test_handler_rejects_a_swizzled_box_narrower_than_its_span(rng, target, swizzle, name, span):
+    # One 16-byte chunk (8 bfloat16) in 2 rows: narrower than every span, which box_grid refuses
+    # in Python. The handler must refuse it too, before encoding or launching. (The box is kept to
+    # 2 rows so that, were the check missing, the kernel would be unlikely to fault the device.)
+    x = jnp.asarray(random_array(rng, (16, 64), "bfloat16"))
+    cols = 16 // x.dtype.itemsize
+    with pytest.raises(Exception, match=(
+            rf"with swizzle {name} the box's inner dimension must be exactly one swizzle span, "
+            rf"{span} bytes = {span // x.dtype.itemsize} columns of {x.dtype.itemsize} bytes "
+            rf"\(got {cols} columns = 16 bytes\)")):
+        jax.block_until_ready(_raw_call(target, x, (2, cols))(swizzle))
+    # Exactly one span passes the same handler.
+    ok = _raw_call(target, x, (2, span // x.dtype.itemsize))(swizzle)
+    jax.block_until_ready(ok)

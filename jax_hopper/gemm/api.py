@@ -5,14 +5,15 @@ from __future__ import annotations
 import math
 import warnings
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
-# batching and sharding register hopper_gemm_p's vmap rule and its (partitioned) lowering.
-from jax_hopper.gemm import autodiff, batching, configs, sharding  # noqa: F401
+from jax_hopper.gemm import autodiff, configs
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code
 from jax_hopper.gemm.heuristics import choose_config
-from jax_hopper.gemm.primitive import reference, tma_unaddressable
+from jax_hopper.gemm.primitive import freeze, reference, tma_unaddressable
 
 _SUPPORTED_INPUTS = tuple(jnp.dtype(d) for d in configs.INPUT_DTYPES)
 _SUPPORTED_OUTPUTS = tuple(jnp.dtype(d) for d in configs.OUTPUT_DTYPES)
@@ -43,9 +44,11 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
             jnp.dtype(out_dtype) != jnp.dtype(preferred_element_type):
         raise ValueError("out_dtype and preferred_element_type disagree; pass one of them")
     out_dtype = out_dtype if out_dtype is not None else preferred_element_type
+    out_dtype = _parse_dtype("out_dtype", out_dtype)
     _check_dtypes(a, b, out_dtype)
-    out_dtype = jnp.dtype(out_dtype) if out_dtype is not None else a.dtype
+    out_dtype = out_dtype if out_dtype is not None else a.dtype
     act = activation_code(activation)
+    alpha, beta = _scalar("alpha", alpha), _scalar("beta", beta)
     if a.ndim < 1 or b.ndim < 1:
         raise ValueError(f"a and b must have at least 1 dimension; got a.ndim={a.ndim}, "
                          f"b.ndim={b.ndim}")
@@ -59,7 +62,8 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     if squeeze_n:
         if transpose_b:
             raise ValueError("transpose_b needs b at least 2-D")
-        b = b[:, None]
+        # Stored as the K-major (1, K), whose row pitch TMA can address; (K, 1) has 2-byte rows.
+        b, transpose_b = b[None, :], True
 
     m, ka = (a.shape[-1], a.shape[-2]) if transpose_a else (a.shape[-2], a.shape[-1])
     kb, n = (b.shape[-1], b.shape[-2]) if transpose_b else (b.shape[-2], b.shape[-1])
@@ -87,7 +91,7 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     a3 = _as_batched_3d(a, batch_shape)
     b3 = _as_batched_3d(b, batch_shape)
     params = dict(a_mn_major=a_mn_major, b_mn_major=b_mn_major, out_dtype=out_dtype,
-                  activation=act, alpha=float(alpha), beta=float(beta), config=config)
+                  activation=act, alpha=alpha, beta=beta, config=config)
 
     if batch == 0 or m == 0 or n == 0 or k == 0:
         out = reference(a3, b3, bias_arr, res_arr, **params)  # empty or all-epilogue: no launch
@@ -99,8 +103,7 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
             warnings.warn(f"hopper_matmul falls back to XLA's dot: {reason}", stacklevel=2)
         out = reference(a3, b3, bias_arr, res_arr, **params)
     else:
-        out = autodiff.gemm(a3, b3, bias_arr, res_arr, tuple(sorted(params.items())),
-                            res_arr.shape[0])
+        out = autodiff.gemm(a3, b3, bias_arr, res_arr, freeze(params), res_arr.shape[0])
 
     out = out.reshape(*batch_shape, m, n)
     if squeeze_m:
@@ -108,6 +111,28 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     if squeeze_n:
         out = out[..., 0]
     return out
+
+
+def _parse_dtype(name, value):
+    if value is None:
+        return None
+    try:
+        return jnp.dtype(value)
+    except TypeError:
+        raise ValueError(f"{name}={value!r} is not a dtype (e.g. jnp.bfloat16)") from None
+
+
+def _scalar(name, value) -> float:
+    """alpha and beta are static Python numbers: they select the kernel's epilogue."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)) \
+            and not (isinstance(value, (np.ndarray, jax.Array)) and value.shape == ()):
+        raise ValueError(f"{name}={value!r} must be a real Python or NumPy scalar (a static "
+                         "epilogue constant), not a string or an array")
+    try:
+        return float(value)
+    except (TypeError, jax.errors.ConcretizationTypeError):
+        raise ValueError(f"{name} must be a concrete scalar, not a traced value: the epilogue "
+                         "constants are compiled into the call") from None
 
 
 def _check_dtypes(a, b, out_dtype):

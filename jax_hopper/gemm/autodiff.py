@@ -26,19 +26,20 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jax_hopper.gemm import batching
 from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.heuristics import choose_config
-from jax_hopper.gemm.primitive import hopper_gemm_p, problem_shape
+from jax_hopper.gemm.primitive import freeze, problem_shape
 
 _F32 = jnp.dtype(jnp.float32)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
 def gemm(a, b, bias, res, params, res_batch):
-    """hopper_gemm_p with a VJP; params are the primitive's (sorted items), res_batch the
-    residual's leading size (0 when there is none), static so the residual need not be saved."""
+    """batching.gemm with a VJP. params: the primitive's, frozen; res_batch: the residual's
+    leading size (0 when there is none), static so that the residual need not be saved."""
     del res_batch
-    return hopper_gemm_p.bind(a, b, bias, res, **dict(params))
+    return batching.gemm(a, b, bias, res, params)
 
 
 def _fwd(a, b, bias, res, params, res_batch):
@@ -59,8 +60,8 @@ def _bwd(params, res_batch, saved, dy):
 
     dz = dy.astype(_F32)
     if p["activation"]:
-        z = hopper_gemm_p.bind(a, b, bias, jnp.zeros((0, 0, 0), _F32),
-                               **{**p, "out_dtype": _F32, "activation": 0})
+        z = batching.gemm(a, b, bias, jnp.zeros((0, 0, 0), _F32),
+                          freeze({**p, "out_dtype": _F32, "activation": 0}))
         _, act_vjp = jax.vjp(lambda z: apply_activation(z, p["activation"]), z)
         dz = act_vjp(dz)[0]
     dbias = dz.sum((0, 1)) if bias.size else jnp.zeros((0,), _F32)
@@ -86,10 +87,10 @@ gemm.defvjp(_fwd, _bwd)
 def _product(x, y, x_mn, y_mn, out_dtype, alpha):
     """out = alpha * op(x) @ op(y) through the kernel, no epilogue."""
     batch, m, n, k = problem_shape(x.shape, y.shape, x_mn, y_mn)
-    return hopper_gemm_p.bind(
-        x, y, jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), out_dtype), a_mn_major=x_mn,
-        b_mn_major=y_mn, out_dtype=out_dtype, activation=0, alpha=alpha, beta=1.0,
-        config=choose_config(m, n, k, batch))
+    params = dict(a_mn_major=x_mn, b_mn_major=y_mn, out_dtype=jnp.dtype(out_dtype), activation=0,
+                  alpha=alpha, beta=1.0, config=choose_config(m, n, k, batch))
+    return batching.gemm(x, y, jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), out_dtype),
+                         freeze(params))
 
 
 def _summed(x, y, x_mn, y_mn, dtype, alpha, shared):
@@ -112,8 +113,9 @@ def _grad_b(a, b, dp, p):
     shared = b.shape[0] == 1 and dp.shape[0] > 1
     if shared and not p["a_mn_major"]:
         # The batch joins the contraction: a as (batch*M, K), dP as (batch*M, N), one launch.
-        a = a.reshape(1, -1, a.shape[2])
-        dp = dp.reshape(1, -1, dp.shape[2])
+        # (Merging first keeps a batch split of an explicitly sharded a on the merged rows.)
+        a = a.reshape(-1, a.shape[2])[None]
+        dp = dp.reshape(-1, dp.shape[2])[None]
         shared = False
     if p["b_mn_major"]:
         return _summed(a, dp, not p["a_mn_major"], True, b.dtype, p["alpha"], shared)

@@ -1,31 +1,48 @@
-"""jax.vmap of hopper_gemm_p: the vmapped axis joins the kernel's batch dimension.
+"""jax.vmap of the GEMM: the vmapped axis joins the kernel's batch dimension.
 
-Each operand is seen as (V or 1, B or 1, rows, cols): V the vmapped size, B the batch of one
-call. The kernel takes a and b each with batch 1 (shared) or V*B, so
+`gemm` is sharding.partitioned under jax.custom_batching.custom_vmap. (custom_partitioning has no
+batching rule of its own, so vmap has to be answered above it.) Each operand is seen as
+(V or 1, B or 1, rows, cols): V the vmapped size, B the batch of one call. The kernel takes a
+and b each with batch 1 (shared) or V*B, so
 - an operand mapped along V and carrying B (or B == 1) is reshaped to V*B;
 - an operand mapped along neither stays shared with batch 1;
-- when a varies along one of V, B and b along the other (nested vmaps of an outer product,
-  vmap(vmap(f, (0, None)), (None, 0))), a K-major a folds that axis into its rows: b supplies the
-  kernel batch and a is read as one (axis*M, K) matrix. Still no copy;
-- otherwise the operand shared along one axis is broadcast (the one case that copies it).
+- otherwise a K-major a folds an axis b does not vary along into its rows (a reshape), and the
+  kernel batch is the other axis: b shared along B (e.g. the outer product of nested vmaps,
+  vmap(vmap(f, (0, None)), (None, 0))) folds B, and a varying along V only while b varies
+  along B only folds V (then the output is transposed once: custom_vmap wants V first);
+- otherwise an operand shared along one axis is broadcast: the one case that copies it.
 A vmapped bias, or a vmapped residual with a and b unmapped, splits the epilogue off: the kernel
 computes alpha*A.B in float32 (once, when a and b are unmapped) and jnp applies the epilogue.
+Nested vmaps apply the rule once per level, each merging into the batch the level below made.
 """
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
-from jax.interpreters import batching
+from jax.custom_batching import custom_vmap
 
-from jax_hopper.gemm.primitive import apply_epilogue, hopper_gemm_p, problem_shape
+from jax_hopper.gemm import sharding
+from jax_hopper.gemm.primitive import apply_epilogue, freeze, problem_shape
 
 
-def _as_4d(x, dim):
-    """(V or 1, batch, r, c) with the vmapped axis first; reshape only for an unmapped x."""
-    if dim is None:
-        return x.reshape(1, *x.shape)
-    return x if dim == 0 else jnp.moveaxis(x, dim, 0)
+def gemm(a, b, bias, res, params: tuple):
+    """sharding.partitioned(params, a, b, bias, res) with the vmap rule above."""
+    return _vmappable(params)(a, b, bias, res)
+
+
+@functools.lru_cache(maxsize=None)
+def _vmappable(params):
+    fn = custom_vmap(lambda a, b, bias, res: sharding.partitioned(params, a, b, bias, res))
+    fn.def_vmap(functools.partial(_rule, params))
+    return fn
+
+
+def _as_4d(x, batched):
+    """(V or 1, batch, r, c): the vmapped axis is already first when x is batched."""
+    return x if batched else x.reshape(1, *x.shape)
 
 
 def _merge(x4, v, b):
@@ -35,51 +52,52 @@ def _merge(x4, v, b):
     return jnp.broadcast_to(x4, (v, b, *x4.shape[2:])).reshape(v * b, *x4.shape[2:])
 
 
-def _split_epilogue(args, dims, params):
+def _split_epilogue(params, in_batched, args):
+    p = dict(params)
     f32 = jnp.dtype(jnp.float32)
+    linear = freeze({**p, "out_dtype": f32, "activation": 0})
 
     def one(a, b, bias, res):
-        z = hopper_gemm_p.bind(a, b, jnp.zeros((0,), f32), jnp.zeros((0, 0, 0), f32),
-                               **{**params, "out_dtype": f32, "activation": 0})
-        return apply_epilogue(z, bias, res, activation=params["activation"],
-                              beta=params["beta"], out_dtype=params["out_dtype"])
+        z = gemm(a, b, jnp.zeros((0,), f32), jnp.zeros((0, 0, 0), f32), linear)
+        return apply_epilogue(z, bias, res, activation=p["activation"], beta=p["beta"],
+                              out_dtype=p["out_dtype"])
 
-    return jax.vmap(one, in_axes=dims)(*args), 0
-
-
-def _batch_rule(args, dims, **params):
-    a, b, bias, res = args
-    da, db, dbias, dres = dims
-    if dbias is not None or (dres is not None and da is None and db is None):
-        return _split_epilogue(args, dims, params)
-    v = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-    a4, b4 = _as_4d(a, da), _as_4d(b, db)
-    batch, m, n, _ = problem_shape(a4.shape[1:], b4.shape[1:], params["a_mn_major"],
-                                   params["b_mn_major"])
-    r4 = _as_4d(res, dres) if res.size else None
-    no_res = jnp.zeros((0, 0, 0), res.dtype)
-
-    # Which of the two axes (vmapped, batch) each of a and b varies along.
-    a_axes = (a4.shape[0] > 1, a4.shape[1] > 1)
-    b_axes = (b4.shape[0] > 1, b4.shape[1] > 1)
-    crossed = a_axes in ((True, False), (False, True)) and \
-        b_axes == (not a_axes[0], not a_axes[1])
-    if crossed and not params["a_mn_major"]:
-        # b's varying axis is the kernel batch; a's is folded into its rows (a reshape of a
-        # K-major a). The output comes out as (outer, inner, M, N).
-        outer, inner = b4.shape[0] * b4.shape[1], a4.shape[0] * a4.shape[1]
-        out_bdim = 1 if a_axes[0] else 0
-        r3 = no_res
-        if r4 is not None:
-            r4 = jnp.swapaxes(r4, 0, 1) if out_bdim else r4
-            r3 = jnp.broadcast_to(r4, (r4.shape[0], inner, m, n)).reshape(r4.shape[0], -1, n)
-        out = hopper_gemm_p.bind(a4.reshape(1, -1, a4.shape[3]), b4.reshape(outer, *b4.shape[2:]),
-                                 bias, r3, **params)
-        return out.reshape(outer, inner, m, n), out_bdim
-
-    r3 = no_res if r4 is None else _merge(r4, v, batch)
-    out = hopper_gemm_p.bind(_merge(a4, v, batch), _merge(b4, v, batch), bias, r3, **params)
-    return out.reshape(v, batch, m, n), 0
+    return jax.vmap(one, in_axes=[0 if x else None for x in in_batched])(*args)
 
 
-batching.primitive_batchers[hopper_gemm_p] = _batch_rule
+def _rule(params, v, in_batched, a, b, bias, res):
+    p = dict(params)
+    ma, mb, mbias, mres = in_batched
+    if mbias or (mres and not ma and not mb):
+        return _split_epilogue(params, in_batched, (a, b, bias, res)), True
+    a4, b4 = _as_4d(a, ma), _as_4d(b, mb)
+    batch, m, n, _ = problem_shape(a4.shape[1:], b4.shape[1:], p["a_mn_major"], p["b_mn_major"])
+    r4 = _as_4d(res, mres) if res.size else None
+    r3 = jnp.zeros((0, 0, 0), res.dtype) if mres else res  # no residual: (0, 0, 0) unmapped
+
+    # Fold an axis into a's rows only when merging would copy an operand.
+    copies = not {a4.shape[:2], b4.shape[:2]} <= {(1, 1), (v, batch)}
+    fold = copies and not p["a_mn_major"] and batch > 1
+    if fold and b4.shape[1] == 1:
+        # b is shared along the batch: the kernel batch is V and a folds the batch.
+        return _folded(a4, b4, bias, r4, r3, batch, m, n, params), True
+    if fold and a4.shape[:2] == (v, 1) and b4.shape[:2] == (1, batch):
+        # a varies along V only, b along the batch only: the kernel batch is the batch and a
+        # folds V. custom_vmap wants V first: that costs one copy of the output.
+        r4 = None if r4 is None else jnp.swapaxes(r4, 0, 1)
+        return jnp.swapaxes(_folded(a4, b4, bias, r4, r3, v, m, n, params), 0, 1), True
+
+    if r4 is not None:
+        r3 = _merge(r4, v, batch)
+    out = gemm(_merge(a4, v, batch), _merge(b4, v, batch), bias, r3, params)
+    return out.reshape(v, batch, m, n), True
+
+
+def _folded(a4, b4, bias, r4, r3, inner, m, n, params):
+    """(outer, inner, M, N): a K-major, its `inner` axis folded into its rows by a reshape; b's
+    varying axis (`outer`) is the kernel batch; r4 is (outer or 1, inner or 1, M, N)."""
+    if r4 is not None:
+        r3 = jnp.broadcast_to(r4, (r4.shape[0], inner, m, n)).reshape(r4.shape[0], -1, n)
+    out = gemm(a4.reshape(-1, inner * m, a4.shape[3]), b4.reshape(-1, *b4.shape[2:]), bias, r3,
+               params)
+    return out.reshape(-1, inner, m, n)

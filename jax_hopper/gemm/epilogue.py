@@ -11,7 +11,7 @@ ACTIVATIONS = {None: 0, "relu": 1, "gelu_tanh": 2, "gelu": 3, "silu": 4}
 
 
 def activation_code(activation: str | None) -> int:
-    if activation not in ACTIVATIONS:
+    if not isinstance(activation, (str, type(None))) or activation not in ACTIVATIONS:
         names = ", ".join(repr(a) for a in ACTIVATIONS)
         raise ValueError(f"activation={activation!r} must be one of {names}")
     return ACTIVATIONS[activation]

@@ -1,16 +1,13 @@
-"""The GEMM primitives: abstract eval, the reference semantics, and one device's launch.
+"""The `hopper_gemm` JAX primitive: abstract eval, the CUDA lowering to the FFI custom call, the
+CPU (reference) lowering, and `launch`, one device's call of it.
 
 Operands are always 3-D as stored in memory: a (Ba, M, K) or, MN-major, (Ba, K, M); b (Bb, N, K)
 or, MN-major, (Bb, K, N); Ba and Bb are 1 (shared) or the batch. bias is (N,) float32 or (0,);
 residual is (1 or batch, M, N) in the out dtype or (0, 0, 0). The result is (batch, M, N).
 
-Two primitives with that contract:
-- `hopper_gemm_p` is what programs bind. Its batching rule (gemm/batching.py) and its lowering
-  through custom_partitioning (gemm/sharding.py) attach to it; jax.grad reaches it through the
-  custom_vjp in gemm/autodiff.py.
-- `hopper_gemm_local_p` is one device's launch: it only appears while hopper_gemm_p is lowered,
-  on whole operands or on one shard of them, and lowers to the FFI call (or, on CPU, to
-  `reference`).
+Programs reach the primitive through layers that each add one transformation:
+autodiff.gemm (jax.grad) -> batching.gemm (jax.vmap) -> sharding.partitioned (sharded jit) ->
+launch -> hopper_gemm_p.
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ from jax_hopper import _ffi
 from jax_hopper.gemm.epilogue import apply_activation
 
 hopper_gemm_p = Primitive("hopper_gemm")
-hopper_gemm_local_p = Primitive("hopper_gemm_local")
 
 
 def problem_shape(a_shape, b_shape, a_mn_major: bool, b_mn_major: bool):
@@ -39,6 +35,11 @@ def problem_shape(a_shape, b_shape, a_mn_major: bool, b_mn_major: bool):
     n, kb = (bc, br) if b_mn_major else (br, bc)
     assert ka == kb, (a_shape, b_shape)
     return max(ba, bb), m, n, ka
+
+
+def freeze(params: dict) -> tuple:
+    """Primitive params as a hashable, ordered key (static arguments, caches)."""
+    return tuple(sorted(params.items()))
 
 
 def _abstract_eval(a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, **_):
@@ -78,7 +79,7 @@ def tma_unaddressable(a3, b3) -> str | None:
     return None
 
 
-def local_gemm(a, b, bias, res, **params):
+def launch(a, b, bias, res, **params):
     """One device's GEMM on operands as they lie on it (whole, or one shard of a sharded call).
 
     A shard can have a row pitch TMA cannot address although the whole operand had one (K split
@@ -107,7 +108,7 @@ def _launch_padded(a, b, bias, res, **params):
             bias = jnp.pad(bias, (0, n_pad - n))
         if res.size:
             res = jnp.pad(res, ((0, 0), (0, 0), (0, n_pad - n)))
-    out = hopper_gemm_local_p.bind(a, b, bias, res, **params)
+    out = hopper_gemm_p.bind(a, b, bias, res, **params)
     return out[..., :n] if n_pad != n else out
 
 
@@ -125,12 +126,13 @@ def _jitted_bind(params: tuple):
 
 
 # Eager binds run through a cached jit so the custom call is lowered once per parameter set.
-hopper_gemm_p.def_impl(lambda *args, **params: _jitted_bind(tuple(sorted(params.items())))(*args))
+hopper_gemm_p.def_impl(lambda *args, **params: _jitted_bind(freeze(params))(*args))
 hopper_gemm_p.def_abstract_eval(_abstract_eval)
-hopper_gemm_local_p.def_abstract_eval(_abstract_eval)
-_reference_lowering = mlir.lower_fun(reference, multiple_results=False)
-mlir.register_lowering(hopper_gemm_local_p, _reference_lowering, platform="cpu")
+mlir.register_lowering(hopper_gemm_p, mlir.lower_fun(reference, multiple_results=False),
+                       platform="cpu")
 # A CUDA machine without a Hopper GPU (or without the built extension) runs the reference too.
-mlir.register_lowering(hopper_gemm_local_p,
-                       _cuda_lowering if _ffi.hopper_devices() and _ffi.register_targets()
-                       else _reference_lowering, platform="cuda")
+if _ffi.hopper_devices() and _ffi.register_targets():
+    mlir.register_lowering(hopper_gemm_p, _cuda_lowering, platform="cuda")
+else:
+    mlir.register_lowering(hopper_gemm_p, mlir.lower_fun(reference, multiple_results=False),
+                           platform="cuda")

@@ -1,6 +1,6 @@
-"""hopper_gemm_p under jit with sharded operands: every device multiplies its own shards.
+"""The GEMM under jit with sharded operands: every device multiplies its own shards.
 
-hopper_gemm_p lowers through jax.experimental.custom_partitioning with a Shardy sharding rule
+`partitioned` wraps the launch in jax.experimental.custom_partitioning with a Shardy rule
 
     a: b m k (or b k m),  b: b k n (or b n k),  bias: n,  residual: b m n  ->  out: b m n
 
@@ -23,16 +23,21 @@ import math
 import jax
 import jax.numpy as jnp
 from jax.experimental.custom_partitioning import custom_partitioning
-from jax.interpreters import mlir
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jax_hopper.gemm.primitive import apply_epilogue, hopper_gemm_p, local_gemm
+from jax_hopper.gemm.primitive import apply_epilogue, launch
+
+
+def partitioned(params: tuple, a, b, bias, res):
+    """launch(a, b, bias, res, **dict(params)), run on local shards under a sharded jit."""
+    shapes = tuple(tuple(x.shape) for x in (a, b, bias, res))
+    return _partitioned(params, shapes, a, b, bias, res)
 
 
 @functools.partial(custom_partitioning, static_argnums=(0, 1))
 def _partitioned(params, shapes, a, b, bias, res):
-    del shapes
-    return local_gemm(a, b, bias, res, **dict(params))
+    del shapes  # only the sharding rule needs them
+    return launch(a, b, bias, res, **dict(params))
 
 
 def _rule(params, shapes, mesh, value_types, result_types):
@@ -109,9 +114,9 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
 
     def lower_fn(a, b, bias, res):
         if not k_axes:
-            return local_gemm(a, b, bias, res, **p)
+            return launch(a, b, bias, res, **p)
         f32 = jnp.dtype(jnp.float32)
-        partial = local_gemm(a, b, jnp.zeros((0,), f32), jnp.zeros((0, 0, 0), f32),
+        partial = launch(a, b, jnp.zeros((0,), f32), jnp.zeros((0, 0, 0), f32),
                              **{**p, "out_dtype": f32, "activation": 0})
         z = jax.lax.psum(partial, k_axes)
         return apply_epilogue(z, bias, res, activation=p["activation"], beta=p["beta"],
@@ -121,13 +126,3 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
 
 
 _partitioned.def_partition(partition=_partition, sharding_rule=_rule)
-
-
-def _lowering(ctx, a, b, bias, res, **params):
-    shapes = tuple(tuple(aval.shape) for aval in ctx.avals_in)
-    key = tuple(sorted(params.items()))
-    return mlir.lower_fun(lambda *args: _partitioned(key, shapes, *args),
-                          multiple_results=False)(ctx, a, b, bias, res)
-
-
-mlir.register_lowering(hopper_gemm_p, _lowering)

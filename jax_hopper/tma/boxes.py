@@ -35,7 +35,7 @@ _ELEM_BITS = (8, 16, 32, 64)
 def parse_swizzle(swizzle: str | SwizzleMode) -> SwizzleMode:
     if isinstance(swizzle, SwizzleMode):
         return swizzle
-    if swizzle not in SWIZZLES:
+    if not isinstance(swizzle, str) or swizzle not in SWIZZLES:
         raise ValueError(f"swizzle must be one of {', '.join(map(repr, SWIZZLES))} or a "
                          f"SwizzleMode, got {swizzle!r}")
     return SWIZZLES[swizzle]
@@ -133,6 +133,12 @@ def check_addressable(name: str, shape: Sequence[int], dtype) -> None:
     *lead, rows, cols = shape
     batch = math.prod(lead)
     itemsize = np.dtype(dtype).itemsize
+    # The op kernels address boxes with int32 coordinates (cuda/tma_ops.cu): tighter than
+    # TMA's own globalDim limit of 2^32-1.
+    for dim, extent in (("cols", cols), ("rows", rows), ("batch", batch)):
+        if extent > 2**31 - 1:
+            raise ValueError(f"{name} of shape {tuple(shape)}: {dim} = {extent} exceeds 2^31-1, "
+                             "the largest coordinate the TMA op kernels address (int32)")
     pitch, plane = cols * itemsize, rows * cols * itemsize
     strides = (itemsize, _round_up(pitch, 16) if rows == 1 else pitch,
                _round_up(plane, 16) if batch == 1 else plane)
@@ -177,13 +183,3 @@ def check_cluster(grid: BoxGrid, cluster_size: int) -> None:
                          "rows and multicasts them to the others")
     check_box_smem(grid.box, tma_multicast_smem_bytes(grid.box_bytes, cluster_size))
 
-
-def check_whole_spans(grid: BoxGrid) -> None:
-    """The swizzle permutes 16-byte chunks inside span-sized blocks; the model of the box's bytes
-    (jax_hopper.layout.tma_box_smem_bytes) is defined only for boxes made of whole blocks."""
-    span = grid.mode.span_bytes
-    if grid.box_bytes % span:
-        raise ValueError(f"box=(rows={grid.box[0]}, cols={grid.box[1]}) of {grid.dtype.name} is "
-                         f"{grid.box[0]} rows x {grid.inner_bytes} bytes = {grid.box_bytes} "
-                         f"bytes; tma_smem_bytes needs whole {span}-byte swizzle spans for "
-                         f"{grid.mode.name} (rows x row bytes a multiple of {span})")

@@ -34,9 +34,12 @@ def _custom_call(target: str, out_type, **kwargs):
 def tma_copy(x, *, box: Box, swizzle: Swizzle = "128B") -> jax.Array:
     """x copied box by box through shared memory: TMA load, then TMA store at the same place.
 
-    x: (rows, cols) or (batch, rows, cols), any dtype of 1, 2, 4 or 8 bytes. box: (rows, cols)
-    with cols * itemsize a multiple of 16 bytes and at most the swizzle span ("128B", "64B",
-    "32B"; "none" allows up to 256 elements). Boxes may hang past the edges. Returns x exactly.
+    x: (rows, cols) or (batch, rows, cols), any dtype of 1, 2, 4 or 8 bytes. box: (rows, cols),
+    rows 1..256. With swizzle "128B", "64B" or "32B" a box is exactly one swizzle span wide:
+    cols * itemsize == 128, 64 or 32 bytes, any rows (a narrower swizzled box is refused: the
+    hardware does not lay its rows out at their own width). With "none", cols * itemsize is any
+    multiple of 16 bytes, cols up to 256. Boxes may hang past the edges. These box rules hold for
+    every TMA op. Returns x exactly.
     """
     x = jnp.asarray(x)
     grid = boxes.box_grid("x", x, box, swizzle)
@@ -53,12 +56,10 @@ def tma_smem_bytes(x, *, box: Box, swizzle: Swizzle = "128B") -> jax.Array:
 
     Returns uint8 of shape ([batch,] row_boxes, col_boxes, box_rows * box_cols * itemsize): box
     (r, c) holds rows [r * box_rows, ...) and cols [c * box_cols, ...) of x, zero past the edge.
-    The reference is the model jax_hopper.layout.tma_model, which needs each box to be whole
-    swizzle spans (box_rows * box_cols * itemsize a multiple of the span).
+    Box and swizzle as for tma_copy. The reference is the model jax_hopper.layout.tma_model.
     """
     x = jnp.asarray(x)
     grid = boxes.box_grid("x", x, box, swizzle)
-    boxes.check_whole_spans(grid)
     shape = (*x.shape[:-2], grid.row_boxes, grid.col_boxes, grid.box_bytes)
 
     def gpu(x):

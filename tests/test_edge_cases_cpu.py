@@ -1,0 +1,390 @@
+"""Edge problems and bad input without a GPU: empty and 1x1x1 problems, which path (kernel or
+fallback) each layout's pitch selects, extreme shapes, NaN/Inf, and every refusal as a ValueError
+that names the argument and the rule before anything runs. On CPU the kernel path is the
+reference lowering, so these pin down the wrapper; test_edge_cases_gpu.py runs the same edges on
+the kernel."""
+
+import itertools
+import warnings
+from contextlib import contextmanager
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gemm_helpers import REL_FROB_BOUND, random_operand, reference64, rel_frob
+from jax_hopper import GemmConfig, hopper_matmul, tma_copy
+from jax_hopper.gemm import api, configs
+from jax_hopper.gemm.heuristics import choose_config
+from jax_hopper.layout import check_smem_budget
+
+LAYOUTS = list(itertools.product((False, True), repeat=2))  # (transpose_a, transpose_b)
+ACTIVATIONS = [None, "relu", "gelu_tanh", "gelu", "silu"]
+
+
+@contextmanager
+def launches():
+    """Records each call that takes the kernel path (api.autodiff.gemm), calling through."""
+    calls = []
+    real = api.autodiff.gemm
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+    with mock.patch.object(api.autodiff, "gemm", spy):
+        yield calls
+
+
+@contextmanager
+def nothing_runs():
+    def reached(*_, **__):
+        raise AssertionError("validation let the call through to the product")
+    with mock.patch.object(api.autodiff, "gemm", reached), \
+            mock.patch.object(api, "reference", reached):
+        yield
+
+
+def operands(rng, m, n, k, transpose_a, transpose_b, dtype="bfloat16", batch=()):
+    a = random_operand(rng, (*batch, k, m) if transpose_a else (*batch, m, k), dtype)
+    b = random_operand(rng, (*batch, n, k) if transpose_b else (*batch, k, n), dtype)
+    return a, b
+
+
+# ---------------------------------------------------------------- empty problems
+
+@pytest.mark.parametrize("m,n,k", [(0, 24, 16), (24, 0, 16), (24, 16, 0), (0, 0, 0)])
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS)
+@pytest.mark.parametrize("jit", [False, True])
+def test_empty_problem_is_shaped_right_with_epilogue(rng, m, n, k, transpose_a, transpose_b, jit):
+    a, b = operands(rng, m, n, k, transpose_a, transpose_b)
+    bias = random_operand(rng, (n,), "float32")
+    residual = random_operand(rng, (m, n), "float32")
+
+    def f(a, b, bias, residual):
+        return hopper_matmul(a, b, bias=bias, residual=residual, activation="gelu", alpha=3.0,
+                             beta=-0.5, out_dtype=jnp.float32, transpose_a=transpose_a,
+                             transpose_b=transpose_b, strict=True)
+    with launches() as calls, warnings.catch_warnings():
+        warnings.simplefilter("error")  # an empty operand is no reason to fall back
+        out = (jax.jit(f) if jit else f)(a, b, bias, residual)
+    assert calls == []  # nothing to launch
+    assert out.shape == (m, n) and out.dtype == jnp.float32
+    # K = 0: the product is zeros, so out = gelu(bias) + beta * residual, element by element.
+    want = reference64(a, b, transpose_a=transpose_a, transpose_b=transpose_b, bias=bias,
+                       residual=residual, activation="gelu", alpha=3.0, beta=-0.5)
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6, atol=1e-6)
+    if m and n:
+        assert np.all(np.asarray(out) != 0)  # the epilogue really ran
+
+
+@pytest.mark.parametrize("batch_a,batch_b,want", [
+    ((0,), (0,), (0, 8, 16)), ((0,), (), (0, 8, 16)), ((2, 0), (1,), (2, 0, 8, 16)),
+    ((3,), (0, 1), (0, 3, 8, 16))])
+def test_empty_batch(rng, batch_a, batch_b, want):
+    a = random_operand(rng, (*batch_a, 8, 24), "bfloat16")
+    b = random_operand(rng, (*batch_b, 24, 16), "bfloat16")
+    with launches() as calls:
+        out = hopper_matmul(a, b, bias=jnp.ones((16,)), activation="relu")
+    assert out.shape == want and calls == []
+
+
+def test_zero_k_with_every_activation_and_out_dtype(rng):
+    a, b = jnp.zeros((5, 0), jnp.float16), jnp.zeros((0, 7), jnp.float16)
+    bias = random_operand(rng, (7,), "float32")
+    for act, out_dtype in itertools.product(ACTIVATIONS, configs.OUTPUT_DTYPES):
+        out = hopper_matmul(a, b, bias=bias, activation=act, out_dtype=out_dtype)
+        want = np.broadcast_to(reference64(a, b, bias=bias, activation=act), (5, 7))
+        assert out.dtype == jnp.dtype(out_dtype)
+        assert rel_frob(out, want) < REL_FROB_BOUND[out_dtype], (act, out_dtype)
+
+
+# ---------------------------------------------------------------- tiny problems and the pitch rule
+
+def test_1x1x1_falls_back_with_a_warning_and_strict_refuses(rng):
+    api._warned_fallback.clear()
+    a, b = random_operand(rng, (1, 1), "bfloat16"), random_operand(rng, (1, 1), "bfloat16")
+    with launches() as calls, pytest.warns(UserWarning, match=r"falls back to XLA's dot: a's "
+                                           r"rows are 2 bytes apart; TMA needs a multiple of 16"):
+        out = hopper_matmul(a, b, out_dtype=jnp.float32)
+    assert calls == []
+    assert float(out[0, 0]) == float(a[0, 0].astype(jnp.float32) * b[0, 0].astype(jnp.float32))
+    with nothing_runs(), pytest.raises(ValueError, match=r"strict=True\): a's rows are 2 bytes"):
+        hopper_matmul(a, b, strict=True)
+
+
+def test_fallback_warns_once_per_reason(rng):
+    api._warned_fallback.clear()
+    a, b = random_operand(rng, (1, 1), "bfloat16"), random_operand(rng, (1, 1), "bfloat16")
+    with pytest.warns(UserWarning, match="falls back"):
+        hopper_matmul(a, b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hopper_matmul(a, b)
+
+
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS)
+def test_1_by_1_output_takes_the_kernel_path_when_the_layout_allows(rng, transpose_a,
+                                                                   transpose_b):
+    # M = N = 1: only K-major a (M, K) and K-major b (N, K) leave no 2-byte pitch.
+    a, b = operands(rng, 1, 1, 16, transpose_a, transpose_b)
+    allowed = not transpose_a and transpose_b
+    api._warned_fallback.clear()
+    with launches() as calls, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = hopper_matmul(a, b, out_dtype=jnp.float32, transpose_a=transpose_a,
+                            transpose_b=transpose_b)
+    assert len(calls) == int(allowed)
+    assert bool(caught) == (not allowed)
+    ref = reference64(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+    assert rel_frob(out, ref) < REL_FROB_BOUND["float32"]
+
+
+def test_vectors_follow_jnp_matmul_on_the_kernel_path(rng):
+    api._warned_fallback.clear()
+    v = random_operand(rng, (16,), "bfloat16")
+    mat = random_operand(rng, (16, 24), "bfloat16")
+    with launches() as calls, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        row = hopper_matmul(v, mat, out_dtype=jnp.float32)  # (1, K) @ (K, N): addressable
+    assert row.shape == (24,) and len(calls) == 1
+    assert rel_frob(row, reference64(v, mat)) < REL_FROB_BOUND["float32"]
+    # A vector b is stored K-major as (1, K) (not as a (K, 1) column with 2-byte rows), so the
+    # dot product of two vectors also runs on the kernel, with no fallback warning.
+    with launches() as calls, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dot = hopper_matmul(v, v, out_dtype=jnp.float32)
+    assert dot.shape == () and len(calls) == 1
+    assert rel_frob(dot, reference64(v, v)) < REL_FROB_BOUND["float32"]
+
+
+# (transpose_a, transpose_b) -> the stored operand and dimension that are a row pitch
+PITCH_OWNERS = {(False, False): ("a", "k", "b", "n"), (True, False): ("a", "m", "b", "n"),
+                (False, True): ("a", "k", "b", "k"), (True, True): ("a", "m", "b", "k")}
+
+
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS)
+@pytest.mark.parametrize("dtype", configs.INPUT_DTYPES)
+def test_pitch_rule_per_layout(rng, dtype, transpose_a, transpose_b):
+    """A dimension that is a row pitch must be a multiple of 8 elements (16 bytes), or the call
+    falls back (warning) / is refused (strict); the same odd size elsewhere is fine."""
+    a_name, a_dim, b_name, b_dim = PITCH_OWNERS[(transpose_a, transpose_b)]
+    for dim in ("m", "n", "k"):
+        sizes = dict(m=64, n=64, k=64)
+        sizes[dim] = 100 + 3  # 206 bytes: not a multiple of 16
+        a, b = operands(rng, sizes["m"], sizes["n"], sizes["k"], transpose_a, transpose_b, dtype)
+        owners = [name for name, d in ((a_name, a_dim), (b_name, b_dim)) if d == dim]
+        api._warned_fallback.clear()
+        if owners:
+            with nothing_runs(), pytest.raises(
+                    ValueError, match=rf"strict=True\): {owners[0]}'s rows are 206 bytes apart"):
+                hopper_matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b,
+                              strict=True)
+            with launches() as calls, pytest.warns(UserWarning,
+                                                    match=rf"{owners[0]}'s rows are 206 bytes"):
+                out = hopper_matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+            assert calls == []
+        else:
+            with launches() as calls, warnings.catch_warnings():
+                warnings.simplefilter("error")
+                out = hopper_matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b,
+                                    strict=True)
+            assert len(calls) == 1
+        ref = reference64(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+        assert rel_frob(out, ref) < REL_FROB_BOUND[dtype], dim
+
+
+# ---------------------------------------------------------------- extreme shapes
+
+EXTREME = [(2**20, 64, 64), (64, 2**20, 64), (65536, 32768, 64), (1, 1, 2**20), (8, 8, 2**24)]
+
+
+@pytest.mark.parametrize("m,n,k", EXTREME)
+def test_heuristic_picks_a_compiled_config_for_extreme_shapes(m, n, k):
+    for transpose_a, transpose_b in LAYOUTS:
+        choose_config(m, n, k).validate("bfloat16", transpose_a, not transpose_b)
+
+
+@pytest.mark.parametrize("m,n,k", EXTREME[:3])
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS)
+def test_extreme_shapes_trace_on_the_kernel_path(m, n, k, transpose_a, transpose_b):
+    # Abstract shapes only (no memory): > 2^31 output elements must not trip any Python-side
+    # arithmetic, and must not be routed to the fallback.
+    a = jax.ShapeDtypeStruct((k, m) if transpose_a else (m, k), jnp.bfloat16)
+    b = jax.ShapeDtypeStruct((n, k) if transpose_b else (k, n), jnp.bfloat16)
+    with launches() as calls:
+        out = jax.eval_shape(lambda a, b: hopper_matmul(
+            a, b, transpose_a=transpose_a, transpose_b=transpose_b, strict=True), a, b)
+    assert out.shape == (m, n) and out.dtype == jnp.bfloat16 and len(calls) == 1
+
+
+def test_tall_problem_on_the_reference_path(rng):
+    m = 2**16
+    a, b = operands(rng, m, 64, 64, False, False)
+    out = jax.jit(lambda a, b: hopper_matmul(a, b, strict=True))(a, b)
+    assert out.shape == (m, 64)
+    assert rel_frob(out, reference64(a, b)) < REL_FROB_BOUND["bfloat16"]
+
+
+# ---------------------------------------------------------------- NaN and Inf
+
+def with_specials(rng, x):
+    """x with a few NaN, +Inf and -Inf entries at random places."""
+    x = np.array(x.astype(jnp.float32))
+    flat = x.reshape(-1)
+    where = rng.choice(flat.size, size=6, replace=False)
+    flat[where] = [np.nan, np.inf, -np.inf, np.nan, np.inf, -np.inf]
+    return jnp.asarray(x)
+
+
+def assert_same_specials(out, want):
+    out = np.asarray(jnp.asarray(out).astype(jnp.float32))
+    want = np.asarray(want, np.float64)
+    assert np.array_equal(np.isnan(out), np.isnan(want)), "NaN masks differ"
+    assert np.array_equal(np.isposinf(out), np.isposinf(want)), "+Inf masks differ"
+    assert np.array_equal(np.isneginf(out), np.isneginf(want)), "-Inf masks differ"
+    finite = np.isfinite(want)
+    assert np.isnan(want).any() and finite.any()  # the inputs did produce both kinds
+    np.testing.assert_allclose(out[finite], want[finite], rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS)
+@pytest.mark.parametrize("dtype", configs.INPUT_DTYPES)
+def test_nan_and_inf_propagate_as_in_jnp_dot(rng, dtype, transpose_a, transpose_b):
+    a, b = operands(rng, 40, 48, 32, transpose_a, transpose_b, dtype)
+    a, b = with_specials(rng, a).astype(dtype), with_specials(rng, b).astype(dtype)
+    out = hopper_matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b,
+                        out_dtype=jnp.float32)
+    opa, opb = (a.T if transpose_a else a), (b.T if transpose_b else b)
+    assert_same_specials(out, jnp.dot(opa, opb, preferred_element_type=jnp.float32))
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_nan_and_inf_through_the_epilogue_match_float64(rng, activation):
+    a, b = operands(rng, 40, 48, 32, False, False)
+    a = with_specials(rng, a).astype(jnp.bfloat16)
+    bias = with_specials(rng, random_operand(rng, (48,), "float32"))
+    with np.errstate(all="ignore"):
+        want = reference64(a, b, bias=bias, activation=activation, alpha=0.5)
+    out = hopper_matmul(a, b, bias=bias, activation=activation, alpha=0.5, out_dtype=jnp.float32)
+    assert_same_specials(out, want)
+
+
+# ---------------------------------------------------------------- bad input
+
+BF = jnp.bfloat16
+
+
+def _bad(kw):
+    args = dict(a=np.ones((4, 8), BF), b=np.ones((8, 16), BF))
+    args.update(kw)
+    return args.pop("a"), args.pop("b"), args
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    # ranks
+    (dict(a=np.ones((), BF)), r"^a and b must have at least 1 dimension; got a\.ndim=0"),
+    (dict(b=np.ones((), BF)), r"^a and b must have at least 1 dimension; got .*b\.ndim=0"),
+    (dict(a=np.ones((8,), BF), transpose_a=True), r"^transpose_a needs a at least 2-D"),
+    (dict(b=np.ones((8,), BF), transpose_b=True), r"^transpose_b needs b at least 2-D"),
+    (dict(a=np.ones((2, 4, 8), BF), b=np.ones((3, 8, 16), BF)),
+     r"^batch dimensions of a \(2,\) and b \(3,\) do not broadcast"),
+    # contraction sizes, per layout
+    (dict(b=np.ones((9, 16), BF)), r"^contraction dimensions differ: op\(a\) is \(4, 8\) and "
+                                   r"op\(b\) is \(9, 16\)"),
+    (dict(transpose_a=True), r"^contraction dimensions differ: op\(a\) is \(8, 4\)"),
+    (dict(transpose_b=True), r"^contraction dimensions differ: .*op\(b\) is \(16, 8\) "
+                             r"\(transpose_a=False, transpose_b=True\)"),
+    (dict(a=np.ones((8,), BF), b=np.ones((16,), BF)), r"^contraction dimensions differ"),
+    # dtypes
+    (dict(a=np.ones((4, 8), np.float32)), r"^a\.dtype=float32 is not supported: hopper_matmul "
+                                          r"takes bfloat16, float16 inputs"),
+    (dict(a=np.ones((4, 8), np.int8), b=np.ones((8, 16), np.int8)), r"^a\.dtype=int8"),
+    (dict(b=np.ones((8, 16), jnp.float8_e4m3fn)), r"^b\.dtype=float8_e4m3fn is not supported"),
+    (dict(b=np.ones((8, 16), np.complex64)), r"^b\.dtype=complex64 is not supported"),
+    (dict(b=np.ones((8, 16), np.float16)), r"^a\.dtype=bfloat16 and b\.dtype=float16 differ"),
+    (dict(out_dtype=jnp.int32), r"^out_dtype=int32 must be one of bfloat16, float16, float32"),
+    (dict(out_dtype=jnp.float64), r"^out_dtype=float64 must be one of"),
+    (dict(preferred_element_type=jnp.float8_e5m2), r"^out_dtype=float8_e5m2 must be one of"),
+    (dict(out_dtype=BF, preferred_element_type=jnp.float32), r"^out_dtype and "
+                                                             r"preferred_element_type disagree"),
+    # epilogue arguments
+    (dict(bias=np.ones((15,), np.float32)), r"^bias\.shape=\(15,\) must be \(N,\) = \(16,\)"),
+    (dict(bias=np.ones((1, 16), np.float32)), r"^bias\.shape=\(1, 16\) must be \(N,\)"),
+    (dict(residual=np.ones((4, 15), np.float32)), r"^residual\.shape=\(4, 15\) must broadcast "
+                                                  r"to the output shape \(4, 16\)"),
+    (dict(residual=np.ones((2, 4, 16), np.float32)), r"^residual\.shape=\(2, 4, 16\)"),
+    (dict(activation="gelu_erf"), r"^activation='gelu_erf' must be one of None, 'relu'"),
+    # configs
+    (dict(config="128x256"), r"^config must be a GemmConfig, got str"),
+    (dict(config=GemmConfig(block_m=64)), r"^config: \(block_m, block_n, block_k, stages\) = "
+                                          r"\(64, 256, 64, 4\) is not compiled; compiled tile "
+                                          r"shapes: 128x256x64_s4, 128x128x64_s6"),
+    (dict(config=GemmConfig(cluster_m=2, cluster_n=2)), r"^config: cluster"),
+    (dict(config=GemmConfig(cluster_m=4)), r"^config: cluster .* = \(4, 1\) must be one of"),
+    (dict(config=GemmConfig(raster="hilbert")), r"^config: raster='hilbert'"),
+    (dict(config=GemmConfig(group_size=0)), r"^config: group_size=0 must be an int in 1..1024"),
+    (dict(config=GemmConfig(swizzle="64B")), r"^config: swizzle='64B'"),
+    (dict(config=GemmConfig(b_mn_major=False)), r"^config: b_mn_major=False contradicts the call"),
+    # strict mode with a pitch TMA cannot address
+    (dict(a=np.ones((4, 12), BF), b=np.ones((12, 16), BF), strict=True),
+     r"^hopper_matmul\(strict=True\): a's rows are 24 bytes apart; TMA needs a multiple of 16 "
+     r"\(its last dimension, 12, must be a multiple of 8\)"),
+])
+def test_bad_input_is_a_value_error_before_anything_runs(kwargs, message):
+    a, b, kw = _bad(kwargs)
+    with nothing_runs(), pytest.raises(ValueError, match=message):
+        hopper_matmul(a, b, **kw)
+    with nothing_runs(), pytest.raises(ValueError, match=message):  # at trace time under jit
+        jax.jit(lambda a, b: hopper_matmul(a, b, **kw))(a, b)
+
+
+def test_smem_budget_of_a_tile_that_is_not_compiled():
+    # 256 x 256 tiles in 4 stages would need 288 KB: not compiled, refused by name...
+    big = configs.TileShape(256, 256, 64, 4)
+    assert big.smem_bytes > configs.SMEM_LIMIT_BYTES
+    cfg = GemmConfig(block_m=256, block_n=256, block_k=64, stages=4)
+    with pytest.raises(ValueError, match=r"^config: .* = \(256, 256, 64, 4\) is not compiled"):
+        cfg.validate("bfloat16", False, True)
+    # ...and by the budget rule itself.
+    with pytest.raises(ValueError, match=rf"^nbytes: {big.smem_bytes} bytes of shared memory "
+                                         rf"exceed the per-block limit of {232448} bytes"):
+        check_smem_budget(big.smem_bytes)
+    for tile in configs.TILE_SHAPES:  # every compiled tile fits
+        check_smem_budget(tile.smem_bytes)
+
+
+def test_config_checks_the_smem_budget_even_for_a_listed_tile(monkeypatch):
+    # Should a tile over budget ever be listed, validate refuses it rather than the launch.
+    big = configs.TileShape(256, 256, 64, 4)
+    monkeypatch.setattr(configs, "TILE_SHAPES", (*configs.TILE_SHAPES, big))
+    cfg = GemmConfig(block_m=256, block_n=256, block_k=64, stages=4)
+    with pytest.raises(ValueError, match=rf"^config: shared memory {big.smem_bytes} B exceeds the "
+                                         rf"{configs.SMEM_LIMIT_BYTES} B per-block limit"):
+        cfg.validate("bfloat16", False, True)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    pytest.param(dict(out_dtype="fp8"), r"^out_dtype='fp8' is not a dtype", id="out_dtype-not-a-dtype"),
+    pytest.param(dict(activation=["relu"]), r"^activation=\['relu'\] must be one of",
+                 id="activation-unhashable"),
+    pytest.param(dict(alpha="2"), r"^alpha='2' must be a real", id="alpha-not-a-number"),
+    pytest.param(dict(alpha=np.ones(3)), r"^alpha=.* must be a real", id="alpha-an-array"),
+    pytest.param(dict(beta=True), r"^beta=True must be a real", id="beta-a-bool"),
+])
+def test_malformed_arguments_are_value_errors_naming_them(kwargs, message):
+    a, b, kw = _bad(kwargs)
+    with nothing_runs(), pytest.raises(ValueError, match=message):
+        hopper_matmul(a, b, **kw)
+
+
+def test_tma_unhashable_swizzle_is_a_value_error():
+    with pytest.raises(ValueError, match="swizzle"):
+        tma_copy(np.zeros((8, 64), np.float16), box=(8, 64), swizzle=["128B"])
+
+
+def test_tma_dimension_beyond_int32_is_refused_at_trace_time():
+    x = jax.ShapeDtypeStruct((2**31, 16), jnp.uint8)  # abstract: no memory needed
+    with pytest.raises(ValueError, match=r"2\^31"):
+        jax.jit(lambda x: tma_copy(x, box=(8, 16), swizzle="none")).trace(x)

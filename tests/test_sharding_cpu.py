@@ -1,0 +1,183 @@
+"""hopper_matmul on sharded operands: local GEMMs per device, a psum only for a split K.
+
+The device count is fixed when jax starts, so the cases run in one child process (this file
+run as a script) with XLA_FLAGS=--xla_force_host_platform_device_count=4; the pytest process
+keeps its single CPU device. test_sharding_gpu.py runs the same cases on the GPUs there are.
+Each case compares the sharded result with the unsharded one and reads the compiled HLO: no
+all-gather anywhere (a sharded operand is never gathered), an all-reduce exactly where a
+contraction is split.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import traceback
+
+import numpy as np
+import pytest
+
+CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", "auto_mesh",
+         "output_sharding", "grad_data_parallel", "vmap", "shard_map"]
+
+
+def run_cases(env: dict, timeout: int = 600) -> dict:
+    """Runs every case in a child process; returns {case: "ok" | error text}."""
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__)], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=timeout,
+                          cwd=os.path.dirname(os.path.abspath(__file__)))
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert proc.returncode == 0 and lines, f"child failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    return json.loads(lines[-1])
+
+
+@pytest.fixture(scope="module")
+def results():
+    return run_cases({"XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+                      "JAX_PLATFORMS": "cpu"})
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_sharded(results, case):
+    if results[case].startswith("skip:"):
+        pytest.skip(results[case][5:])
+    assert results[case] == "ok", results[case]
+
+
+# ------------------------------------------------------------------ the child process
+
+def _rand(rng, shape, dtype="bfloat16"):
+    import jax.numpy as jnp
+    return jnp.asarray(rng.standard_normal(shape, dtype=np.float32)).astype(dtype)
+
+
+def _compare(f, args, shardings, *, all_reduce: bool, bound=1e-5, reference=None):
+    """f under jit on sharded args vs (reference or f) on whole ones; the HLO's collectives as
+    promised."""
+    import jax
+    from gemm_helpers import rel_frob, to64
+    want = jax.jit(reference or f)(*args)
+    placed = [x if s is None else jax.device_put(x, s) for x, s in zip(args, shardings)]
+    jf = jax.jit(f)
+    got = jf(*placed)
+    hlo = jf.lower(*placed).compile().as_text()
+    for w, g in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+        err = rel_frob(g, to64(w))
+        assert err < bound, f"sharded result differs: rel. error {err}"
+    assert "all-gather" not in hlo, "an operand is gathered"
+    assert ("all-reduce" in hlo) == all_reduce, f"all-reduce present: {'all-reduce' in hlo}"
+    return got
+
+
+def _cases():
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from jax_hopper import hopper_matmul
+
+    n_dev = jax.device_count()
+    mesh = jax.make_mesh((n_dev,), ("x",))
+    rng = np.random.default_rng(0)
+    f32 = jnp.float32
+    bsz, m, k, n = 2 * n_dev, 64, 128, 16 * n_dev
+
+    def named(*spec, on=mesh):
+        return NamedSharding(on, P(*spec))
+
+    def mm(**kw):
+        return lambda a, b, *extra: hopper_matmul(a, b, out_dtype=f32, **kw)
+
+    def batch():
+        got = _compare(mm(), (_rand(rng, (bsz, m, k)), _rand(rng, (k, n))),
+                       (named("x"), None), all_reduce=False)
+        assert got.sharding.spec[0] == "x"
+
+    def m_split():
+        _compare(mm(activation="gelu_tanh"), (_rand(rng, (m, k)), _rand(rng, (k, n))),
+                 (named("x"), None), all_reduce=False)
+
+    def n_split():
+        _compare(lambda a, b, bias: hopper_matmul(a, b, bias=bias, activation="silu",
+                                                  out_dtype=f32),
+                 (_rand(rng, (m, k)), _rand(rng, (k, n)), _rand(rng, (n,), f32)),
+                 (None, named(None, "x"), named("x")), all_reduce=False)
+
+    def n_k_major_b():
+        _compare(mm(transpose_b=True), (_rand(rng, (m, k)), _rand(rng, (n, k))),
+                 (None, named("x")), all_reduce=False)
+
+    def k_with_epilogue():
+        # Partials are summed in float32 before bias, GELU and residual are applied.
+        f = lambda a, b, bias, res: hopper_matmul(a, b, bias=bias, residual=res,  # noqa: E731
+                                                  activation="gelu", alpha=0.5, beta=2.0,
+                                                  out_dtype=f32)
+        _compare(f, (_rand(rng, (bsz, m, k)), _rand(rng, (k, n)), _rand(rng, (n,), f32),
+                     _rand(rng, (bsz, m, n), f32)),
+                 (named(None, None, "x"), named("x"), None, None), all_reduce=True, bound=1e-5)
+
+    def batch_and_n_2d():
+        if n_dev < 4:
+            return "skip:needs 4 devices for a 2 x 2 mesh"
+        mesh2 = jax.make_mesh((2, n_dev // 2), ("x", "y"))
+        got = _compare(mm(), (_rand(rng, (bsz, m, k)), _rand(rng, (k, n))),
+                       (named("x", on=mesh2), named(None, "y", on=mesh2)), all_reduce=False)
+        assert tuple(got.sharding.spec) == ("x", None, "y"), got.sharding.spec
+        return None
+
+    def auto_mesh():
+        auto = jax.sharding.Mesh(np.array(jax.devices()), ("x",))
+        _compare(mm(), (_rand(rng, (m, k)), _rand(rng, (k, n))),
+                 (named("x", on=auto), None), all_reduce=False)
+
+    def output_sharding():
+        # Replicated operands, a sharded result: each device computes only its rows.
+        f = jax.jit(mm(), out_shardings=named(None, "x"))
+        a, b = _rand(rng, (bsz, m, k)), _rand(rng, (k, n))
+        got = f(a, b)
+        assert "all-gather" not in f.lower(a, b).compile().as_text()
+        assert np.array_equal(np.asarray(got), np.asarray(jax.jit(mm())(a, b)))
+
+    def grad_data_parallel():
+        # Activations split along the batch, weights replicated: dW is one K-split GEMM whose
+        # partial products are all-reduced; nothing is gathered.
+        def loss(a, w, bias):
+            return hopper_matmul(a, w, bias=bias, activation="silu", out_dtype=f32).sum()
+        _compare(jax.grad(loss, (0, 1, 2)),
+                 (_rand(rng, (bsz, m, k)), _rand(rng, (k, n)), _rand(rng, (n,), f32)),
+                 (named("x"), None, None), all_reduce=True, bound=2e-2)
+
+    def vmap():
+        _compare(jax.vmap(mm(), (0, None)), (_rand(rng, (bsz, m, k)), _rand(rng, (k, n))),
+                 (named("x"), None), all_reduce=False)
+
+    def shard_map():
+        @functools.partial(jax.shard_map, mesh=mesh, in_specs=(P(None, "x"), P("x")),
+                           out_specs=P())
+        def split_k(a, b):
+            return jax.lax.psum(hopper_matmul(a, b, out_dtype=f32), "x")
+
+        _compare(split_k, (_rand(rng, (m, k)), _rand(rng, (k, n))),
+                 (named(None, "x"), named("x")), all_reduce=True, reference=mm())
+
+    return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
+                            batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
+                            vmap, shard_map]))
+
+
+def main():
+    out = {}
+    for name, case in _cases().items():
+        try:
+            out[name] = case() or "ok"
+        except Exception:  # noqa: BLE001 (reported to the parent test, case by case)
+            out[name] = traceback.format_exc()[-3000:]
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
