@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a Hopper machine with jax[cuda] installed (no network needed): build the package, run the
 # whole test suite including the GPU tests, check the kernels' SASS, run the benchmarks, and end
-# with a short summary. Logs go to $OUT (or ./gpu_suite_logs).
+# with a short summary: GEMM benchmark, fused-epilogue benchmark, transformer-layer example.
+# Logs go to $OUT (or ./gpu_suite_logs).
 #   bash scripts/gpu_suite.sh            # everything
 #   SUITE_BENCH=0 bash scripts/gpu_suite.sh   # skip the benchmarks
 set -uo pipefail
@@ -34,6 +35,14 @@ if [ "${SUITE_BENCH:-1}" = 1 ]; then
       ${SUITE_BENCH_ARGS:-} > "$LOGS/bench.log" 2>&1
   bench_rc=$?
   tail -20 "$LOGS/bench.log"
+  echo "== fused vs unfused epilogues"
+  $PY benchmarks/bench_epilogue.py --out-dir "$LOGS" --tag "$(date +%Y%m%d)" \
+      > "$LOGS/epilogue.log" 2>&1 || bench_rc=1
+  tail -5 "$LOGS/epilogue.log"
+  echo "== transformer layer example"
+  $PY examples/transformer_layer.py --json "$LOGS/transformer_layer.json" \
+      > "$LOGS/transformer_layer.log" 2>&1 || bench_rc=1
+  tail -15 "$LOGS/transformer_layer.log"
 fi
 
 echo "== summary"

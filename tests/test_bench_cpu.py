@@ -100,7 +100,7 @@ def test_cli_quick_on_cpu(tmp_path):
     proc = subprocess.run(
         [sys.executable, os.path.join(BENCH_DIR, "bench_gemm.py"), "--quick", "--shapes",
          "256x256x256", "--out-dir", str(tmp_path), "--tag", "t"],
-        capture_output=True, text=True, timeout=120)
+        capture_output=True, text=True, timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((tmp_path / "gemm_t.json").read_text())
     (row,) = data["shapes"]

@@ -1,0 +1,114 @@
+"""Fused vs unfused epilogues on the MLP shapes, side by side in one process (bf16 in/out):
+
+    hopper fused     hopper_matmul(a, b, bias=..., activation=..., residual=...)
+    hopper unfused   hopper_matmul(a, b) followed by the same epilogue in jnp
+    xla              jnp.dot(a, b) followed by the same epilogue (XLA fuses what it can)
+
+    python benchmarks/bench_epilogue.py [--out-dir DIR] [--tag TAG] [--reps 7]
+
+Cases: MLP up 8192x28672x4096 with bias + GELU (tanh), MLP down 8192x4096x14336 with bias +
+residual. Rotating input sets larger than L2, medians (benchmarks/timing.py). Writes
+epilogue_<tag>.json; exit status 1 when a variant's result is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+
+import timing
+
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from jax_hopper import hopper_matmul  # noqa: E402
+
+ERR_LIMIT = 1e-2
+BF16 = jnp.bfloat16
+
+
+def gelu_bias(x, bias):
+    return jax.nn.gelu(x + bias, approximate=True)
+
+
+CASES = {
+    # name: (shape, epilogue in jnp on the bf16 product, hopper_matmul keyword arguments)
+    "mlp_up_bias_gelu": ((8192, 28672, 4096), lambda y, e: gelu_bias(y, e["bias"]),
+                         lambda e: dict(bias=e["bias"], activation="gelu_tanh")),
+    "mlp_down_bias_residual": ((8192, 4096, 14336), lambda y, e: y + e["bias"] + e["residual"],
+                               lambda e: dict(bias=e["bias"], residual=e["residual"])),
+}
+
+
+def variants(epilogue, fused_kwargs, extra):
+    return {
+        "hopper_fused": lambda a, b: hopper_matmul(a, b, **fused_kwargs(extra)),
+        "hopper_unfused": lambda a, b: epilogue(hopper_matmul(a, b), extra),
+        "xla": lambda a, b: epilogue(jnp.dot(a, b), extra),
+    }
+
+
+def reference(a, b, epilogue, extra):
+    y = jnp.dot(a, b, preferred_element_type=jnp.float32)
+    return epilogue(y, {k: v.astype(jnp.float32) for k, v in extra.items()})
+
+
+def bench_case(name, key, reps):
+    (m, n, k), epilogue, fused_kwargs = CASES[name]
+    kb, kr, ks = jax.random.split(key, 3)
+    extra = {"bias": jax.random.normal(kb, (n,), jnp.float32).astype(BF16)}
+    if "residual" in name:
+        extra["residual"] = jax.random.normal(kr, (m, n), jnp.float32).astype(BF16)
+    set_bytes = (m * k + k * n) * 2
+    n_calls = timing.calls_for(2 * m * n * k / 700e12, out_bytes=2 * m * n)
+    n_sets = min(n_calls, timing.n_sets_for(set_bytes))
+    sets = timing.rotating_sets(ks, m, n, k, n_sets)
+    pairs = timing.rotation(sets, n_calls)
+    ref = jax.jit(reference, static_argnums=2)(*sets[0], epilogue, extra)
+    print(f"{name} {m}x{n}x{k}: {n_sets} sets, {n_calls} calls per run", flush=True)
+    rows = {}
+    for vname, f in variants(epilogue, fused_kwargs, extra).items():
+        r = timing.time_chained(timing.chained(f), pairs, reps=reps)
+        err = float(timing.rel_fro_error(r["out"], ref))
+        rows[vname] = dict(ms=r["median_s"] * 1e3, tflops=timing.tflops(m, n, k, r["median_s"]),
+                           times_ms=[t * 1e3 for t in r["times_s"]], rel_err=err,
+                           wrong=not err <= ERR_LIMIT)
+        print(f"  {vname:16s} {rows[vname]['ms']:8.3f} ms {rows[vname]['tflops']:7.1f} TFLOP/s "
+              f" err {err:.1e}", flush=True)
+    return dict(case=name, shape=[m, n, k], variants=rows)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "results"))
+    parser.add_argument("--tag", default=datetime.date.today().strftime("%Y%m%d"))
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    args = parser.parse_args()
+    key = jax.random.key(0)
+    results = [bench_case(c, jax.random.fold_in(key, i), args.reps)
+               for i, c in enumerate(args.cases)]
+    print(f"\n{'case':26s} {'fused ms':>9s} {'unfused':>9s} {'xla':>9s} {'fused/xla':>10s} "
+          f"{'fused/unfused':>14s}")
+    for r in results:
+        v = r["variants"]
+        print(f"{r['case']:26s} {v['hopper_fused']['ms']:9.3f} {v['hopper_unfused']['ms']:9.3f} "
+              f"{v['xla']['ms']:9.3f} {v['xla']['ms'] / v['hopper_fused']['ms']:9.2f}x "
+              f"{v['hopper_unfused']['ms'] / v['hopper_fused']['ms']:13.2f}x")
+    env = dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
+               date=datetime.date.today().isoformat())
+    os.makedirs(args.out_dir, exist_ok=True)
+    path = os.path.join(args.out_dir, f"epilogue_{args.tag}.json")
+    with open(path, "w") as f:
+        json.dump(dict(environment=env, results=results), f, indent=1)
+    print(f"wrote {path}")
+    return 1 if any(v["wrong"] for r in results for v in r["variants"].values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The built extension's machine code: every GEMM instance's mainloop uses wgmma (HGMMA) fed by
+TMA loads (UTMALDG), stores through TMA (UTMASTG), and uses no local memory (no spills).
+
+Needs cuobjdump (CUDA toolkit), not a GPU; the build already treats ptxas warnings (spills,
+"wgmma serialized") as errors, this reads the result back."""
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from jax_hopper import _ffi
+from jax_hopper.gemm import configs
+
+
+def _cuobjdump():
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and os.path.exists(os.path.join(root, "bin", "cuobjdump")):
+            return os.path.join(root, "bin", "cuobjdump")
+    return shutil.which("cuobjdump")
+
+
+CUOBJDUMP = _cuobjdump()
+pytestmark = pytest.mark.skipif(
+    CUOBJDUMP is None, reason="cuobjdump not found (CUDA toolkit without it; the GPU suite has it)")
+
+
+@pytest.fixture(scope="module")
+def extension_path():
+    return _ffi.extension().__file__
+
+
+def _functions(text: str) -> dict[str, str]:
+    """{mangled kernel name: its SASS} from `cuobjdump -sass`."""
+    parts = re.split(r"^\s*Function : (\S+)\s*$", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def test_every_gemm_instance_uses_hgmma_and_tma(extension_path):
+    sass = subprocess.run([CUOBJDUMP, "-sass", extension_path], check=True, capture_output=True,
+                          text=True).stdout
+    gemm = {name: body for name, body in _functions(sass).items() if "sm90_gemm_kernel" in name}
+    assert len(gemm) == len(configs.compiled_instances())
+    for name, body in gemm.items():
+        for opcode in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS"):
+            assert opcode in body, f"{opcode} missing from {name}"
+    tma_ops = {n: b for n, b in _functions(sass).items() if re.search(r"tma_\w+_kernel", n)}
+    assert tma_ops and all("UTMALDG" in b for b in tma_ops.values())
+
+
+def test_no_kernel_uses_local_memory(extension_path):
+    usage = subprocess.run([CUOBJDUMP, "-res-usage", extension_path], check=True,
+                           capture_output=True, text=True).stdout
+    rows = re.findall(r"Function (\S+):\s*\n\s*(REG:\d+ STACK:(\d+) SHARED:\d+ LOCAL:(\d+)[^\n]*)",
+                      usage)
+    assert rows, usage[:2000]
+    for name, line, stack, local in rows:
+        assert int(stack) == 0 and int(local) == 0, f"{name}: {line}"

@@ -1,0 +1,213 @@
+"""jax.vmap, jax.grad and jax.jit around hopper_matmul: the same cases on CPU (reference
+lowering, always) and on an sm_90 GPU (the kernel, marker `gpu`), against float64 / jnp-written
+references. A vmapped call must stay one batched kernel call, never a loop."""
+
+import itertools
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.extend import core as jax_core
+from jax.test_util import check_grads
+
+from gemm_helpers import REL_FROB_BOUND, random_operand, reference64, rel_frob, to64
+from jax_hopper import _ffi, hopper_matmul
+
+ON_GPU = pytest.param("gpu", marks=pytest.mark.gpu)
+PLATFORMS = ["cpu", ON_GPU]
+LAYOUTS = list(itertools.product((False, True), repeat=2))  # (transpose_a, transpose_b)
+ACTIVATIONS = [None, "relu", "gelu_tanh", "gelu", "silu"]
+# Gradients: dz = dy * act'(z) is rounded to bf16 to feed the kernel (as XLA rounds a bf16
+# dot's operands), so the bound is bf16 rounding of the cotangent, not fp32 accumulation.
+GRAD_BOUND = 1.5e-2
+
+
+def _device(platform):
+    return jax.devices("cpu")[0] if platform == "cpu" else _ffi.hopper_devices()[0]
+
+
+def _put(platform, *xs):
+    return [jax.device_put(x, _device(platform)) for x in xs]
+
+
+def _kernel_calls(jaxpr) -> int:
+    """hopper_gemm primitives anywhere in a (closed) jaxpr, sub-jaxprs included."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += eqn.primitive.name == "hopper_gemm"
+        for sub in jax_core.jaxprs_in_params(eqn.params):
+            count += _kernel_calls(sub)
+    return count
+
+
+# ---------------------------------------------------------------- vmap
+
+VMAPS = {
+    # name: (in_axes per vmap level, outermost first; a shape, b shape of one call)
+    "a_only": ([(0, None)], (5, 40, 24), (24, 32)),
+    "b_only": ([(None, 0)], (40, 24), (5, 24, 32)),
+    "both": ([(0, 0)], (5, 40, 24), (5, 24, 32)),
+    "axis_1": ([(1, None)], (40, 5, 24), (24, 32)),
+    "nested_outer_product": ([(None, 0), (0, None)], (3, 40, 24), (4, 24, 32)),
+    "nested_both": ([(0, 0), (0, None)], (2, 3, 40, 24), (2, 24, 32)),
+}
+
+
+def _vmapped(fn, levels):
+    for axes in reversed(levels):
+        fn = jax.vmap(fn, in_axes=axes)
+    return fn
+
+
+def _vmap_reference(a, b, levels):
+    """float64 product of each mapped slice, stacked as vmap stacks them (outermost first)."""
+    if not levels:
+        return reference64(a, b)
+    (ax_a, ax_b), rest = levels[0], levels[1:]
+    size = a.shape[ax_a] if ax_a is not None else b.shape[ax_b]
+    take = lambda x, ax, i: x if ax is None else np.take(x, i, axis=ax)  # noqa: E731
+    return np.stack([_vmap_reference(take(a, ax_a, i), take(b, ax_b, i), rest)
+                     for i in range(size)])
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("case", list(VMAPS))
+def test_vmap_is_one_batched_kernel_call(rng, platform, case):
+    levels, a_shape, b_shape = VMAPS[case]
+    a, b = _put(platform, random_operand(rng, a_shape, "bfloat16"),
+                random_operand(rng, b_shape, "bfloat16"))
+    f = _vmapped(lambda a, b: hopper_matmul(a, b, out_dtype=jnp.float32), levels)
+    assert _kernel_calls(jax.make_jaxpr(f)(a, b).jaxpr) == 1
+    got = jax.jit(f)(a, b)
+    want = _vmap_reference(to64(a), to64(b), levels)
+    assert rel_frob(got, want) < REL_FROB_BOUND["float32"]
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_vmap_with_epilogue_operands(rng, platform):
+    """A vmapped bias/residual: the kernel computes the product once, jnp the epilogue."""
+    a = random_operand(rng, (40, 24), "bfloat16")
+    b = random_operand(rng, (24, 32), "bfloat16")
+    bias = random_operand(rng, (3, 32), "float32")
+    res = random_operand(rng, (3, 40, 32), "float32")
+    a, b, bias, res = _put(platform, a, b, bias, res)
+    f = jax.vmap(lambda bias, res: hopper_matmul(a, b, bias=bias, residual=res, activation="silu",
+                                                 beta=0.5, out_dtype=jnp.float32))
+    got = jax.jit(f)(bias, res)
+    for i in range(3):
+        want = reference64(a, b, bias=bias[i], residual=res[i], activation="silu", beta=0.5)
+        assert rel_frob(got[i], want) < REL_FROB_BOUND["float32"]
+
+
+# ---------------------------------------------------------------- grad
+
+def _loss_pair(transpose_a, transpose_b, activation, alpha=1.0, beta=1.0):
+    """The same loss through hopper_matmul and through jnp (float32 math on the same inputs)."""
+    def ours(a, b, bias, res, w):
+        y = hopper_matmul(a, b, bias=bias, residual=res, activation=activation, alpha=alpha,
+                          beta=beta, transpose_a=transpose_a, transpose_b=transpose_b,
+                          out_dtype=jnp.float32)
+        return jnp.sum(y * w)
+
+    def theirs(a, b, bias, res, w):
+        a32, b32 = a.astype(jnp.float32), b.astype(jnp.float32)
+        a32 = a32.swapaxes(-1, -2) if transpose_a else a32
+        b32 = b32.swapaxes(-1, -2) if transpose_b else b32
+        z = alpha * jnp.matmul(a32, b32, precision="highest") + bias
+        act = {None: lambda x: x, "relu": jax.nn.relu,
+               "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+               "gelu": lambda x: jax.nn.gelu(x, approximate=False), "silu": jax.nn.silu}
+        return jnp.sum((act[activation](z) + beta * res) * w)
+    return ours, theirs
+
+
+def _grad_operands(rng, m, n, k, transpose_a, transpose_b, batch=()):
+    a = random_operand(rng, (*batch, k, m) if transpose_a else (*batch, m, k), "bfloat16")
+    b = random_operand(rng, (n, k) if transpose_b else (k, n), "bfloat16")
+    bias = random_operand(rng, (n,), "float32")
+    res = random_operand(rng, (*batch, m, n), "float32")
+    w = random_operand(rng, (*batch, m, n), "float32")
+    return a, b, bias, res, w
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS)
+def test_grad_matches_jnp(rng, platform, activation, transpose_a, transpose_b):
+    args = _put(platform, *_grad_operands(rng, 136, 200, 72, transpose_a, transpose_b))
+    ours, theirs = _loss_pair(transpose_a, transpose_b, activation, alpha=0.75, beta=-2.0)
+    got = jax.jit(jax.grad(ours, argnums=(0, 1, 2, 3)))(*args)
+    want = jax.jit(jax.grad(theirs, argnums=(0, 1, 2, 3)))(*args)
+    for name, g, w in zip(("a", "b", "bias", "residual"), got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, name
+        err = rel_frob(g, to64(w))
+        assert err < GRAD_BOUND, (name, err)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_grad_of_batched_call_against_shared_weight_under_vmap(rng, platform):
+    """jit(vmap(grad)): per-example gradients; the weight is shared by the inner batch."""
+    a, b, bias, res, w = _put(platform, *_grad_operands(rng, 40, 64, 48, False, False,
+                                                        batch=(3, 2)))
+    ours, theirs = _loss_pair(False, False, "gelu_tanh")
+    got = jax.jit(jax.vmap(jax.grad(ours, argnums=(0, 1)), in_axes=(0, None, None, 0, 0)))(
+        a, b, bias, res, w)
+    want = jax.jit(jax.vmap(jax.grad(theirs, argnums=(0, 1)), in_axes=(0, None, None, 0, 0)))(
+        a, b, bias, res, w)
+    for g, ref in zip(got, want):
+        assert g.shape == ref.shape
+        assert rel_frob(g, to64(ref)) < GRAD_BOUND
+
+
+def test_check_grads_numerically():
+    """Finite differences of the reference lowering (fp16 inputs, fp32 out): the VJP rule's
+    algebra, independent of any hand-written jnp gradient."""
+    rng = np.random.default_rng(0)
+    for (ta, tb), act in zip(LAYOUTS, ("gelu", "silu", None, "gelu_tanh")):
+        a = random_operand(rng, (8, 16) if ta else (16, 8), "float16")
+        b = random_operand(rng, (24, 8) if tb else (8, 24), "float16")
+        bias = random_operand(rng, (24,), "float32")
+
+        def f(a, b, bias, ta=ta, tb=tb, act=act):
+            return hopper_matmul(a, b, bias=bias, activation=act, transpose_a=ta,
+                                 transpose_b=tb, out_dtype=jnp.float32)
+        check_grads(f, (a, b, bias), order=1, modes=("rev",), eps=2e-2, atol=5e-2, rtol=5e-2)
+
+
+# ---------------------------------------------------------------- CUDA graphs
+
+_GRAPH_CHILD = r"""
+import jax, jax.numpy as jnp, numpy as np, sys
+sys.path.insert(0, {tests!r})
+from gemm_helpers import reference64, rel_frob
+from jax_hopper import hopper_matmul
+a = jax.random.normal(jax.random.key(0), (512, 256), jnp.float32).astype(jnp.bfloat16)
+b = jax.random.normal(jax.random.key(1), (256, 384), jnp.float32).astype(jnp.bfloat16)
+f = jax.jit(lambda a, b: jnp.tanh(hopper_matmul(jnp.sin(a), b, activation="relu")) * 2)
+hlo = f.lower(a, b).compile().as_text()
+blocks = [blk for blk in hlo.split("\n\n") if "command_buffer" in blk.split("\n")[0]]
+print("CAPTURED", any("jax_hopper_gemm" in blk for blk in blocks))
+want = 2 * np.tanh(reference64(jnp.sin(a), b, activation="relu"))
+for _ in range(3):
+    print("ERR", rel_frob(f(a, b).astype(jnp.float32), want))
+"""
+
+
+@pytest.mark.gpu
+def test_gemm_runs_inside_an_xla_command_buffer():
+    """The handler is marked command-buffer compatible: XLA captures it into a CUDA graph
+    (with custom calls enabled for command buffers) and the replays compute the right thing."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    flags = ("--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL "
+             "--xla_gpu_graph_min_graph_size=1")
+    proc = subprocess.run([sys.executable, "-c", _GRAPH_CHILD.format(tests=tests)],
+                          env={**os.environ, "XLA_FLAGS": flags}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "CAPTURED True" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    errors = [float(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("ERR")]
+    assert len(errors) == 3 and max(errors) < REL_FROB_BOUND["bfloat16"], errors
