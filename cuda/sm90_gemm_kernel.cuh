@@ -12,7 +12,8 @@
 //                                       the boxes stack into one K-major SW128 layout.
 //   MN-major (A as (K,M), B as (K,N)):  box j holds columns 64j..64j+63, all 64 k rows;
 //                                       wgmma reads it with the transpose bit set.
-// jax_hopper/layout/ derives the same descriptor numbers (tests compare them).
+// jax_hopper/layout/ derives the same descriptor numbers; tests/test_layout_smem.py checks the
+// model against the constants used below (LBO 16 / 8192, SBO 1024, k-steps 32 / 2048 bytes).
 #pragma once
 
 #include <cuda.h>

@@ -1,7 +1,7 @@
 // The wgmma shared-memory matrix descriptor as documented bit fields.
 // PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/#asynchronous-warpgroup-level-matrix-shared-memory-layout-matrix-descriptor
 // The Python model of the same fields is jax_hopper/layout/smem_layout.py (WgmmaDescFields);
-// tests compare the two encodings.
+// tests/test_layout_smem.py checks that model against the constants the kernel passes here.
 #pragma once
 
 #include <cstdint>

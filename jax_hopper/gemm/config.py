@@ -26,7 +26,7 @@ class GemmConfig:
     cluster_m: int = 1
     cluster_n: int = 1
     raster: str = "m"
-    group_size: int = 8
+    group_size: int = 16
     swizzle: str = "128B"
     a_mn_major: bool | None = None
     b_mn_major: bool | None = None
