@@ -1,0 +1,123 @@
+"""CPU tests of examples/transformer_layer.py: the CLI end to end on a tiny layer, that every
+projection of the hopper version is a hopper_matmul (and none of the jnp version is), and that
+the numerical check fails, with exit status 1, when a projection computes the wrong thing."""
+
+import collections
+import functools
+import importlib.util
+import json
+import math
+import os
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.extend.core import ClosedJaxpr, Jaxpr
+
+import jax_hopper
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       "examples", "transformer_layer.py")
+D, D_FF, HEADS, BATCH, SEQ = 64, 128, 2, 2, 16
+TINY = ["--d-model", str(D), "--d-ff", str(D_FF), "--heads", str(HEADS), "--batch", str(BATCH),
+        "--seq", str(SEQ), "--reps", "2"]
+PARAMS = ("ln1", "w_qkv", "w_o", "ln2", "w_gate_up", "w_down")
+
+
+@pytest.fixture(scope="module")
+def example():
+    spec = importlib.util.spec_from_file_location("transformer_layer", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def inputs(example):
+    kp, kx = jax.random.split(jax.random.key(3))
+    params = example.init_params(kp, D, D_FF)
+    x = jax.random.normal(kx, (BATCH, SEQ, D), jnp.float32).astype(jnp.bfloat16)
+    return params, x, jnp.zeros(x.shape, jnp.float32)
+
+
+def test_cli_writes_a_sane_table_and_json(example, tmp_path, capsys):
+    path = tmp_path / "results.json"
+    assert example.main(TINY + ["--json", str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert "numerical check: passed" in printed and "FAIL" not in printed
+    assert "no Hopper GPU" in printed  # these tests run where there is none
+    r = json.loads(path.read_text())
+    assert r["config"]["d_model"] == D and r["tokens"] == BATCH * SEQ
+    assert r["output_shape"] == [BATCH, SEQ, D] and r["dtype"] == "bfloat16"
+    assert r["passed"] is True
+    assert set(r["errors"]) == {"output", "loss"} | {f"grad {k}" for k in PARAMS}
+    for k, e in r["errors"].items():
+        assert math.isfinite(e) and 0 <= e <= r["bounds"][k], (k, e)
+    for version in ("hopper", "jnp"):
+        assert math.isfinite(r["loss"][version]) and r["loss"][version] > 0
+        for key in ("forward_s", "train_step_s"):
+            t = r["times_s"][version][key]
+            assert 0 < t < 60
+            assert r["tokens_per_s"][version][key] == pytest.approx(BATCH * SEQ / t)
+    for key in ("forward_s", "train_step_s"):
+        assert r["speedup"][key] == pytest.approx(r["times_s"]["jnp"][key]
+                                                  / r["times_s"]["hopper"][key])
+
+
+def test_every_projection_calls_hopper_matmul(example, inputs):
+    params, x, _ = inputs
+    m = BATCH * SEQ
+    with mock.patch.object(example, "hopper_matmul", wraps=jax_hopper.hopper_matmul) as spy:
+        out = jax.jit(example.make_layer(example.hopper_dense, HEADS))(params, x)
+        calls = [(c.args[0].shape, c.args[1].shape, c.kwargs.get("residual") is not None)
+                 for c in spy.call_args_list]
+        assert calls == [((m, D), (D, 3 * D), False),        # q, k, v in one GEMM
+                         ((m, D), (D, D), True),             # output projection + residual
+                         ((m, D), (D, 2 * D_FF), False),     # gate and up in one GEMM
+                         ((m, D_FF), (D_FF, D), True)]       # down projection + residual
+        spy.reset_mock()
+        jax.jit(example.make_layer(example.jnp_dense, HEADS))(params, x)
+        assert spy.call_count == 0
+    assert out.shape == x.shape and out.dtype == jnp.bfloat16
+
+
+def _count_primitives(jaxpr, counts=None):
+    """Primitive names in a jaxpr and every jaxpr nested in its equations' parameters."""
+    counts = collections.Counter() if counts is None else counts
+    for eqn in jaxpr.eqns:
+        counts[eqn.primitive.name] += 1
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(sub, (ClosedJaxpr, Jaxpr)):
+                    _count_primitives(getattr(sub, "jaxpr", sub), counts)
+    return counts
+
+
+def test_hopper_version_leaves_only_attention_to_xla_dots(example, inputs):
+    """Forward: 4 kernel GEMMs; gradient: 4 + 2 per projection (dA, dB). The dot_generals left
+    are the attention's, as many as the jnp version has beyond its 6 or 18 projection dots."""
+    params, x, target = inputs
+    counts = {}
+    for name, dense in (("hopper", example.hopper_dense), ("jnp", example.jnp_dense)):
+        layer = example.make_layer(dense, HEADS)
+        grad = jax.grad(functools.partial(example.mse_loss, layer))
+        counts[name] = (_count_primitives(jax.make_jaxpr(layer)(params, x).jaxpr),
+                        _count_primitives(jax.make_jaxpr(grad)(params, x, target).jaxpr))
+    (h_fwd, h_grad), (j_fwd, j_grad) = counts["hopper"], counts["jnp"]
+    assert (h_fwd["hopper_gemm"], h_grad["hopper_gemm"]) == (4, 12)
+    assert (j_fwd["hopper_gemm"], j_grad["hopper_gemm"]) == (0, 0)
+    assert h_fwd["dot_general"] == j_fwd["dot_general"] - 4
+    assert h_grad["dot_general"] == j_grad["dot_general"] - 12
+
+
+def test_wrong_projection_fails_the_check(example, capsys):
+    """A 5% scale error in every hopper projection must trip the bounds and exit with 1.
+    (Timing is stubbed out: it compiles two more programs per version and checks nothing.)"""
+    def scaled_dense(h, w, residual=None):
+        return example.hopper_matmul(h, w, residual=residual, alpha=1.05)
+
+    with mock.patch.object(example, "hopper_dense", scaled_dense), \
+            mock.patch.object(example, "median_seconds", lambda *args, **kwargs: 1.0):
+        assert example.main(TINY) == 1
+    assert "numerical check: FAILED" in capsys.readouterr().out
