@@ -53,7 +53,8 @@ __device__ __forceinline__ float erf_fast(float z) {
   return copysignf(1.0f - poly * __expf(-a * a), z);
 }
 
-struct Relu { __device__ float operator()(float x) const { return fmaxf(x, 0.0f); } };
+// x < 0 ? 0 : x rather than fmaxf(x, 0), which would turn NaN into 0 (jnp.maximum keeps NaN).
+struct Relu { __device__ float operator()(float x) const { return x < 0.0f ? 0.0f : x; } };
 struct GeluTanh {
   __device__ float operator()(float x) const {
     return 0.5f * x * (1.0f + tanh_fast(0.7978845608028654f * (x + 0.044715f * x * x * x)));

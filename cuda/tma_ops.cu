@@ -152,8 +152,14 @@ cudaError_t launch(Kernel kernel, int64_t ctas, int threads, uint32_t smem, int 
   if (ctas < 1 || ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
   if (smem > kDefaultSmemCap) {
     // Always the same (maximal) value, so concurrent launches with other box sizes cannot race.
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         kSmemOptIn);
+    // NOTES: the opt-in limit counts static shared memory too (the kernels' mbarrier, 16 bytes
+    // per ptxas): asking for the whole 227 KB as dynamic memory fails with InvalidValue.
+    cudaFuncAttributes fa = {};
+    cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
+    if (e != cudaSuccess) return e;
+    const uint32_t dynamic_cap = kSmemOptIn - static_cast<uint32_t>(fa.sharedSizeBytes);
+    if (smem > dynamic_cap) return cudaErrorInvalidValue;
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_cap);
     if (e != cudaSuccess) return e;
   }
   cudaLaunchAttribute attr[1];

@@ -491,14 +491,14 @@ def tma_violations(op, shape, dtype, box, swizzle, cluster_size):
     if unaddressable(shape):
         bad.add(name)
     box_bytes = rows_b * inner
-    if _round_up(box_bytes, 128) + 1024 > SMEM_LIMIT:
+    if _round_up(box_bytes, 128) + 1024 + 16 > SMEM_LIMIT:  # + the kernels' static mbarrier
         bad.add("box")
     if op == "multicast":
         if cluster_size not in (2, 4):
             bad.add("cluster_size")
         elif rows_b % cluster_size:
             bad |= {"box", "cluster_size"}
-        elif cluster_size * _round_up(box_bytes // cluster_size, 1024) + 1024 > SMEM_LIMIT:
+        elif cluster_size * _round_up(box_bytes // cluster_size, 1024) + 1024 + 16 > SMEM_LIMIT:
             bad.add("box")
         elif unaddressable((cluster_size, *shape)):
             bad.add("output")

@@ -13,6 +13,8 @@ from unittest import mock
 import jax
 import jax.numpy as jnp
 import pytest
+
+from jax_hopper import _ffi
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
 import jax_hopper
@@ -46,7 +48,8 @@ def test_cli_writes_a_sane_table_and_json(example, tmp_path, capsys):
     assert example.main(TINY + ["--json", str(path)]) == 0
     printed = capsys.readouterr().out
     assert "numerical check: passed" in printed and "FAIL" not in printed
-    assert "no Hopper GPU" in printed  # these tests run where there is none
+    # The reference lowering says so; on a Hopper GPU (the GPU suite) the kernel runs.
+    assert ("no Hopper GPU" in printed) == (not _ffi.hopper_devices())
     r = json.loads(path.read_text())
     assert r["config"]["d_model"] == D and r["tokens"] == BATCH * SEQ
     assert r["output_shape"] == [BATCH, SEQ, D] and r["dtype"] == "bfloat16"

@@ -157,9 +157,14 @@ def check_addressable(name: str, shape: Sequence[int], dtype) -> None:
                          f"(TMA dims innermost first: cols, rows, batch){hint}") from None
 
 
+# The op kernels' static shared memory (one mbarrier, 16 bytes per ptxas -v) counts against the
+# same per-block limit as the dynamic bytes (cuda/tma_ops.cu, launch).
+OP_STATIC_SMEM_BYTES = 16
+
+
 def check_box_smem(box: tuple[int, int], nbytes: int) -> None:
     try:
-        check_smem_budget(nbytes)
+        check_smem_budget(nbytes + OP_STATIC_SMEM_BYTES)
     except ValueError as e:
         raise ValueError(f"box=(rows={box[0]}, cols={box[1]}) does not fit in shared memory: "
                          f"{e}") from None
