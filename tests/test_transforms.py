@@ -188,26 +188,28 @@ from jax_hopper import hopper_matmul
 a = jax.random.normal(jax.random.key(0), (512, 256), jnp.float32).astype(jnp.bfloat16)
 b = jax.random.normal(jax.random.key(1), (256, 384), jnp.float32).astype(jnp.bfloat16)
 f = jax.jit(lambda a, b: jnp.tanh(hopper_matmul(jnp.sin(a), b, activation="relu")) * 2)
-hlo = f.lower(a, b).compile().as_text()
-blocks = [blk for blk in hlo.split("\n\n") if "command_buffer" in blk.split("\n")[0]]
-print("CAPTURED", any("jax_hopper_gemm" in blk for blk in blocks))
 want = 2 * np.tanh(reference64(jnp.sin(a), b, activation="relu"))
 for _ in range(3):
-    print("ERR", rel_frob(f(a, b).astype(jnp.float32), want))
+    print("ERR", rel_frob(f(a, b).astype(jnp.float32), want), flush=True)
 """
 
 
 @pytest.mark.gpu
 def test_gemm_runs_inside_an_xla_command_buffer():
-    """The handler is marked command-buffer compatible: XLA captures it into a CUDA graph
-    (with custom calls enabled for command buffers) and the replays compute the right thing."""
+    """The handler is marked command-buffer compatible: with custom calls enabled for command
+    buffers, XLA's thunk-level conversion pass puts the GEMM into a CUDA-graph command buffer
+    (its log names the thunks it captures; the conversion happens after HLO, so the compiled
+    HLO text does not show it) and the replays compute the right thing."""
     tests = os.path.dirname(os.path.abspath(__file__))
-    flags = ("--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL "
-             "--xla_gpu_graph_min_graph_size=1")
-    proc = subprocess.run([sys.executable, "-c", _GRAPH_CHILD.format(tests=tests)],
-                          env={**os.environ, "XLA_FLAGS": flags}, capture_output=True, text=True,
-                          timeout=300)
+    env = {**os.environ,
+           "XLA_FLAGS": "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL "
+                        "--xla_gpu_graph_min_graph_size=1",
+           "TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "command_buffer_conversion_pass=1"}
+    proc = subprocess.run([sys.executable, "-c", _GRAPH_CHILD.format(tests=tests)], env=env,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "CAPTURED True" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    captured = [line for line in proc.stderr.splitlines()
+                if "Creating command buffer thunk with the following thunks" in line]
+    assert any("hopper_gemm" in line for line in captured), "\n".join(captured) or proc.stderr[-3000:]
     errors = [float(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("ERR")]
     assert len(errors) == 3 and max(errors) < REL_FROB_BOUND["bfloat16"], errors
