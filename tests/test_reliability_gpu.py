@@ -132,4 +132,4 @@ def test_arrays_on_a_second_gpu_run_there(rng):
     out = jax.jit(lambda a, b: hopper_matmul(a, b, out_dtype=jnp.float32, strict=True))(a, b)
     assert out.devices() == {devices[1]}
     assert rel_frob(out, reference64(a, b)) < REL_FROB_BOUND["float32"]
-    assert _device_bytes(devices[0]) == before
+    assert _device_bytes(devices[0]) <= before  # nothing allocated on the first GPU

@@ -204,7 +204,9 @@ def test_gemm_runs_inside_an_xla_command_buffer():
     env = {**os.environ,
            "XLA_FLAGS": "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL "
                         "--xla_gpu_graph_min_graph_size=1",
-           "TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "command_buffer_conversion_pass=1"}
+           "TF_CPP_MIN_LOG_LEVEL": "0",
+           # The pass logs the thunks it captures above verbosity 1 (seen at 5, jax 0.11.2).
+           "TF_CPP_VMODULE": "command_buffer_conversion_pass=5"}
     proc = subprocess.run([sys.executable, "-c", _GRAPH_CHILD.format(tests=tests)], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
