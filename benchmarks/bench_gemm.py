@@ -3,6 +3,7 @@ and jax_hopper.hopper_matmul (default config plus --hopper-configs variants).
 
     python benchmarks/bench_gemm.py                      # default shapes, ~4 min on an H100
     python benchmarks/bench_gemm.py --quick              # three shapes, one Pallas config
+    python benchmarks/bench_gemm.py --transformer        # one layer's GEMMs (fwd + bwd, 11 shapes)
     python benchmarks/bench_gemm.py --shapes 8192x8192x8192 4096 \\
         --hopper-configs '[{"cluster_m": 2}, {"raster": "n", "group_size": 16}]'
 
@@ -69,6 +70,21 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     if len(dims) != 3 or min(dims) <= 0:
         raise argparse.ArgumentTypeError(f"shape {text!r}: want MxNxK or N")
     return tuple(dims)
+
+
+def transformer_shapes(text: str) -> list[tuple[int, int, int]]:
+    """'TOKENS,D_MODEL,D_FF' -> the GEMMs of one decoder layer as examples/transformer_layer.py
+    runs them (fused QKV, output, fused gate+up, down), forward then backward (dX = dY W^T,
+    dW = X^T dY), each shape once."""
+    try:
+        t, d, f = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"transformer {text!r}: want TOKENS,D_MODEL,D_FF") from None
+    projections = [(d, 3 * d), (d, d), (d, 2 * f), (f, d)]  # (in, out) of each weight
+    forward = [(t, n, k) for k, n in projections]
+    grad_x = [(t, k, n) for k, n in projections]
+    grad_w = [(k, n, t) for k, n in projections]
+    return list(dict.fromkeys(forward + grad_x + grad_w))
 
 
 def shape_name(shape) -> str:
@@ -242,6 +258,10 @@ def environment() -> dict:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", nargs="+", type=parse_shape, help="MxNxK (or N for a cube) ...")
+    p.add_argument("--transformer", nargs="?", const="8192,4096,14336", type=transformer_shapes,
+                   metavar="TOKENS,D_MODEL,D_FF",
+                   help="the forward and backward GEMMs of one transformer layer "
+                        "(default 8192,4096,14336: examples/transformer_layer.py's size)")
     p.add_argument("--quick", action="store_true",
                    help=f"shapes {', '.join(map(shape_name, QUICK_SHAPES))} and one Pallas config")
     p.add_argument("--impls", default="xla,pallas,hopper", help="comma list of xla,pallas,hopper")
@@ -261,7 +281,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    shapes = args.shapes or (QUICK_SHAPES if args.quick else DEFAULT_SHAPES)
+    shapes = (args.shapes or args.transformer or
+              (QUICK_SHAPES if args.quick else DEFAULT_SHAPES))
     impls = set(args.impls.split(","))
     pallas_cfgs = args.pallas_configs or PALLAS_CONFIGS
     if args.quick and args.pallas_configs is None:

@@ -1,6 +1,7 @@
 """CPU smoke tests of the GEMM benchmark: timing helpers on plain jnp functions, the CLI end to
 end on one tiny shape, and the pass/fail bookkeeping with a stand-in for jax_hopper."""
 
+import argparse
 import json
 import os
 import subprocess
@@ -79,6 +80,17 @@ def test_calls_for_bounds():
     assert timing.calls_for(1.0, out_bytes=1) == 10
     assert timing.calls_for(1e-9, out_bytes=1) == 100
     assert timing.calls_for(1e-3, out_bytes=int(2e9)) == 4  # 8 GB of outputs at most
+
+
+def test_transformer_shapes_cover_forward_and_backward():
+    shapes = bench_gemm.transformer_shapes("8192,4096,14336")
+    assert shapes[:4] == [(8192, 12288, 4096), (8192, 4096, 4096), (8192, 28672, 4096),
+                          (8192, 4096, 14336)]
+    assert (8192, 14336, 4096) in shapes and (14336, 4096, 8192) in shapes  # dX, dW of down
+    # The output projection's dX has its forward shape (d x d weight): listed once.
+    assert len(shapes) == len(set(shapes)) == 11
+    with pytest.raises(argparse.ArgumentTypeError, match="TOKENS,D_MODEL,D_FF"):
+        bench_gemm.transformer_shapes("8192x4096")
 
 
 def test_parse_shape():
