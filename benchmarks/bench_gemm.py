@@ -79,7 +79,8 @@ def transformer_shapes(text: str) -> list[tuple[int, int, int]]:
     try:
         t, d, f = (int(v) for v in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"transformer {text!r}: want TOKENS,D_MODEL,D_FF") from None
+        raise argparse.ArgumentTypeError(
+            f"transformer {text!r}: want TOKENS,D_MODEL,D_FF") from None
     projections = [(d, 3 * d), (d, d), (d, 2 * f), (f, d)]  # (in, out) of each weight
     forward = [(t, n, k) for k, n in projections]
     grad_x = [(t, k, n) for k, n in projections]

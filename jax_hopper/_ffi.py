@@ -39,7 +39,8 @@ def register_targets() -> bool:
 
 def is_hopper(device: jax.Device) -> bool:
     """True for a CUDA device of compute capability 9.x (H100/H200)."""
-    return device.platform == "gpu" and str(getattr(device, "compute_capability", "")).startswith("9")
+    capability = str(getattr(device, "compute_capability", ""))
+    return device.platform == "gpu" and capability.startswith("9")
 
 
 def hopper_devices() -> list[jax.Device]:

@@ -366,7 +366,8 @@ def test_config_checks_the_smem_budget_even_for_a_listed_tile(monkeypatch):
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    pytest.param(dict(out_dtype="fp8"), r"^out_dtype='fp8' is not a dtype", id="out_dtype-not-a-dtype"),
+    pytest.param(dict(out_dtype="fp8"), r"^out_dtype='fp8' is not a dtype",
+                 id="out_dtype-not-a-dtype"),
     pytest.param(dict(activation=["relu"]), r"^activation=\['relu'\] must be one of",
                  id="activation-unhashable"),
     pytest.param(dict(alpha="2"), r"^alpha='2' must be a real", id="alpha-not-a-number"),

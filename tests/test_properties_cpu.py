@@ -181,7 +181,8 @@ def test_valid_calls_run_and_match_float64(call, strict):
             return
         out = call(a, b, arrays)
     fell_back = [w for w in caught if "falls back" in str(w.message)]
-    assert bool(fell_back) == bool(facts["unaddressable"]), (facts, [str(w.message) for w in caught])
+    messages = [str(w.message) for w in caught]
+    assert bool(fell_back) == bool(facts["unaddressable"]), (facts, messages)
     out_dtype = jnp.dtype(kwargs["out_dtype"] or facts["dtype"])
     assert out.shape == facts["out_shape"] and out.dtype == out_dtype
     ref = reference64(a, b, **{k: v for k, v in kwargs.items()

@@ -212,6 +212,7 @@ def test_gemm_runs_inside_an_xla_command_buffer():
     assert proc.returncode == 0, proc.stderr[-3000:]
     captured = [line for line in proc.stderr.splitlines()
                 if "Creating command buffer thunk with the following thunks" in line]
-    assert any("hopper_gemm" in line for line in captured), "\n".join(captured) or proc.stderr[-3000:]
+    why = "\n".join(captured) or proc.stderr[-3000:]
+    assert any("hopper_gemm" in line for line in captured), why
     errors = [float(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("ERR")]
     assert len(errors) == 3 and max(errors) < REL_FROB_BOUND["bfloat16"], errors
