@@ -63,9 +63,7 @@ def bench_case(name, key, reps):
     extra = {"bias": jax.random.normal(kb, (n,), jnp.float32).astype(BF16)}
     if "residual" in name:
         extra["residual"] = jax.random.normal(kr, (m, n), jnp.float32).astype(BF16)
-    set_bytes = (m * k + k * n) * 2
-    n_calls = timing.calls_for(2 * m * n * k / 700e12, out_bytes=2 * m * n)
-    n_sets = min(n_calls, timing.n_sets_for(set_bytes))
+    n_calls, n_sets = timing.call_plan(m, n, k)
     sets = timing.rotating_sets(ks, m, n, k, n_sets)
     pairs = timing.rotation(sets, n_calls)
     ref = jax.jit(reference, static_argnums=2)(*sets[0], epilogue, extra)

@@ -154,13 +154,7 @@ def error_text(e: Exception) -> str:
 def bench_shape(shape, variants: dict, skipped: dict, impl_of: dict, args, key) -> dict:
     m, n, k = shape
     set_bytes = (m * k + k * n) * 2
-    # Guess of one call's time on an H100 (700 TFLOP/s, 2.5 TB/s) to pick how many calls fill
-    # ~30 ms; on a CPU (smoke tests) a few calls are enough.
-    est_s = max(2 * m * n * k / 700e12, (set_bytes + 2 * m * n) / 2.5e12)
-    n_calls = args.calls or (timing.calls_for(est_s, out_bytes=2 * m * n)
-                             if jax.default_backend() == "gpu" else 3)
-    # Sets beyond n_calls would never be read.
-    n_sets = min(n_calls, timing.n_sets_for(set_bytes, args.min_set_mb * 1e6))
+    n_calls, n_sets = timing.call_plan(m, n, k, args.calls, args.min_set_mb * 1e6)
     sets = timing.rotating_sets(key, m, n, k, n_sets)
     pairs = timing.rotation(sets, n_calls)
     ref = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))(*sets[0])

@@ -93,6 +93,13 @@ def test_transformer_shapes_cover_forward_and_backward():
         bench_gemm.transformer_shapes("8192x4096")
 
 
+def test_call_plan_never_has_more_sets_than_calls():
+    calls, sets = timing.call_plan(256, 256, 256, calls=5, min_set_bytes=1e9)
+    assert (calls, sets) == (5, 5)
+    calls, sets = timing.call_plan(4096, 4096, 4096, calls=40)
+    assert calls == 40 and sets == timing.n_sets_for(2 * (4096 * 4096 * 2), 200e6)
+
+
 def test_parse_shape():
     assert bench_gemm.parse_shape("4000x3000x2056") == (4000, 3000, 2056)
     assert bench_gemm.parse_shape("256") == (256, 256, 256)

@@ -124,8 +124,9 @@ def _parse_dtype(name, value):
 
 def _scalar(name, value) -> float:
     """alpha and beta are static Python numbers: they select the kernel's epilogue."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)) \
-            and not (isinstance(value, (np.ndarray, jax.Array)) and value.shape == ()):
+    scalar = isinstance(value, (int, float, np.number)) or (
+        isinstance(value, (np.ndarray, jax.Array)) and value.shape == ())
+    if not scalar or isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name}={value!r} must be a real Python or NumPy scalar (a static "
                          "epilogue constant), not a string or an array")
     try:

@@ -25,5 +25,4 @@ def choose_config(m: int, n: int, k: int, batch: int = 1,
     tiles = tiles_m * math.ceil(n / tile.block_n) * batch
     cluster_m = 2 if tiles_m >= 2 and tiles >= 2 * num_sms else 1
     return GemmConfig(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
-                      stages=tile.stages, cluster_m=cluster_m, cluster_n=1, raster="m",
-                      group_size=GemmConfig.group_size)
+                      stages=tile.stages, cluster_m=cluster_m, cluster_n=1, raster="m")

@@ -128,11 +128,9 @@ def _jitted_bind(params: tuple):
 # Eager binds run through a cached jit so the custom call is lowered once per parameter set.
 hopper_gemm_p.def_impl(lambda *args, **params: _jitted_bind(freeze(params))(*args))
 hopper_gemm_p.def_abstract_eval(_abstract_eval)
-mlir.register_lowering(hopper_gemm_p, mlir.lower_fun(reference, multiple_results=False),
-                       platform="cpu")
+_reference_lowering = mlir.lower_fun(reference, multiple_results=False)
+mlir.register_lowering(hopper_gemm_p, _reference_lowering, platform="cpu")
 # A CUDA machine without a Hopper GPU (or without the built extension) runs the reference too.
-if _ffi.hopper_devices() and _ffi.register_targets():
-    mlir.register_lowering(hopper_gemm_p, _cuda_lowering, platform="cuda")
-else:
-    mlir.register_lowering(hopper_gemm_p, mlir.lower_fun(reference, multiple_results=False),
-                           platform="cuda")
+mlir.register_lowering(hopper_gemm_p,
+                       _cuda_lowering if _ffi.hopper_devices() and _ffi.register_targets()
+                       else _reference_lowering, platform="cuda")
