@@ -16,6 +16,9 @@ struct GemmLaunch {
   const CUtensorMap* d;
   int device;
   cudaStream_t stream;
+  // Stream-K workspace (XLA's scratch result): sm90_gemm_workspace_slots() slots.
+  void* workspace;
+  int64_t workspace_bytes;
 };
 
 using GemmLaunchFn = cudaError_t (*)(const GemmLaunch&);
@@ -24,6 +27,10 @@ using GemmLaunchFn = cudaError_t (*)(const GemmLaunch&);
 // jax_hopper/gemm/configs.py (generated sources, see CMakeLists.txt).
 template <DType TIN, int BM, int BN, int BK, int STAGES, bool A_MN, bool B_MN>
 cudaError_t launch_sm90_gemm(const GemmLaunch& l);
+
+// Bytes of one stream-K workspace slot: a CTA's fp32 partial tile and its two consumer
+// warpgroups' ready flags. jax_hopper/gemm/config.py sizes the workspace with the same formula.
+constexpr int64_t sm90_gemm_slot_bytes(int bm, int bn) { return int64_t(bm) * bn * 4 + 8; }
 
 // Shared memory one instance needs, for the handler's error messages and Python's checks.
 constexpr int sm90_gemm_smem_bytes(int bm, int bn, int bk, int stages) {

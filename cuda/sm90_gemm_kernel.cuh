@@ -6,6 +6,8 @@
 //   warpgroups 1, 2 (consumers): rows 0-63 and 64-127 of the 128 x BN tile; wgmma m64nBNk16
 //       with both operands in 128B-swizzled shared memory, fp32 accumulators in registers,
 //       then the epilogue (cuda/sm90_gemm_epilogue.cuh).
+// Both walk the same work list (cuda/stream_k.h): whole tiles, then a stream-K range whose
+// split tiles meet through a global fp32 workspace (cuda/sm90_gemm_fixup.cuh).
 //
 // Operand tiles are stored as 64-element-wide boxes of 8 KB (64 x 128 bytes, 128B swizzle):
 //   K-major  (A as (M,K), B as (N,K)):  box j holds rows 64j..64j+63 of the tile, all 64 k;
@@ -30,7 +32,9 @@
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm90_gemm_epilogue.cuh"
+#include "cuda/sm90_gemm_fixup.cuh"
 #include "cuda/sm90_gemm_params.h"
+#include "cuda/stream_k.h"
 #include "cuda/tile_scheduler.cuh"
 #include "cuda/wgmma_desc.cuh"
 
@@ -111,10 +115,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
   const uint32_t cluster_size = p.cluster_m * p.cluster_n;
   const uint32_t rank = cluster_size > 1 ? ptx::cluster_ctarank() : 0;
   const uint32_t warpgroup = threadIdx.x / 128;
-  const TileScheduler<BM, BN> sched(p);
-  const int32_t k_blocks = (p.k + BK - 1) / BK;
   const int32_t cluster_id = blockIdx.x / cluster_size;
-  const int32_t num_clusters = gridDim.x / cluster_size;
 
   if (threadIdx.x == 0) {
     ptx::tma_prefetch_descriptor(&tma_a);
@@ -137,10 +138,11 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
       const uint32_t share_a = p.cluster_n, share_b = p.cluster_m;
       int stage = 0;
       uint32_t phase = 0;
-      for (int32_t t = cluster_id; t < sched.total; t += num_clusters) {
-        const TileCoord tc = sched.tile(t, rank);
+      WorkList work(p.plan, cluster_id);
+      for (WorkUnit u; work.next(p.plan, &u);) {
+        const TileCoord tc = tile_coord<BM, BN>(p, u.tile, rank);
         const int32_t ba = p.a_batched ? tc.batch : 0, bb = p.b_batched ? tc.batch : 0;
-        for (int32_t kb = 0; kb < k_blocks; ++kb) {
+        for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
           // A fresh barrier passes a wait on parity 1, so the first lap does not block.
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
           ptx::mbarrier_arrive_expect_tx(&full[stage], Smem::kStageBytes);
@@ -171,12 +173,13 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
       }
     };
 
-    for (int32_t t = cluster_id; t < sched.total; t += num_clusters) {
-      const TileCoord tc = sched.tile(t, rank);
+    WorkList work(p.plan, cluster_id);
+    for (WorkUnit u; work.next(p.plan, &u);) {
+      const TileCoord tc = tile_coord<BM, BN>(p, u.tile, rank);
 #pragma unroll
       for (int i = 0; i < Mma::kRegs; ++i) acc[i] = 0.0f;
       int prev_stage = -1;
-      for (int32_t kb = 0; kb < k_blocks; ++kb) {
+      for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
         ptx::mbarrier_wait(&full[stage], phase);
         const uint8_t* a_tile = smem_a + stage * Smem::kABytes + wg * kBoxBytes;
         const uint8_t* b_tile = smem_b + stage * Smem::kBBytes;
@@ -204,6 +207,13 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
       for (int i = 0; i < Mma::kRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
       if (prev_stage >= 0) release(prev_stage);
 
+      if (publishes_partial(u)) {
+        publish_partial<Mma::kRegs>(acc, p, blockIdx.x, wg, wg_thread, 1 + wg);
+        continue;
+      }
+      if (collects_partials(p.plan, u))
+        add_partials<Mma::kRegs>(acc, p, cluster_id + 1, partials_end(p.plan, cluster_id, u),
+                                 cluster_size, rank, wg, wg_thread, 1 + wg);
       const int32_t row0 = tc.m_block * BM + wg * 64, col0 = tc.n_block * BN;
       apply_epilogue_ops<BN>(acc, p, row0, col0, tc.batch, wg_thread);
       switch (p.out_dtype) {

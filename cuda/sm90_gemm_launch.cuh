@@ -1,5 +1,6 @@
 // Host-side launch of one GEMM kernel instance: shared-memory opt-in, a persistent grid sized
-// by how many clusters fit on the device, cluster dims through cudaLaunchKernelEx.
+// by how many clusters fit on the device and planned by cuda/stream_k.h, cluster dims through
+// cudaLaunchKernelEx.
 #pragma once
 
 #include <cuda.h>
@@ -64,9 +65,23 @@ cudaError_t launch_sm90_gemm(const GemmLaunch& l) {
   const int64_t cluster_tiles =
       ((tiles_m + p.cluster_m - 1) / p.cluster_m) * ((tiles_n + p.cluster_n - 1) / p.cluster_n) *
       p.batch;
-  const int64_t grid_clusters = cluster_tiles < clusters ? cluster_tiles : clusters;
-  cfg.gridDim = dim3(static_cast<unsigned>(grid_clusters * csize), 1, 1);
-  return cudaLaunchKernelEx(&cfg, kernel, p, *l.a, *l.b, *l.d);
+  const int64_t slot_bytes = sm90_gemm_slot_bytes(BM, BN);
+  const int64_t slots = l.workspace_bytes / slot_bytes;
+  GemmParams planned = p;
+  planned.plan = plan_stream_k(cluster_tiles, (p.k + BK - 1) / BK, clusters,
+                               static_cast<int32_t>(slots / csize));
+  planned.partials = static_cast<float*>(l.workspace);
+  planned.partial_ready =
+      reinterpret_cast<int32_t*>(static_cast<uint8_t*>(l.workspace) + slots * (slot_bytes - 8));
+  if (planned.plan.sk_clusters > 0) {
+    // XLA's buffer holds garbage; a partial is ready only once its CTA says so in this launch.
+    const cudaError_t e = cudaMemsetAsync(planned.partial_ready, 0,
+                                          static_cast<size_t>(planned.plan.sk_clusters) * csize * 8,
+                                          l.stream);
+    if (e != cudaSuccess) return e;
+  }
+  cfg.gridDim = dim3(static_cast<unsigned>(planned.plan.grid_clusters * csize), 1, 1);
+  return cudaLaunchKernelEx(&cfg, kernel, planned, *l.a, *l.b, *l.d);
 }
 
 }  // namespace jax_hopper

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "cuda/dtype.h"
+#include "cuda/stream_k.h"
 
 namespace jax_hopper {
 
@@ -25,6 +26,13 @@ struct GemmParams {
   // group_size along M (raster_n == 0) or along N (raster_n == 1) for L2 reuse.
   int32_t cluster_m, cluster_n;
   int32_t group_size, raster_n;
+  // Filled by the launcher (cuda/sm90_gemm_launch.cuh): who computes which tiles and k-blocks.
+  StreamKPlan plan;
+  // Stream-K workspace, one slot per CTA of the first plan.sk_clusters clusters: that CTA's
+  // fp32 partial tile (per consumer warpgroup: register i of thread t at [i * 128 + t]) and
+  // two flags, set when a consumer warpgroup's partial is complete.
+  float* partials;
+  int32_t* partial_ready;
 };
 
 }  // namespace jax_hopper

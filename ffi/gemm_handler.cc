@@ -54,7 +54,8 @@ const GemmInstance* find_instance(DType t, int64_t bm, int64_t bn, int64_t bk, i
 }
 
 ffi::Error gemm_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer bias,
-                     ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> out, int64_t block_m,
+                     ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> out,
+                     ffi::Result<ffi::AnyBuffer> workspace, int64_t block_m,
                      int64_t block_n, int64_t block_k, int64_t stages, int64_t cluster_m,
                      int64_t cluster_n, int64_t group_size, int64_t raster_n, int64_t a_mn_major,
                      int64_t b_mn_major, int64_t activation, float alpha, float beta) {
@@ -122,7 +123,9 @@ ffi::Error gemm_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
 
   int device = 0;
   JH_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  const GemmLaunch launch = {&p, &map_a, &map_b, &map_d, device, stream};
+  const GemmLaunch launch = {&p,     &map_a, &map_b, &map_d, device,
+                             stream, workspace->untyped_data(),
+                             static_cast<int64_t>(workspace->size_bytes())};
   cudaError_t e = inst->launch(launch);
   if (e != cudaSuccess)
     return ffi::Error::Internal(std::string("launching ") + inst->name + " failed: " +
@@ -140,6 +143,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(GemmHandler, gemm_impl,
                                   .Arg<ffi::AnyBuffer>()  // bias (N,) float32, (0,) when absent
                                   .Arg<ffi::AnyBuffer>()  // residual, (0,0,0) when absent
                                   .Ret<ffi::AnyBuffer>()  // out (batch, m, n)
+                                  .Ret<ffi::AnyBuffer>()  // stream-K workspace, uint8
                                   .Attr<int64_t>("block_m")
                                   .Attr<int64_t>("block_n")
                                   .Attr<int64_t>("block_k")

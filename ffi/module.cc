@@ -1,10 +1,12 @@
-// The nanobind module: FFI handler capsules for jax.ffi.register_ffi_target, and the compiled
-// GEMM instance list so Python can check it against jax_hopper/gemm/configs.py.
+// The nanobind module: FFI handler capsules for jax.ffi.register_ffi_target, the compiled GEMM
+// instance list so Python can check it against jax_hopper/gemm/configs.py, and the stream-K
+// work plan the kernels follow, so CPU tests can check it.
 #include <nanobind/nanobind.h>
 
 #include <cuda_runtime.h>
 
 #include "cuda/sm90_gemm.h"
+#include "cuda/stream_k.h"
 #include "ffi/handlers.h"
 #include "sm90_gemm_instances.h"
 
@@ -45,6 +47,31 @@ NB_MODULE(_jax_hopper, m) {
       out.append(d);
     }
     return out;
+  });
+  m.def("stream_k_plan", [](int64_t tiles, int32_t k_blocks, int32_t resident_clusters,
+                            int32_t max_sk_clusters) {
+    const jax_hopper::StreamKPlan s =
+        jax_hopper::plan_stream_k(tiles, k_blocks, resident_clusters, max_sk_clusters);
+    // Per launched cluster, its units in order as (tile, k_begin, k_end, collects_from), where
+    // collects_from lists the clusters whose partials the unit adds.
+    nb::list clusters;
+    for (int32_t c = 0; c < s.grid_clusters; ++c) {
+      nb::list units;
+      jax_hopper::WorkList work(s, c);
+      for (jax_hopper::WorkUnit u; work.next(s, &u);) {
+        nb::list from;
+        if (jax_hopper::collects_partials(s, u))
+          for (int32_t o = c + 1; o < jax_hopper::partials_end(s, c, u); ++o) from.append(o);
+        units.append(nb::make_tuple(u.tile, u.k_begin, u.k_end, from));
+      }
+      clusters.append(units);
+    }
+    nb::dict d;
+    d["grid_clusters"] = s.grid_clusters;
+    d["dp_tiles"] = s.dp_tiles;
+    d["sk_clusters"] = s.sk_clusters;
+    d["units"] = clusters;
+    return d;
   });
   m.def("cuda_runtime_version", []() { return CUDART_VERSION; });
 }

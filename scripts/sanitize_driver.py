@@ -135,11 +135,14 @@ def gemm_groups(quick: bool) -> list[list[GemmCase]]:
                                       out_dtype=out_dtype, activation=act, bias=True,
                                       residual=True, alpha=0.5, beta=-1.5))
         groups.append(group)
-    # Bias only, residual only; a batch against a shared operand with a batched residual.
+    # Bias only, residual only; a batch against a shared operand with a batched residual; one
+    # tile split along K into four stream-K pieces (most cases above split tiles too: they have
+    # fewer tiles than SMs).
     groups.append([
         GemmCase(300, 520, 264, bias=True, activation="gelu"),
         GemmCase(300, 520, 264, residual=True, out_dtype="float32", beta=2.0),
         GemmCase(130, 264, 72, batch=3, shared_b=True, bias=True, residual=True),
+        GemmCase(128, 256, 1024, tile=tiles[0], bias=True, activation="silu"),
     ])
     return groups
 

@@ -17,6 +17,9 @@ class GemmConfig:
     Tiles are visited in groups of `group_size` cluster tiles along M (raster="m") or N ("n").
     Operand majors come from the call (transpose_a/transpose_b); `a_mn_major`/`b_mn_major`, when
     set, must agree with them.
+    With `stream_k`, the tiles of the last, partial wave are split along K between all clusters
+    and their pieces summed in fp32 through a workspace (cuda/stream_k.h); without it every tile
+    is computed whole by one cluster.
     """
 
     block_m: int = 128
@@ -28,6 +31,7 @@ class GemmConfig:
     raster: str = "m"
     group_size: int = 16
     swizzle: str = "128B"
+    stream_k: bool = True
     a_mn_major: bool | None = None
     b_mn_major: bool | None = None
 
@@ -53,6 +57,8 @@ class GemmConfig:
             raise ValueError(f"config: raster={self.raster!r} must be one of {configs.RASTERS}")
         if not isinstance(self.group_size, int) or not 1 <= self.group_size <= 1024:
             raise ValueError(f"config: group_size={self.group_size!r} must be an int in 1..1024")
+        if not isinstance(self.stream_k, bool):
+            raise ValueError(f"config: stream_k={self.stream_k!r} must be a bool")
         if self.swizzle not in configs.SWIZZLES:
             raise ValueError(f"config: swizzle={self.swizzle!r}; compiled kernels use "
                              f"{configs.SWIZZLES} (one 128-byte row of 16-bit elements per "
@@ -64,6 +70,16 @@ class GemmConfig:
             if got is not None and got != want:
                 raise ValueError(f"config: {field}={got} contradicts the call, whose operand "
                                  f"layout makes it {want} (set by transpose_a / transpose_b)")
+
+    def workspace_bytes(self, batch: int, m: int, n: int, k: int) -> int:
+        """Bytes of the stream-K workspace: one slot per CTA that may hold a piece of a split
+        tile, at most one CTA per SM. Mirrors sm90_gemm_slot_bytes in cuda/sm90_gemm.h."""
+        k_blocks = -(-k // self.block_k)
+        if not self.stream_k or k_blocks < 2:
+            return 0
+        cta_tiles = -(-m // self.block_m) * -(-n // self.block_n) * batch
+        slots = min(configs.MAX_SMS, cta_tiles * k_blocks)
+        return slots * (self.block_m * self.block_n * 4 + 8)
 
     def ffi_attrs(self) -> dict:
         import numpy as np

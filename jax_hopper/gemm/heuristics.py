@@ -8,7 +8,7 @@ from jax_hopper.gemm import configs
 from jax_hopper.gemm.config import GemmConfig
 
 # H100 SXM and H200 both have 132 SMs; the launcher sizes the grid from the real device.
-DEFAULT_NUM_SMS = 132
+DEFAULT_NUM_SMS = configs.MAX_SMS
 
 
 def choose_config(m: int, n: int, k: int, batch: int = 1,

@@ -114,10 +114,18 @@ def _launch_padded(a, b, bias, res, **params):
 
 def _cuda_lowering(ctx, a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, activation,
                    alpha, beta, config):
-    return jax.ffi.ffi_lowering("jax_hopper_gemm")(
-        ctx, a, b, bias, residual, a_mn_major=np.int64(a_mn_major),
-        b_mn_major=np.int64(b_mn_major), activation=np.int64(activation),
-        alpha=np.float32(alpha), beta=np.float32(beta), **config.ffi_attrs())
+    # The custom call has a second result, the stream-K workspace: XLA allocates it like any
+    # buffer (no allocation inside the handler, so CUDA graphs can capture the call), and only
+    # the product leaves this lowering.
+    a_aval, b_aval = ctx.avals_in[:2]
+    batch, m, n, k = problem_shape(a_aval.shape, b_aval.shape, a_mn_major, b_mn_major)
+    workspace = jax.core.ShapedArray((config.workspace_bytes(batch, m, n, k),), np.uint8)
+    out, _ = jax.ffi.ffi_lowering("jax_hopper_gemm")(
+        ctx.replace(avals_out=[*ctx.avals_out, workspace]), a, b, bias, residual,
+        a_mn_major=np.int64(a_mn_major), b_mn_major=np.int64(b_mn_major),
+        activation=np.int64(activation), alpha=np.float32(alpha), beta=np.float32(beta),
+        **config.ffi_attrs())
+    return [out]
 
 
 @functools.lru_cache(maxsize=None)

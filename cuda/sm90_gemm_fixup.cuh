@@ -1,0 +1,68 @@
+// Stream-K fix-up (cuda/stream_k.h): the pieces of a split tile meet as fp32 partial sums in a
+// global workspace. Each consumer warpgroup moves its own accumulators in fragment order, so
+// thread t's register i sits at [i * 128 + t]: every access is one coalesced 512-byte row and no
+// shared memory or index arithmetic is needed. Accesses go through L2 only (.cg): the data was
+// written by another SM.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/ptx/fence.cuh"
+#include "cuda/ptx/flag.cuh"
+#include "cuda/sm90_gemm_params.h"
+
+namespace jax_hopper {
+
+template <int kRegs>
+__device__ __forceinline__ float* partial_slot(const GemmParams& p, uint32_t cta, uint32_t wg) {
+  return p.partials + (static_cast<int64_t>(cta) * 2 + wg) * kRegs * 128;
+}
+
+// Writes this warpgroup's accumulators to CTA `cta`'s slot, then raises its flag. The flag is
+// raised by one thread after a barrier over the warpgroup, with a fence so that all 128 threads'
+// writes are visible at GPU scope before it.
+template <int kRegs>
+__device__ __forceinline__ void publish_partial(const float* acc, const GemmParams& p,
+                                                uint32_t cta, uint32_t wg, uint32_t wg_thread,
+                                                uint32_t barrier_id) {
+  float* slot = partial_slot<kRegs>(p, cta, wg) + wg_thread;
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) __stcg(slot + i * 128, acc[i]);
+  ptx::named_barrier_sync(barrier_id, 128);
+  if (wg_thread == 0) {
+    __threadfence();
+    ptx::store_release_gpu(&p.partial_ready[cta * 2 + wg], 1);
+  }
+}
+
+// Waits for the partials of this warpgroup's strip from clusters [first, end) (CTA c * csize +
+// rank of each) and adds them to the accumulators in cluster order, a fixed order so results
+// are bitwise reproducible. NOTES: the loop over clusters is innermost, one accumulator at a
+// time: with the accumulator loop inside the cluster loop, all of them are live around a
+// loop of unknown trip count and the 128 x 128 kernel spilled.
+template <int kRegs>
+__device__ __forceinline__ void add_partials(float* acc, const GemmParams& p, int32_t first,
+                                             int32_t end, uint32_t csize, uint32_t rank,
+                                             uint32_t wg, uint32_t wg_thread,
+                                             uint32_t barrier_id) {
+  if (wg_thread == 0) {
+    for (int32_t c = first; c < end; ++c) {
+      const int32_t* ready = &p.partial_ready[(c * csize + rank) * 2 + wg];
+      while (ptx::load_acquire_gpu(ready) == 0) __nanosleep(64);
+    }
+  }
+  ptx::named_barrier_sync(barrier_id, 128);
+  const float* slot = partial_slot<kRegs>(p, first * csize + rank, wg) + wg_thread;
+  // Consecutive clusters' slots of the same rank and warpgroup are this far apart.
+  const int32_t stride = static_cast<int32_t>(csize) * 2 * kRegs * 128;
+  const int32_t count = end - first;
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) {
+    float sum = acc[i];
+    const float* q = slot + i * 128;
+    for (int32_t c = 0; c < count; ++c, q += stride) sum += __ldcg(q);
+    acc[i] = sum;
+  }
+}
+
+}  // namespace jax_hopper

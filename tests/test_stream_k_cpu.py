@@ -1,0 +1,107 @@
+"""The stream-K work plan the GEMM kernels follow (cuda/stream_k.h, through the extension), and
+the workspace Python sizes for it. CPU only: the same C++ runs on the host here."""
+
+import math
+
+import pytest
+
+from jax_hopper import GemmConfig, _ffi
+from jax_hopper.gemm import configs
+
+MAX_SPLIT = 4  # kMaxSplit in cuda/stream_k.h: a collecting piece adds at most this many others
+
+# (tiles, k_blocks, resident clusters, clusters with a workspace slot)
+CASES = [
+    (1024, 128, 66, 66),    # 8192^3, 2-CTA clusters of 128 x 256: a 34-tile last wave
+    (512, 64, 66, 66),      # 4096^3
+    (64, 64, 132, 132),     # 256 x 4096 x 4096, 128 x 128 tiles: fewer tiles than SMs
+    (96, 64, 132, 132),     # 64 x 12288 x 4096
+    (1, 128, 132, 132),     # one tile, long K
+    (1, 3, 132, 132),       # one tile, three k-blocks
+    (192, 33, 66, 66),      # 4000 x 3000 x 2056
+    (133, 7, 132, 132),     # one tile past a whole wave
+    (132, 64, 132, 132),    # whole waves: nothing to split
+    (50, 64, 132, 10),      # few workspace slots
+    (50, 64, 132, 0),       # none
+    (7, 1, 132, 132),       # a single k-block cannot be split
+]
+
+
+def _plan(tiles, k_blocks, clusters, slots):
+    return _ffi.extension().stream_k_plan(tiles, k_blocks, clusters, slots)
+
+
+@pytest.mark.parametrize("tiles,k_blocks,clusters,slots", CASES)
+def test_every_k_block_of_every_tile_is_computed_once(tiles, k_blocks, clusters, slots):
+    plan = _plan(tiles, k_blocks, clusters, slots)
+    assert 1 <= plan["grid_clusters"] <= clusters
+    assert len(plan["units"]) == plan["grid_clusters"]
+    seen = {}
+    for c, units in enumerate(plan["units"]):
+        for tile, k0, k1, _ in units:
+            assert 0 <= k0 < k1 <= k_blocks, (c, tile, k0, k1)
+            for kb in range(k0, k1):
+                assert (tile, kb) not in seen, f"tile {tile} k-block {kb} computed twice"
+                seen[tile, kb] = c
+    assert len(seen) == tiles * k_blocks
+
+
+@pytest.mark.parametrize("tiles,k_blocks,clusters,slots", CASES)
+def test_split_tiles_meet_in_one_collector(tiles, k_blocks, clusters, slots):
+    plan = _plan(tiles, k_blocks, clusters, slots)
+    pieces = {}  # tile -> [(cluster, k0, k1, collects_from, position in the cluster's list)]
+    for c, units in enumerate(plan["units"]):
+        for i, (tile, k0, k1, frm) in enumerate(units):
+            pieces.setdefault(tile, []).append((c, k0, k1, list(frm), i))
+    for tile, ps in pieces.items():
+        collectors = [p for p in ps if p[1] == 0]
+        assert len(collectors) == 1, tile
+        c, _, k1, frm, _ = collectors[0]
+        publishers = sorted(p[0] for p in ps if p[1] > 0)
+        # The collector adds exactly the other pieces, in cluster order, at most MAX_SPLIT.
+        assert frm == publishers, (tile, frm, publishers)
+        assert len(frm) <= MAX_SPLIT
+        assert (k1 < k_blocks) == bool(publishers)
+        for pc, _, _, _, pos in ps:
+            if pc != c:
+                # A publishing piece is its cluster's first stream-K unit: the only workspace
+                # slot a CTA has, filled before that cluster waits on anything.
+                first_sk = sum(1 for t, *_ in plan["units"][pc] if t < plan["dp_tiles"])
+                assert pos == first_sk, (tile, pc)
+                assert pc < plan["sk_clusters"] <= slots
+
+
+@pytest.mark.parametrize("tiles,k_blocks,clusters,slots", CASES)
+def test_work_is_balanced(tiles, k_blocks, clusters, slots):
+    plan = _plan(tiles, k_blocks, clusters, slots)
+    work = [sum(k1 - k0 for _, k0, k1, _ in units) for units in plan["units"]]
+    whole_waves = math.ceil(tiles / clusters) * k_blocks  # what whole tiles alone would take
+    assert max(work) <= whole_waves
+    if plan["sk_clusters"]:
+        # Splitting shortens the longest cluster's work to within a k-block of the mean over
+        # the clusters it involves.
+        assert max(work) < whole_waves
+        assert max(work) - min(work[:plan["sk_clusters"]]) <= 1
+    else:
+        # Left whole only when nothing is gained: whole waves, one k-block, or no more
+        # clusters with a workspace slot than tiles in the last wave.
+        assert tiles % clusters == 0 or k_blocks == 1 or min(slots, clusters) <= tiles % clusters
+
+
+def test_whole_waves_are_not_split():
+    plan = _plan(264, 64, 132, 132)
+    assert plan["sk_clusters"] == 0 and plan["dp_tiles"] == 264
+
+
+def test_workspace_is_sized_per_cta_slot():
+    cfg = GemmConfig()
+    slot = cfg.block_m * cfg.block_n * 4 + 8   # sm90_gemm_slot_bytes in cuda/sm90_gemm.h
+    assert cfg.workspace_bytes(1, 8192, 8192, 8192) == configs.MAX_SMS * slot
+    assert cfg.workspace_bytes(1, 128, 256, 128) == 1 * 2 * slot  # one tile of two k-blocks
+    assert cfg.workspace_bytes(1, 8192, 8192, 64) == 0            # one k-block: nothing to split
+    assert GemmConfig(stream_k=False).workspace_bytes(1, 8192, 8192, 8192) == 0
+
+
+def test_stream_k_flag_is_checked():
+    with pytest.raises(ValueError, match="stream_k"):
+        GemmConfig(stream_k=1).validate("bfloat16", False, False)
