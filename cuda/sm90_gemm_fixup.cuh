@@ -35,11 +35,26 @@ __device__ __forceinline__ void publish_partial(const float* acc, const GemmPara
   }
 }
 
+// Adds kBatch partial values per L2 round trip: all loads of a batch are issued before their
+// adds. The empty asm after a batch keeps nvcc from hoisting the next batch's loads above it
+// (in an unrolled loop over the accumulators it would hoist all of them, and spill).
+template <int kBatch>
+__device__ __forceinline__ void add_batch(float* acc, const float* src) {
+  float v[kBatch];
+#pragma unroll
+  for (int j = 0; j < kBatch; ++j) v[j] = __ldcg(src + j * 128);
+#pragma unroll
+  for (int j = 0; j < kBatch; ++j) acc[j] += v[j];
+  asm volatile("" ::: "memory");
+}
+
 // Waits for the partials of this warpgroup's strip from clusters [first, end) (CTA c * csize +
 // rank of each) and adds them to the accumulators in cluster order, a fixed order so results
-// are bitwise reproducible. NOTES: the loop over clusters is innermost, one accumulator at a
-// time: with the accumulator loop inside the cluster loop, all of them are live around a
-// loop of unknown trip count and the 128 x 128 kernel spilled.
+// are bitwise reproducible.
+// NOTES: adding one value per L2 round trip made split tiles cost more than they saved
+// (4096^3 fell from 646 to 472 TFLOP/s, H100, 2026-11-22), hence batches. Both loop orders
+// below add the same values in the same order; each is the one that ptxas fits into the 168
+// registers of its kernel without spilling (the other spilled 8-20 bytes, CUDA 13.0).
 template <int kRegs>
 __device__ __forceinline__ void add_partials(float* acc, const GemmParams& p, int32_t first,
                                              int32_t end, uint32_t csize, uint32_t rank,
@@ -55,13 +70,25 @@ __device__ __forceinline__ void add_partials(float* acc, const GemmParams& p, in
   const float* slot = partial_slot<kRegs>(p, first * csize + rank, wg) + wg_thread;
   // Consecutive clusters' slots of the same rank and warpgroup are this far apart.
   const int32_t stride = static_cast<int32_t>(csize) * 2 * kRegs * 128;
-  const int32_t count = end - first;
+  if constexpr (kRegs > 64) {
+    constexpr int kBatch = 16;
+    for (int32_t c = 0; c < end - first; ++c) {
 #pragma unroll
-  for (int i = 0; i < kRegs; ++i) {
-    float sum = acc[i];
-    const float* q = slot + i * 128;
-    for (int32_t c = 0; c < count; ++c, q += stride) sum += __ldcg(q);
-    acc[i] = sum;
+      for (int i = 0; i < kRegs; i += kBatch)
+        add_batch<kBatch>(acc + i, slot + c * stride + i * 128);
+    }
+  } else {
+    constexpr int kBatch = 8;
+#pragma unroll
+    for (int i = 0; i < kRegs; i += kBatch) {
+      for (int32_t c = 0; c < end - first; ++c) {
+        float v[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) v[j] = __ldcg(slot + c * stride + (i + j) * 128);
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) acc[i + j] += v[j];
+      }
+    }
   }
 }
 
