@@ -44,8 +44,15 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
   const int64_t waves = tiles / resident_clusters;
   const int64_t rest = tiles - waves * resident_clusters;
   int64_t sk = 0;
-  // Below 2^31 k-blocks the kernel's range arithmetic stays in 32 bits (beyond: K > 2^30).
-  if (rest > 0 && k_blocks > 1 && rest * k_blocks < (int64_t(1) << 31)) {
+  // Split only after at least one whole wave and when the last wave is at most 2/3 full. A
+  // split tail saves (1 - rest / C) of a tile's time and its fix-up (workspace round trip,
+  // flag memset) measured about a third of a tile: with the last wave 52% or 27% full
+  // (8192^3, 8192 x 12288 x 4096) splitting gained 2.7% and 1.1%; 76-91% full (4096^3,
+  // 8192 x 4096 x 14336, 4000 x 3000 x 2056) it lost 3-8%; and with fewer tiles than clusters
+  // (256 x 4096 x 4096), where L2 bandwidth rather than the SMs is the limit, it lost 13%
+  // (H100, 2026-11-22). Below 2^31 k-blocks the kernel's range arithmetic stays in 32 bits.
+  if (waves > 0 && rest > 0 && 3 * rest <= 2 * resident_clusters && k_blocks > 1 &&
+      rest * k_blocks < (int64_t(1) << 31)) {
     const int64_t min_iters = (k_blocks + kMaxSplit - 1) / kMaxSplit;
     sk = rest * k_blocks / min_iters;
     if (sk > resident_clusters) sk = resident_clusters;

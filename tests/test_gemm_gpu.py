@@ -127,19 +127,18 @@ def test_fallback_serves_unaddressable_pitch(rng):
     assert rel_frob(out, reference64(a, b)) < REL_FROB_BOUND["bfloat16"]
 
 
-# Stream-K (cuda/stream_k.h): when the tiles do not fill whole waves of the grid, the last
-# wave's tiles are split along K and their pieces summed through the workspace. Each case
-# splits tiles into 2 to 5 pieces (tests/test_stream_k_cpu.py checks the plan itself).
+# Stream-K (cuda/stream_k.h): when the last wave of tiles is at most 2/3 full, its tiles are
+# split along K and their pieces summed through the workspace. Each case splits tiles into
+# 2 to 5 pieces (tests/test_stream_k_cpu.py checks the plan itself).
 BIG = dict(block_n=256, stages=4)
 SMALL = dict(block_n=128, stages=6)
 
 
 @pytest.mark.parametrize("m,n,k,tile,cluster_m,batch", [
-    (256, 4096, 4096, SMALL, 1, ()),     # 64 tiles on 132 SMs: every tile in 2 or 3 pieces
-    (128, 256, 8192, BIG, 1, ()),        # one tile in 4 pieces (the collector adds 3)
-    (512, 2048, 3000, BIG, 2, ()),       # 2-CTA clusters, a k tail in the last piece
+    (1536, 1536, 4096, SMALL, 1, ()),    # 144 tiles on 132 SMs: 12 tiles in 4 pieces each
+    (2560, 2048, 3000, BIG, 2, ()),      # 80 cluster tiles on 66: 14 split, a k tail
     (2176, 2304, 1000, SMALL, 2, ()),    # 162 cluster tiles on 66: two whole waves, 30 split
-    (200, 520, 2048, SMALL, 1, (3,)),    # batched: split tiles in every batch entry
+    (256, 1536, 2048, SMALL, 1, (6,)),   # batched: 144 tiles over six batch entries
 ])
 def test_stream_k_split_tiles(rng, m, n, k, tile, cluster_m, batch):
     cfg = GemmConfig(**tile, cluster_m=cluster_m)
@@ -150,7 +149,7 @@ def test_stream_k_split_tiles(rng, m, n, k, tile, cluster_m, batch):
 
 def test_stream_k_epilogue_on_split_tiles(rng):
     # The epilogue must see the whole sum: a nonlinear activation on a partial would differ.
-    m, n, k = 256, 1024, 4096
+    m, n, k = 1536, 1536, 4096
     bias = random_operand(rng, (n,), "bfloat16")
     residual = random_operand(rng, (m, n), "bfloat16")
     _check(rng, m, n, k, config=GemmConfig(**SMALL), bias=bias, activation="gelu",
@@ -158,7 +157,7 @@ def test_stream_k_epilogue_on_split_tiles(rng):
 
 
 def test_stream_k_matches_whole_tiles_and_is_reproducible(rng):
-    a, b = _operands(rng, 256, 4096, 4096, "bfloat16", False, False)
+    a, b = _operands(rng, 1536, 1536, 4096, "bfloat16", False, False)
     split = jax.jit(lambda a, b: hopper_matmul(a, b, config=GemmConfig(**SMALL), strict=True,
                                                out_dtype="float32"))
     whole = jax.jit(lambda a, b: hopper_matmul(

@@ -12,18 +12,18 @@ MAX_SPLIT = 4  # kMaxSplit in cuda/stream_k.h: a collecting piece adds at most t
 
 # (tiles, k_blocks, resident clusters, clusters with a workspace slot)
 CASES = [
-    (1024, 128, 66, 66),    # 8192^3, 2-CTA clusters of 128 x 256: a 34-tile last wave
-    (512, 64, 66, 66),      # 4096^3
-    (64, 64, 132, 132),     # 256 x 4096 x 4096, 128 x 128 tiles: fewer tiles than SMs
-    (96, 64, 132, 132),     # 64 x 12288 x 4096
-    (1, 128, 132, 132),     # one tile, long K
-    (1, 3, 132, 132),       # one tile, three k-blocks
-    (192, 33, 66, 66),      # 4000 x 3000 x 2056
-    (133, 7, 132, 132),     # one tile past a whole wave
+    (1024, 128, 66, 66),    # 8192^3, 2-CTA clusters of 128 x 256: a 34-tile last wave (split)
+    (1536, 64, 66, 66),     # 8192 x 12288 x 4096: 18 tiles in the last wave (split)
+    (512, 64, 66, 66),      # 4096^3: last wave 58/66 full (whole)
+    (64, 64, 132, 132),     # 256 x 4096 x 4096, 128 x 128 tiles: fewer tiles than SMs (whole)
+    (144, 64, 132, 132),    # 12 tiles past a wave: each in 4 pieces
+    (133, 7, 132, 132),     # one tile past a wave, 7 k-blocks
+    (140, 3, 132, 132),     # 8 tiles past a wave, 3 k-blocks
+    (162, 16, 66, 66),      # 30 tiles past two waves of 2-CTA clusters
     (132, 64, 132, 132),    # whole waves: nothing to split
-    (50, 64, 132, 10),      # few workspace slots
-    (50, 64, 132, 0),       # none
-    (7, 1, 132, 132),       # a single k-block cannot be split
+    (140, 64, 132, 4),      # few workspace slots
+    (140, 64, 132, 0),      # none
+    (140, 1, 132, 132),     # a single k-block cannot be split
 ]
 
 
@@ -83,14 +83,21 @@ def test_work_is_balanced(tiles, k_blocks, clusters, slots):
         assert max(work) < whole_waves
         assert max(work) - min(work[:plan["sk_clusters"]]) <= 1
     else:
-        # Left whole only when nothing is gained: whole waves, one k-block, or no more
-        # clusters with a workspace slot than tiles in the last wave.
-        assert tiles % clusters == 0 or k_blocks == 1 or min(slots, clusters) <= tiles % clusters
+        # Left whole where splitting measured no gain (fewer tiles than clusters, or a last
+        # wave more than 2/3 full) or cannot help (whole waves, one k-block, no more clusters
+        # with a workspace slot than tiles in the last wave).
+        rest = tiles % clusters
+        assert (rest == 0 or tiles < clusters or 3 * rest > 2 * clusters or k_blocks == 1
+                or min(slots, clusters) <= rest)
 
 
-def test_whole_waves_are_not_split():
-    plan = _plan(264, 64, 132, 132)
-    assert plan["sk_clusters"] == 0 and plan["dp_tiles"] == 264
+@pytest.mark.parametrize("tiles,k_blocks,clusters,slots,split", [
+    (1024, 128, 66, 66, True), (144, 64, 132, 132, True), (264, 64, 132, 132, False),
+    (512, 64, 66, 66, False), (64, 64, 132, 132, False)])
+def test_which_problems_split(tiles, k_blocks, clusters, slots, split):
+    plan = _plan(tiles, k_blocks, clusters, slots)
+    assert (plan["sk_clusters"] > 0) == split
+    assert plan["dp_tiles"] == (tiles // clusters * clusters if split else tiles)
 
 
 def test_workspace_is_sized_per_cta_slot():
