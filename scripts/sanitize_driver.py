@@ -135,14 +135,19 @@ def gemm_groups(quick: bool) -> list[list[GemmCase]]:
                                       out_dtype=out_dtype, activation=act, bias=True,
                                       residual=True, alpha=0.5, beta=-1.5))
         groups.append(group)
-    # Bias only, residual only; a batch against a shared operand with a batched residual; one
-    # tile split along K into four stream-K pieces (most cases above split tiles too: they have
-    # fewer tiles than SMs).
+    # Bias only, residual only; a batch against a shared operand with a batched residual.
     groups.append([
         GemmCase(300, 520, 264, bias=True, activation="gelu"),
         GemmCase(300, 520, 264, residual=True, out_dtype="float32", beta=2.0),
         GemmCase(130, 264, 72, batch=3, shared_b=True, bias=True, residual=True),
-        GemmCase(128, 256, 1024, tile=tiles[0], bias=True, activation="silu"),
+    ])
+    # Stream-K (cuda/stream_k.h) splits tiles only past a whole wave with the last wave at most
+    # 2/3 full; on 132 SMs: 144 tiles of 128 x 128 (12 split into 4 pieces) and 80 2-CTA
+    # cluster tiles of 128 x 256 (14 split).
+    groups.append([
+        GemmCase(1536, 1536, 256, tile=tiles[1]),
+        GemmCase(2560, 2048, 320, tile=tiles[0], cluster=(2, 1), bias=True, activation="silu",
+                 out_dtype="float32"),
     ])
     return groups
 
