@@ -14,6 +14,7 @@ struct GemmLaunch {
   const CUtensorMap* a;
   const CUtensorMap* b;
   const CUtensorMap* d;
+  const CUtensorMap* r;  // the residual; any valid map when there is none (not read)
   int device;
   cudaStream_t stream;
   // Stream-K workspace (XLA's scratch result): sm90_gemm_workspace_slots() slots.
@@ -34,7 +35,7 @@ constexpr int64_t sm90_gemm_slot_bytes(int bm, int bn) { return int64_t(bm) * bn
 
 // Shared memory one instance needs, for the handler's error messages and Python's checks.
 constexpr int sm90_gemm_smem_bytes(int bm, int bn, int bk, int stages) {
-  return stages * (bm + bn) * bk * 2 + 2 * 16384 + 2 * stages * 8 + 1024;
+  return stages * (bm + bn) * bk * 2 + 2 * 16384 + (2 * stages + 2) * 8 + 1024;
 }
 
 }  // namespace jax_hopper

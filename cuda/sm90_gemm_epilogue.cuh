@@ -1,8 +1,10 @@
 // GEMM epilogue: fp32 accumulators of one consumer warpgroup (a 64 x BN strip) -> alpha, bias,
-// activation, residual in registers -> out dtype -> 128B-swizzled shared staging -> TMA store.
-// bias is fp32 (the wrapper casts it); residual is in the out dtype.
-// The staging buffer is reused pass after pass; the stores of the last pass drain while the
-// next tile's mainloop runs (we only wait for their shared-memory reads before reuse).
+// activation in registers -> + beta * residual -> out dtype -> 128B-swizzled shared staging ->
+// TMA store. bias is fp32 (the wrapper casts it); residual is in the out dtype.
+// The residual is loaded by TMA into the staging buffer, in the same swizzled layout the output
+// takes there: each thread reads its residual values at exactly the bytes it then overwrites
+// with its results. The staging buffer is reused pass after pass; the stores of the last pass
+// drain while the next tile's mainloop runs (we only wait for their shared-memory reads).
 #pragma once
 
 #include <cuda.h>
@@ -12,6 +14,7 @@
 #include <cstdint>
 
 #include "cuda/ptx/fence.cuh"
+#include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/sm90_gemm_params.h"
 
@@ -22,15 +25,24 @@ template <> struct OutType<__nv_bfloat16> {
   __device__ static void store2(uint8_t* dst, float a, float b) {
     *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a, b);
   }
+  __device__ static float2 load2(const uint8_t* src) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src));
+  }
 };
 template <> struct OutType<__half> {
   __device__ static void store2(uint8_t* dst, float a, float b) {
     *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(a, b);
   }
+  __device__ static float2 load2(const uint8_t* src) {
+    return __half22float2(*reinterpret_cast<const __half2*>(src));
+  }
 };
 template <> struct OutType<float> {
   __device__ static void store2(uint8_t* dst, float a, float b) {
     *reinterpret_cast<float2*>(dst) = make_float2(a, b);
+  }
+  __device__ static float2 load2(const uint8_t* src) {
+    return *reinterpret_cast<const float2*>(src);
   }
 };
 
@@ -69,44 +81,31 @@ struct Silu {
   __device__ float operator()(float x) const { return __fdividef(x, 1.0f + __expf(-x)); }
 };
 
-// Calls f(value, global_row, global_col) for each accumulator of this thread and stores the
-// result back. wgmma m64nN fragment: register i = 4j + 2h + e holds strip row
-// 16*warp + lane/4 + 8h, column 8j + 2*(lane%4) + e.
+// Calls f(value, global_col) for each accumulator of this thread and stores the result back.
+// wgmma m64nN fragment: register i = 4j + 2h + e holds strip row 16*warp + lane/4 + 8h,
+// column 8j + 2*(lane%4) + e.
 template <int BN, typename F>
-__device__ __forceinline__ void for_each_accumulator(float* acc, int32_t row0, int32_t col0,
-                                                     uint32_t wg_thread, F f) {
-  const int32_t warp = wg_thread / 32, lane = wg_thread % 32;
-  const int32_t r = row0 + warp * 16 + lane / 4, c = col0 + 2 * (lane % 4);
+__device__ __forceinline__ void for_each_accumulator(float* acc, int32_t col0, uint32_t wg_thread,
+                                                     F f) {
+  const int32_t c = col0 + 2 * (wg_thread % 4);
 #pragma unroll
-  for (int i = 0; i < BN / 2; ++i)
-    acc[i] = f(acc[i], r + 8 * ((i / 2) % 2), c + (i / 4) * 8 + i % 2);
+  for (int i = 0; i < BN / 2; ++i) acc[i] = f(acc[i], c + (i / 4) * 8 + i % 2);
 }
 
 template <int BN, typename Act>
 __device__ __forceinline__ void apply_activation(float* acc, uint32_t wg_thread, Act act) {
-  for_each_accumulator<BN>(acc, 0, 0, wg_thread, [&](float x, int32_t, int32_t) { return act(x); });
+  for_each_accumulator<BN>(acc, 0, wg_thread, [&](float x, int32_t) { return act(x); });
 }
 
-template <int BN, typename T>
-__device__ __forceinline__ void add_residual(float* acc, const GemmParams& p, int32_t row0,
-                                             int32_t col0, int32_t batch, uint32_t wg_thread) {
-  const T* res = static_cast<const T*>(p.residual) +
-                 (p.residual_batched ? static_cast<int64_t>(batch) * p.m * p.n : 0);
-  for_each_accumulator<BN>(acc, row0, col0, wg_thread, [&](float x, int32_t r, int32_t c) {
-    return (r < p.m && c < p.n) ? x + p.beta * static_cast<float>(res[int64_t(r) * p.n + c]) : x;
-  });
-}
-
-// out = act(alpha * acc + bias) + beta * residual, in place on the fp32 accumulators of one
-// consumer warpgroup's 64 x BN strip starting at (row0, col0); each step is one unrolled pass,
-// chosen once per tile, and a plain GEMM skips them all.
+// act(alpha * acc + bias), in place on the fp32 accumulators of one consumer warpgroup's
+// 64 x BN strip starting at column col0; each step is one unrolled pass, chosen once per tile,
+// and a plain GEMM skips them all. The residual is added at the store (epilogue_store).
 template <int BN>
-__device__ __forceinline__ void apply_epilogue_ops(float* acc, const GemmParams& p, int32_t row0,
-                                                   int32_t col0, int32_t batch,
+__device__ __forceinline__ void apply_epilogue_ops(float* acc, const GemmParams& p, int32_t col0,
                                                    uint32_t wg_thread) {
   if (p.alpha != 1.0f || p.bias != nullptr) {
     const float* bias = static_cast<const float*>(p.bias);
-    for_each_accumulator<BN>(acc, row0, col0, wg_thread, [&](float x, int32_t, int32_t c) {
+    for_each_accumulator<BN>(acc, col0, wg_thread, [&](float x, int32_t c) {
       x *= p.alpha;
       return (bias != nullptr && c < p.n) ? x + bias[c] : x;
     });
@@ -118,13 +117,6 @@ __device__ __forceinline__ void apply_epilogue_ops(float* acc, const GemmParams&
     case Activation::kSilu: apply_activation<BN>(acc, wg_thread, Silu{}); break;
     default: break;
   }
-  if (p.residual != nullptr) {
-    switch (p.out_dtype) {
-      case DType::kBF16: add_residual<BN, __nv_bfloat16>(acc, p, row0, col0, batch, wg_thread); break;
-      case DType::kF16: add_residual<BN, __half>(acc, p, row0, col0, batch, wg_thread); break;
-      case DType::kF32: add_residual<BN, float>(acc, p, row0, col0, batch, wg_thread); break;
-    }
-  }
 }
 
 // Staging: two boxes of 64 rows x 128 bytes (16 KB) per warpgroup.
@@ -132,11 +124,27 @@ constexpr int kEpiBoxBytes = 64 * 128;
 constexpr int kEpiBoxesPerPass = 2;
 constexpr int kEpiBytesPerWarpgroup = kEpiBoxBytes * kEpiBoxesPerPass;
 
-template <int BN, typename TOut>
+// Where one consumer warpgroup's strip goes: output rows row0.., columns col0.., batch entry
+// `batch`; the residual's batch entry (0 when one residual is broadcast over the batch).
+struct EpilogueTile {
+  int32_t row0, col0, batch, residual_batch;
+};
+
+// One consumer warpgroup's staging buffer, its residual-load barrier and that barrier's phase,
+// and its named barrier.
+struct EpilogueSync {
+  uint8_t* staging;
+  uint64_t* residual_loaded;
+  uint32_t* residual_phase;
+  uint32_t wg_thread, barrier_id;
+};
+
+template <int BN, typename TOut, bool RESIDUAL>
 __device__ __forceinline__ void epilogue_store(const float* acc, const GemmParams& p,
-                                               const CUtensorMap* tma_d, uint8_t* staging,
-                                               int32_t row0, int32_t col0, int32_t batch,
-                                               uint32_t wg_thread, uint32_t barrier_id) {
+                                               const CUtensorMap* tma_d, const CUtensorMap* tma_r,
+                                               const EpilogueTile& t, const EpilogueSync& s) {
+  uint8_t* staging = s.staging;
+  const uint32_t wg_thread = s.wg_thread;
   constexpr int kOutBytes = sizeof(TOut);
   constexpr int kBoxCols = 128 / kOutBytes;          // columns per 128-byte swizzle row
   constexpr int kColsPerPass = kBoxCols * kEpiBoxesPerPass;
@@ -152,8 +160,23 @@ __device__ __forceinline__ void epilogue_store(const float* acc, const GemmParam
     const int pass = j / kJPerPass;
     if (j % kJPerPass == 0) {
       // The previous pass's (or tile's) TMA stores must have read the staging buffer.
-      if (wg_thread == 0) ptx::bulk_wait_group_read<0>();
-      ptx::named_barrier_sync(barrier_id, 128);
+      if (wg_thread == 0) {
+        ptx::bulk_wait_group_read<0>();
+        if constexpr (RESIDUAL) {
+          // This pass's residual boxes land where its results will go.
+          ptx::mbarrier_arrive_expect_tx(s.residual_loaded, kEpiBoxesPerPass * kEpiBoxBytes);
+#pragma unroll
+          for (int b = 0; b < kEpiBoxesPerPass; ++b)
+            ptx::tma_load_3d(tma_r, s.residual_loaded, staging + b * kEpiBoxBytes,
+                             t.col0 + pass * kColsPerPass + b * kBoxCols, t.row0,
+                             t.residual_batch);
+        }
+      }
+      ptx::named_barrier_sync(s.barrier_id, 128);
+      if constexpr (RESIDUAL) {
+        ptx::mbarrier_wait(s.residual_loaded, *s.residual_phase);
+        *s.residual_phase ^= 1;
+      }
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -168,16 +191,22 @@ __device__ __forceinline__ void epilogue_store(const float* acc, const GemmParam
       const int32_t byte = (c % kBoxCols) * kOutBytes;
       const int32_t off =
           box * kEpiBoxBytes + r * 128 + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15);
-      OutType<TOut>::store2(staging + off, acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+      float x0 = acc[4 * j + 2 * half], x1 = acc[4 * j + 2 * half + 1];
+      if constexpr (RESIDUAL) {
+        const float2 r2 = OutType<TOut>::load2(staging + off);
+        x0 += p.beta * r2.x;
+        x1 += p.beta * r2.y;
+      }
+      OutType<TOut>::store2(staging + off, x0, x1);
     }
     if (j % kJPerPass == kJPerPass - 1) {
       ptx::fence_proxy_async_smem();
-      ptx::named_barrier_sync(barrier_id, 128);
+      ptx::named_barrier_sync(s.barrier_id, 128);
       if (wg_thread == 0) {
 #pragma unroll
         for (int b = 0; b < kEpiBoxesPerPass; ++b)
           ptx::tma_store_3d(tma_d, staging + b * kEpiBoxBytes,
-                            col0 + pass * kColsPerPass + b * kBoxCols, row0, batch);
+                            t.col0 + pass * kColsPerPass + b * kBoxCols, t.row0, t.batch);
         ptx::bulk_commit_group();
       }
     }

@@ -55,8 +55,9 @@ struct GemmSmem {
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kEpiOffset = STAGES * kStageBytes;
   static constexpr int kBarOffset = kEpiOffset + 2 * kEpiBytesPerWarpgroup;
+  // full[STAGES], empty[STAGES], then one residual-load barrier per consumer warpgroup;
   // + 1024 so the base can be rounded up to the 1024-byte alignment the 128B swizzle needs.
-  static constexpr int kTotal = kBarOffset + 2 * STAGES * 8 + 1024;
+  static constexpr int kTotal = kBarOffset + (2 * STAGES + 2) * 8 + 1024;
 };
 
 // Loads one operand tile (`rows` x 64 k) for k-block k0. With a cluster sharing this operand,
@@ -101,7 +102,8 @@ template <DType TIN, int BM, int BN, int BK, int STAGES, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(kGemmThreads, 1)
     sm90_gemm_kernel(const __grid_constant__ GemmParams p, const __grid_constant__ CUtensorMap tma_a,
                      const __grid_constant__ CUtensorMap tma_b,
-                     const __grid_constant__ CUtensorMap tma_d) {
+                     const __grid_constant__ CUtensorMap tma_d,
+                     const __grid_constant__ CUtensorMap tma_r) {
   using Smem = GemmSmem<BM, BN, BK, STAGES>;
   using Mma = ptx::WgmmaSS<BN, TIN, A_MN ? 1 : 0, B_MN ? 1 : 0>;
   extern __shared__ uint8_t smem_raw[];
@@ -111,6 +113,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
   uint8_t* smem_b = smem + STAGES * Smem::kABytes;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Smem::kBarOffset);
   uint64_t* empty = full + STAGES;
+  uint64_t* residual_loaded = empty + STAGES;  // [consumer warpgroup]
 
   const uint32_t cluster_size = p.cluster_m * p.cluster_n;
   const uint32_t rank = cluster_size > 1 ? ptx::cluster_ctarank() : 0;
@@ -121,11 +124,13 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
     ptx::tma_prefetch_descriptor(&tma_a);
     ptx::tma_prefetch_descriptor(&tma_b);
     ptx::tma_prefetch_descriptor(&tma_d);
+    if (p.residual != nullptr) ptx::tma_prefetch_descriptor(&tma_r);
     for (int s = 0; s < STAGES; ++s) {
       ptx::mbarrier_init(&full[s], 1);
       // Every consumer warpgroup of every CTA the stage is multicast into must release it.
       ptx::mbarrier_init(&empty[s], 2 * cluster_size);
     }
+    for (int wg = 0; wg < 2; ++wg) ptx::mbarrier_init(&residual_loaded[wg], 1);
     ptx::fence_mbarrier_init();
   }
   if (cluster_size > 1) ptx::cluster_sync(); else __syncthreads();
@@ -161,6 +166,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
     const uint32_t wg_thread = threadIdx.x % 128;
     uint8_t* staging = smem + Smem::kEpiOffset + wg * kEpiBytesPerWarpgroup;
     float acc[Mma::kRegs];
+    uint32_t residual_phase = 0;  // parity of this warpgroup's next residual load
     int stage = 0;
     uint32_t phase = 0;
 
@@ -215,19 +221,22 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
         add_partials<Mma::kRegs>(acc, p, cluster_id + 1, partials_end(p.plan, cluster_id, u),
                                  cluster_size, rank, wg, wg_thread, 1 + wg);
       const int32_t row0 = tc.m_block * BM + wg * 64, col0 = tc.n_block * BN;
-      apply_epilogue_ops<BN>(acc, p, row0, col0, tc.batch, wg_thread);
+      apply_epilogue_ops<BN>(acc, p, col0, wg_thread);
+      const EpilogueTile tile{row0, col0, tc.batch, p.residual_batched ? tc.batch : 0};
+      const EpilogueSync sync{staging, &residual_loaded[wg], &residual_phase, wg_thread, 1 + wg};
+      const bool res = p.residual != nullptr;
       switch (p.out_dtype) {
         case DType::kBF16:
-          epilogue_store<BN, __nv_bfloat16>(acc, p, &tma_d, staging, row0, col0, tc.batch,
-                                            wg_thread, 1 + wg);
+          res ? epilogue_store<BN, __nv_bfloat16, true>(acc, p, &tma_d, &tma_r, tile, sync)
+              : epilogue_store<BN, __nv_bfloat16, false>(acc, p, &tma_d, &tma_r, tile, sync);
           break;
         case DType::kF16:
-          epilogue_store<BN, __half>(acc, p, &tma_d, staging, row0, col0, tc.batch, wg_thread,
-                                     1 + wg);
+          res ? epilogue_store<BN, __half, true>(acc, p, &tma_d, &tma_r, tile, sync)
+              : epilogue_store<BN, __half, false>(acc, p, &tma_d, &tma_r, tile, sync);
           break;
         case DType::kF32:
-          epilogue_store<BN, float>(acc, p, &tma_d, staging, row0, col0, tc.batch, wg_thread,
-                                    1 + wg);
+          res ? epilogue_store<BN, float, true>(acc, p, &tma_d, &tma_r, tile, sync)
+              : epilogue_store<BN, float, false>(acc, p, &tma_d, &tma_r, tile, sync);
           break;
       }
     }

@@ -81,7 +81,7 @@ cudaError_t launch_sm90_gemm(const GemmLaunch& l) {
     if (e != cudaSuccess) return e;
   }
   cfg.gridDim = dim3(static_cast<unsigned>(planned.plan.grid_clusters * csize), 1, 1);
-  return cudaLaunchKernelEx(&cfg, kernel, planned, *l.a, *l.b, *l.d);
+  return cudaLaunchKernelEx(&cfg, kernel, planned, *l.a, *l.b, *l.d, *l.r);
 }
 
 }  // namespace jax_hopper

@@ -108,7 +108,7 @@ ffi::Error gemm_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
   p.group_size = static_cast<int32_t>(group_size);
   p.raster_n = static_cast<int32_t>(raster_n);
 
-  alignas(64) CUtensorMap map_a, map_b, map_d;
+  alignas(64) CUtensorMap map_a, map_b, map_d, map_r;
   // Boxes are one 128-byte swizzle row (64 elements) wide. A K-major operand tile is one box of
   // all its rows (split between the CTAs of a cluster sharing it); an MN-major tile is 64 x 64
   // boxes side by side (cuda/sm90_gemm_kernel.cuh, load_operand). The output box is 64 rows,
@@ -120,10 +120,17 @@ ffi::Error gemm_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
   const size_t out_bytes = dtype_bytes(tout);
   JH_RETURN_IF_ERROR(operand_map(*out, out_bytes, static_cast<uint32_t>(128 / out_bytes), 64,
                                  &map_d));
+  // The residual is read box for box like the output it is added to (the epilogue loads it
+  // into the staging buffer by TMA).
+  if (has_res)
+    JH_RETURN_IF_ERROR(operand_map(residual, out_bytes, static_cast<uint32_t>(128 / out_bytes),
+                                   64, &map_r));
+  else
+    map_r = map_d;
 
   int device = 0;
   JH_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  const GemmLaunch launch = {&p,     &map_a, &map_b, &map_d, device,
+  const GemmLaunch launch = {&p,     &map_a, &map_b, &map_d, &map_r, device,
                              stream, workspace->untyped_data(),
                              static_cast<int64_t>(workspace->size_bytes())};
   cudaError_t e = inst->launch(launch);

@@ -85,6 +85,12 @@ for tool in "${TOOLS[@]}"; do
   # initcheck runs unfiltered: a buffer written by an uninstrumented XLA kernel would look
   # uninitialised to it. Its findings are attributed by kernel name below instead.
   if [ "${SANITIZE_ALL_KERNELS:-0}" != 1 ] && [ "$tool" != initcheck ]; then args+=("${FILTER[@]}"); fi
+  # NOTES: initcheck does not see TMA (bulk tensor) stores, so every GEMM output looks
+  # uninitialised when a cudaMemcpy reads it back: ~10^6 such API-copy reports (H100,
+  # 2026-11-22), past the print limit, hid whatever else there was. The driver checks each
+  # output against float64, which proves it written; initcheck is left to device-side reads
+  # (operands, bias, residual, the stream-K workspace).
+  [ "$tool" = initcheck ] && args+=(--check-api-memory-access no)
   # shellcheck disable=SC2206
   args+=(${SANITIZE_EXTRA_ARGS:-})
   start=$(date +%s)

@@ -167,3 +167,22 @@ def test_stream_k_matches_whole_tiles_and_is_reproducible(rng):
     assert rel_frob(first, to64(whole(a, b))) < 1e-5
     for _ in range(3):  # pieces are summed in a fixed order
         assert np.array_equal(np.asarray(split(a, b)), first)
+
+
+# The residual is loaded by TMA into the output's staging buffer, box for box (cuda/
+# sm90_gemm_epilogue.cuh): every out dtype (64 or 32 columns per 128-byte box row), both tile
+# widths, M and N tails (zero-filled loads, clipped stores), a padded N, a batched residual
+# and one broadcast over the batch.
+@pytest.mark.parametrize("out_dtype", configs.OUTPUT_DTYPES)
+@pytest.mark.parametrize("tile", [BIG, SMALL], ids=["128x256", "128x128"])
+def test_residual_loaded_by_tma(rng, out_dtype, tile):
+    cfg = GemmConfig(**tile)
+    m, n, k = 200, 328, 136
+    _check(rng, m, n, k, config=cfg, out_dtype=out_dtype, beta=0.75,
+           residual=random_operand(rng, (m, n), out_dtype))
+    _check(rng, m, n, k, config=cfg, out_dtype=out_dtype, batch=(3,), activation="relu",
+           residual=random_operand(rng, (3, m, n), out_dtype))
+    _check(rng, m, n, k, config=cfg, out_dtype=out_dtype, batch=(3,),
+           residual=random_operand(rng, (m, n), out_dtype))
+    _check(rng, 129, 131, 72, config=cfg, out_dtype=out_dtype, transpose_b=True, beta=-2.0,
+           residual=random_operand(rng, (129, 131), out_dtype))

@@ -32,7 +32,8 @@ class TileShape:
     def smem_bytes(self) -> int:
         # Mirrors sm90_gemm_smem_bytes in cuda/sm90_gemm.h (a static_assert checks the kernel).
         operands = self.stages * (self.block_m + self.block_n) * self.block_k * 2
-        return operands + EPILOGUE_STAGING_BYTES + 2 * self.stages * 8 + 1024
+        # + full/empty barriers per stage and one residual-load barrier per consumer warpgroup.
+        return operands + EPILOGUE_STAGING_BYTES + (2 * self.stages + 2) * 8 + 1024
 
     @property
     def tag(self) -> str:
