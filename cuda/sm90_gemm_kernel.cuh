@@ -94,8 +94,9 @@ __device__ __forceinline__ void load_operand(const CUtensorMap* map, uint64_t* b
 //   MN-major SW128: LBO = 8192 (next 64-column box), SBO = 1024 (next 8 k rows),
 //                   +16 rows x 128 B = 2048 B per k16 step.
 // The kernel encodes it once and moves it with advance_wgmma_desc. NOTES: encoding it afresh
-// for every wgmma cost ~10 integer instructions each; ncu counted twice cuBLAS's instructions
-// issued per cycle (H100, 2026-11-22).
+// for every wgmma cost ~10 integer instructions each; advancing it lowered the executed IPC at
+// 8192^3 from 0.90 to 0.71 (cuBLAS: 0.47) with no measurable change in speed (H100,
+// 2026-11-22, benchmarks/results/gemm_desc_ab_*).
 template <bool MN_MAJOR>
 __device__ __forceinline__ uint64_t operand_desc(const uint8_t* base) {
   return make_wgmma_desc(ptx::smem_addr(base), MN_MAJOR ? kBoxBytes : 16, 1024,
