@@ -4,9 +4,9 @@
 // With T tiles on C resident clusters, whole tiles alone leave the last wave T mod C tiles
 // long: at 8192^3 with 2 x (128 x 256) cluster tiles, 34 of 66 clusters work in the 16th wave
 // and the rest idle, 3% of the run. So the first floor(T / C) waves are whole tiles, handed out
-// round robin in the grouped order (concurrent tiles stay neighbours in L2), and the k-blocks of
-// the remaining tiles, laid end to end, are cut into equal contiguous ranges, one per cluster
-// (stream-K). A tile cut between clusters is a piece per cluster: the piece holding k-block 0
+// round robin in the grouped order (concurrent tiles stay neighbours in L2), and, where that
+// measured faster (plan_stream_k says when), the k-blocks of the remaining tiles, laid end to
+// end, are cut into equal contiguous ranges, one per cluster (stream-K). A tile cut between clusters is a piece per cluster: the piece holding k-block 0
 // (computed last by its cluster) waits for the others' fp32 partials and runs the epilogue;
 // every other piece is the first unit of its cluster's range and only publishes its partial.
 #pragma once
@@ -64,7 +64,7 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
     s.dp_tiles = static_cast<int32_t>(tiles);
     return s;
   }
-  s.grid_clusters = static_cast<int32_t>(waves > 0 ? resident_clusters : sk);
+  s.grid_clusters = resident_clusters;
   s.dp_tiles = static_cast<int32_t>(waves * resident_clusters);
   s.sk_clusters = static_cast<int32_t>(sk);
   s.sk_quota = static_cast<int32_t>(rest * k_blocks / sk);
