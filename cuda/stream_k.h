@@ -6,9 +6,10 @@
 // and the rest idle, 3% of the run. So the first floor(T / C) waves are whole tiles, handed out
 // round robin in the grouped order (concurrent tiles stay neighbours in L2), and, where that
 // measured faster (plan_stream_k says when), the k-blocks of the remaining tiles, laid end to
-// end, are cut into equal contiguous ranges, one per cluster (stream-K). A tile cut between clusters is a piece per cluster: the piece holding k-block 0
-// (computed last by its cluster) waits for the others' fp32 partials and runs the epilogue;
-// every other piece is the first unit of its cluster's range and only publishes its partial.
+// end, are cut into equal contiguous ranges, one per cluster (stream-K). A tile cut between
+// clusters is a piece per cluster: the piece holding k-block 0 (computed last by its cluster)
+// waits for the others' fp32 partials and runs the epilogue; every other piece is the first
+// unit of its cluster's range and only publishes its partial.
 #pragma once
 
 #include <cstdint>
