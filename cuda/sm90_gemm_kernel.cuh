@@ -88,22 +88,15 @@ __device__ __forceinline__ void load_operand(const CUtensorMap* map, uint64_t* b
   }
 }
 
-// wgmma descriptor of a 64-row (A) or BN-row (B) slice starting at `base`; the k16 steps
-// inside a k-block are kKStepBytes apart.
+// wgmma descriptor of a 64-row (A) or BN-row (B) slice at k-block offset kk*16.
 //   K-major SW128:  SBO = 8 rows x 128 B = 1024, LBO unused (1), +32 B per k16 step.
 //   MN-major SW128: LBO = 8192 (next 64-column box), SBO = 1024 (next 8 k rows),
 //                   +16 rows x 128 B = 2048 B per k16 step.
-// The kernel encodes it once and moves it with advance_wgmma_desc. NOTES: encoding it afresh
-// for every wgmma cost ~10 integer instructions each; advancing it lowered the executed IPC at
-// 8192^3 from 0.90 to 0.71 (cuBLAS: 0.47) with no measurable change in speed (H100,
-// 2026-11-22, benchmarks/results/gemm_desc_ab_*).
 template <bool MN_MAJOR>
-__device__ __forceinline__ uint64_t operand_desc(const uint8_t* base) {
-  return make_wgmma_desc(ptx::smem_addr(base), MN_MAJOR ? kBoxBytes : 16, 1024,
-                         WgmmaSwizzle::k128B);
+__device__ __forceinline__ uint64_t operand_desc(const uint8_t* base, int kk) {
+  const uint32_t addr = ptx::smem_addr(base) + (MN_MAJOR ? kk * 2048 : kk * 32);
+  return make_wgmma_desc(addr, MN_MAJOR ? kBoxBytes : 16, 1024, WgmmaSwizzle::k128B);
 }
-template <bool MN_MAJOR>
-constexpr uint32_t kKStepBytes = MN_MAJOR ? 2048 : 32;
 
 template <DType TIN, int BM, int BN, int BK, int STAGES, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(kGemmThreads, 1)
@@ -174,9 +167,6 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
     uint8_t* staging = smem + Smem::kEpiOffset + wg * kEpiBytesPerWarpgroup;
     float acc[Mma::kRegs];
     uint32_t residual_phase = 0;  // parity of this warpgroup's next residual load
-    // Stage 0's descriptors: this warpgroup's 64 rows of A, all BN rows of B.
-    const uint64_t a_desc0 = operand_desc<A_MN>(smem_a + wg * kBoxBytes);
-    const uint64_t b_desc0 = operand_desc<B_MN>(smem_b);
     int stage = 0;
     uint32_t phase = 0;
 
@@ -197,15 +187,14 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
       int prev_stage = -1;
       for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
         ptx::mbarrier_wait(&full[stage], phase);
-        const uint64_t a_desc = advance_wgmma_desc(a_desc0, stage * Smem::kABytes);
-        const uint64_t b_desc = advance_wgmma_desc(b_desc0, stage * Smem::kBBytes);
+        const uint8_t* a_tile = smem_a + stage * Smem::kABytes + wg * kBoxBytes;
+        const uint8_t* b_tile = smem_b + stage * Smem::kBBytes;
 #pragma unroll
         for (int i = 0; i < Mma::kRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk)
-          Mma::mma(advance_wgmma_desc(a_desc, kk * kKStepBytes<A_MN>),
-                   advance_wgmma_desc(b_desc, kk * kKStepBytes<B_MN>), acc, 1);
+          Mma::mma(operand_desc<A_MN>(a_tile, kk), operand_desc<B_MN>(b_tile, kk), acc, 1);
         ptx::wgmma_commit_group();
         // NOTES: keep this k-block's wgmmas in flight while waiting for the previous one, so the
         // tensor cores never drain between k-blocks; its stage is free once that wait returns.

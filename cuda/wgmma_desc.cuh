@@ -37,10 +37,4 @@ __host__ __device__ inline uint64_t make_wgmma_desc(uint32_t smem_addr, uint32_t
   return d.bits;
 }
 
-// The same descriptor `bytes` further on in shared memory: one add to the encoded start address.
-// Shared memory ends below 256 KB, so start_addr (address >> 4, 14 bits) never carries into lbo.
-__host__ __device__ inline uint64_t advance_wgmma_desc(uint64_t desc, uint32_t bytes) {
-  return desc + (bytes >> 4);
-}
-
 }  // namespace jax_hopper
