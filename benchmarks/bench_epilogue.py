@@ -69,8 +69,11 @@ def bench_case(name, key, reps):
     ref = jax.jit(reference, static_argnums=2)(*sets[0], epilogue, extra)
     print(f"{name} {m}x{n}x{k}: {n_sets} sets, {n_calls} calls per run", flush=True)
     rows = {}
-    for vname, f in variants(epilogue, fused_kwargs, extra).items():
-        r = timing.time_chained(timing.chained(f), pairs, reps=reps)
+    timed = timing.time_interleaved({vname: (timing.chained(f), pairs) for vname, f in
+                                     variants(epilogue, fused_kwargs, extra).items()}, reps)
+    for vname, r in timed.items():
+        if isinstance(r, Exception):
+            raise r
         err = float(timing.rel_fro_error(r["out"], ref))
         rows[vname] = dict(ms=r["median_s"] * 1e3, tflops=timing.tflops(m, n, k, r["median_s"]),
                            times_ms=[t * 1e3 for t in r["times_s"]], rel_err=err,

@@ -161,12 +161,17 @@ def bench_shape(shape, variants: dict, skipped: dict, impl_of: dict, args, key) 
     log(f"  {n_sets} input sets ({n_sets * set_bytes / 1e6:.0f} MB), {n_calls} calls per run")
 
     results = {name: dict(impl=impl_of[name], error=reason) for name, reason in skipped.items()}
-    for name, f in variants.items():
-        try:
-            r = timing.time_chained(timing.chained(f), pairs, reps=args.reps)
-            err = float(timing.rel_fro_error(r["out"], ref))
-        except Exception as e:  # noqa: BLE001 -- one failing variant must not stop the run
-            results[name] = dict(impl=impl_of[name], error=error_text(e))
+    # One failing variant must not stop the run: time_interleaved returns its exception.
+    timed = timing.time_interleaved({name: (timing.chained(f), pairs)
+                                     for name, f in variants.items()}, reps=args.reps)
+    for name, r in timed.items():
+        if not isinstance(r, Exception):
+            try:
+                err = float(timing.rel_fro_error(r["out"], ref))
+            except Exception as e:  # noqa: BLE001
+                r = e
+        if isinstance(r, Exception):
+            results[name] = dict(impl=impl_of[name], error=error_text(r))
             log(f"  {name:44s} skipped: {results[name]['error']}")
             continue
         wrong = not err <= ERR_LIMIT  # NaN compares false

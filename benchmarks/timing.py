@@ -91,18 +91,49 @@ def time_chained(run, pairs, reps: int = 7, warmup: int = 2) -> dict:
     The first warm-up run includes the compile; its time is returned as compile_s, and its last
     output (set 0's product) as out.
     """
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(run(pairs))[-1]
-    compile_s = time.perf_counter() - t0
-    for _ in range(warmup - 1):
-        jax.block_until_ready(run(pairs))
-    per_call = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(run(pairs))
-        per_call.append((time.perf_counter() - t0) / len(pairs))
-    return dict(median_s=statistics.median(per_call), times_s=per_call, compile_s=compile_s,
-                out=out)
+    result = time_interleaved({"run": (run, pairs)}, reps, warmup)["run"]
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2) -> dict:
+    """time_chained for several variants at once: {name: (run, pairs)} -> {name: result}, where
+    a result is time_chained's dict, or the exception that variant raised.
+
+    Every variant is compiled and warmed up first; then the timed runs go round robin, the
+    order rotated every round. A GPU's clock drifts with its temperature and power draw over
+    seconds, by several percent at full load: timed back to back, one variant would get the
+    cool GPU and the next the hot one. Interleaved, the drift falls on all of them alike.
+    """
+    results = {}
+    for name, (run, pairs) in runs.items():
+        try:
+            t0 = time.perf_counter()
+            out = jax.block_until_ready(run(pairs))[-1]
+            compile_s = time.perf_counter() - t0
+            for _ in range(warmup - 1):
+                jax.block_until_ready(run(pairs))
+            results[name] = dict(compile_s=compile_s, out=out, times_s=[])
+        except Exception as e:  # noqa: BLE001 -- reported per variant by the caller
+            results[name] = e
+    names = [n for n, r in results.items() if not isinstance(r, Exception)]
+    for rep in range(reps):
+        shift = rep % len(names) if names else 0
+        for name in names[shift:] + names[:shift]:
+            if isinstance(results[name], Exception):
+                continue
+            run, pairs = runs[name]
+            try:
+                t0 = time.perf_counter()
+                jax.block_until_ready(run(pairs))
+                results[name]["times_s"].append((time.perf_counter() - t0) / len(pairs))
+            except Exception as e:  # noqa: BLE001
+                results[name] = e
+    for r in results.values():
+        if not isinstance(r, Exception):
+            r["median_s"] = statistics.median(r["times_s"])
+    return results
 
 
 @jax.jit

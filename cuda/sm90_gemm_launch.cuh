@@ -61,10 +61,8 @@ cudaError_t launch_sm90_gemm(const GemmLaunch& l) {
     resident[l.device][csize].store(clusters, std::memory_order_relaxed);
   }
 
-  const int64_t tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN;
   const int64_t cluster_tiles =
-      ((tiles_m + p.cluster_m - 1) / p.cluster_m) * ((tiles_n + p.cluster_n - 1) / p.cluster_n) *
-      p.batch;
+      sm90_gemm_cluster_tiles(BM, BN, p.cluster_m, p.cluster_n, p.batch, p.m, p.n);
   const int64_t slot_bytes = sm90_gemm_slot_bytes(BM, BN);
   const int64_t slots = l.workspace_bytes / slot_bytes;
   GemmParams planned = p;

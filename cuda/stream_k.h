@@ -65,7 +65,7 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
     s.dp_tiles = static_cast<int32_t>(tiles);
     return s;
   }
-  s.grid_clusters = static_cast<int32_t>(waves > 0 ? resident_clusters : sk);
+  s.grid_clusters = resident_clusters;
   s.dp_tiles = static_cast<int32_t>(waves * resident_clusters);
   s.sk_clusters = static_cast<int32_t>(sk);
   s.sk_quota = static_cast<int32_t>(rest * k_blocks / sk);

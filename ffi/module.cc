@@ -1,6 +1,6 @@
 // The nanobind module: FFI handler capsules for jax.ffi.register_ffi_target, the compiled GEMM
-// instance list so Python can check it against jax_hopper/gemm/configs.py, and the stream-K
-// work plan the kernels follow, so CPU tests can check it.
+// instance list so Python can check it against jax_hopper/gemm/configs.py, the stream-K work
+// plan the kernels follow (so CPU tests can check it), and the workspace size it needs.
 #include <nanobind/nanobind.h>
 
 #include <cuda_runtime.h>
@@ -73,5 +73,8 @@ NB_MODULE(_jax_hopper, m) {
     d["units"] = clusters;
     return d;
   });
+  m.def("gemm_workspace_bytes", &jax_hopper::sm90_gemm_workspace_bytes, nb::arg("block_m"),
+        nb::arg("block_n"), nb::arg("block_k"), nb::arg("cluster_m"), nb::arg("cluster_n"),
+        nb::arg("batch"), nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("sms"));
   m.def("cuda_runtime_version", []() { return CUDART_VERSION; });
 }

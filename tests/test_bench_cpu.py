@@ -158,3 +158,32 @@ def test_pass_fail_bookkeeping(tmp_path, monkeypatch):
     assert ok["status"] == "ok" and ok["best_hopper"] in ("hopper", "hopper:scale=1.0")
     assert fail["status"] == "FAIL" and fail["best_hopper"] == "hopper:scale=1.0"
     assert rc == 1
+
+
+def test_time_interleaved_rotates_order_and_reports_failures(sets):
+    calls = []
+
+    def tagged(name, fail_on=None):
+        run = timing.chained(jnp.dot)
+
+        def f(pairs):
+            calls.append(name)
+            if len(calls) == fail_on:
+                raise RuntimeError(f"{name} broke")
+            return run(pairs)
+        return f
+
+    pairs = timing.rotation(sets, 3)
+    runs = {"a": (tagged("a"), pairs), "b": (tagged("b"), pairs), "c": (tagged("c"), pairs)}
+    r = timing.time_interleaved(runs, reps=3, warmup=2)
+    # Two warm-up runs each, then rounds a b c / b c a / c a b.
+    assert calls == ["a", "a", "b", "b", "c", "c"] + list("abc" "bca" "cab")
+    for name in "abc":
+        assert len(r[name]["times_s"]) == 3 and r[name]["median_s"] > 0
+        np.testing.assert_array_equal(np.asarray(r[name]["out"]), np.asarray(jnp.dot(*sets[0])))
+
+    calls.clear()
+    runs["b"] = (tagged("b", fail_on=2), pairs)  # b's warm-up run (a's was call 1)
+    r = timing.time_interleaved(runs, reps=2, warmup=1)
+    assert isinstance(r["b"], RuntimeError) and "b broke" in str(r["b"])
+    assert len(r["a"]["times_s"]) == len(r["c"]["times_s"]) == 2

@@ -103,9 +103,18 @@ def test_which_problems_split(tiles, k_blocks, clusters, slots, split):
 def test_workspace_is_sized_per_cta_slot():
     cfg = GemmConfig()
     slot = cfg.block_m * cfg.block_n * 4 + 8   # sm90_gemm_slot_bytes in cuda/sm90_gemm.h
+    # 2048 tiles on 132 SMs: a last wave of 68 split among all 132 CTAs.
     assert cfg.workspace_bytes(1, 8192, 8192, 8192) == configs.MAX_SMS * slot
-    assert cfg.workspace_bytes(1, 128, 256, 128) == 1 * 2 * slot  # one tile of two k-blocks
+    # 2-CTA clusters: 1024 cluster tiles on 66, 34 left, split among all 66 clusters.
+    assert (GemmConfig(cluster_m=2).workspace_bytes(1, 8192, 8192, 8192)
+            == 66 * 2 * slot)
+    # The slots are those of the clusters the plan splits among, no more.
+    plan = _plan(144, 64, configs.MAX_SMS, configs.MAX_SMS)
+    assert (GemmConfig(block_n=128, stages=6).workspace_bytes(1, 1536, 1536, 4096)
+            == plan["sk_clusters"] * (128 * 128 * 4 + 8))
+    assert cfg.workspace_bytes(1, 128, 256, 128) == 0             # one tile: never split
     assert cfg.workspace_bytes(1, 8192, 8192, 64) == 0            # one k-block: nothing to split
+    assert cfg.workspace_bytes(1, 4096, 4096, 4096) == 0          # last wave 88% full: whole
     assert GemmConfig(stream_k=False).workspace_bytes(1, 8192, 8192, 8192) == 0
 
 

@@ -72,14 +72,15 @@ class GemmConfig:
                                  f"layout makes it {want} (set by transpose_a / transpose_b)")
 
     def workspace_bytes(self, batch: int, m: int, n: int, k: int) -> int:
-        """Bytes of the stream-K workspace: one slot per CTA that may hold a piece of a split
-        tile, at most one CTA per SM. Mirrors sm90_gemm_slot_bytes in cuda/sm90_gemm.h."""
-        k_blocks = -(-k // self.block_k)
-        if not self.stream_k or k_blocks < 2:
+        """Bytes of the stream-K workspace this problem needs on a GPU of configs.MAX_SMS SMs
+        (0 when nothing is split): sm90_gemm_workspace_bytes in cuda/sm90_gemm.h, through the
+        extension, which plans exactly as the launcher does."""
+        if not self.stream_k:
             return 0
-        cta_tiles = -(-m // self.block_m) * -(-n // self.block_n) * batch
-        slots = min(configs.MAX_SMS, cta_tiles * k_blocks)
-        return slots * (self.block_m * self.block_n * 4 + 8)
+        from jax_hopper import _ffi  # noqa: PLC0415 (the extension; only lowering needs it)
+        return _ffi.extension().gemm_workspace_bytes(
+            self.block_m, self.block_n, self.block_k, self.cluster_m, self.cluster_n, batch, m,
+            n, k, configs.MAX_SMS)
 
     def ffi_attrs(self) -> dict:
         import numpy as np

@@ -16,8 +16,8 @@ import os
 # 227 KB: the opt-in shared memory per block on sm_90.
 SMEM_LIMIT_BYTES = 227 * 1024
 EPILOGUE_STAGING_BYTES = 2 * 16 * 1024  # two consumer warpgroups x two 8 KB boxes
-# The most SMs of a Hopper part (H100 SXM, H200): the persistent grid has at most one CTA per SM,
-# so the stream-K workspace has at most this many slots (a larger part would split less).
+# The SMs of an H100 SXM or H200: the stream-K workspace is sized for the split planned on this
+# many (a part with other SM counts plans again at launch within the slots it got).
 MAX_SMS = 132
 
 
