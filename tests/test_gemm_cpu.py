@@ -9,7 +9,7 @@ import pytest
 from gemm_helpers import REL_FROB_BOUND, random_operand, reference64, rel_frob
 from jax_hopper import GemmConfig, _ffi, hopper_matmul
 from jax_hopper.gemm import api, configs
-from jax_hopper.gemm.heuristics import choose_config, group_size_for
+from jax_hopper.gemm.heuristics import choose_config
 
 CPU = jax.devices("cpu")[0]
 
@@ -53,25 +53,12 @@ def test_config_rejected_through_the_api():
 
 def test_heuristic_choices():
     big = choose_config(8192, 8192, 8192)
-    assert (big.block_m, big.block_n, big.cluster_m, big.group_size) == (128, 256, 2, 8)
+    assert (big.block_m, big.block_n, big.cluster_m) == (128, 256, 2)
     decode = choose_config(256, 4096, 4096)
     assert (decode.block_n, decode.cluster_m) == (128, 1)
     for shape in [(1, 1, 1), (4000, 3000, 2056), (64, 12288, 4096)]:
         cfg = choose_config(*shape)
         cfg.validate("bfloat16", False, True)  # always a compiled, valid config
-
-
-@pytest.mark.parametrize("tile_m,tile_n,clusters,group", [
-    (256, 256, 66, 8),     # 128x256 tiles in 2-CTA clusters: a wave of 8 x 8.25 cluster tiles
-    (128, 256, 132, 16),   # no cluster: 16 rows of 128 by 8.25 columns of 256, both 2 K rows
-    (128, 128, 132, 11),
-    (256, 128, 66, 6),
-    (128, 128, 1, 1),      # never below 1
-])
-def test_group_size_makes_a_wave_square(tile_m, tile_n, clusters, group):
-    assert group_size_for(tile_m, tile_n, clusters) == group
-    rows, cols = group * tile_m, clusters / group * tile_n
-    assert 0.5 <= rows / cols <= 2.0
 
 
 # ---------------------------------------------------------------- bad input
