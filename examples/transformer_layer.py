@@ -132,16 +132,25 @@ def make_train_step(layer):
     return train_step
 
 
-def median_seconds(f, *args, reps, warmup=2):
-    """Median wall time of f(*args) after warm-up calls (the first one compiles)."""
-    for _ in range(warmup):
-        jax.block_until_ready(f(*args))
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def median_seconds(runs, reps, warmup=2):
+    """{name: f} -> {name: median wall time of f()}, after warm-up calls (the first compiles).
+
+    The timed calls go round robin, the order rotated every round: a GPU's clock drifts with
+    its temperature and power draw by several percent over seconds, and timed one after the
+    other, one version would get the cool GPU and the other the hot one.
+    """
+    for f in runs.values():
+        for _ in range(warmup):
+            jax.block_until_ready(f())
+    times = {name: [] for name in runs}
+    names = list(runs)
+    for rep in range(reps):
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            jax.block_until_ready(runs[name]())
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def rel_fro(got, want):
@@ -185,7 +194,7 @@ def run(args):
     # Every timed train step starts from the same params (the step is a pure function), so
     # both versions time identical work.
     versions = {"hopper": hopper_dense, "jnp": jnp_dense}
-    outs, losses, grads, times = {}, {}, {}, {}
+    outs, losses, grads, runs = {}, {}, {}, {}
     for name, dense in versions.items():
         layer = make_layer(dense, args.heads, args.attention)
         forward = jax.jit(layer)
@@ -193,10 +202,10 @@ def run(args):
         outs[name] = forward(params, x)
         losses[name], grads[name] = jax.jit(jax.value_and_grad(
             functools.partial(mse_loss, layer)))(params, x, target)
-        times[name] = dict(
-            forward_s=median_seconds(forward, params, x, reps=args.reps),
-            train_step_s=median_seconds(train_step, params, opt_state, x, target,
-                                        reps=args.reps))
+        runs[name, "forward_s"] = functools.partial(forward, params, x)
+        runs[name, "train_step_s"] = functools.partial(train_step, params, opt_state, x, target)
+    medians = median_seconds(runs, reps=args.reps)
+    times = {name: {key: t for (n, key), t in medians.items() if n == name} for name in versions}
 
     loss_h, loss_j = float(losses["hopper"]), float(losses["jnp"])
     errors = {"output": rel_fro(outs["hopper"], outs["jnp"]),

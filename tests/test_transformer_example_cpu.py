@@ -121,6 +121,15 @@ def test_wrong_projection_fails_the_check(example, capsys):
         return example.hopper_matmul(h, w, residual=residual, alpha=1.05)
 
     with mock.patch.object(example, "hopper_dense", scaled_dense), \
-            mock.patch.object(example, "median_seconds", lambda *args, **kwargs: 1.0):
+            mock.patch.object(example, "median_seconds",
+                              lambda runs, **kwargs: dict.fromkeys(runs, 1.0)):
         assert example.main(TINY) == 1
     assert "numerical check: FAILED" in capsys.readouterr().out
+
+
+def test_median_seconds_interleaves_the_versions(example):
+    calls = []
+    runs = {name: (lambda name=name: calls.append(name) or jnp.zeros(())) for name in "ab"}
+    medians = example.median_seconds(runs, reps=3, warmup=1)
+    assert set(medians) == {"a", "b"} and all(t >= 0 for t in medians.values())
+    assert calls == ["a", "b"] + ["a", "b", "b", "a", "a", "b"]
