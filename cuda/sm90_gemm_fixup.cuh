@@ -81,13 +81,8 @@ __device__ __forceinline__ void add_partials(float* acc, const GemmParams& p, in
     constexpr int kBatch = 8;
 #pragma unroll
     for (int i = 0; i < kRegs; i += kBatch) {
-      for (int32_t c = 0; c < end - first; ++c) {
-        float v[kBatch];
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) v[j] = __ldcg(slot + c * stride + (i + j) * 128);
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) acc[i + j] += v[j];
-      }
+      for (int32_t c = 0; c < end - first; ++c)
+        add_batch<kBatch>(acc + i, slot + c * stride + i * 128);
     }
   }
 }
