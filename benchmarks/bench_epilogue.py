@@ -1,13 +1,14 @@
 """Fused vs unfused epilogues on the MLP shapes, side by side in one process (bf16 in/out):
 
-    hopper fused     hopper_matmul(a, b, bias=..., activation=..., residual=...)
+    hopper fused     hopper_matmul(a, b, bias=..., activation=..., residual=...), or
+                     hopper_glu(a, b as (K, 2, F)) for the gated unit
     hopper unfused   hopper_matmul(a, b) followed by the same epilogue in jnp
     xla              jnp.dot(a, b) followed by the same epilogue (XLA fuses what it can)
 
     python benchmarks/bench_epilogue.py [--out-dir DIR] [--tag TAG] [--reps 7]
 
-Cases: MLP up 8192x28672x4096 with bias + GELU (tanh), MLP down 8192x4096x14336 with bias +
-residual. Rotating input sets larger than L2, medians (benchmarks/timing.py). Writes
+Cases: MLP up 8192x28672x4096 with bias + GELU (tanh), the same product as a SwiGLU unit
+(silu(gate) * up, 14336 output columns), MLP down 8192x4096x14336 with bias + residual. Rotating input sets larger than L2, medians (benchmarks/timing.py). Writes
 epilogue_<tag>.json; exit status 1 when a variant's result is wrong.
 """
 
@@ -25,7 +26,7 @@ import jax.numpy as jnp
 import timing
 
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from jax_hopper import hopper_matmul  # noqa: E402
+from jax_hopper import hopper_glu, hopper_matmul  # noqa: E402
 
 ERR_LIMIT = 1e-2
 BF16 = jnp.bfloat16
@@ -35,18 +36,28 @@ def gelu_bias(x, bias):
     return jax.nn.gelu(x + bias, approximate=True)
 
 
+def swiglu(y, e):
+    del e
+    gate, up = jnp.split(y, 2, axis=-1)
+    return (jax.nn.silu(gate.astype(jnp.float32)) * up.astype(jnp.float32)).astype(y.dtype)
+
+
 CASES = {
-    # name: (shape, epilogue in jnp on the bf16 product, hopper_matmul keyword arguments)
+    # name: (shape of the product, epilogue in jnp on the bf16 product, the fused call)
     "mlp_up_bias_gelu": ((8192, 28672, 4096), lambda y, e: gelu_bias(y, e["bias"]),
-                         lambda e: dict(bias=e["bias"], activation="gelu_tanh")),
+                         lambda a, b, e: hopper_matmul(a, b, bias=e["bias"],
+                                                       activation="gelu_tanh")),
+    "mlp_up_swiglu": ((8192, 28672, 4096), swiglu,
+                      lambda a, b, e: hopper_glu(a, b.reshape(b.shape[0], 2, -1))),
     "mlp_down_bias_residual": ((8192, 4096, 14336), lambda y, e: y + e["bias"] + e["residual"],
-                               lambda e: dict(bias=e["bias"], residual=e["residual"])),
+                               lambda a, b, e: hopper_matmul(a, b, bias=e["bias"],
+                                                             residual=e["residual"])),
 }
 
 
-def variants(epilogue, fused_kwargs, extra):
+def variants(epilogue, fused, extra):
     return {
-        "hopper_fused": lambda a, b: hopper_matmul(a, b, **fused_kwargs(extra)),
+        "hopper_fused": lambda a, b: fused(a, b, extra),
         "hopper_unfused": lambda a, b: epilogue(hopper_matmul(a, b), extra),
         "xla": lambda a, b: epilogue(jnp.dot(a, b), extra),
     }
@@ -58,7 +69,7 @@ def reference(a, b, epilogue, extra):
 
 
 def bench_case(name, key, reps):
-    (m, n, k), epilogue, fused_kwargs = CASES[name]
+    (m, n, k), epilogue, fused = CASES[name]
     kb, kr, ks = jax.random.split(key, 3)
     extra = {"bias": jax.random.normal(kb, (n,), jnp.float32).astype(BF16)}
     if "residual" in name:
@@ -70,7 +81,7 @@ def bench_case(name, key, reps):
     print(f"{name} {m}x{n}x{k}: {n_sets} sets, {n_calls} calls per run", flush=True)
     rows = {}
     timed = timing.time_interleaved({vname: (timing.chained(f), pairs) for vname, f in
-                                     variants(epilogue, fused_kwargs, extra).items()}, reps)
+                                     variants(epilogue, fused, extra).items()}, reps)
     for vname, r in timed.items():
         if isinstance(r, Exception):
             raise r

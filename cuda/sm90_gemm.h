@@ -26,7 +26,7 @@ using GemmLaunchFn = cudaError_t (*)(const GemmLaunch&);
 
 // Defined in cuda/sm90_gemm_launch.cuh; instantiated only for the configurations listed in
 // jax_hopper/gemm/configs.py (generated sources, see CMakeLists.txt).
-template <DType TIN, int BM, int BN, int BK, int STAGES, bool A_MN, bool B_MN>
+template <DType TIN, int BM, int BN, int BK, int STAGES, bool A_MN, bool B_MN, bool GATED>
 cudaError_t launch_sm90_gemm(const GemmLaunch& l);
 
 // Bytes of one stream-K workspace slot: a CTA's fp32 partial tile and its two consumer

@@ -1,6 +1,6 @@
 // GEMM epilogue: fp32 accumulators of one consumer warpgroup (a 64 x BN strip) -> alpha, bias,
-// activation in registers -> + beta * residual -> out dtype -> 128B-swizzled shared staging ->
-// TMA store. bias is fp32 (the wrapper casts it); residual is in the out dtype.
+// activation (or the gated unit) in registers -> + beta * residual -> out dtype -> 128B-swizzled
+// shared staging -> TMA store. bias is fp32 (the wrapper casts it); residual is in the out dtype.
 // The residual is loaded by TMA into the staging buffer, in the same swizzled layout the output
 // takes there: each thread reads its residual values at exactly the bytes it then overwrites
 // with its results. The staging buffer is reused pass after pass; the stores of the last pass
@@ -119,6 +119,40 @@ __device__ __forceinline__ void apply_epilogue_ops(float* acc, const GemmParams&
   }
 }
 
+// Gated linear unit (hopper_glu): the tile's product columns [0, BN/2) are gate columns
+// col0.. and [BN/2, BN) the up columns with the same indices (load_operand), so register i and
+// register i + BN/4 of a thread hold the gate and up values of one output element (in the
+// fragment layout above, 8 column groups further is BN/2 columns further). alpha and bias
+// ((2, n): gate row, then up row) apply to both; then registers [0, BN/4) become act(gate) * up,
+// the 64 x BN/2 strip the store writes. Without an activation it is the bilinear unit.
+template <int BN, typename Act>
+__device__ __forceinline__ void gate_by(float* acc, Act act) {
+#pragma unroll
+  for (int i = 0; i < BN / 4; ++i) acc[i] = act(acc[i]) * acc[i + BN / 4];
+}
+
+struct Identity { __device__ float operator()(float x) const { return x; } };
+
+template <int BN>
+__device__ __forceinline__ void apply_gated_epilogue_ops(float* acc, const GemmParams& p,
+                                                         int32_t col0, uint32_t wg_thread) {
+  if (p.alpha != 1.0f || p.bias != nullptr) {
+    const float* bias = static_cast<const float*>(p.bias);
+    for_each_accumulator<BN>(acc, 0, wg_thread, [&](float x, int32_t c) {
+      const int32_t half = c >= BN / 2 ? 1 : 0, col = col0 + c - half * (BN / 2);
+      x *= p.alpha;
+      return (bias != nullptr && col < p.n) ? x + bias[half * p.n + col] : x;
+    });
+  }
+  switch (p.activation) {
+    case Activation::kRelu: gate_by<BN>(acc, Relu{}); break;
+    case Activation::kGeluTanh: gate_by<BN>(acc, GeluTanh{}); break;
+    case Activation::kGeluErf: gate_by<BN>(acc, GeluErf{}); break;
+    case Activation::kSilu: gate_by<BN>(acc, Silu{}); break;
+    default: gate_by<BN>(acc, Identity{}); break;
+  }
+}
+
 // Staging: two boxes of 64 rows x 128 bytes (16 KB) per warpgroup.
 constexpr int kEpiBoxBytes = 64 * 128;
 constexpr int kEpiBoxesPerPass = 2;
@@ -147,7 +181,9 @@ __device__ __forceinline__ void epilogue_store(const float* acc, const GemmParam
   const uint32_t wg_thread = s.wg_thread;
   constexpr int kOutBytes = sizeof(TOut);
   constexpr int kBoxCols = 128 / kOutBytes;          // columns per 128-byte swizzle row
-  constexpr int kColsPerPass = kBoxCols * kEpiBoxesPerPass;
+  // A 64-column gated strip of 16-bit outputs is a single box: one box per pass then.
+  constexpr int kBoxes = BN / kBoxCols < kEpiBoxesPerPass ? BN / kBoxCols : kEpiBoxesPerPass;
+  constexpr int kColsPerPass = kBoxCols * kBoxes;
   static_assert(BN % kColsPerPass == 0, "BN must cover whole staging passes");
 
   constexpr int kJPerPass = kColsPerPass / 8;        // 8-column fragment groups per pass
@@ -164,9 +200,9 @@ __device__ __forceinline__ void epilogue_store(const float* acc, const GemmParam
         ptx::bulk_wait_group_read<0>();
         if constexpr (RESIDUAL) {
           // This pass's residual boxes land where its results will go.
-          ptx::mbarrier_arrive_expect_tx(s.residual_loaded, kEpiBoxesPerPass * kEpiBoxBytes);
+          ptx::mbarrier_arrive_expect_tx(s.residual_loaded, kBoxes * kEpiBoxBytes);
 #pragma unroll
-          for (int b = 0; b < kEpiBoxesPerPass; ++b)
+          for (int b = 0; b < kBoxes; ++b)
             ptx::tma_load_3d(tma_r, s.residual_loaded, staging + b * kEpiBoxBytes,
                              t.col0 + pass * kColsPerPass + b * kBoxCols, t.row0,
                              t.residual_batch);
@@ -204,12 +240,34 @@ __device__ __forceinline__ void epilogue_store(const float* acc, const GemmParam
       ptx::named_barrier_sync(s.barrier_id, 128);
       if (wg_thread == 0) {
 #pragma unroll
-        for (int b = 0; b < kEpiBoxesPerPass; ++b)
+        for (int b = 0; b < kBoxes; ++b)
           ptx::tma_store_3d(tma_d, staging + b * kEpiBoxBytes,
                             t.col0 + pass * kColsPerPass + b * kBoxCols, t.row0, t.batch);
         ptx::bulk_commit_group();
       }
     }
+  }
+}
+
+// The store of one 64 x BN strip, for the out dtype and residual chosen at run time.
+template <int BN>
+__device__ __forceinline__ void store_strip(const float* acc, const GemmParams& p,
+                                            const CUtensorMap* tma_d, const CUtensorMap* tma_r,
+                                            const EpilogueTile& t, const EpilogueSync& s) {
+  const bool res = p.residual != nullptr;
+  switch (p.out_dtype) {
+    case DType::kBF16:
+      res ? epilogue_store<BN, __nv_bfloat16, true>(acc, p, tma_d, tma_r, t, s)
+          : epilogue_store<BN, __nv_bfloat16, false>(acc, p, tma_d, tma_r, t, s);
+      break;
+    case DType::kF16:
+      res ? epilogue_store<BN, __half, true>(acc, p, tma_d, tma_r, t, s)
+          : epilogue_store<BN, __half, false>(acc, p, tma_d, tma_r, t, s);
+      break;
+    case DType::kF32:
+      res ? epilogue_store<BN, float, true>(acc, p, tma_d, tma_r, t, s)
+          : epilogue_store<BN, float, false>(acc, p, tma_d, tma_r, t, s);
+      break;
   }
 }
 

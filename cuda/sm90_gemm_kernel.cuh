@@ -6,6 +6,10 @@
 //   warpgroups 1, 2 (consumers): rows 0-63 and 64-127 of the 128 x BN tile; wgmma m64nBNk16
 //       with both operands in 128B-swizzled shared memory, fp32 accumulators in registers,
 //       then the epilogue (cuda/sm90_gemm_epilogue.cuh).
+// hopper_glu's instances (GATED): a tile's B columns are gate and up columns side by side
+// (load_operand) and the epilogue writes act(gate) * up, half the tile's width. A separate
+// instance, not a run-time branch: one kernel holding both epilogues spilled accumulators, and
+// a run-time column count in the store cost the plain GEMM ~8% (H100, 2026-11-22).
 // Both walk the same work list (cuda/stream_k.h): whole tiles, then a stream-K range whose
 // split tiles meet through a global fp32 workspace (cuda/sm90_gemm_fixup.cuh).
 //
@@ -64,10 +68,14 @@ struct GemmSmem {
 // CTA `rank` loads 1/share of it and multicasts it to the whole cluster.
 //   K-major:  the tensor map's box is (64 k, rows/share): one TMA per CTA, rows stacked.
 //   MN-major: the box is (64 mn, 64 k): rows/64 boxes side by side, every share-th per CTA.
+// `gated` (MN-major B of hopper_glu only; the handler rejects any other): the map is the
+// (K, 2, n) weight as (n, K, half), the first rows/2 of the tile are gate columns mn0.. (half 0)
+// and the next rows/2 the up columns with the same indices (half 1), so one tile holds both
+// factors of its rows/2 output columns.
 template <bool MN_MAJOR>
 __device__ __forceinline__ void load_operand(const CUtensorMap* map, uint64_t* bar, uint8_t* dst,
                                              int rows, int32_t mn0, int32_t k0, int32_t batch,
-                                             uint32_t share, uint32_t rank) {
+                                             uint32_t share, uint32_t rank, bool gated) {
   const uint16_t mask = static_cast<uint16_t>((1u << share) - 1);
   const uint32_t part_id = share > 1 ? rank : 0;  // a cluster along the other dim shares nothing
   if constexpr (!MN_MAJOR) {
@@ -78,12 +86,14 @@ __device__ __forceinline__ void load_operand(const CUtensorMap* map, uint64_t* b
     else
       ptx::tma_load_3d(map, bar, d, k0, mn0, batch);
   } else {
-    for (int j = part_id; j < rows / kBoxElems; j += share) {
+    const int boxes = rows / kBoxElems, half_boxes = gated ? boxes / 2 : boxes;
+    for (int j = part_id; j < boxes; j += share) {
+      const int32_t mn = mn0 + (j % half_boxes) * kBoxElems;
+      const int32_t outer = gated ? j / half_boxes : batch;
       if (share > 1)
-        ptx::tma_load_3d_multicast(map, bar, dst + j * kBoxBytes, mn0 + j * kBoxElems, k0, batch,
-                                   mask);
+        ptx::tma_load_3d_multicast(map, bar, dst + j * kBoxBytes, mn, k0, outer, mask);
       else
-        ptx::tma_load_3d(map, bar, dst + j * kBoxBytes, mn0 + j * kBoxElems, k0, batch);
+        ptx::tma_load_3d(map, bar, dst + j * kBoxBytes, mn, k0, outer);
     }
   }
 }
@@ -98,7 +108,7 @@ __device__ __forceinline__ uint64_t operand_desc(const uint8_t* base, int kk) {
   return make_wgmma_desc(addr, MN_MAJOR ? kBoxBytes : 16, 1024, WgmmaSwizzle::k128B);
 }
 
-template <DType TIN, int BM, int BN, int BK, int STAGES, bool A_MN, bool B_MN>
+template <DType TIN, int BM, int BN, int BK, int STAGES, bool A_MN, bool B_MN, bool GATED>
 __global__ void __launch_bounds__(kGemmThreads, 1)
     sm90_gemm_kernel(const __grid_constant__ GemmParams p, const __grid_constant__ CUtensorMap tma_a,
                      const __grid_constant__ CUtensorMap tma_b,
@@ -119,6 +129,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
   const uint32_t rank = cluster_size > 1 ? ptx::cluster_ctarank() : 0;
   const uint32_t warpgroup = threadIdx.x / 128;
   const int32_t cluster_id = blockIdx.x / cluster_size;
+  constexpr int32_t out_tile_n = GATED ? BN / 2 : BN;  // output columns of one tile
 
   if (threadIdx.x == 0) {
     ptx::tma_prefetch_descriptor(&tma_a);
@@ -152,9 +163,9 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
           ptx::mbarrier_arrive_expect_tx(&full[stage], Smem::kStageBytes);
           load_operand<A_MN>(&tma_a, &full[stage], smem_a + stage * Smem::kABytes, BM,
-                             tc.m_block * BM, kb * BK, ba, share_a, rank);
+                             tc.m_block * BM, kb * BK, ba, share_a, rank, false);
           load_operand<B_MN>(&tma_b, &full[stage], smem_b + stage * Smem::kBBytes, BN,
-                             tc.n_block * BN, kb * BK, bb, share_b, rank);
+                             tc.n_block * out_tile_n, kb * BK, bb, share_b, rank, GATED);
           if (++stage == STAGES) { stage = 0; phase ^= 1; }
         }
       }
@@ -220,24 +231,15 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
       if (collects_partials(p.plan, u))
         add_partials<Mma::kRegs>(acc, p, cluster_id + 1, partials_end(p.plan, cluster_id, u),
                                  cluster_size, rank, wg, wg_thread, 1 + wg);
-      const int32_t row0 = tc.m_block * BM + wg * 64, col0 = tc.n_block * BN;
-      apply_epilogue_ops<BN>(acc, p, col0, wg_thread);
+      const int32_t row0 = tc.m_block * BM + wg * 64, col0 = tc.n_block * out_tile_n;
       const EpilogueTile tile{row0, col0, tc.batch, p.residual_batched ? tc.batch : 0};
       const EpilogueSync sync{staging, &residual_loaded[wg], &residual_phase, wg_thread, 1 + wg};
-      const bool res = p.residual != nullptr;
-      switch (p.out_dtype) {
-        case DType::kBF16:
-          res ? epilogue_store<BN, __nv_bfloat16, true>(acc, p, &tma_d, &tma_r, tile, sync)
-              : epilogue_store<BN, __nv_bfloat16, false>(acc, p, &tma_d, &tma_r, tile, sync);
-          break;
-        case DType::kF16:
-          res ? epilogue_store<BN, __half, true>(acc, p, &tma_d, &tma_r, tile, sync)
-              : epilogue_store<BN, __half, false>(acc, p, &tma_d, &tma_r, tile, sync);
-          break;
-        case DType::kF32:
-          res ? epilogue_store<BN, float, true>(acc, p, &tma_d, &tma_r, tile, sync)
-              : epilogue_store<BN, float, false>(acc, p, &tma_d, &tma_r, tile, sync);
-          break;
+      if constexpr (GATED) {
+        apply_gated_epilogue_ops<BN>(acc, p, col0, wg_thread);
+        store_strip<BN / 2>(acc, p, &tma_d, &tma_r, tile, sync);
+      } else {
+        apply_epilogue_ops<BN>(acc, p, col0, wg_thread);
+        store_strip<BN>(acc, p, &tma_d, &tma_r, tile, sync);
       }
     }
     if (wg_thread == 0) ptx::bulk_wait_group<0>();

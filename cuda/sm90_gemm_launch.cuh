@@ -14,11 +14,11 @@
 
 namespace jax_hopper {
 
-template <DType TIN, int BM, int BN, int BK, int STAGES, bool A_MN, bool B_MN>
+template <DType TIN, int BM, int BN, int BK, int STAGES, bool A_MN, bool B_MN, bool GATED>
 cudaError_t launch_sm90_gemm(const GemmLaunch& l) {
   using Smem = GemmSmem<BM, BN, BK, STAGES>;
   static_assert(Smem::kTotal == sm90_gemm_smem_bytes(BM, BN, BK, STAGES), "smem formula");
-  auto kernel = sm90_gemm_kernel<TIN, BM, BN, BK, STAGES, A_MN, B_MN>;
+  auto kernel = sm90_gemm_kernel<TIN, BM, BN, BK, STAGES, A_MN, B_MN, GATED>;
   const GemmParams& p = *l.params;
 
   // Per-device state: the >48 KB shared-memory opt-in and the number of co-resident clusters
@@ -62,7 +62,7 @@ cudaError_t launch_sm90_gemm(const GemmLaunch& l) {
   }
 
   const int64_t cluster_tiles =
-      sm90_gemm_cluster_tiles(BM, BN, p.cluster_m, p.cluster_n, p.batch, p.m, p.n);
+      sm90_gemm_cluster_tiles(BM, BN, p.cluster_m, p.cluster_n, p.batch, p.m, product_cols(p));
   const int64_t slot_bytes = sm90_gemm_slot_bytes(BM, BN);
   const int64_t slots = l.workspace_bytes / slot_bytes;
   GemmParams planned = p;

@@ -19,6 +19,10 @@ struct GemmParams {
   // out = act(alpha * A.B + bias) + beta * residual, computed in fp32, rounded once.
   float alpha, beta;
   Activation activation;
+  // Gated linear unit (hopper_glu): B holds two halves, gate and up, as a (K, 2, n) array, the
+  // tiles cover both (product columns 2n), and out = act(gate) * up of n columns; bias is
+  // (2, n). Otherwise 0.
+  int32_t gated;
   const void* bias;       // (n,) float32, or nullptr
   const void* residual;   // (batch or 1, m, n) row-major in out_dtype, or nullptr
   int32_t residual_batched;
@@ -34,5 +38,11 @@ struct GemmParams {
   float* partials;
   int32_t* partial_ready;
 };
+
+// Columns of the product A.B that the tiles cover: a gated tile of BN product columns is BN/2
+// gate columns beside the BN/2 up columns that pair with them, giving BN/2 output columns.
+JH_HOST_DEVICE inline int32_t product_cols(const GemmParams& p) {
+  return p.gated ? 2 * p.n : p.n;
+}
 
 }  // namespace jax_hopper

@@ -21,7 +21,7 @@ struct TileCoord {
 template <int BM, int BN>
 __device__ __forceinline__ TileCoord tile_coord(const GemmParams& p, int32_t t, uint32_t rank) {
   const int32_t ctiles_m = ((p.m + BM - 1) / BM + p.cluster_m - 1) / p.cluster_m;
-  const int32_t ctiles_n = ((p.n + BN - 1) / BN + p.cluster_n - 1) / p.cluster_n;
+  const int32_t ctiles_n = ((product_cols(p) + BN - 1) / BN + p.cluster_n - 1) / p.cluster_n;
   const int32_t per_batch = ctiles_m * ctiles_n;
   TileCoord c;
   c.batch = t / per_batch;

@@ -1,4 +1,4 @@
-"""A pre-norm transformer decoder block whose dense projections run on hopper_matmul, checked
+"""A pre-norm transformer decoder block whose dense projections run on jax_hopper, checked
 against and timed beside the same block written with jnp matmuls.
 
     python examples/transformer_layer.py [--d-model 4096] [--d-ff 14336] [--heads 32]
@@ -6,7 +6,8 @@ against and timed beside the same block written with jnp matmuls.
 
 Block: x += W_o attn(RMSNorm(x) W_qkv); x += W_down (silu(h W_gate) * (h W_up)), h = RMSNorm(x),
 with causal attention from jax.nn.dot_product_attention. Both versions share the parameters and
-the code (`make_layer`); only the projection function differs. Each version runs a jitted
+the code (`make_layer`); only the projection functions differ: hopper_matmul (residual adds
+fused) and hopper_glu for the gated MLP input, against jnp. Each version runs a jitted
 forward pass and a jitted training step (fp32 mean-square loss against a random target,
 jax.value_and_grad, a hand-written Adam update). Prints median times, tokens/s, the speedup of
 hopper_matmul over jnp, and the relative differences of output, loss and every parameter
@@ -28,7 +29,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from jax_hopper import _ffi, hopper_matmul
+from jax_hopper import _ffi, hopper_glu, hopper_matmul
 
 F32 = jnp.float32
 
@@ -57,6 +58,23 @@ def jnp_dense(h, w, residual=None):
     return y if residual is None else residual + y
 
 
+def hopper_swiglu(h, w_gate_up):
+    """silu(h W_gate) * (h W_up) in one hopper_glu launch: (d, 2 d_ff) read as (d, 2, d_ff), the
+    same halves jnp.split takes; the (tokens, 2 d_ff) product is never written. Under jax.grad
+    hopper_glu runs unfused and keeps the product for the backward pass (gate and up are needed
+    there; recomputing them would cost the whole GEMM again)."""
+    return hopper_glu(h, w_gate_up.reshape(w_gate_up.shape[0], 2, -1))
+
+
+def swiglu_from(dense):
+    """The unit as a user would write it: one `dense` product of (d, 2 d_ff), split, silu in
+    fp32, rounded once."""
+    def swiglu(h, w_gate_up):
+        gate, up = jnp.split(dense(h, w_gate_up), 2, axis=-1)
+        return (jax.nn.silu(gate.astype(F32)) * up.astype(F32)).astype(h.dtype)
+    return swiglu
+
+
 def rms_norm(x, w, eps=1e-6):
     """Statistics in fp32 (a bf16 mean of squares over 4096 features loses digits)."""
     x32 = x.astype(F32)
@@ -64,16 +82,16 @@ def rms_norm(x, w, eps=1e-6):
     return (y * w.astype(F32)).astype(x.dtype)
 
 
-def make_layer(dense, heads, attention="xla"):
-    """The decoder block with `dense(h, w, residual=None)` as every projection.
+def make_layer(dense, heads, attention="xla", swiglu=None):
+    """The decoder block with `dense(h, w, residual=None)` as every projection but the gated
+    MLP input, which is `swiglu(h, w_gate_up)` (default: swiglu_from(dense)).
 
     Projections see tokens flattened to (batch*seq, d_model). q, k and v come from one GEMM
     against the concatenated (d, 3d) W_qkv, and gate and up from one against (d, 2 d_ff): one
-    launch of a wide N instead of three or two narrow ones. The silu is not fused into the gate
-    projection (activation="silu"): gate and up share that GEMM, XLA fuses silu(gate) * up into
-    one elementwise pass either way, and hopper_matmul's VJP would recompute the pre-activation
-    with one more (M, K) x (K, d_ff) GEMM in the backward pass.
+    launch of a wide N instead of three or two narrow ones.
     """
+    swiglu = swiglu or swiglu_from(dense)
+
     def layer(p, x):  # p: init_params' dict; x: (batch, seq, d_model) bf16
         b, t, d = x.shape
         x2 = x.reshape(b * t, d)
@@ -81,8 +99,7 @@ def make_layer(dense, heads, attention="xla"):
         q, k, v = (qkv[:, i * d:(i + 1) * d].reshape(b, t, heads, d // heads) for i in range(3))
         o = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=attention)
         x2 = dense(o.reshape(b * t, d), p["w_o"], residual=x2)
-        gate, up = jnp.split(dense(rms_norm(x2, p["ln2"]), p["w_gate_up"]), 2, axis=-1)
-        h = (jax.nn.silu(gate.astype(F32)) * up.astype(F32)).astype(x.dtype)
+        h = swiglu(rms_norm(x2, p["ln2"]), p["w_gate_up"])
         x2 = dense(h, p["w_down"], residual=x2)
         return x2.reshape(b, t, d)
     return layer
@@ -193,10 +210,10 @@ def run(args):
 
     # Every timed train step starts from the same params (the step is a pure function), so
     # both versions time identical work.
-    versions = {"hopper": hopper_dense, "jnp": jnp_dense}
+    versions = {"hopper": (hopper_dense, hopper_swiglu), "jnp": (jnp_dense, None)}
     outs, losses, grads, runs = {}, {}, {}, {}
-    for name, dense in versions.items():
-        layer = make_layer(dense, args.heads, args.attention)
+    for name, (dense, swiglu) in versions.items():
+        layer = make_layer(dense, args.heads, args.attention, swiglu)
         forward = jax.jit(layer)
         train_step = jax.jit(make_train_step(layer))
         outs[name] = forward(params, x)

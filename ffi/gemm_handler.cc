@@ -43,11 +43,32 @@ ffi::Error operand_map(const ffi::AnyBuffer& buf, size_t elem_bytes, uint32_t bo
   return encode_tensor_map(s, out);
 }
 
+// hopper_glu's weight, (K, 2, n) row-major: mapped as (n, K, half) so that one box coordinate
+// picks the gate (0) or up (1) half (cuda/sm90_gemm_kernel.cuh, load_operand). The half
+// stride, n elements, is a multiple of 16 bytes (the handler checks).
+ffi::Error gated_weight_map(const ffi::AnyBuffer& buf, int64_t n, CUtensorMap* out) {
+  auto d = buf.dimensions();
+  TensorMapSpec s = {};
+  if (!tma_bits_type(2, &s.dtype)) return invalid("unsupported element size");
+  s.rank = 3;
+  s.base = buf.untyped_data();
+  s.dims[0] = n;
+  s.dims[1] = d[0];
+  s.dims[2] = 2;
+  s.strides_bytes[1] = 2 * n * 2;
+  s.strides_bytes[2] = n * 2;
+  s.box[0] = 64;
+  s.box[1] = 64;
+  s.box[2] = 1;
+  s.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  return encode_tensor_map(s, out);
+}
+
 const GemmInstance* find_instance(DType t, int64_t bm, int64_t bn, int64_t bk, int64_t stages,
-                                  bool a_mn, bool b_mn) {
+                                  bool a_mn, bool b_mn, bool gated) {
   for (const GemmInstance& g : kGemmInstances) {
     if (g.dtype == t && g.bm == bm && g.bn == bn && g.bk == bk && g.stages == stages &&
-        g.a_mn == a_mn && g.b_mn == b_mn)
+        g.a_mn == a_mn && g.b_mn == b_mn && g.gated == gated)
       return &g;
   }
   return nullptr;
@@ -58,7 +79,8 @@ ffi::Error gemm_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
                      ffi::Result<ffi::AnyBuffer> workspace, int64_t block_m,
                      int64_t block_n, int64_t block_k, int64_t stages, int64_t cluster_m,
                      int64_t cluster_n, int64_t group_size, int64_t raster_n, int64_t a_mn_major,
-                     int64_t b_mn_major, int64_t activation, float alpha, float beta) {
+                     int64_t b_mn_major, int64_t activation, int64_t gated, float alpha,
+                     float beta) {
   DType tin, tb, tout;
   if (!to_dtype(a.element_type(), &tin) || tin == DType::kF32 || !to_dtype(b.element_type(), &tb) ||
       tb != tin)
@@ -67,15 +89,21 @@ ffi::Error gemm_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
   if (a.dimensions().size() != 3 || b.dimensions().size() != 3 || out->dimensions().size() != 3)
     return invalid("hopper_matmul handler expects (batch, rows, cols) operands");
 
-  const Operand oa = operand_shape(a, a_mn_major), ob = operand_shape(b, b_mn_major);
-  auto od = out->dimensions();
+  auto od = out->dimensions(), bd = b.dimensions();
   const int64_t batch = od[0], m = od[1], n = od[2];
-  if (oa.mn != m || ob.mn != n || oa.k != ob.k || (oa.batch != 1 && oa.batch != batch) ||
-      (ob.batch != 1 && ob.batch != batch))
+  if (gated && (!b_mn_major || bd[1] != 2 || bd[2] != n || (n * 2) % 16 != 0))
+    return invalid("hopper_glu: the weight must be (K, 2, N) with N a multiple of 8");
+  // A gated weight is the (1, K, 2N) product operand [gate | up] to every check below.
+  const Operand oa = operand_shape(a, a_mn_major),
+                ob = gated ? Operand{1, 2 * n, bd[0]} : operand_shape(b, b_mn_major);
+  const int64_t product_n = gated ? 2 * n : n;
+  if (oa.mn != m || ob.mn != product_n || oa.k != ob.k ||
+      (oa.batch != 1 && oa.batch != batch) || (ob.batch != 1 && ob.batch != batch))
     return invalid("hopper_matmul: operand shapes do not match the output");
   const bool has_bias = bias.element_count() > 0, has_res = residual.element_count() > 0;
-  if (has_bias && (bias.element_type() != ffi::DataType::F32 || bias.element_count() != n))
-    return invalid("hopper_matmul: bias must be (N,) float32");
+  if (has_bias &&
+      (bias.element_type() != ffi::DataType::F32 || bias.element_count() != product_n))
+    return invalid("hopper_matmul: bias must be float32 with one entry per product column");
   if (has_res && (residual.element_type() != out->element_type() ||
                   residual.dimensions().size() != 3 || residual.dimensions()[1] != m ||
                   residual.dimensions()[2] != n))
@@ -83,9 +111,10 @@ ffi::Error gemm_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
   if (m == 0 || n == 0 || batch == 0) return ffi::Error::Success();
 
   const GemmInstance* inst =
-      find_instance(tin, block_m, block_n, block_k, stages, a_mn_major, b_mn_major);
+      find_instance(tin, block_m, block_n, block_k, stages, a_mn_major, b_mn_major, gated);
   if (!inst)
-    return invalid("hopper_matmul: no compiled kernel for block " + std::to_string(block_m) + "x" +
+    return invalid(std::string("hopper_matmul: no compiled ") + (gated ? "gated " : "") +
+                   "kernel for block " + std::to_string(block_m) + "x" +
                    std::to_string(block_n) + "x" + std::to_string(block_k) + ", stages " +
                    std::to_string(stages) + " (see jax_hopper.gemm.configs)");
 
@@ -100,6 +129,7 @@ ffi::Error gemm_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
   p.alpha = alpha;
   p.beta = beta;
   p.activation = static_cast<Activation>(activation);
+  p.gated = gated ? 1 : 0;
   p.bias = has_bias ? bias.untyped_data() : nullptr;
   p.residual = has_res ? residual.untyped_data() : nullptr;
   p.residual_batched = has_res && residual.dimensions()[0] == batch && batch > 1;
@@ -116,7 +146,10 @@ ffi::Error gemm_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ff
   const uint32_t a_rows = a_mn_major ? 64 : static_cast<uint32_t>(block_m / cluster_n);
   const uint32_t b_rows = b_mn_major ? 64 : static_cast<uint32_t>(block_n / cluster_m);
   JH_RETURN_IF_ERROR(operand_map(a, 2, 64, a_rows, &map_a));
-  JH_RETURN_IF_ERROR(operand_map(b, 2, 64, b_rows, &map_b));
+  if (gated)
+    JH_RETURN_IF_ERROR(gated_weight_map(b, n, &map_b));
+  else
+    JH_RETURN_IF_ERROR(operand_map(b, 2, 64, b_rows, &map_b));
   const size_t out_bytes = dtype_bytes(tout);
   JH_RETURN_IF_ERROR(operand_map(*out, out_bytes, static_cast<uint32_t>(128 / out_bytes), 64,
                                  &map_d));
@@ -147,7 +180,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(GemmHandler, gemm_impl,
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                   .Arg<ffi::AnyBuffer>()  // a
                                   .Arg<ffi::AnyBuffer>()  // b
-                                  .Arg<ffi::AnyBuffer>()  // bias (N,) float32, (0,) when absent
+                                  .Arg<ffi::AnyBuffer>()  // bias float32 (N or 2N), (0,) if none
                                   .Arg<ffi::AnyBuffer>()  // residual, (0,0,0) when absent
                                   .Ret<ffi::AnyBuffer>()  // out (batch, m, n)
                                   .Ret<ffi::AnyBuffer>()  // stream-K workspace, uint8
@@ -162,6 +195,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(GemmHandler, gemm_impl,
                                   .Attr<int64_t>("a_mn_major")
                                   .Attr<int64_t>("b_mn_major")
                                   .Attr<int64_t>("activation")
+                                  .Attr<int64_t>("gated")
                                   .Attr<float>("alpha")
                                   .Attr<float>("beta"),
                               {ffi::Traits::kCmdBufferCompatible});

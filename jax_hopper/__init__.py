@@ -2,6 +2,7 @@
 
     from jax_hopper import hopper_matmul
     y = jax.jit(hopper_matmul)(a, b)          # bf16/fp16 in, fp32 accumulation
+    h = hopper_glu(x, w_gate_up)              # silu(x @ w[:, 0]) * (x @ w[:, 1]), fused
 
 On a machine without a Hopper GPU every op lowers to a pure-JAX reference with the same result.
 """
@@ -9,12 +10,14 @@ On a machine without a Hopper GPU every op lowers to a pure-JAX reference with t
 from jax_hopper import _ffi, layout
 from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.glu import hopper_glu
 from jax_hopper.tma.ops import tma_copy, tma_multicast, tma_reduce_add, tma_smem_bytes
 
 _ffi.register_targets()
 
 __all__ = [
     "GemmConfig",
+    "hopper_glu",
     "hopper_matmul",
     "layout",
     "tma_copy",

@@ -74,3 +74,15 @@ def poisoned_call(fn, out_shape, out_dtype, *args):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
         return call(poison, *args)
+
+
+def glu_reference64(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, beta=1.0):
+    """act(alpha x w[:, 0] + bias[0]) * (alpha x w[:, 1] + bias[1]) + beta residual, float64."""
+    x64, w64 = to64(x), to64(w)
+    gate, up = alpha * (x64 @ w64[:, 0]), alpha * (x64 @ w64[:, 1])
+    if bias is not None:
+        gate, up = gate + to64(bias)[0], up + to64(bias)[1]
+    y = act64(gate, activation) * up
+    if residual is not None:
+        y = y + beta * to64(residual)
+    return y

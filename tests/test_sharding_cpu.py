@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", "auto_mesh",
-         "output_sharding", "grad_data_parallel", "vmap", "shard_map"]
+         "output_sharding", "grad_data_parallel", "vmap", "shard_map", "glu_rows", "glu_f",
+         "glu_k", "glu_grad"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -78,7 +79,7 @@ def _cases():
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from jax_hopper import hopper_matmul
+    from jax_hopper import hopper_glu, hopper_matmul
 
     n_dev = jax.device_count()
     mesh = jax.make_mesh((n_dev,), ("x",))
@@ -164,9 +165,37 @@ def _cases():
         _compare(split_k, (_rand(rng, (m, k)), _rand(rng, (k, n))),
                  (named(None, "x"), named("x")), all_reduce=True, reference=mm())
 
+    # hopper_glu: w (K, 2, F) keeps gate and up columns together under a split of F.
+    def glu(**kw):
+        return lambda x, w, *extra: hopper_glu(x, w, out_dtype=f32, **kw)
+
+    def glu_rows():
+        got = _compare(glu(activation="gelu"), (_rand(rng, (bsz, m, k)), _rand(rng, (k, 2, n))),
+                       (named("x"), None), all_reduce=False)
+        assert got.sharding.spec[0] == "x"
+
+    def glu_f():
+        _compare(lambda x, w, bias: hopper_glu(x, w, bias=bias, out_dtype=f32),
+                 (_rand(rng, (m, k)), _rand(rng, (k, 2, n)), _rand(rng, (2, n), f32)),
+                 (None, named(None, None, "x"), named(None, "x")), all_reduce=False)
+
+    def glu_k():
+        # Partial products are summed in float32 before bias, the unit and the residual.
+        f = lambda x, w, bias, res: hopper_glu(x, w, bias=bias, residual=res,  # noqa: E731
+                                               alpha=0.5, beta=2.0, out_dtype=f32)
+        _compare(f, (_rand(rng, (m, k)), _rand(rng, (k, 2, n)), _rand(rng, (2, n), f32),
+                     _rand(rng, (m, n), f32)),
+                 (named(None, "x"), named("x"), None, None), all_reduce=True)
+
+    def glu_grad():
+        def loss(x, w):
+            return hopper_glu(x, w, out_dtype=f32).sum()
+        _compare(jax.grad(loss, (0, 1)), (_rand(rng, (bsz, m, k)), _rand(rng, (k, 2, n))),
+                 (named("x"), None), all_reduce=True, bound=2e-2)
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
-                            vmap, shard_map]))
+                            vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad]))
 
 
 def main():

@@ -98,12 +98,14 @@ def _count_primitives(jaxpr, counts=None):
 
 
 def test_hopper_version_leaves_only_attention_to_xla_dots(example, inputs):
-    """Forward: 4 kernel GEMMs; gradient: 4 + 2 per projection (dA, dB). The dot_generals left
+    """Forward: 4 kernel GEMMs (hopper_glu's fused unit is one); gradient: 4 + 2 per projection
+    (dA, dB). The dot_generals left
     are the attention's, as many as the jnp version has beyond its 6 or 18 projection dots."""
     params, x, target = inputs
     counts = {}
-    for name, dense in (("hopper", example.hopper_dense), ("jnp", example.jnp_dense)):
-        layer = example.make_layer(dense, HEADS)
+    for name, dense, swiglu in (("hopper", example.hopper_dense, example.hopper_swiglu),
+                                ("jnp", example.jnp_dense, None)):
+        layer = example.make_layer(dense, HEADS, swiglu=swiglu)
         grad = jax.grad(functools.partial(example.mse_loss, layer))
         counts[name] = (_count_primitives(jax.make_jaxpr(layer)(params, x).jaxpr),
                         _count_primitives(jax.make_jaxpr(grad)(params, x, target).jaxpr))

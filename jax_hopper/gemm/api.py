@@ -44,11 +44,11 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
             jnp.dtype(out_dtype) != jnp.dtype(preferred_element_type):
         raise ValueError("out_dtype and preferred_element_type disagree; pass one of them")
     out_dtype = out_dtype if out_dtype is not None else preferred_element_type
-    out_dtype = _parse_dtype("out_dtype", out_dtype)
-    _check_dtypes(a, b, out_dtype)
+    out_dtype = parse_dtype("out_dtype", out_dtype)
+    check_dtypes(a, b, out_dtype)
     out_dtype = out_dtype if out_dtype is not None else a.dtype
     act = activation_code(activation)
-    alpha, beta = _scalar("alpha", alpha), _scalar("beta", beta)
+    alpha, beta = static_scalar("alpha", alpha), static_scalar("beta", beta)
     if a.ndim < 1 or b.ndim < 1:
         raise ValueError(f"a and b must have at least 1 dimension; got a.ndim={a.ndim}, "
                          f"b.ndim={b.ndim}")
@@ -113,7 +113,7 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     return out
 
 
-def _parse_dtype(name, value):
+def parse_dtype(name, value):
     if value is None:
         return None
     try:
@@ -122,7 +122,7 @@ def _parse_dtype(name, value):
         raise ValueError(f"{name}={value!r} is not a dtype (e.g. jnp.bfloat16)") from None
 
 
-def _scalar(name, value) -> float:
+def static_scalar(name, value) -> float:
     """alpha and beta are static Python numbers: they select the kernel's epilogue."""
     scalar = isinstance(value, (int, float, np.number)) or (
         isinstance(value, (np.ndarray, jax.Array)) and value.shape == ())
@@ -136,15 +136,15 @@ def _scalar(name, value) -> float:
                          "constants are compiled into the call") from None
 
 
-def _check_dtypes(a, b, out_dtype):
-    for name, x in (("a", a), ("b", b)):
+def check_dtypes(a, b, out_dtype, names=("a", "b")):
+    for name, x in zip(names, (a, b)):
         if x.dtype not in _SUPPORTED_INPUTS:
-            raise ValueError(f"{name}.dtype={x.dtype} is not supported: hopper_matmul takes "
+            raise ValueError(f"{name}.dtype={x.dtype} is not supported: the GEMM takes "
                              f"{', '.join(d.name for d in _SUPPORTED_INPUTS)} inputs (cast first)")
     if a.dtype != b.dtype:
-        raise ValueError(f"a.dtype={a.dtype} and b.dtype={b.dtype} differ: wgmma multiplies two "
-                         "operands of one type; cast one of them (jnp.matmul would promote to "
-                         "float32, which this kernel does not take)")
+        raise ValueError(f"{names[0]}.dtype={a.dtype} and {names[1]}.dtype={b.dtype} differ: "
+                         "wgmma multiplies two operands of one type; cast one of them "
+                         "(jnp.matmul would promote to float32, which this kernel does not take)")
     if out_dtype is not None and jnp.dtype(out_dtype) not in _SUPPORTED_OUTPUTS:
         raise ValueError(f"out_dtype={jnp.dtype(out_dtype)} must be one of "
                          f"{', '.join(d.name for d in _SUPPORTED_OUTPUTS)}")

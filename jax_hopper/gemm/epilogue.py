@@ -1,5 +1,5 @@
 """Epilogue options: activation names <-> kernel codes (cuda/sm90_gemm_params.h), and the
-pure-JAX epilogue the CPU reference uses."""
+pure-JAX epilogue the CPU reference uses, plain or as a gated linear unit (hopper_glu)."""
 
 from __future__ import annotations
 
@@ -27,3 +27,11 @@ def apply_activation(x: jax.Array, code: int) -> jax.Array:
     if code == 4:
         return jax.nn.silu(x)
     return x
+
+
+def apply_gated(z: jax.Array, code: int) -> jax.Array:
+    """act(gate) * up of a product whose last axis is [gate | up] (2F -> F); without an
+    activation the bilinear unit gate * up. Same arithmetic as gate_by in
+    cuda/sm90_gemm_epilogue.cuh."""
+    gate, up = jnp.split(z, 2, axis=-1)
+    return apply_activation(gate, code) * up

@@ -4,6 +4,9 @@ CPU (reference) lowering, and `launch`, one device's call of it.
 Operands are always 3-D as stored in memory: a (Ba, M, K) or, MN-major, (Ba, K, M); b (Bb, N, K)
 or, MN-major, (Bb, K, N); Ba and Bb are 1 (shared) or the batch. bias is (N,) float32 or (0,);
 residual is (1 or batch, M, N) in the out dtype or (0, 0, 0). The result is (batch, M, N).
+With gated=True (hopper_glu, jax_hopper/gemm/glu.py) b is the (K, 2, F) weight itself, shared
+by the batch (gate and up halves, 2F product columns), bias (2, F) or (0,), and the result and
+residual have F columns.
 
 Programs reach the primitive through layers that each add one transformation:
 autodiff.gemm (jax.grad) -> batching.gemm (jax.vmap) -> sharding.partitioned (sharded jit) ->
@@ -22,7 +25,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
 from jax_hopper import _ffi
-from jax_hopper.gemm.epilogue import apply_activation
+from jax_hopper.gemm.epilogue import apply_activation, apply_gated
 
 hopper_gemm_p = Primitive("hopper_gemm")
 
@@ -42,30 +45,39 @@ def freeze(params: dict) -> tuple:
     return tuple(sorted(params.items()))
 
 
-def _abstract_eval(a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, **_):
-    batch, m, n, _k = problem_shape(a.shape, b.shape, a_mn_major, b_mn_major)
-    return jax.core.ShapedArray((batch, m, n), out_dtype)
+def product_operand(b, gated: bool):
+    """b as the kernel's product sees it: a gated (K, 2, F) weight is (1, K, 2F) [gate | up]."""
+    return b.reshape(1, b.shape[0], 2 * b.shape[2]) if gated else b
 
 
-def apply_epilogue(x, bias, residual, *, activation, beta, out_dtype):
-    """act(x + bias) + beta * residual on an fp32 x, then the one rounding to out_dtype."""
+def _abstract_eval(a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, gated=False,
+                   **_):
+    b_shape = (1, b.shape[0], 2 * b.shape[2]) if gated else b.shape
+    batch, m, n, _k = problem_shape(a.shape, b_shape, a_mn_major, b_mn_major)
+    return jax.core.ShapedArray((batch, m, n // 2 if gated else n), out_dtype)
+
+
+def apply_epilogue(x, bias, residual, *, activation, beta, out_dtype, gated=False):
+    """act(x + bias) + beta * residual on an fp32 x, then the one rounding to out_dtype; gated:
+    act(gate) * up of x + bias, whose last axis is [gate | up]."""
     if bias.size:
-        x = x + bias.astype(jnp.float32)
-    x = apply_activation(x, activation)
+        x = x + bias.reshape(-1).astype(jnp.float32)
+    x = apply_gated(x, activation) if gated else apply_activation(x, activation)
     if residual.size:
         x = x + beta * residual.astype(jnp.float32)
     return x.astype(out_dtype)
 
 
 def reference(a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, activation, alpha,
-              beta, config=None):
+              beta, config=None, gated=False):
     """What the kernel computes, in jnp: fp32 accumulation, epilogue in fp32, one rounding."""
     del config
+    b = product_operand(b, gated)
     a_mk = jnp.swapaxes(a, 1, 2) if a_mn_major else a
     b_kn = b if b_mn_major else jnp.swapaxes(b, 1, 2)
     x = alpha * jnp.matmul(a_mk, b_kn, preferred_element_type=jnp.float32)
     return apply_epilogue(x, bias, residual, activation=activation, beta=beta,
-                          out_dtype=out_dtype)
+                          out_dtype=out_dtype, gated=gated)
 
 
 def tma_unaddressable(a3, b3) -> str | None:
@@ -85,7 +97,7 @@ def launch(a, b, bias, res, **params):
     A shard can have a row pitch TMA cannot address although the whole operand had one (K split
     8 ways, say): that shard is computed by XLA's dot, with a warning.
     """
-    if (reason := tma_unaddressable(a, b)) is not None:
+    if (reason := tma_unaddressable(a, b)) is not None:  # a gated b's rows: F elements
         warnings.warn(f"hopper_matmul falls back to XLA's dot on a shard: {reason}",
                       stacklevel=2)
         return reference(a, b, bias, res, **params)
@@ -93,7 +105,10 @@ def launch(a, b, bias, res, **params):
 
 
 def _launch_padded(a, b, bias, res, **params):
-    """TMA stores need a 16-byte output pitch: compute into a padded N and slice it off."""
+    """TMA stores need a 16-byte output pitch: compute into a padded N and slice it off.
+    (A gated call arrives with F a multiple of 8, which no out dtype needs to pad.)"""
+    if params.get("gated"):
+        return hopper_gemm_p.bind(a, b, bias, res, **params)
     _, _, n, _ = problem_shape(a.shape, b.shape, params["a_mn_major"], params["b_mn_major"])
     step = 16 // np.dtype(params["out_dtype"]).itemsize
     n_pad = -(-n // step) * step
@@ -113,17 +128,20 @@ def _launch_padded(a, b, bias, res, **params):
 
 
 def _cuda_lowering(ctx, a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, activation,
-                   alpha, beta, config):
+                   alpha, beta, config, gated=False):
     # The custom call has a second result, the stream-K workspace: XLA allocates it like any
     # buffer (no allocation inside the handler, so CUDA graphs can capture the call), and only
     # the product leaves this lowering.
     a_aval, b_aval = ctx.avals_in[:2]
-    batch, m, n, k = problem_shape(a_aval.shape, b_aval.shape, a_mn_major, b_mn_major)
+    b_shape = (1, b_aval.shape[0], 2 * b_aval.shape[2]) if gated else b_aval.shape
+    batch, m, n, k = problem_shape(a_aval.shape, b_shape, a_mn_major, b_mn_major)
+    # n counts product columns (2F when gated): the tiles, and so the stream-K plan, cover them.
     workspace = jax.core.ShapedArray((config.workspace_bytes(batch, m, n, k),), np.uint8)
     out, _ = jax.ffi.ffi_lowering("jax_hopper_gemm")(
         ctx.replace(avals_out=[*ctx.avals_out, workspace]), a, b, bias, residual,
         a_mn_major=np.int64(a_mn_major), b_mn_major=np.int64(b_mn_major),
-        activation=np.int64(activation), alpha=np.float32(alpha), beta=np.float32(beta),
+        activation=np.int64(activation), gated=np.int64(gated), alpha=np.float32(alpha),
+        beta=np.float32(beta),
         **config.ffi_attrs())
     return [out]
 

@@ -57,13 +57,13 @@ def _rule(params, shapes, mesh, value_types, result_types):
     return f"{a}, {b}, {bias}, {res} -> b m n", {"reduction_factors": ("k",)}
 
 
-def _axes(entry) -> tuple:
+def mesh_axes(entry) -> tuple:
     if entry is None:
         return ()
     return (entry,) if isinstance(entry, str) else tuple(entry)
 
 
-def _spec_of(x) -> tuple:
+def spec_of(x) -> tuple:
     spec = tuple(x.sharding.spec) if isinstance(x.sharding, NamedSharding) else ()
     return spec + (None,) * (len(x.shape) - len(spec))
 
@@ -73,7 +73,7 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
     a, b, bias, res = arg_shapes
     ba, bb = a.shape[0], b.shape[0]
     batch = max(ba, bb)
-    sa, sb, so = _spec_of(a), _spec_of(b), _spec_of(result_shape)
+    sa, sb, so = spec_of(a), spec_of(b), spec_of(result_shape)
     a_m, a_k = (2, 1) if p["a_mn_major"] else (1, 2)
     b_n, b_k = (2, 1) if p["b_mn_major"] else (1, 2)
 
@@ -89,7 +89,7 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
     used, axes = set(), {}
     for factor, entries in candidates.items():
         axes[factor] = ()
-        for entry in map(_axes, entries):
+        for entry in map(mesh_axes, entries):
             if entry and not used & set(entry):  # a mesh axis splits one factor at most
                 axes[factor] = entry
                 used |= set(entry)

@@ -1,0 +1,133 @@
+"""hopper_glu on an sm_90 GPU against float64 references: the fused gated unit's tiles, edges,
+epilogue options, stream-K splits, and its gradient and vmap paths."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gemm_helpers import (REL_FROB_BOUND, glu_reference64, poisoned_call, random_operand,
+                          rel_frob, to64)
+from jax_hopper import GemmConfig, hopper_glu
+from jax_hopper.gemm import configs
+
+pytestmark = pytest.mark.gpu
+
+# The unit multiplies two rounded products' worth of error: allow twice the GEMM bound.
+GLU_BOUND = {name: 2 * bound for name, bound in REL_FROB_BOUND.items()}
+
+
+def _check(rng, rows, f, k, *, dtype="bfloat16", out_dtype=None, lead=(), activation="silu",
+           config=None, bias=False, residual=False, alpha=1.0, beta=1.0):
+    x = random_operand(rng, (*lead, rows, k), dtype)
+    w = (random_operand(rng, (k, 2, f), dtype).astype(jnp.float32) / np.sqrt(k)).astype(dtype)
+    out_dtype = out_dtype or dtype
+    arrays = {}
+    if bias:
+        arrays["bias"] = jnp.asarray(rng.standard_normal((2, f)), jnp.float32)
+    if residual:
+        arrays["residual"] = random_operand(rng, (rows, f), out_dtype)
+
+    def fn(x, w, *extra):
+        return hopper_glu(x, w, activation=activation, out_dtype=out_dtype, config=config,
+                          alpha=alpha, beta=beta, strict=True, **dict(zip(arrays, extra)))
+
+    out = poisoned_call(fn, (*lead, rows, f), out_dtype, x, w, *arrays.values())
+    ref = glu_reference64(x, w, activation=activation, alpha=alpha, beta=beta, **arrays)
+    err = rel_frob(out, ref)
+    assert out.dtype == jnp.dtype(out_dtype)
+    assert err < GLU_BOUND[jnp.dtype(out_dtype).name], (rows, f, k, err)
+    return out
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh", "relu", None])
+@pytest.mark.parametrize("dtype", configs.INPUT_DTYPES)
+def test_activations_and_dtypes(rng, dtype, activation):
+    _check(rng, 384, 520, 320, dtype=dtype, activation=activation)
+
+
+# F = 8 (one partial box), F not a multiple of any tile width, a 16385-row problem, a single
+# row, and the layer's own shape family in small.
+@pytest.mark.parametrize("rows,f,k", [
+    (1, 8, 8), (7, 16, 64), (127, 136, 72), (129, 264, 136), (1000, 1000, 1000),
+    (16385, 64, 64), (300, 1432, 512)])
+def test_edge_shapes(rng, rows, f, k):
+    _check(rng, rows, f, k)
+
+
+@pytest.mark.parametrize("tile", configs.TILE_SHAPES, ids=lambda t: t.tag)
+@pytest.mark.parametrize("cluster", configs.CLUSTER_SHAPES)
+@pytest.mark.parametrize("stream_k", [False, True])
+def test_every_config(rng, tile, cluster, stream_k):
+    cfg = GemmConfig(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
+                     stages=tile.stages, cluster_m=cluster[0], cluster_n=cluster[1],
+                     stream_k=stream_k)
+    _check(rng, 1100, 1352, 1000, config=cfg)
+
+
+@pytest.mark.parametrize("out_dtype", configs.OUTPUT_DTYPES)
+def test_epilogue_options(rng, out_dtype):
+    _check(rng, 520, 264, 384, out_dtype=out_dtype, bias=True, residual=True, alpha=0.5,
+           beta=-2.0, activation="gelu")
+
+
+@pytest.mark.parametrize("rows,f,k,tile,cluster_m", [
+    (1536, 768, 4096, dict(block_n=128, stages=6), 1),   # 144 tiles on 132 SMs: 12 split in 4
+    (2560, 1024, 3000, dict(block_n=256, stages=4), 2),  # 80 cluster tiles on 66: 14 split
+])
+def test_stream_k_split_tiles(rng, rows, f, k, tile, cluster_m):
+    """The pieces of a split tile are summed in fp32 before the unit: a unit applied to partial
+    sums would not match the reference. The tiles cover the 2F product columns."""
+    cfg = GemmConfig(**tile, cluster_m=cluster_m)
+    assert cfg.workspace_bytes(1, rows, 2 * f, k) > 0, "this shape must split tiles"
+    _check(rng, rows, f, k, config=cfg, bias=True, activation="gelu")
+
+
+def test_leading_dims_and_bitwise_repeatable(rng):
+    x = random_operand(rng, (2, 3, 100, 256), "bfloat16")
+    w = random_operand(rng, (256, 2, 136), "bfloat16")
+    fn = jax.jit(hopper_glu)
+    first = np.asarray(fn(x, w).astype(jnp.float32))
+    assert first.shape == (2, 3, 100, 136)
+    ref = glu_reference64(x, w)
+    assert rel_frob(first, ref) < GLU_BOUND["bfloat16"]
+    for _ in range(3):
+        assert np.array_equal(np.asarray(fn(x, w).astype(jnp.float32)), first)
+
+
+def test_unaligned_f_runs_unfused(rng):
+    """F = 100 cannot be addressed as two halves: the kernel computes the fp32 product and jnp
+    the unit; the result is the same function."""
+    _check(rng, 256, 100, 128, bias=True)
+
+
+def test_grad_matches_jnp_layer(rng):
+    """The gradient path (unfused forward, kept product) against the same unit in jnp."""
+    x = random_operand(rng, (256, 512), "bfloat16")
+    w = (random_operand(rng, (512, 2, 264), "bfloat16").astype(jnp.float32) / 20
+         ).astype(jnp.bfloat16)
+    bias = jnp.asarray(rng.standard_normal((2, 264)), jnp.float32)
+    dy = random_operand(rng, (256, 264), "bfloat16")
+
+    def jnp_glu(x, w, bias):
+        h = jnp.einsum("mk,kpf->mpf", x, w, preferred_element_type=jnp.float32) + bias
+        return (jax.nn.silu(h[:, 0]) * h[:, 1]).astype(x.dtype)
+
+    def loss(fn):
+        return lambda x, w, bias: jnp.sum(fn(x, w, bias).astype(jnp.float32) * dy)
+
+    got = jax.jit(jax.grad(loss(lambda x, w, b: hopper_glu(x, w, bias=b)), (0, 1, 2)))(x, w, bias)
+    want = jax.grad(loss(jnp_glu), (0, 1, 2))(x, w, bias)
+    for g, r in zip(got, want):
+        assert g.shape == r.shape and g.dtype == r.dtype
+        assert rel_frob(g, to64(r)) < 2e-2
+
+
+def test_vmap_over_x_and_over_w(rng):
+    x = random_operand(rng, (3, 128, 192), "bfloat16")
+    w = random_operand(rng, (2, 192, 2, 72), "bfloat16")
+    over_x = jax.jit(jax.vmap(hopper_glu, in_axes=(0, None)))(x, w[0])
+    assert rel_frob(over_x, glu_reference64(x, w[0])) < GLU_BOUND["bfloat16"]
+    over_w = jax.jit(jax.vmap(hopper_glu, in_axes=(None, 0)))(x[0], w)
+    ref = np.stack([glu_reference64(x[0], w[i]) for i in range(2)])
+    assert rel_frob(over_w, ref) < GLU_BOUND["bfloat16"]
