@@ -72,7 +72,7 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
         raise ValueError(f"x.shape={x.shape} and w.shape={w.shape}: x's last dimension must be "
                          f"w's first (K = {k})")
     lead = x.shape[:-1]
-    x3 = x.reshape(1, 1, k) if x.ndim == 1 else x.reshape(-1, *x.shape[-2:])
+    x3 = x.reshape(1, 1, k) if x.ndim == 1 else x.reshape(math.prod(x.shape[:-2]), *x.shape[-2:])
     batch, rows = x3.shape[0], x3.shape[1]
     if bias is None:
         bias2 = jnp.zeros((0,), _F32)
