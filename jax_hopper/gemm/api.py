@@ -136,10 +136,10 @@ def static_scalar(name, value) -> float:
                          "constants are compiled into the call") from None
 
 
-def check_dtypes(a, b, out_dtype, names=("a", "b")):
+def check_dtypes(a, b, out_dtype, names=("a", "b"), fn="hopper_matmul"):
     for name, x in zip(names, (a, b)):
         if x.dtype not in _SUPPORTED_INPUTS:
-            raise ValueError(f"{name}.dtype={x.dtype} is not supported: the GEMM takes "
+            raise ValueError(f"{name}.dtype={x.dtype} is not supported: {fn} takes "
                              f"{', '.join(d.name for d in _SUPPORTED_INPUTS)} inputs (cast first)")
     if a.dtype != b.dtype:
         raise ValueError(f"{names[0]}.dtype={a.dtype} and {names[1]}.dtype={b.dtype} differ: "

@@ -58,7 +58,7 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
     x = jnp.asarray(x)
     w = jnp.asarray(w)
     out_dtype = api.parse_dtype("out_dtype", out_dtype)
-    api.check_dtypes(x, w, out_dtype, names=("x", "w"))
+    api.check_dtypes(x, w, out_dtype, names=("x", "w"), fn="hopper_glu")
     out_dtype = out_dtype if out_dtype is not None else x.dtype
     code = activation_code(activation)
     alpha, beta = api.static_scalar("alpha", alpha), api.static_scalar("beta", beta)
