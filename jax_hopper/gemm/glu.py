@@ -31,14 +31,13 @@ import jax
 import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 from jax.experimental.custom_partitioning import custom_partitioning
-from jax.sharding import NamedSharding, PartitionSpec
 
 from jax_hopper.gemm import api, autodiff
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code, apply_gated
 from jax_hopper.gemm.heuristics import choose_config
 from jax_hopper.gemm.primitive import apply_epilogue, freeze, launch, reference
-from jax_hopper.gemm.sharding import mesh_axes, spec_of
+from jax_hopper.gemm.sharding import assign_factors, spec_of
 
 _F32 = jnp.dtype(jnp.float32)
 
@@ -209,23 +208,7 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
     sx, sw, so = spec_of(x), spec_of(w), spec_of(result_shape)
     candidates = {"b": [sx[0], so[0]], "m": [sx[1], so[1]], "n": [sw[2], so[2]],
                   "k": [sx[2], sw[0]]}
-    used, axes = set(), {}
-    for factor, entries in candidates.items():
-        axes[factor] = ()
-        for entry in map(mesh_axes, entries):
-            if entry and not used & set(entry):  # a mesh axis splits one factor at most
-                axes[factor] = entry
-                used |= set(entry)
-                break
-    # XLA pads an uneven split with undefined values; in K they would be summed in.
-    if axes["k"] and x.shape[2] % math.prod(mesh.shape[a] for a in axes["k"]):
-        axes["k"] = ()
-
-    def spec(*factors):
-        entries = [axes[f] if f else () for f in factors]
-        return NamedSharding(mesh, PartitionSpec(
-            *(None if not e else e[0] if len(e) == 1 else e for e in entries)))
-
+    axes, spec = assign_factors(mesh, candidates, x.shape[2])
     bias_sh = spec(None, "n") if len(bias.shape) == 2 else spec(None)
     res_sh = spec("b", "m", "n") if res.shape[0] else spec(None, None, None)
     k_axes = axes["k"]

@@ -68,6 +68,30 @@ def spec_of(x) -> tuple:
     return spec + (None,) * (len(x.shape) - len(spec))
 
 
+def assign_factors(mesh, candidates: dict, k: int):
+    """One mesh-axis assignment per factor, from its candidate spec entries in order (a mesh
+    axis splits one factor at most), and `spec(*factors)`, the NamedSharding of an array whose
+    dimensions carry those factors (None: unsplit). Shared with hopper_glu's partitioner."""
+    used, axes = set(), {}
+    for factor, entries in candidates.items():
+        axes[factor] = ()
+        for entry in map(mesh_axes, entries):
+            if entry and not used & set(entry):
+                axes[factor] = entry
+                used |= set(entry)
+                break
+    # XLA pads an uneven split with undefined values; in K they would be summed in.
+    if axes["k"] and k % math.prod(mesh.shape[name] for name in axes["k"]):
+        axes["k"] = ()
+
+    def spec(*factors):
+        entries = [axes[f] if f else () for f in factors]
+        return NamedSharding(mesh, PartitionSpec(
+            *(None if not e else e[0] if len(e) == 1 else e for e in entries)))
+
+    return axes, spec
+
+
 def _partition(params, shapes, mesh, arg_shapes, result_shape):
     p = dict(params)
     a, b, bias, res = arg_shapes
@@ -86,24 +110,7 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
         "n": [sb[b_n], so[2]],
         "k": [sa[a_k], sb[b_k]],
     }
-    used, axes = set(), {}
-    for factor, entries in candidates.items():
-        axes[factor] = ()
-        for entry in map(mesh_axes, entries):
-            if entry and not used & set(entry):  # a mesh axis splits one factor at most
-                axes[factor] = entry
-                used |= set(entry)
-                break
-    # XLA pads an uneven split with undefined values; in K they would be summed in.
-    k = a.shape[a_k]
-    if axes["k"] and k % math.prod(mesh.shape[name] for name in axes["k"]):
-        axes["k"] = ()
-
-    def spec(*factors):
-        entries = [axes[f] if f else () for f in factors]
-        return NamedSharding(mesh, PartitionSpec(
-            *(None if not e else e[0] if len(e) == 1 else e for e in entries)))
-
+    axes, spec = assign_factors(mesh, candidates, a.shape[a_k])
     a_sh = spec("b" if ba == batch else None, *(("k", "m") if p["a_mn_major"] else ("m", "k")))
     b_sh = spec("b" if bb == batch else None, *(("k", "n") if p["b_mn_major"] else ("n", "k")))
     bias_sh = spec("n" if bias.shape[0] else None)
