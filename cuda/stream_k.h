@@ -6,10 +6,12 @@
 // and the rest idle, 3% of the run. So the first floor(T / C) waves are whole tiles, handed out
 // round robin in the grouped order (concurrent tiles stay neighbours in L2), and, where that
 // measured faster (plan_stream_k says when), the k-blocks of the remaining tiles, laid end to
-// end, are cut into equal contiguous ranges, one per cluster (stream-K). A tile cut between
-// clusters is a piece per cluster: the piece holding k-block 0 (computed last by its cluster)
-// waits for the others' fp32 partials and runs the epilogue; every other piece is the first
-// unit of its cluster's range and only publishes its partial.
+// end, are cut into equal contiguous ranges, one per cluster (stream-K). With fewer tiles
+// than clusters (small M) there is no whole wave, and the same cut gives every tile the same
+// number of pieces (split-K). A tile cut between clusters is a piece per cluster: the piece
+// holding k-block 0 (computed last by its cluster) waits for the others' fp32 partials and
+// runs the epilogue; every other piece is the first unit of its cluster's range and only
+// publishes its partial.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,10 @@ struct StreamKPlan {
 // A stream-K range is at least 1/kMaxSplit of a tile, so a finishing piece waits for at most
 // kMaxSplit others; more, smaller pieces would cost more in fp32 traffic than they balance.
 constexpr int64_t kMaxSplit = 4;
+// The shortest piece a small-M split (below) makes. The fix-up (a flag memset launch, one fp32
+// round trip through L2) costs about 3 us: pieces of 16 k-blocks made 256 x 4096 x 2048 11%
+// slower, while 32 and more gained (H100, 2026-11-22, gemm_splitk_configs_h100_20261122.log).
+constexpr int64_t kMinPieceBlocks = 32;
 
 // `tiles` in cluster units; `max_sk_clusters`: clusters with a workspace slot per CTA.
 JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
@@ -50,22 +56,34 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
   // flag memset) measured about a third of a tile: with the last wave 52% or 27% full
   // (8192^3, 8192 x 12288 x 4096) splitting gained 2.7% and 1.1%; 76-91% full (4096^3,
   // 8192 x 4096 x 14336, 4000 x 3000 x 2056) it lost 3-8%; and with fewer tiles than clusters
-  // (256 x 4096 x 4096), where L2 bandwidth rather than the SMs is the limit, it lost 13%
-  // (H100, 2026-11-22). Below 2^31 k-blocks the kernel's range arithmetic stays in 32 bits.
-  if (waves > 0 && rest > 0 && 3 * rest <= 2 * resident_clusters && k_blocks > 1 &&
-      rest * k_blocks < (int64_t(1) << 31)) {
+  // (256 x 4096 x 4096) this tail split lost 13% (its ranges, cut for all 132 clusters, gave
+  // each tile uneven pieces on 2-3 clusters). Below 2^31 k-blocks the kernel's range arithmetic stays in
+  // 32 bits.
+  const bool small_k = rest * k_blocks < (int64_t(1) << 31);
+  if (waves > 0 && rest > 0 && 3 * rest <= 2 * resident_clusters && k_blocks > 1 && small_k) {
     const int64_t min_iters = (k_blocks + kMaxSplit - 1) / kMaxSplit;
     sk = rest * k_blocks / min_iters;
     if (sk > resident_clusters) sk = resident_clusters;
     if (sk > max_sk_clusters) sk = max_sk_clusters;
     if (sk <= rest) sk = 0;  // no more clusters than tiles: splitting cannot shorten the tail
+  } else if (waves == 0 && tiles > 0 && small_k) {
+    // Fewer tiles than clusters (small M): split K, every tile in the same number of equal
+    // pieces (at most kMaxSplit, a divisor of the k-blocks so no piece crosses a tile, and
+    // kMinPieceBlocks k-blocks each at least, so the fix-up stays small next to a piece);
+    // each cluster gets one piece and otherwise idle SMs join in.
+    int64_t split = resident_clusters / tiles;
+    if (split > kMaxSplit) split = kMaxSplit;
+    if (split > k_blocks / kMinPieceBlocks) split = k_blocks / kMinPieceBlocks;
+    while (split > 1 && k_blocks % split != 0) --split;
+    if (split * tiles > max_sk_clusters) split = max_sk_clusters / tiles;
+    if (split > 1) sk = split * tiles;
   }
   if (sk == 0) {
     s.grid_clusters = static_cast<int32_t>(tiles < resident_clusters ? tiles : resident_clusters);
     s.dp_tiles = static_cast<int32_t>(tiles);
     return s;
   }
-  s.grid_clusters = resident_clusters;
+  s.grid_clusters = static_cast<int32_t>(waves > 0 ? resident_clusters : sk);
   s.dp_tiles = static_cast<int32_t>(waves * resident_clusters);
   s.sk_clusters = static_cast<int32_t>(sk);
   s.sk_quota = static_cast<int32_t>(rest * k_blocks / sk);

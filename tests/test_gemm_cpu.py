@@ -55,7 +55,11 @@ def test_heuristic_choices():
     big = choose_config(8192, 8192, 8192)
     assert (big.block_m, big.block_n, big.cluster_m) == (128, 256, 2)
     decode = choose_config(256, 4096, 4096)
-    assert (decode.block_n, decode.cluster_m) == (128, 1)
+    assert (decode.block_n, decode.cluster_m, decode.stream_k) == (128, 1, True)
+    # One row of tiles streaming a large B: HBM, not the SMs, limits; no split-K.
+    assert not choose_config(128, 8192, 8192).stream_k
+    assert not choose_config(256, 4096, 4096, batch=2).stream_k
+    assert choose_config(8192, 8192, 8192).stream_k   # tail waves: always
     for shape in [(1, 1, 1), (4000, 3000, 2056), (64, 12288, 4096)]:
         cfg = choose_config(*shape)
         cfg.validate("bfloat16", False, True)  # always a compiled, valid config

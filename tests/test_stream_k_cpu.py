@@ -9,13 +9,19 @@ from jax_hopper import GemmConfig, _ffi
 from jax_hopper.gemm import configs
 
 MAX_SPLIT = 4  # kMaxSplit in cuda/stream_k.h: a collecting piece adds at most this many others
+MIN_PIECE = 32  # kMinPieceBlocks: the shortest piece of a small-M split
 
 # (tiles, k_blocks, resident clusters, clusters with a workspace slot)
 CASES = [
     (1024, 128, 66, 66),    # 8192^3, 2-CTA clusters of 128 x 256: a 34-tile last wave (split)
     (1536, 64, 66, 66),     # 8192 x 12288 x 4096: 18 tiles in the last wave (split)
     (512, 64, 66, 66),      # 4096^3: last wave 58/66 full (whole)
-    (64, 64, 132, 132),     # 256 x 4096 x 4096, 128 x 128 tiles: fewer tiles than SMs (whole)
+    (64, 64, 132, 132),     # 256 x 4096 x 4096, 128 x 128 tiles: fewer tiles than SMs (2 pieces)
+    (32, 64, 132, 132),     # the same with 128 x 256 tiles: 4 pieces each
+    (3, 96, 132, 132),      # 3 tiles of 96 k-blocks: 3 pieces of 32 each
+    (3, 63, 132, 132),      # too few k-blocks for two pieces of 32 (whole)
+    (96, 64, 132, 132),     # 64 x 12288 x 4096: more than half a wave (whole)
+    (64, 64, 132, 100),     # fewer workspace slots than two pieces per tile need (whole)
     (144, 64, 132, 132),    # 12 tiles past a wave: each in 4 pieces
     (133, 7, 132, 132),     # one tile past a wave, 7 k-blocks
     (140, 3, 132, 132),     # 8 tiles past a wave, 3 k-blocks
@@ -25,6 +31,14 @@ CASES = [
     (140, 64, 132, 0),      # none
     (140, 1, 132, 132),     # a single k-block cannot be split
 ]
+
+
+def _small_m_pieces(tiles, k_blocks, clusters, slots):
+    """Pieces per tile of a small-M split: the most (up to MAX_SPLIT) that divide the k-blocks
+    into pieces of at least MIN_PIECE, with a cluster and a workspace slot for each."""
+    return max(s for s in range(1, MAX_SPLIT + 1)
+               if s == 1 or (s * tiles <= min(clusters, slots) and k_blocks % s == 0
+                             and k_blocks // s >= MIN_PIECE))
 
 
 def _plan(tiles, k_blocks, clusters, slots):
@@ -83,21 +97,43 @@ def test_work_is_balanced(tiles, k_blocks, clusters, slots):
         assert max(work) < whole_waves
         assert max(work) - min(work[:plan["sk_clusters"]]) <= 1
     else:
-        # Left whole where splitting measured no gain (fewer tiles than clusters, or a last
-        # wave more than 2/3 full) or cannot help (whole waves, one k-block, no more clusters
-        # with a workspace slot than tiles in the last wave).
+        # Left whole where splitting measured no gain (a last wave more than 2/3 full) or
+        # cannot help (whole waves, one k-block, no more clusters with a workspace slot than
+        # tiles in the last wave; with no whole wave, no equal split into pieces long enough).
         rest = tiles % clusters
-        assert (rest == 0 or tiles < clusters or 3 * rest > 2 * clusters or k_blocks == 1
-                or min(slots, clusters) <= rest)
+        if tiles < clusters:
+            assert _small_m_pieces(tiles, k_blocks, clusters, slots) == 1
+        else:
+            assert (rest == 0 or 3 * rest > 2 * clusters or k_blocks == 1
+                    or min(slots, clusters) <= rest)
 
 
 @pytest.mark.parametrize("tiles,k_blocks,clusters,slots,split", [
     (1024, 128, 66, 66, True), (144, 64, 132, 132, True), (264, 64, 132, 132, False),
-    (512, 64, 66, 66, False), (64, 64, 132, 132, False)])
+    (512, 64, 66, 66, False), (64, 64, 132, 132, True), (96, 64, 132, 132, False)])
 def test_which_problems_split(tiles, k_blocks, clusters, slots, split):
     plan = _plan(tiles, k_blocks, clusters, slots)
     assert (plan["sk_clusters"] > 0) == split
     assert plan["dp_tiles"] == (tiles // clusters * clusters if split else tiles)
+
+
+@pytest.mark.parametrize("tiles,k_blocks,pieces", [(64, 64, 2), (32, 128, 4), (32, 80, 2),
+                                                   (32, 32, 1), (40, 4096, 2), (40, 4095, 3),
+                                                   (66, 64, 2), (67, 4096, 1), (20, 99, 3)])
+def test_small_m_splits_every_tile_alike(tiles, k_blocks, pieces):
+    """Fewer tiles than clusters: every tile in `pieces` equal pieces of at least MIN_PIECE
+    k-blocks, one cluster each, and no clusters launched without work."""
+    plan = _plan(tiles, k_blocks, 132, 132)
+    counts = {}
+    for units in plan["units"]:
+        assert units, "a launched cluster without work"
+        for tile, k0, k1, _ in units:
+            counts[tile] = counts.get(tile, 0) + 1
+            assert k1 - k0 == k_blocks // pieces
+    assert sorted(set(counts.values())) == [pieces]
+    assert pieces == _small_m_pieces(tiles, k_blocks, 132, 132)
+    assert plan["grid_clusters"] == tiles * pieces
+    assert plan["dp_tiles"] == (tiles if pieces == 1 else 0)
 
 
 def test_workspace_is_sized_per_cta_slot():

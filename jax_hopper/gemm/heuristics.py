@@ -9,11 +9,29 @@ from jax_hopper.gemm.config import GemmConfig
 
 # H100 SXM and H200 both have 132 SMs; the launcher sizes the grid from the real device.
 DEFAULT_NUM_SMS = configs.MAX_SMS
+# H100 SXM: dense bf16 peak per SM (989 TFLOP/s over 132 SMs) and HBM3 bandwidth, in FLOP and
+# bytes per second, for the small-M roofline below (an H200's faster HBM only widens it).
+SM_FLOPS = 989e12 / 132
+HBM_BYTES_PER_S = 3.35e12
+
+
+def split_k_pays(m: int, n: int, batch: int, block_m: int, block_n: int) -> bool:
+    """Whether splitting K helps a problem with fewer tiles than SMs.
+
+    Unsplit, each busy SM computes one whole tile: 2*bm*bn*K FLOP at SM_FLOPS. Reading the
+    operands once from HBM takes 2*batch*(m+n)*K bytes. Splitting shortens the first, not the
+    second, so it pays only when the SMs are the limit; K cancels out.
+    NOTES: H100, 2026-11-22 (gemm_splitk_configs_h100_20261122.log), split vs whole 128x128
+    tiles: 256x4096x4096 +3%, 256x4096x14336 +36% (SM-bound by this rule); 128x8192x8192 -5%
+    (HBM-bound by it).
+    """
+    return block_m * block_n * HBM_BYTES_PER_S > SM_FLOPS * batch * (m + n)
 
 
 def choose_config(m: int, n: int, k: int, batch: int = 1,
                   num_sms: int = DEFAULT_NUM_SMS) -> GemmConfig:
-    """Large tiles when they fill the machine, else 128x128 tiles for more parallelism.
+    """Large tiles when they fill the machine, else 128x128 tiles for more parallelism, split
+    along K (stream_k) when there are fewer tiles than SMs only where split_k_pays.
 
     NOTES: a 2-CTA cluster along M halves B's L2->SM traffic by multicast; it only pays when
     there are at least two M tiles per N column and enough tiles to keep every SM busy.
@@ -29,5 +47,7 @@ def choose_config(m: int, n: int, k: int, batch: int = 1,
     tiles_m = math.ceil(m / tile.block_m)
     tiles = tiles_m * math.ceil(n / tile.block_n) * batch
     cluster_m = 2 if tiles_m >= 2 and tiles >= 2 * num_sms else 1
+    stream_k = tiles >= num_sms or split_k_pays(m, n, batch, tile.block_m, tile.block_n)
     return GemmConfig(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
-                      stages=tile.stages, cluster_m=cluster_m, cluster_n=1, raster="m")
+                      stages=tile.stages, cluster_m=cluster_m, cluster_n=1, raster="m",
+                      stream_k=stream_k)
