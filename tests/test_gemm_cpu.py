@@ -60,6 +60,11 @@ def test_heuristic_choices():
     assert not choose_config(128, 8192, 8192).stream_k
     assert not choose_config(256, 4096, 4096, batch=2).stream_k
     assert choose_config(8192, 8192, 8192).stream_k   # tail waves: always
+    # One partial wave of large tiles (96-128 of 132 SMs) rather than two of small ones.
+    for m in (768, 1024):
+        assert choose_config(m, 4096, 14336).block_n == 256
+    assert choose_config(512, 4096, 4096).block_n == 128   # one wave of small tiles
+    assert choose_config(4000, 3000, 2056).block_n == 256
     for shape in [(1, 1, 1), (4000, 3000, 2056), (64, 12288, 4096)]:
         cfg = choose_config(*shape)
         cfg.validate("bfloat16", False, True)  # always a compiled, valid config

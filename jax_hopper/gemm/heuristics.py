@@ -28,10 +28,29 @@ def split_k_pays(m: int, n: int, batch: int, block_m: int, block_n: int) -> bool
     return block_m * block_n * HBM_BYTES_PER_S > SM_FLOPS * batch * (m + n)
 
 
+# Throughput of a 128x128 tile relative to 128x256 on one SM: 0.76 at 2048x4096x4096 and 0.73
+# at 1024x4096x14336, whole waves of each (H100, 2026-11-22, gemm_tiles_m1024_h100_20261122.log,
+# gemm_mid1 in gemm_splitk_configs' session).
+SMALL_TILE_EFFICIENCY = 0.75
+
+
+def wave_cost(m: int, n: int, batch: int, tile: configs.TileShape, efficiency: float,
+              num_sms: int) -> float:
+    """Relative run time of whole tiles in waves: waves x tile area / per-SM efficiency."""
+    tiles = math.ceil(m / tile.block_m) * math.ceil(n / tile.block_n) * batch
+    return math.ceil(tiles / num_sms) * tile.block_m * tile.block_n / efficiency
+
+
 def choose_config(m: int, n: int, k: int, batch: int = 1,
                   num_sms: int = DEFAULT_NUM_SMS) -> GemmConfig:
-    """Large tiles when they fill the machine, else 128x128 tiles for more parallelism, split
-    along K (stream_k) when there are fewer tiles than SMs only where split_k_pays.
+    """The tile that takes the fewest tile-waves (128x256 unless 128x128's extra parallelism
+    outweighs its lower efficiency), split along K (stream_k) when there are fewer tiles than
+    SMs only where split_k_pays.
+
+    One partial wave of 128x256 tiles beats two of 128x128: at M = 768-1024 (96-128 large
+    tiles) choosing 128x128 because the large tiles left some SMs idle ran 22-31% slower
+    (gemm_tiles_m1024_h100_20261122.log); at M = 256-512 one wave of 128x128 tiles is the
+    faster.
 
     NOTES: a 2-CTA cluster along M halves B's L2->SM traffic by multicast; it only pays when
     there are at least two M tiles per N column and enough tiles to keep every SM busy.
@@ -42,8 +61,9 @@ def choose_config(m: int, n: int, k: int, batch: int = 1,
     is not what limits these shapes.
     """
     big, small = configs.TILE_SHAPES
-    tiles_big = math.ceil(m / big.block_m) * math.ceil(n / big.block_n) * batch
-    tile = big if tiles_big >= num_sms else small
+    big_cost = wave_cost(m, n, batch, big, 1.0, num_sms)
+    tile = big if big_cost <= wave_cost(m, n, batch, small, SMALL_TILE_EFFICIENCY, num_sms) \
+        else small
     tiles_m = math.ceil(m / tile.block_m)
     tiles = tiles_m * math.ceil(n / tile.block_n) * batch
     cluster_m = 2 if tiles_m >= 2 and tiles >= 2 * num_sms else 1
