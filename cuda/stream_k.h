@@ -57,8 +57,8 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
   // (8192^3, 8192 x 12288 x 4096) splitting gained 2.7% and 1.1%; 76-91% full (4096^3,
   // 8192 x 4096 x 14336, 4000 x 3000 x 2056) it lost 3-8%; and with fewer tiles than clusters
   // (256 x 4096 x 4096) this tail split lost 13% (its ranges, cut for all 132 clusters, gave
-  // each tile uneven pieces on 2-3 clusters). Below 2^31 k-blocks the kernel's range arithmetic stays in
-  // 32 bits.
+  // each tile uneven pieces on 2-3 clusters). Below 2^31 k-blocks the kernel's range
+  // arithmetic stays in 32 bits.
   const bool small_k = rest * k_blocks < (int64_t(1) << 31);
   if (waves > 0 && rest > 0 && 3 * rest <= 2 * resident_clusters && k_blocks > 1 && small_k) {
     const int64_t min_iters = (k_blocks + kMaxSplit - 1) / kMaxSplit;
@@ -71,11 +71,19 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
     // pieces (at most kMaxSplit, a divisor of the k-blocks so no piece crosses a tile, and
     // kMinPieceBlocks k-blocks each at least, so the fix-up stays small next to a piece);
     // each cluster gets one piece and otherwise idle SMs join in.
-    int64_t split = resident_clusters / tiles;
+    const int64_t clusters =
+        resident_clusters < max_sk_clusters ? resident_clusters : max_sk_clusters;
+    int64_t split = clusters / tiles;
     if (split > kMaxSplit) split = kMaxSplit;
     if (split > k_blocks / kMinPieceBlocks) split = k_blocks / kMinPieceBlocks;
     while (split > 1 && k_blocks % split != 0) --split;
-    if (split * tiles > max_sk_clusters) split = max_sk_clusters / tiles;
+    // NOTES: with more than half a wave of tiles (no equal split fits), one stream-K range per
+    // cluster ran 1.3-1.8x slower than whole tiles (768 x 4096 x 4096: 87 vs 57 us;
+    // 1024 x 4096 x 14336: 320 vs 180 us; H100, 2026-11-22, gemm_partial_wave_*): ranges start
+    // at a different k on every cluster, so the CTAs that share an operand tile no longer read
+    // it at the same time. If L2 then stops serving them, B comes from HBM once per M tile:
+    // 8 x 117 MB there, ~310 us at 3 TB/s, close to what was measured (not profiled). Equal
+    // pieces keep concurrently running clusters at the same k.
     if (split > 1) sk = split * tiles;
   }
   if (sk == 0) {
