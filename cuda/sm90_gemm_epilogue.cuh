@@ -158,6 +158,12 @@ constexpr int kEpiBoxBytes = 64 * 128;
 constexpr int kEpiBoxesPerPass = 2;
 constexpr int kEpiBytesPerWarpgroup = kEpiBoxBytes * kEpiBoxesPerPass;
 
+// Boxes per staging pass for a strip of `boxes` boxes: the most that divide it and fit (a
+// 192-column strip of 16-bit outputs is three boxes: one per pass).
+constexpr int epi_boxes_per_pass(int boxes, int fit = kEpiBoxesPerPass) {
+  return boxes % fit == 0 ? fit : epi_boxes_per_pass(boxes, fit - 1);
+}
+
 // Where one consumer warpgroup's strip goes: output rows row0.., columns col0.., batch entry
 // `batch`; the residual's batch entry (0 when one residual is broadcast over the batch).
 struct EpilogueTile {
@@ -181,8 +187,8 @@ __device__ __forceinline__ void epilogue_store(const float* acc, const GemmParam
   const uint32_t wg_thread = s.wg_thread;
   constexpr int kOutBytes = sizeof(TOut);
   constexpr int kBoxCols = 128 / kOutBytes;          // columns per 128-byte swizzle row
-  // A 64-column gated strip of 16-bit outputs is a single box: one box per pass then.
-  constexpr int kBoxes = BN / kBoxCols < kEpiBoxesPerPass ? BN / kBoxCols : kEpiBoxesPerPass;
+  static_assert(BN % kBoxCols == 0, "a strip is whole 128-byte boxes wide");
+  constexpr int kBoxes = epi_boxes_per_pass(BN / kBoxCols);
   constexpr int kColsPerPass = kBoxCols * kBoxes;
   static_assert(BN % kColsPerPass == 0, "BN must cover whole staging passes");
 

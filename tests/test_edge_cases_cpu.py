@@ -320,7 +320,7 @@ def _bad(kw):
     (dict(config="128x256"), r"^config must be a GemmConfig, got str"),
     (dict(config=GemmConfig(block_m=64)), r"^config: \(block_m, block_n, block_k, stages\) = "
                                           r"\(64, 256, 64, 4\) is not compiled; compiled tile "
-                                          r"shapes: 128x256x64_s4, 128x128x64_s6"),
+                                          r"shapes: 128x256x64_s4, 128x192x64_s4, 128x128x64_s6"),
     (dict(config=GemmConfig(cluster_m=2, cluster_n=2)), r"^config: cluster"),
     (dict(config=GemmConfig(cluster_m=4)), r"^config: cluster .* = \(4, 1\) must be one of"),
     (dict(config=GemmConfig(raster="hilbert")), r"^config: raster='hilbert'"),

@@ -29,7 +29,7 @@ def test_extension_compiles_exactly_the_listed_instances():
 
 
 @pytest.mark.parametrize("field,value,match", [
-    ("block_n", 192, "not compiled"),
+    ("block_n", 160, "not compiled"),
     ("stages", 7, "not compiled"),
     ("cluster_m", 4, "cluster"),
     ("raster", "hilbert", "raster"),
@@ -55,16 +55,25 @@ def test_heuristic_choices():
     big = choose_config(8192, 8192, 8192)
     assert (big.block_m, big.block_n, big.cluster_m) == (128, 256, 2)
     decode = choose_config(256, 4096, 4096)
-    assert (decode.block_n, decode.cluster_m, decode.stream_k) == (128, 1, True)
+    assert (decode.block_n, decode.cluster_m, decode.stream_k) == (128, 2, True)
     # One row of tiles streaming a large B: HBM, not the SMs, limits; no split-K.
     assert not choose_config(128, 8192, 8192).stream_k
     assert not choose_config(256, 4096, 4096, batch=2).stream_k
     assert choose_config(8192, 8192, 8192).stream_k   # tail waves: always
-    # One partial wave of large tiles (96-128 of 132 SMs) rather than two of small ones.
-    for m in (768, 1024):
-        assert choose_config(m, 4096, 14336).block_n == 256
+    # One partial wave of wide tiles rather than two of narrower ones; 128x192 where it makes
+    # one fuller wave (768 x 4096: 132 tiles against 96 of 128x256).
+    assert choose_config(1024, 4096, 14336).block_n == 256
+    assert choose_config(896, 4096, 4096).block_n == 256
+    mid = choose_config(768, 4096, 4096)
+    assert (mid.block_n, mid.cluster_m) == (192, 2)       # one wave, long K: multicast
+    assert choose_config(768, 4096, 1024).cluster_m == 1  # one wave, short K
+    assert choose_config(2048, 4096, 4096).cluster_m == 1  # between one and two waves
     assert choose_config(512, 4096, 4096).block_n == 128   # one wave of small tiles
     assert choose_config(4000, 3000, 2056).block_n == 256
+    # Only the tiles offered are chosen from (hopper_glu offers those with gated kernels).
+    for shape in [(768, 4096, 4096), (256, 4096, 4096), (8192, 8192, 8192)]:
+        assert choose_config(*shape, tiles=configs.GATED_TILE_SHAPES).tile in \
+            configs.GATED_TILE_SHAPES
     for shape in [(1, 1, 1), (4000, 3000, 2056), (64, 12288, 4096)]:
         cfg = choose_config(*shape)
         cfg.validate("bfloat16", False, True)  # always a compiled, valid config

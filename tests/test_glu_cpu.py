@@ -25,6 +25,7 @@ def xw(rng):
     (dict(activation="swish"), r"activation='swish' must be one of"),
     (dict(config="big"), r"config must be a GemmConfig"),
     (dict(config=GemmConfig(block_n=64)), r"config: \(block_m, block_n"),
+    (dict(config=GemmConfig(block_n=192)), r"is not compiled for the gated unit"),
     (dict(out_dtype=jnp.int8), r"out_dtype=int8 must be one of"),
     (dict(alpha=jnp.ones(2)), r"alpha=.* must be a real Python or NumPy scalar"),
 ])

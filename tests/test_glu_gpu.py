@@ -55,7 +55,7 @@ def test_edge_shapes(rng, rows, f, k):
     _check(rng, rows, f, k)
 
 
-@pytest.mark.parametrize("tile", configs.TILE_SHAPES, ids=lambda t: t.tag)
+@pytest.mark.parametrize("tile", configs.GATED_TILE_SHAPES, ids=lambda t: t.tag)
 @pytest.mark.parametrize("cluster", configs.CLUSTER_SHAPES)
 @pytest.mark.parametrize("stream_k", [False, True])
 def test_every_config(rng, tile, cluster, stream_k):

@@ -40,14 +40,17 @@ class GemmConfig:
     def tile(self) -> configs.TileShape:
         return configs.TileShape(self.block_m, self.block_n, self.block_k, self.stages)
 
-    def validate(self, dtype: str, a_mn_major: bool, b_mn_major: bool) -> None:
-        """Raises ValueError naming the field and the rule when no compiled kernel runs this."""
-        tiles = {t: t for t in configs.TILE_SHAPES}
-        if self.tile not in tiles:
-            listed = ", ".join(t.tag for t in configs.TILE_SHAPES)
+    def validate(self, dtype: str, a_mn_major: bool, b_mn_major: bool,
+                 gated: bool = False) -> None:
+        """Raises ValueError naming the field and the rule when no compiled kernel runs this
+        (`gated`: hopper_glu's gated-unit kernels, compiled for fewer tiles)."""
+        compiled = configs.GATED_TILE_SHAPES if gated else configs.TILE_SHAPES
+        if self.tile not in compiled:
+            listed = ", ".join(t.tag for t in compiled)
             raise ValueError(
                 f"config: (block_m, block_n, block_k, stages) = ({self.block_m}, {self.block_n}, "
-                f"{self.block_k}, {self.stages}) is not compiled; compiled tile shapes: {listed}")
+                f"{self.block_k}, {self.stages}) is not compiled"
+                f"{' for the gated unit' if gated else ''}; compiled tile shapes: {listed}")
         if self.tile.smem_bytes > configs.SMEM_LIMIT_BYTES:
             raise ValueError(f"config: shared memory {self.tile.smem_bytes} B exceeds the "
                              f"{configs.SMEM_LIMIT_BYTES} B per-block limit")

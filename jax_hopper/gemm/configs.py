@@ -40,9 +40,11 @@ class TileShape:
         return f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.stages}"
 
 
-# 128 x 256 (two consumer warpgroups of m64n256) is the large-problem tile; 128 x 128 doubles
-# the tile count for problems that would leave SMs idle. Both fill the 227 KB budget.
-TILE_SHAPES = (TileShape(128, 256, 64, 4), TileShape(128, 128, 64, 6))
+# 128 x 256 (two consumer warpgroups of m64n256) is the large-problem tile; 128 x 192 and
+# 128 x 128 give 4/3 and twice the tiles for problems whose large tiles would leave SMs idle
+# (the heuristic weighs waves against each tile's speed). Stages fill the 227 KB budget.
+TILE_SHAPES = (TileShape(128, 256, 64, 4), TileShape(128, 192, 64, 4),
+               TileShape(128, 128, 64, 6))
 INPUT_DTYPES = ("bfloat16", "float16")
 OUTPUT_DTYPES = ("bfloat16", "float16", "float32")
 # (A MN-major, B MN-major): A as (M,K) is K-major, as (K,M) MN-major; B as (N,K) is K-major,
@@ -56,8 +58,10 @@ _CUDA_DTYPE = {"bfloat16": "DType::kBF16", "float16": "DType::kF16"}
 _SHORT = {"bfloat16": "bf16", "float16": "f16"}
 
 
-# hopper_glu's gated-unit instances: x as (M, K) (K-major), the (K, 2, F) weight (MN-major).
+# hopper_glu's gated-unit instances: x as (M, K) (K-major), the (K, 2, F) weight (MN-major),
+# on tiles whose half width (the output strip) is whole 64-column boxes.
 GATED_MAJORS = ((False, True),)
+GATED_TILE_SHAPES = tuple(t for t in TILE_SHAPES if t.block_n % 128 == 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,8 +88,8 @@ class KernelInstance:
 def compiled_instances() -> tuple[KernelInstance, ...]:
     plain = tuple(KernelInstance(d, t, am, bm) for d in INPUT_DTYPES for t in TILE_SHAPES
                   for am, bm in OPERAND_MAJORS)
-    gated = tuple(KernelInstance(d, t, am, bm, True) for d in INPUT_DTYPES for t in TILE_SHAPES
-                  for am, bm in GATED_MAJORS)
+    gated = tuple(KernelInstance(d, t, am, bm, True) for d in INPUT_DTYPES
+                  for t in GATED_TILE_SHAPES for am, bm in GATED_MAJORS)
     return plain + gated
 
 

@@ -28,46 +28,50 @@ def split_k_pays(m: int, n: int, batch: int, block_m: int, block_n: int) -> bool
     return block_m * block_n * HBM_BYTES_PER_S > SM_FLOPS * batch * (m + n)
 
 
-# Throughput of a 128x128 tile relative to 128x256 on one SM: 0.76 at 2048x4096x4096 and 0.73
-# at 1024x4096x14336, whole waves of each (H100, 2026-11-22, gemm_tiles_m1024_h100_20261122.log,
-# gemm_mid1 in gemm_splitk_configs' session).
-SMALL_TILE_EFFICIENCY = 0.75
+# Throughput of each compiled tile relative to 128x256 on one SM (H100, 2026-11-22): 128x128
+# 0.76 at 2048x4096x4096 and 0.73 at 1024x4096x14336, whole waves of each
+# (gemm_tiles_m1024_h100_20261122.log); 128x192 0.91-0.93 on 8192^3, 8192x12288x4096 and
+# 6144x6144x4096, 2-CTA clusters for both (gemm_tile192_large_h100_20261122.log).
+TILE_EFFICIENCY = {(128, 256): 1.0, (128, 192): 0.92, (128, 128): 0.75}
 
 
-def wave_cost(m: int, n: int, batch: int, tile: configs.TileShape, efficiency: float,
-              num_sms: int) -> float:
-    """Relative run time of whole tiles in waves: waves x tile area / per-SM efficiency."""
+def wave_cost(m: int, n: int, batch: int, tile: configs.TileShape, num_sms: int) -> float:
+    """Relative run time of whole tiles in waves: waves x tile area / the tile's efficiency."""
     tiles = math.ceil(m / tile.block_m) * math.ceil(n / tile.block_n) * batch
-    return math.ceil(tiles / num_sms) * tile.block_m * tile.block_n / efficiency
+    return (math.ceil(tiles / num_sms) * tile.block_m * tile.block_n /
+            TILE_EFFICIENCY[tile.block_m, tile.block_n])
 
 
-def choose_config(m: int, n: int, k: int, batch: int = 1,
-                  num_sms: int = DEFAULT_NUM_SMS) -> GemmConfig:
-    """The tile that takes the fewest tile-waves (128x256 unless 128x128's extra parallelism
-    outweighs its lower efficiency), split along K (stream_k) when there are fewer tiles than
-    SMs only where split_k_pays.
+def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_NUM_SMS,
+                  tiles: tuple[configs.TileShape, ...] = configs.TILE_SHAPES) -> GemmConfig:
+    """The tile of `tiles` with the least wave_cost (the largest on a tie: 128x256 unless a
+    narrower tile's extra parallelism outweighs its lower efficiency), split along K
+    (stream_k) when there are fewer tiles than SMs only where split_k_pays.
 
     One partial wave of 128x256 tiles beats two of 128x128: at M = 768-1024 (96-128 large
     tiles) choosing 128x128 because the large tiles left some SMs idle ran 22-31% slower
     (gemm_tiles_m1024_h100_20261122.log); at M = 256-512 one wave of 128x128 tiles is the
     faster.
 
-    NOTES: a 2-CTA cluster along M halves B's L2->SM traffic by multicast; it only pays when
-    there are at least two M tiles per N column and enough tiles to keep every SM busy.
+    NOTES: a 2-CTA cluster along M halves B's L2->SM traffic by multicast. It needs two M
+    tiles per N column, and pays with at least two waves of tiles, or with a single wave over
+    a K of 64 k-blocks or more: there it gained 3-33% (768x4096x4096 on 128x192 tiles 509 vs
+    430 TFLOP/s, 1000x3000x4104 384 vs 296, 256x4096x14336 461 vs 402; H100, 2026-11-22,
+    gemm_tile192_mid_h100_20261122.log, gemm_splitk_configs_h100_20261122.log) and lost 4% at
+    K of 16-32 k-blocks; between one and two waves it measured slower (2048x4096x4096).
     Tiles go in groups of 16 along M (GemmConfig's default). A group of 8 makes one wave of
     2-CTA clusters square and cut ncu's DRAM reads at 8192^3 from 1.54 to 1.28 GB (cuBLAS 1.20),
     yet ran 2-4% slower than 16 on all six large shapes, timed interleaved in two processes
     (H100, 2026-11-22, benchmarks/results/gemm_group_clusters_h100_20261122_*): DRAM traffic
     is not what limits these shapes.
     """
-    big, small = configs.TILE_SHAPES
-    big_cost = wave_cost(m, n, batch, big, 1.0, num_sms)
-    tile = big if big_cost <= wave_cost(m, n, batch, small, SMALL_TILE_EFFICIENCY, num_sms) \
-        else small
+    tile = min(tiles, key=lambda t: (wave_cost(m, n, batch, t, num_sms), -t.block_n))
     tiles_m = math.ceil(m / tile.block_m)
-    tiles = tiles_m * math.ceil(n / tile.block_n) * batch
-    cluster_m = 2 if tiles_m >= 2 and tiles >= 2 * num_sms else 1
-    stream_k = tiles >= num_sms or split_k_pays(m, n, batch, tile.block_m, tile.block_n)
+    count = tiles_m * math.ceil(n / tile.block_n) * batch
+    long_k = math.ceil(k / tile.block_k) >= 64
+    cluster_m = 2 if tiles_m >= 2 and (count >= 2 * num_sms or (count <= num_sms and long_k)) \
+        else 1
+    stream_k = count >= num_sms or split_k_pays(m, n, batch, tile.block_m, tile.block_n)
     return GemmConfig(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
                       stages=tile.stages, cluster_m=cluster_m, cluster_n=1, raster="m",
                       stream_k=stream_k)
