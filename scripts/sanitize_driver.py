@@ -141,13 +141,18 @@ def gemm_groups(quick: bool) -> list[list[GemmCase]]:
         GemmCase(300, 520, 264, residual=True, out_dtype="float32", beta=2.0),
         GemmCase(130, 264, 72, batch=3, shared_b=True, bias=True, residual=True),
     ])
-    # Stream-K (cuda/stream_k.h) splits tiles only past a whole wave with the last wave at most
-    # 2/3 full; on 132 SMs: 144 tiles of 128 x 128 (12 split into 4 pieces) and 80 2-CTA
-    # cluster tiles of 128 x 256 (14 split).
+    # Stream-K (cuda/stream_k.h) splits the last wave's tiles past a whole wave when it is at
+    # most 2/3 full, and with fewer tiles than SMs cuts every tile into equal pieces; on 132
+    # SMs: 144 tiles of 128 x 128 (12 split into 4 pieces), 80 2-CTA cluster tiles of
+    # 128 x 256 (14 split), and 64 tiles of 128 x 128 in 2 pieces each.
+    wide = next(t for t in tiles if (t.block_m, t.block_n) == (128, 256))
+    square = next(t for t in tiles if (t.block_m, t.block_n) == (128, 128))
     groups.append([
-        GemmCase(1536, 1536, 256, tile=tiles[1]),
-        GemmCase(2560, 2048, 320, tile=tiles[0], cluster=(2, 1), bias=True, activation="silu",
+        GemmCase(1536, 1536, 256, tile=square),
+        GemmCase(2560, 2048, 320, tile=wide, cluster=(2, 1), bias=True, activation="silu",
                  out_dtype="float32"),
+        # Small M: every tile split into 2 equal pieces of 32 k-blocks (64 tiles of 128 x 128).
+        GemmCase(256, 4096, 4096, tile=square),
     ])
     return groups
 
