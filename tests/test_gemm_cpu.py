@@ -51,6 +51,11 @@ def test_config_rejected_through_the_api():
         hopper_matmul(a, a, config={"block_m": 128})
 
 
+def test_every_compiled_tile_has_a_measured_efficiency():
+    from jax_hopper.gemm.heuristics import TILE_EFFICIENCY
+    assert set(TILE_EFFICIENCY) == {(t.block_m, t.block_n) for t in configs.TILE_SHAPES}
+
+
 def test_heuristic_choices():
     big = choose_config(8192, 8192, 8192)
     assert (big.block_m, big.block_n, big.cluster_m) == (128, 256, 2)
