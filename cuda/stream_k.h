@@ -59,14 +59,15 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
   // (256 x 4096 x 4096) this tail split lost 13% (its ranges, cut for all 132 clusters, gave
   // each tile uneven pieces on 2-3 clusters). Below 2^31 k-blocks the kernel's range
   // arithmetic stays in 32 bits.
-  const bool small_k = rest * k_blocks < (int64_t(1) << 31);
-  if (waves > 0 && rest > 0 && 3 * rest <= 2 * resident_clusters && k_blocks > 1 && small_k) {
+  const bool ranges_fit_i32 = rest * k_blocks < (int64_t(1) << 31);
+  if (waves > 0 && rest > 0 && 3 * rest <= 2 * resident_clusters && k_blocks > 1 &&
+      ranges_fit_i32) {
     const int64_t min_iters = (k_blocks + kMaxSplit - 1) / kMaxSplit;
     sk = rest * k_blocks / min_iters;
     if (sk > resident_clusters) sk = resident_clusters;
     if (sk > max_sk_clusters) sk = max_sk_clusters;
     if (sk <= rest) sk = 0;  // no more clusters than tiles: splitting cannot shorten the tail
-  } else if (waves == 0 && tiles > 0 && small_k) {
+  } else if (waves == 0 && tiles > 0 && ranges_fit_i32) {
     // Fewer tiles than clusters (small M): split K, every tile in the same number of equal
     // pieces (at most kMaxSplit, a divisor of the k-blocks so no piece crosses a tile, and
     // kMinPieceBlocks k-blocks each at least, so the fix-up stays small next to a piece);
