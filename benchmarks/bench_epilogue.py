@@ -26,7 +26,8 @@ import jax.numpy as jnp
 import timing
 
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from jax_hopper import hopper_glu, hopper_matmul  # noqa: E402
+import jax_hopper  # noqa: E402
+from jax_hopper import hopper_matmul  # noqa: E402
 
 ERR_LIMIT = 1e-2
 BF16 = jnp.bfloat16
@@ -43,21 +44,31 @@ def swiglu(y, e):
 
 
 CASES = {
-    # name: (shape of the product, epilogue in jnp on the bf16 product, the fused call)
+    # name: (shape of the product, epilogue in jnp on the bf16 product, the fused call through
+    # package jh: jax_hopper, or another build of it in benchmarks/bench_ab.py)
     "mlp_up_bias_gelu": ((8192, 28672, 4096), lambda y, e: gelu_bias(y, e["bias"]),
-                         lambda a, b, e: hopper_matmul(a, b, bias=e["bias"],
-                                                       activation="gelu_tanh")),
+                         lambda jh, a, b, e: jh.hopper_matmul(a, b, bias=e["bias"],
+                                                              activation="gelu_tanh")),
     "mlp_up_swiglu": ((8192, 28672, 4096), swiglu,
-                      lambda a, b, e: hopper_glu(a, b.reshape(b.shape[0], 2, -1))),
+                      lambda jh, a, b, e: jh.hopper_glu(a, b.reshape(b.shape[0], 2, -1))),
     "mlp_down_bias_residual": ((8192, 4096, 14336), lambda y, e: y + e["bias"] + e["residual"],
-                               lambda a, b, e: hopper_matmul(a, b, bias=e["bias"],
-                                                             residual=e["residual"])),
+                               lambda jh, a, b, e: jh.hopper_matmul(a, b, bias=e["bias"],
+                                                                    residual=e["residual"])),
 }
+
+
+def case_extra(name, key, m, n):
+    """The epilogue's operands: a bias, and a residual where the case has one."""
+    kb, kr = jax.random.split(key)
+    extra = {"bias": jax.random.normal(kb, (n,), jnp.float32).astype(BF16)}
+    if "residual" in name:
+        extra["residual"] = jax.random.normal(kr, (m, n), jnp.float32).astype(BF16)
+    return extra
 
 
 def variants(epilogue, fused, extra):
     return {
-        "hopper_fused": lambda a, b: fused(a, b, extra),
+        "hopper_fused": lambda a, b: fused(jax_hopper, a, b, extra),
         "hopper_unfused": lambda a, b: epilogue(hopper_matmul(a, b), extra),
         "xla": lambda a, b: epilogue(jnp.dot(a, b), extra),
     }
@@ -70,10 +81,8 @@ def reference(a, b, epilogue, extra):
 
 def bench_case(name, key, reps):
     (m, n, k), epilogue, fused = CASES[name]
-    kb, kr, ks = jax.random.split(key, 3)
-    extra = {"bias": jax.random.normal(kb, (n,), jnp.float32).astype(BF16)}
-    if "residual" in name:
-        extra["residual"] = jax.random.normal(kr, (m, n), jnp.float32).astype(BF16)
+    ke, ks = jax.random.split(key)
+    extra = case_extra(name, ke, m, n)
     n_calls, n_sets = timing.call_plan(m, n, k)
     sets = timing.rotating_sets(ks, m, n, k, n_sets)
     pairs = timing.rotation(sets, n_calls)

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "cuda/dtype.h"
+#include "jax_hopper_constants.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_hopper {
@@ -35,24 +35,13 @@ namespace ffi = xla::ffi;
 
 inline ffi::Error invalid(const std::string& msg) { return ffi::Error::InvalidArgument(msg); }
 
-// The one mapping from XLA's element types to the kernels' DType (cuda/dtype.h).
+// The one mapping from XLA's element types to the kernels' DType (generated from
+// jax_hopper/kernels/catalog.py).
 inline bool to_dtype(ffi::DataType t, DType* out) {
   switch (t) {
     case ffi::DataType::BF16: *out = DType::kBF16; return true;
     case ffi::DataType::F16:  *out = DType::kF16;  return true;
     case ffi::DataType::F32:  *out = DType::kF32;  return true;
-    default: return false;
-  }
-}
-
-// Tensor-map element type for TMA. Copies only move bytes, so any element type maps to the
-// unsigned type of its width; arithmetic ops (reduce-add) ask for the real float type.
-inline bool tma_bits_type(size_t elem_bytes, CUtensorMapDataType* out) {
-  switch (elem_bytes) {
-    case 1: *out = CU_TENSOR_MAP_DATA_TYPE_UINT8;  return true;
-    case 2: *out = CU_TENSOR_MAP_DATA_TYPE_UINT16; return true;
-    case 4: *out = CU_TENSOR_MAP_DATA_TYPE_UINT32; return true;
-    case 8: *out = CU_TENSOR_MAP_DATA_TYPE_UINT64; return true;
     default: return false;
   }
 }
@@ -66,16 +55,9 @@ inline bool tma_float_type(DType t, CUtensorMapDataType* out) {
   return false;
 }
 
-inline const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::kBF16: return "bfloat16";
-    case DType::kF16:  return "float16";
-    case DType::kF32:  return "float32";
-  }
-  return "?";
+// A tensor map that cannot be encoded is a bad argument (the encoder says which rule failed).
+inline ffi::Error tensor_map_error(const std::string& why) {
+  return why.empty() ? ffi::Error::Success() : invalid(why);
 }
-
-// Multiprocessor count of the device that owns `stream`'s context, cached per device.
-ffi::Error current_device_sm_count(int* device, int* sm_count);
 
 }  // namespace jax_hopper

@@ -1,14 +1,18 @@
 // The nanobind module: FFI handler capsules for jax.ffi.register_ffi_target, the compiled GEMM
-// instance list so Python can check it against jax_hopper/gemm/configs.py, the stream-K work
-// plan the kernels follow (so CPU tests can check it), and the workspace size it needs.
+// kernels (so Python can check them against jax_hopper/kernels/catalog.py), the work plan of a
+// call (made once, while it is lowered), and the stream-K planner itself for the CPU tests.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 
 #include <cuda_runtime.h>
 
-#include "cuda/sm90_gemm.h"
-#include "cuda/stream_k.h"
+#include <stdexcept>
+#include <string>
+
+#include "cuda/gemm/gemm.h"
+#include "cuda/gemm/scheduler/stream_k_plan.h"
 #include "ffi/handlers.h"
-#include "sm90_gemm_instances.h"
+#include "gemm_catalog.h"
 
 namespace nb = nanobind;
 
@@ -19,34 +23,72 @@ nb::capsule capsule(T* fn) {
   return nb::capsule(reinterpret_cast<void*>(fn));
 }
 
+nb::dict plan_dict(const jax_hopper::StreamKPlan& s) {
+  nb::dict d;
+  d["grid_clusters"] = s.grid_clusters;
+  d["dp_tiles"] = s.dp_tiles;
+  d["sk_clusters"] = s.sk_clusters;
+  d["k_blocks"] = s.k_blocks;
+  d["sk_quota"] = s.sk_quota;
+  d["sk_extra"] = s.sk_extra;
+  return d;
+}
+
+const jax_hopper::GemmKernelInfo& find(const std::string& kernel) {
+  const jax_hopper::GemmKernelInfo* info = jax_hopper::find_gemm_kernel(kernel);
+  if (info == nullptr) throw std::invalid_argument("no compiled GEMM kernel named " + kernel);
+  return *info;
+}
+
 }  // namespace
 
 NB_MODULE(_jax_hopper, m) {
   m.def("registrations", []() {
     nb::dict d;
-    d["jax_hopper_gemm"] = capsule(jax_hopper::GemmHandler);
+    d["jax_hopper_gemm_matmul"] = capsule(jax_hopper::MatmulHandler);
+    d["jax_hopper_gemm_glu"] = capsule(jax_hopper::GluHandler);
     d["jax_hopper_tma_copy"] = capsule(jax_hopper::TmaCopyHandler);
     d["jax_hopper_tma_smem_bytes"] = capsule(jax_hopper::TmaSmemBytesHandler);
     d["jax_hopper_tma_multicast"] = capsule(jax_hopper::TmaMulticastHandler);
     d["jax_hopper_tma_reduce_add"] = capsule(jax_hopper::TmaReduceAddHandler);
     return d;
   });
-  m.def("gemm_instances", []() {
+  m.def("gemm_kernels", []() {
     nb::list out;
-    for (const jax_hopper::GemmInstance& g : jax_hopper::kGemmInstances) {
+    for (const jax_hopper::GemmKernelInfo* k : jax_hopper::kGemmKernels) {
       nb::dict d;
-      d["name"] = g.name;
-      d["dtype"] = g.dtype == jax_hopper::DType::kBF16 ? "bfloat16" : "float16";
-      d["block_m"] = g.bm;
-      d["block_n"] = g.bn;
-      d["block_k"] = g.bk;
-      d["stages"] = g.stages;
-      d["a_mn_major"] = g.a_mn;
-      d["b_mn_major"] = g.b_mn;
-      d["smem_bytes"] = jax_hopper::sm90_gemm_smem_bytes(g.bm, g.bn, g.bk, g.stages);
+      d["name"] = k->name;
+      d["family"] = static_cast<int>(k->family);
+      d["dtype"] = static_cast<int>(k->dtype);
+      d["block_m"] = k->block_m;
+      d["block_n"] = k->block_n;
+      d["block_k"] = k->block_k;
+      d["stages"] = k->stages;
+      d["a_mn_major"] = k->a_mn_major;
+      d["b_mn_major"] = k->b_mn_major;
+      d["smem_bytes"] = k->smem_bytes;
+      d["slot_bytes"] = k->slot_bytes;
       out.append(d);
     }
     return out;
+  });
+  // The lowering plans a call once: how many clusters of the kernel fit on its GPU at a time,
+  // then the plan and the workspace it needs, passed to the custom call (the launcher checks).
+  m.def("gemm_resident_clusters", [](const std::string& kernel, int cluster_size, int device) {
+    int resident = 0;
+    const jax_hopper::GemmStatus s =
+        find(kernel).resident_clusters(device, cluster_size, &resident);
+    if (!s.ok()) throw std::runtime_error(kernel + ": " + s.message);
+    return resident;
+  });
+  m.def("gemm_plan", [](const std::string& kernel, int64_t batch, int64_t m, int64_t n,
+                        int64_t k, int cluster_m, int cluster_n, bool stream_k, int resident) {
+    const jax_hopper::GemmKernelInfo& info = find(kernel);
+    const jax_hopper::StreamKPlan plan =
+        jax_hopper::gemm_plan(info, batch, m, n, k, cluster_m, cluster_n, stream_k, resident);
+    nb::dict d = plan_dict(plan);
+    d["workspace_bytes"] = jax_hopper::plan_workspace_bytes(info, plan, cluster_m * cluster_n);
+    return d;
   });
   m.def("stream_k_plan", [](int64_t tiles, int32_t k_blocks, int32_t resident_clusters,
                             int32_t max_sk_clusters) {
@@ -66,15 +108,9 @@ NB_MODULE(_jax_hopper, m) {
       }
       clusters.append(units);
     }
-    nb::dict d;
-    d["grid_clusters"] = s.grid_clusters;
-    d["dp_tiles"] = s.dp_tiles;
-    d["sk_clusters"] = s.sk_clusters;
+    nb::dict d = plan_dict(s);
     d["units"] = clusters;
     return d;
   });
-  m.def("gemm_workspace_bytes", &jax_hopper::sm90_gemm_workspace_bytes, nb::arg("block_m"),
-        nb::arg("block_n"), nb::arg("block_k"), nb::arg("cluster_m"), nb::arg("cluster_n"),
-        nb::arg("batch"), nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("sms"));
   m.def("cuda_runtime_version", []() { return CUDART_VERSION; });
 }

@@ -43,6 +43,15 @@ def is_hopper(device: jax.Device) -> bool:
     return device.platform == "gpu" and capability.startswith("9")
 
 
+@functools.cache
+def resident_clusters(kernel: str, cluster_size: int) -> int:
+    """How many clusters of `cluster_size` CTAs of GEMM kernel `kernel` (a catalog name) fit on
+    the first Hopper GPU at once: what the lowering plans a call for. A process's GPUs are
+    assumed alike; the launcher refuses a split plan its GPU cannot hold all at once."""
+    device = hopper_devices()[0]
+    return extension().gemm_resident_clusters(kernel, cluster_size, device.local_hardware_id)
+
+
 def hopper_devices() -> list[jax.Device]:
     try:
         return [d for d in jax.devices("gpu") if is_hopper(d)]

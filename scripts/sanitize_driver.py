@@ -1,7 +1,7 @@
 """Calls every jax_hopper kernel on small and edge shapes, for compute-sanitizer.
 
 scripts/sanitize.sh runs this once per tool (memcheck, racecheck, synccheck, initcheck). One
-process covers: every compiled GEMM instance (jax_hopper.gemm.configs: input dtype x tile shape x
+process covers: every compiled GEMM instance (jax_hopper.kernels.catalog: input dtype x tile shape x
 operand majors), every cluster shape and raster with every tile and layout (bfloat16), every
 activation and output dtype with bias/residual/alpha/beta, a batched and a shared-operand
 problem, and the four TMA ops in every swizzle mode (multicast with clusters of 2 and 4).
@@ -61,7 +61,7 @@ class GemmCase:
     n: int
     k: int
     dtype: str = "bfloat16"
-    tile: object = None            # configs.TileShape; None lets the heuristic choose
+    tile: object = None            # catalog.TileShape; None lets the heuristic choose
     cluster: tuple = (1, 1)
     raster: str = "m"
     transpose_a: bool = False
@@ -98,8 +98,8 @@ class GemmCase:
 
 def gemm_groups(quick: bool) -> list[list[GemmCase]]:
     """Lists of cases; each list is one jitted program (fewer compiles, same launches)."""
-    from jax_hopper.gemm import configs
-    tiles, clusters = configs.TILE_SHAPES, configs.CLUSTER_SHAPES
+    from jax_hopper.kernels import catalog
+    tiles, clusters = catalog.TILE_SHAPES, catalog.CLUSTER_SHAPES
     groups = []
     # Every tile x cluster, bfloat16; the full run crosses them with every layout, the quick run
     # rotates the layout so each still appears. Rasters alternate.
@@ -128,7 +128,7 @@ def gemm_groups(quick: bool) -> list[list[GemmCase]]:
     activations = [None, "relu", "gelu_tanh", "gelu", "silu"]
     for tile in tiles:
         group = []
-        for o, out_dtype in enumerate(configs.OUTPUT_DTYPES):
+        for o, out_dtype in enumerate(catalog.OUTPUT_DTYPES):
             acts = activations[o::3] if quick else activations
             for act in acts:
                 group.append(GemmCase(129, 131, 72, tile=tile, transpose_b=True,

@@ -16,7 +16,8 @@ import pytest
 
 from gemm_helpers import REL_FROB_BOUND, random_operand, reference64, rel_frob
 from jax_hopper import GemmConfig, hopper_matmul, tma_copy
-from jax_hopper.gemm import api, configs
+from jax_hopper.gemm import api
+from jax_hopper.kernels import catalog
 from jax_hopper.gemm.heuristics import choose_config
 from jax_hopper.layout import check_smem_budget
 
@@ -93,7 +94,7 @@ def test_empty_batch(rng, batch_a, batch_b, want):
 def test_zero_k_with_every_activation_and_out_dtype(rng):
     a, b = jnp.zeros((5, 0), jnp.float16), jnp.zeros((0, 7), jnp.float16)
     bias = random_operand(rng, (7,), "float32")
-    for act, out_dtype in itertools.product(ACTIVATIONS, configs.OUTPUT_DTYPES):
+    for act, out_dtype in itertools.product(ACTIVATIONS, catalog.OUTPUT_DTYPES):
         out = hopper_matmul(a, b, bias=bias, activation=act, out_dtype=out_dtype)
         want = np.broadcast_to(reference64(a, b, bias=bias, activation=act), (5, 7))
         assert out.dtype == jnp.dtype(out_dtype)
@@ -165,7 +166,7 @@ PITCH_OWNERS = {(False, False): ("a", "k", "b", "n"), (True, False): ("a", "m", 
 
 
 @pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS)
-@pytest.mark.parametrize("dtype", configs.INPUT_DTYPES)
+@pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
 def test_pitch_rule_per_layout(rng, dtype, transpose_a, transpose_b):
     """A dimension that is a row pitch must be a multiple of 8 elements (16 bytes), or the call
     falls back (warning) / is refused (strict); the same odd size elsewhere is fine."""
@@ -250,7 +251,7 @@ def assert_same_specials(out, want):
 
 
 @pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS)
-@pytest.mark.parametrize("dtype", configs.INPUT_DTYPES)
+@pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
 def test_nan_and_inf_propagate_as_in_jnp_dot(rng, dtype, transpose_a, transpose_b):
     a, b = operands(rng, 40, 48, 32, transpose_a, transpose_b, dtype)
     a, b = with_specials(rng, a).astype(dtype), with_specials(rng, b).astype(dtype)
@@ -340,29 +341,17 @@ def test_bad_input_is_a_value_error_before_anything_runs(kwargs, message):
         jax.jit(lambda a, b: hopper_matmul(a, b, **kw))(a, b)
 
 
-def test_smem_budget_of_a_tile_that_is_not_compiled():
-    # 256 x 256 tiles in 4 stages would need 288 KB: not compiled, refused by name...
-    big = configs.TileShape(256, 256, 64, 4)
-    assert big.smem_bytes > configs.SMEM_LIMIT_BYTES
+def test_a_tile_that_is_not_compiled_is_refused_by_name():
+    # 256 x 256 tiles in 4 stages would need 256 KB of operand ring alone: not compiled (a
+    # compiled kernel over the shared-memory limit is a build error: a static_assert in
+    # cuda/gemm/kernel.cuh against the catalog's limit).
     cfg = GemmConfig(block_m=256, block_n=256, block_k=64, stages=4)
     with pytest.raises(ValueError, match=r"^config: .* = \(256, 256, 64, 4\) is not compiled"):
         cfg.validate("bfloat16", False, True)
-    # ...and by the budget rule itself.
-    with pytest.raises(ValueError, match=rf"^nbytes: {big.smem_bytes} bytes of shared memory "
+    ring = 4 * (256 + 256) * 64 * 2
+    with pytest.raises(ValueError, match=rf"^nbytes: {ring} bytes of shared memory "
                                          rf"exceed the per-block limit of {232448} bytes"):
-        check_smem_budget(big.smem_bytes)
-    for tile in configs.TILE_SHAPES:  # every compiled tile fits
-        check_smem_budget(tile.smem_bytes)
-
-
-def test_config_checks_the_smem_budget_even_for_a_listed_tile(monkeypatch):
-    # Should a tile over budget ever be listed, validate refuses it rather than the launch.
-    big = configs.TileShape(256, 256, 64, 4)
-    monkeypatch.setattr(configs, "TILE_SHAPES", (*configs.TILE_SHAPES, big))
-    cfg = GemmConfig(block_m=256, block_n=256, block_k=64, stages=4)
-    with pytest.raises(ValueError, match=rf"^config: shared memory {big.smem_bytes} B exceeds the "
-                                         rf"{configs.SMEM_LIMIT_BYTES} B per-block limit"):
-        cfg.validate("bfloat16", False, True)
+        check_smem_budget(ring)
 
 
 @pytest.mark.parametrize("kwargs,message", [

@@ -8,7 +8,8 @@ import pytest
 
 from gemm_helpers import REL_FROB_BOUND, random_operand, reference64, rel_frob
 from jax_hopper import GemmConfig, _ffi, hopper_matmul
-from jax_hopper.gemm import api, configs
+from jax_hopper.gemm import api
+from jax_hopper.kernels import catalog
 from jax_hopper.gemm.heuristics import choose_config
 
 CPU = jax.devices("cpu")[0]
@@ -20,12 +21,20 @@ def on_cpu(*xs):
 
 # ---------------------------------------------------------------- compiled set and configs
 
-def test_extension_compiles_exactly_the_listed_instances():
-    built = {d["name"] for d in _ffi.extension().gemm_instances()}
-    assert built == {i.name for i in configs.compiled_instances()}
-    for d in _ffi.extension().gemm_instances():
-        tile = configs.TileShape(d["block_m"], d["block_n"], d["block_k"], d["stages"])
-        assert d["smem_bytes"] == tile.smem_bytes <= configs.SMEM_LIMIT_BYTES
+def test_extension_compiles_exactly_the_catalog():
+    built = {d["name"]: d for d in _ffi.extension().gemm_kernels()}
+    listed = {i.name: i for i in catalog.compiled_instances()}
+    assert set(built) == set(listed)
+    families = list(catalog.FAMILIES)
+    for name, d in built.items():
+        inst = listed[name]
+        assert families[d["family"]] == inst.family
+        assert d["dtype"] == catalog.DTYPES[inst.dtype].code
+        assert catalog.TileShape(d["block_m"], d["block_n"], d["block_k"], d["stages"]) == \
+            inst.tile
+        assert (d["a_mn_major"], d["b_mn_major"]) == (inst.a_mn_major, inst.b_mn_major)
+        assert 0 < d["smem_bytes"] <= catalog.SMEM_LIMIT_BYTES
+        assert d["slot_bytes"] == inst.tile.block_m * inst.tile.block_n * 4 + 8
 
 
 @pytest.mark.parametrize("field,value,match", [
@@ -53,7 +62,7 @@ def test_config_rejected_through_the_api():
 
 def test_every_compiled_tile_has_a_measured_efficiency():
     from jax_hopper.gemm.heuristics import TILE_EFFICIENCY
-    assert set(TILE_EFFICIENCY) == {(t.block_m, t.block_n) for t in configs.TILE_SHAPES}
+    assert set(TILE_EFFICIENCY) == {(t.block_m, t.block_n) for t in catalog.TILE_SHAPES}
 
 
 def test_heuristic_choices():
@@ -77,8 +86,8 @@ def test_heuristic_choices():
     assert choose_config(4000, 3000, 2056).block_n == 256
     # Only the tiles offered are chosen from (hopper_glu offers those with gated kernels).
     for shape in [(768, 4096, 4096), (256, 4096, 4096), (8192, 8192, 8192)]:
-        assert choose_config(*shape, tiles=configs.GATED_TILE_SHAPES).tile in \
-            configs.GATED_TILE_SHAPES
+        assert choose_config(*shape, tiles=catalog.FAMILIES["glu"].tiles).tile in \
+            catalog.FAMILIES["glu"].tiles
     for shape in [(1, 1, 1), (4000, 3000, 2056), (64, 12288, 4096)]:
         cfg = choose_config(*shape)
         cfg.validate("bfloat16", False, True)  # always a compiled, valid config
@@ -128,7 +137,7 @@ def test_fallback_warns_once(rng):
 
 @pytest.mark.parametrize("transpose_a", [False, True])
 @pytest.mark.parametrize("transpose_b", [False, True])
-@pytest.mark.parametrize("dtype", configs.INPUT_DTYPES)
+@pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
 def test_cpu_lowering_matches_jnp(rng, dtype, transpose_a, transpose_b):
     m, n, k = 37, 48, 64
     a = random_operand(rng, (k, m) if transpose_a else (m, k), dtype)

@@ -10,7 +10,8 @@ import pytest
 from gemm_helpers import (REL_FROB_BOUND, poisoned_call, random_operand, reference64, rel_frob,
                           to64)
 from jax_hopper import GemmConfig, hopper_matmul
-from jax_hopper.gemm import api, configs
+from jax_hopper.gemm import api
+from jax_hopper.kernels import catalog
 
 pytestmark = pytest.mark.gpu
 
@@ -46,7 +47,7 @@ def _check(rng, m, n, k, *, dtype="bfloat16", out_dtype=None, transpose_a=False,
 
 
 @pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS)
-@pytest.mark.parametrize("dtype", configs.INPUT_DTYPES)
+@pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
 def test_layouts_and_dtypes(rng, dtype, transpose_a, transpose_b):
     _check(rng, 384, 512, 320, dtype=dtype, transpose_a=transpose_a, transpose_b=transpose_b)
 
@@ -72,9 +73,9 @@ def test_unaligned_m_with_k_major_a(rng, m):
     _check(rng, m, 64, 64)
 
 
-@pytest.mark.parametrize("tile", configs.TILE_SHAPES, ids=lambda t: t.tag)
-@pytest.mark.parametrize("cluster", configs.CLUSTER_SHAPES, ids=str)
-@pytest.mark.parametrize("raster", configs.RASTERS)
+@pytest.mark.parametrize("tile", catalog.TILE_SHAPES, ids=lambda t: t.tag)
+@pytest.mark.parametrize("cluster", catalog.CLUSTER_SHAPES, ids=str)
+@pytest.mark.parametrize("raster", catalog.RASTERS)
 def test_every_config(rng, tile, cluster, raster):
     cfg = GemmConfig(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
                      stages=tile.stages, cluster_m=cluster[0], cluster_n=cluster[1],
@@ -85,7 +86,7 @@ def test_every_config(rng, tile, cluster, raster):
     _check(rng, 600, 700, 456, config=cfg, transpose_a=True, transpose_b=True, dtype="float16")
 
 
-@pytest.mark.parametrize("out_dtype", configs.OUTPUT_DTYPES)
+@pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)
 def test_out_dtypes(rng, out_dtype):
     _check(rng, 333, 520, 264, out_dtype=out_dtype)
 
@@ -173,7 +174,7 @@ def test_stream_k_matches_whole_tiles_and_is_reproducible(rng):
 # sm90_gemm_epilogue.cuh): every out dtype (64 or 32 columns per 128-byte box row), both tile
 # widths, M and N tails (zero-filled loads, clipped stores), a padded N, a batched residual
 # and one broadcast over the batch.
-@pytest.mark.parametrize("out_dtype", configs.OUTPUT_DTYPES)
+@pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)
 @pytest.mark.parametrize("tile", [BIG, SMALL], ids=["128x256", "128x128"])
 def test_residual_loaded_by_tma(rng, out_dtype, tile):
     cfg = GemmConfig(**tile)

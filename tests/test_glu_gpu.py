@@ -9,7 +9,7 @@ import pytest
 from gemm_helpers import (REL_FROB_BOUND, glu_reference64, poisoned_call, random_operand,
                           rel_frob, to64)
 from jax_hopper import GemmConfig, hopper_glu
-from jax_hopper.gemm import configs
+from jax_hopper.kernels import catalog
 
 pytestmark = pytest.mark.gpu
 
@@ -41,7 +41,7 @@ def _check(rng, rows, f, k, *, dtype="bfloat16", out_dtype=None, lead=(), activa
 
 
 @pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh", "relu", None])
-@pytest.mark.parametrize("dtype", configs.INPUT_DTYPES)
+@pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
 def test_activations_and_dtypes(rng, dtype, activation):
     _check(rng, 384, 520, 320, dtype=dtype, activation=activation)
 
@@ -55,8 +55,8 @@ def test_edge_shapes(rng, rows, f, k):
     _check(rng, rows, f, k)
 
 
-@pytest.mark.parametrize("tile", configs.GATED_TILE_SHAPES, ids=lambda t: t.tag)
-@pytest.mark.parametrize("cluster", configs.CLUSTER_SHAPES)
+@pytest.mark.parametrize("tile", catalog.FAMILIES["glu"].tiles, ids=lambda t: t.tag)
+@pytest.mark.parametrize("cluster", catalog.CLUSTER_SHAPES)
 @pytest.mark.parametrize("stream_k", [False, True])
 def test_every_config(rng, tile, cluster, stream_k):
     cfg = GemmConfig(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
@@ -65,7 +65,7 @@ def test_every_config(rng, tile, cluster, stream_k):
     _check(rng, 1100, 1352, 1000, config=cfg)
 
 
-@pytest.mark.parametrize("out_dtype", configs.OUTPUT_DTYPES)
+@pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)
 def test_epilogue_options(rng, out_dtype):
     _check(rng, 520, 264, 384, out_dtype=out_dtype, bias=True, residual=True, alpha=0.5,
            beta=-2.0, activation="gelu")

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from gemm_helpers import REL_FROB_BOUND, reference64, rel_frob
 from jax_hopper import GemmConfig, hopper_matmul, tma_copy, tma_multicast, tma_reduce_add
 from jax_hopper import tma_smem_bytes
-from jax_hopper.gemm import api, configs
+from jax_hopper.gemm import api
+from jax_hopper.kernels import catalog
 from jax_hopper.layout import SwizzleMode, validate
 from jax_hopper.tma import SWIZZLES
 from jax_hopper.tma.reference import smem_bytes_numpy
@@ -45,20 +46,20 @@ def nothing_launched():
 
 # ------------------------------------------------------------------ GemmConfig.validate
 
-compiled_tiles = st.sampled_from(configs.TILE_SHAPES)
-input_dtypes = st.sampled_from(configs.INPUT_DTYPES)
+compiled_tiles = st.sampled_from(catalog.TILE_SHAPES)
+input_dtypes = st.sampled_from(catalog.INPUT_DTYPES)
 
 
 @st.composite
 def valid_configs(draw):
     tile = draw(compiled_tiles)
-    cm, cn = draw(st.sampled_from(configs.CLUSTER_SHAPES))
+    cm, cn = draw(st.sampled_from(catalog.CLUSTER_SHAPES))
     a_mn, b_mn = draw(st.booleans()), draw(st.booleans())
     cfg = GemmConfig(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
                      stages=tile.stages, cluster_m=cm, cluster_n=cn,
-                     raster=draw(st.sampled_from(configs.RASTERS)),
+                     raster=draw(st.sampled_from(catalog.RASTERS)),
                      group_size=draw(st.integers(1, 1024)),
-                     swizzle=draw(st.sampled_from(configs.SWIZZLES)),
+                     swizzle=draw(st.sampled_from(catalog.SWIZZLES)),
                      a_mn_major=draw(st.sampled_from([None, a_mn])),
                      b_mn_major=draw(st.sampled_from([None, b_mn])))
     return cfg, draw(input_dtypes), a_mn, b_mn
@@ -71,7 +72,7 @@ def test_every_compiled_config_validates(case):
     cfg.validate(dtype, a_mn, b_mn)
 
 
-COMPILED = {(t.block_m, t.block_n, t.block_k, t.stages) for t in configs.TILE_SHAPES}
+COMPILED = {(t.block_m, t.block_n, t.block_k, t.stages) for t in catalog.TILE_SHAPES}
 tile_sizes = st.sampled_from([0, 1, 32, 64, 96, 128, 192, 256, 512])
 
 
@@ -89,12 +90,12 @@ def broken_configs(draw):
                                        r"is not compiled"
     if field == "cluster":
         cluster = (draw(st.integers(0, 4)), draw(st.integers(0, 4)))
-        assume(cluster not in configs.CLUSTER_SHAPES)
+        assume(cluster not in catalog.CLUSTER_SHAPES)
         cfg = GemmConfig(cluster_m=cluster[0], cluster_n=cluster[1])
         return cfg, dtype, a_mn, b_mn, r"^config: cluster \(cluster_m, cluster_n\)"
     if field == "raster":
         raster = draw(st.text(max_size=6))
-        assume(raster not in configs.RASTERS)
+        assume(raster not in catalog.RASTERS)
         return GemmConfig(raster=raster), dtype, a_mn, b_mn, r"^config: raster="
     if field == "group_size":
         size = draw(st.one_of(st.integers(max_value=0), st.integers(min_value=1025),
@@ -103,7 +104,7 @@ def broken_configs(draw):
     if field == "swizzle":
         swizzle = draw(st.one_of(st.sampled_from(["64B", "32B", "none", "128b", "128"]),
                                  st.text(max_size=5)))
-        assume(swizzle not in configs.SWIZZLES)
+        assume(swizzle not in catalog.SWIZZLES)
         return GemmConfig(swizzle=swizzle), dtype, a_mn, b_mn, r"^config: swizzle="
     if field == "dtype":
         bad = draw(st.sampled_from(["float32", "float64", "int8", "float8_e4m3fn", "int32"]))
@@ -141,7 +142,7 @@ def matmul_calls(draw, max_dim=40):
 
     a = operand((*lead_a, k, m) if ta else (*lead_a, m, k))
     b = operand((*lead_b, n, k) if tb else (*lead_b, k, n))
-    out_dtype = draw(st.sampled_from([None, *configs.OUTPUT_DTYPES]))
+    out_dtype = draw(st.sampled_from([None, *catalog.OUTPUT_DTYPES]))
     kwargs = dict(transpose_a=ta, transpose_b=tb, out_dtype=out_dtype,
                   activation=draw(st.sampled_from(ACTIVATIONS)))
     out_shape = (*np.broadcast_shapes(lead_a, lead_b), m, n)
@@ -210,7 +211,7 @@ def faulty_calls(draw):
         b = b.astype(jnp.dtype(draw(st.sampled_from(BAD_DTYPES))))
         return a, b, kwargs, rf"^b\.dtype={b.dtype} is not supported"
     if fault == "mixed_dtypes":
-        other = [d for d in configs.INPUT_DTYPES if d != a.dtype][0]
+        other = [d for d in catalog.INPUT_DTYPES if d != a.dtype][0]
         return a, b.astype(jnp.dtype(other)), kwargs, r"^a\.dtype=\w+ and b\.dtype=\w+ differ"
     if fault == "contraction":
         extra = draw(st.integers(1, 9))
@@ -226,7 +227,7 @@ def faulty_calls(draw):
                                                     "float8_e4m3fn", "complex64"]))
         return a, b, kwargs, r"^out_dtype=\w+ must be one of"
     if fault == "preferred_disagrees":
-        out, pref = draw(st.permutations(configs.OUTPUT_DTYPES))[:2]
+        out, pref = draw(st.permutations(catalog.OUTPUT_DTYPES))[:2]
         kwargs.update(out_dtype=out, preferred_element_type=pref)
         return a, b, kwargs, r"^out_dtype and preferred_element_type disagree"
     if fault == "bias":

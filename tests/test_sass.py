@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from jax_hopper import _ffi
-from jax_hopper.gemm import configs
+from jax_hopper.kernels import catalog
 
 
 def _cuobjdump():
@@ -42,7 +42,7 @@ def test_every_gemm_instance_uses_hgmma_and_tma(extension_path):
     sass = subprocess.run([CUOBJDUMP, "-sass", extension_path], check=True, capture_output=True,
                           text=True).stdout
     gemm = {name: body for name, body in _functions(sass).items() if "sm90_gemm_kernel" in name}
-    assert len(gemm) == len(configs.compiled_instances())
+    assert len(gemm) == len(catalog.compiled_instances())
     for name, body in gemm.items():
         for opcode in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS"):
             assert opcode in body, f"{opcode} missing from {name}"

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from jax_hopper import GemmConfig, _ffi
-from jax_hopper.gemm import configs
+from jax_hopper.kernels import catalog
 
 MAX_SPLIT = 4  # kMaxSplit in cuda/stream_k.h: a collecting piece adds at most this many others
 MIN_PIECE = 32  # kMinPieceBlocks: the shortest piece of a small-M split
@@ -136,22 +136,41 @@ def test_small_m_splits_every_tile_alike(tiles, k_blocks, pieces):
     assert plan["dp_tiles"] == (tiles if pieces == 1 else 0)
 
 
+def _workspace(cfg, m, n, k, batch=1):
+    """The workspace of the plan the lowering makes for cfg on a 132-SM GPU."""
+    kernel = cfg.kernel("matmul", "bfloat16", False, True)
+    resident = catalog.DEFAULT_NUM_SMS // (cfg.cluster_m * cfg.cluster_n)
+    return cfg.plan(kernel, batch, m, n, k, resident)["workspace_bytes"]
+
+
 def test_workspace_is_sized_per_cta_slot():
     cfg = GemmConfig()
-    slot = cfg.block_m * cfg.block_n * 4 + 8   # sm90_gemm_slot_bytes in cuda/sm90_gemm.h
+    slot = cfg.block_m * cfg.block_n * 4 + 8   # StreamKScheduler::kSlotBytes
     # 2048 tiles on 132 SMs: a last wave of 68 split among all 132 CTAs.
-    assert cfg.workspace_bytes(1, 8192, 8192, 8192) == configs.MAX_SMS * slot
+    assert _workspace(cfg, 8192, 8192, 8192) == catalog.DEFAULT_NUM_SMS * slot
     # 2-CTA clusters: 1024 cluster tiles on 66, 34 left, split among all 66 clusters.
-    assert (GemmConfig(cluster_m=2).workspace_bytes(1, 8192, 8192, 8192)
-            == 66 * 2 * slot)
+    assert _workspace(GemmConfig(cluster_m=2), 8192, 8192, 8192) == 66 * 2 * slot
     # The slots are those of the clusters the plan splits among, no more.
-    plan = _plan(144, 64, configs.MAX_SMS, configs.MAX_SMS)
-    assert (GemmConfig(block_n=128, stages=6).workspace_bytes(1, 1536, 1536, 4096)
+    plan = _plan(144, 64, catalog.DEFAULT_NUM_SMS, catalog.DEFAULT_NUM_SMS)
+    assert (_workspace(GemmConfig(block_n=128, stages=6), 1536, 1536, 4096)
             == plan["sk_clusters"] * (128 * 128 * 4 + 8))
-    assert cfg.workspace_bytes(1, 128, 256, 128) == 0             # one tile: never split
-    assert cfg.workspace_bytes(1, 8192, 8192, 64) == 0            # one k-block: nothing to split
-    assert cfg.workspace_bytes(1, 4096, 4096, 4096) == 0          # last wave 88% full: whole
-    assert GemmConfig(stream_k=False).workspace_bytes(1, 8192, 8192, 8192) == 0
+    assert _workspace(cfg, 128, 256, 128) == 0             # one tile: never split
+    assert _workspace(cfg, 8192, 8192, 64) == 0            # one k-block: nothing to split
+    assert _workspace(cfg, 4096, 4096, 4096) == 0          # last wave 88% full: whole
+    assert _workspace(GemmConfig(stream_k=False), 8192, 8192, 8192) == 0
+
+
+def test_the_lowering_plan_is_the_planner_s():
+    """gemm_plan (what the lowering passes to the call) is plan_stream_k over the cluster tiles
+    of the kernel, its product columns included: a glu tile covers gate and up columns."""
+    cfg = GemmConfig(block_n=256, cluster_m=2)
+    for family, cols in (("matmul", 4096), ("glu", 2 * 4096)):
+        kernel = cfg.kernel(family, "bfloat16", False, True)
+        got = cfg.plan(kernel, 1, 8192, 4096, 4096, 66)
+        tiles = (8192 // 128 // 2) * (cols // 256)
+        want = _plan(tiles, 64, 66, 66)
+        assert {key: got[key] for key in ("grid_clusters", "dp_tiles", "sk_clusters")} == \
+            {key: want[key] for key in ("grid_clusters", "dp_tiles", "sk_clusters")}
 
 
 def test_stream_k_flag_is_checked():

@@ -18,18 +18,6 @@ __device__ __forceinline__ uint32_t cluster_nctarank() {
   return r;
 }
 
-__device__ __forceinline__ uint32_t cluster_id_x() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
-  return r;
-}
-
-__device__ __forceinline__ uint32_t nclusters_x() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
-  return r;
-}
-
 // All threads of all CTAs in the cluster; release/acquire so shared-memory state (initialised
 // barriers, finished remote arrivals) is visible across CTAs.
 __device__ __forceinline__ void cluster_sync() {

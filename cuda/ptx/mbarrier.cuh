@@ -4,11 +4,9 @@
 
 #include <cstdint>
 
-namespace jax_hopper::ptx {
+#include "cuda/ptx/smem.cuh"
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+namespace jax_hopper::ptx {
 
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrive_count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrive_count));

@@ -1,4 +1,5 @@
-// Tensor Memory Accelerator (bulk tensor copy) wrappers: one instruction each, 2-D and 3-D.
+// Tensor Memory Accelerator (bulk tensor copy) wrappers: one instruction each (3-D: the
+// GEMM and the TMA ops view every array as (batch, rows, cols)).
 // Coordinates are in elements, innermost first, and may run past the tensor's edge: loads fill
 // zeros there and stores skip it.
 // PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/#data-movement-and-conversion-instructions-cp-async-bulk-tensor
@@ -22,15 +23,6 @@ __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) 
 
 // ---- loads: complete on `bar` with complete_tx::bytes -------------------------------------
 
-__device__ __forceinline__ void tma_load_2d(const CUtensorMap* map, uint64_t* bar, void* dst,
-                                            int32_t c0, int32_t c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4}], [%2];"
-      ::"r"(smem_addr(dst)), "l"(gmem_addr(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
-      : "memory");
-}
-
 __device__ __forceinline__ void tma_load_3d(const CUtensorMap* map, uint64_t* bar, void* dst,
                                             int32_t c0, int32_t c1, int32_t c2) {
   asm volatile(
@@ -42,17 +34,6 @@ __device__ __forceinline__ void tma_load_3d(const CUtensorMap* map, uint64_t* ba
 
 // Multicast: the box lands at the same CTA-relative address `dst` in every CTA whose bit is set
 // in `cta_mask`, and each of those CTAs' barrier at `bar`'s offset receives the bytes.
-__device__ __forceinline__ void tma_load_2d_multicast(const CUtensorMap* map, uint64_t* bar,
-                                                      void* dst, int32_t c0, int32_t c1,
-                                                      uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;"
-      ::"r"(smem_addr(dst)), "l"(gmem_addr(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1),
-        "h"(cta_mask)
-      : "memory");
-}
-
 __device__ __forceinline__ void tma_load_3d_multicast(const CUtensorMap* map, uint64_t* bar,
                                                       void* dst, int32_t c0, int32_t c1,
                                                       int32_t c2, uint16_t cta_mask) {
@@ -66,13 +47,6 @@ __device__ __forceinline__ void tma_load_3d_multicast(const CUtensorMap* map, ui
 
 // ---- stores and reductions: tracked by bulk async-groups ---------------------------------
 
-__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int32_t c0,
-                                             int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];"
-               ::"l"(gmem_addr(map)), "r"(smem_addr(src)), "r"(c0), "r"(c1)
-               : "memory");
-}
-
 __device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, const void* src, int32_t c0,
                                              int32_t c1, int32_t c2) {
   asm volatile(
@@ -83,14 +57,6 @@ __device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, const void*
 
 // Element-wise add of the box into global memory (the tensor map's element type decides the
 // arithmetic); the building block of split-K.
-__device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, const void* src,
-                                                  int32_t c0, int32_t c1) {
-  asm volatile(
-      "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];"
-      ::"l"(gmem_addr(map)), "r"(smem_addr(src)), "r"(c0), "r"(c1)
-      : "memory");
-}
-
 __device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const void* src,
                                                   int32_t c0, int32_t c1, int32_t c2) {
   asm volatile(

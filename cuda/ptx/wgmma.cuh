@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "cuda/dtype.h"
+#include "jax_hopper_constants.h"
 
 namespace jax_hopper::ptx {
 

@@ -9,14 +9,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_hopper.gemm import autodiff, configs
+from jax_hopper.gemm import autodiff
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code
 from jax_hopper.gemm.heuristics import choose_config
 from jax_hopper.gemm.primitive import freeze, reference, tma_unaddressable
+from jax_hopper.kernels import catalog
 
-_SUPPORTED_INPUTS = tuple(jnp.dtype(d) for d in configs.INPUT_DTYPES)
-_SUPPORTED_OUTPUTS = tuple(jnp.dtype(d) for d in configs.OUTPUT_DTYPES)
+_SUPPORTED_INPUTS = tuple(jnp.dtype(d) for d in catalog.INPUT_DTYPES)
+_SUPPORTED_OUTPUTS = tuple(jnp.dtype(d) for d in catalog.OUTPUT_DTYPES)
 _warned_fallback: set[str] = set()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from jax_hopper.gemm import configs
+from jax_hopper.kernels import catalog
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,59 +37,59 @@ class GemmConfig:
     b_mn_major: bool | None = None
 
     @property
-    def tile(self) -> configs.TileShape:
-        return configs.TileShape(self.block_m, self.block_n, self.block_k, self.stages)
+    def tile(self) -> catalog.TileShape:
+        return catalog.TileShape(self.block_m, self.block_n, self.block_k, self.stages)
 
     def validate(self, dtype: str, a_mn_major: bool, b_mn_major: bool,
-                 gated: bool = False) -> None:
-        """Raises ValueError naming the field and the rule when no compiled kernel runs this
-        (`gated`: hopper_glu's gated-unit kernels, compiled for fewer tiles)."""
-        compiled = configs.GATED_TILE_SHAPES if gated else configs.TILE_SHAPES
+                 family: str = "matmul") -> None:
+        """Raises ValueError naming the field and the rule when no compiled kernel of `family`
+        (jax_hopper.kernels.catalog.FAMILIES) runs this."""
+        compiled = catalog.FAMILIES[family].tiles
         if self.tile not in compiled:
             listed = ", ".join(t.tag for t in compiled)
             raise ValueError(
                 f"config: (block_m, block_n, block_k, stages) = ({self.block_m}, {self.block_n}, "
                 f"{self.block_k}, {self.stages}) is not compiled"
-                f"{' for the gated unit' if gated else ''}; compiled tile shapes: {listed}")
-        if self.tile.smem_bytes > configs.SMEM_LIMIT_BYTES:
-            raise ValueError(f"config: shared memory {self.tile.smem_bytes} B exceeds the "
-                             f"{configs.SMEM_LIMIT_BYTES} B per-block limit")
-        if (self.cluster_m, self.cluster_n) not in configs.CLUSTER_SHAPES:
+                f"{'' if family == 'matmul' else ' for ' + catalog.FAMILIES[family].what}; "
+                "compiled tile shapes: "
+                f"{listed}")
+        if (self.cluster_m, self.cluster_n) not in catalog.CLUSTER_SHAPES:
             raise ValueError(f"config: cluster (cluster_m, cluster_n) = ({self.cluster_m}, "
-                             f"{self.cluster_n}) must be one of {configs.CLUSTER_SHAPES}")
-        if self.raster not in configs.RASTERS:
-            raise ValueError(f"config: raster={self.raster!r} must be one of {configs.RASTERS}")
+                             f"{self.cluster_n}) must be one of {catalog.CLUSTER_SHAPES}")
+        if self.raster not in catalog.RASTERS:
+            raise ValueError(f"config: raster={self.raster!r} must be one of {catalog.RASTERS}")
         if not isinstance(self.group_size, int) or not 1 <= self.group_size <= 1024:
             raise ValueError(f"config: group_size={self.group_size!r} must be an int in 1..1024")
         if not isinstance(self.stream_k, bool):
             raise ValueError(f"config: stream_k={self.stream_k!r} must be a bool")
-        if self.swizzle not in configs.SWIZZLES:
+        if self.swizzle not in catalog.SWIZZLES:
             raise ValueError(f"config: swizzle={self.swizzle!r}; compiled kernels use "
-                             f"{configs.SWIZZLES} (one 128-byte row of 16-bit elements per "
+                             f"{catalog.SWIZZLES} (one 128-byte row of 16-bit elements per "
                              "k-block)")
-        if dtype not in configs.INPUT_DTYPES:
-            raise ValueError(f"config: input dtype {dtype} not compiled ({configs.INPUT_DTYPES})")
+        if dtype not in catalog.INPUT_DTYPES:
+            raise ValueError(f"config: input dtype {dtype} not compiled ({catalog.INPUT_DTYPES})")
         for field, want, got in (("a_mn_major", a_mn_major, self.a_mn_major),
                                  ("b_mn_major", b_mn_major, self.b_mn_major)):
             if got is not None and got != want:
                 raise ValueError(f"config: {field}={got} contradicts the call, whose operand "
                                  f"layout makes it {want} (set by transpose_a / transpose_b)")
 
-    def workspace_bytes(self, batch: int, m: int, n: int, k: int) -> int:
-        """Bytes of the stream-K workspace this problem needs on a GPU of configs.MAX_SMS SMs
-        (0 when nothing is split): sm90_gemm_workspace_bytes in cuda/sm90_gemm.h, through the
-        extension, which plans exactly as the launcher does."""
-        if not self.stream_k:
-            return 0
+    def kernel(self, family: str, dtype: str, a_mn_major: bool, b_mn_major: bool) -> str:
+        """The catalog name of the compiled kernel that runs this config (validate first)."""
+        return catalog.KernelInstance(family, dtype, self.tile, a_mn_major, b_mn_major).name
+
+    def plan(self, kernel: str, batch: int, m: int, n: int, k: int,
+             resident_clusters: int) -> dict:
+        """The work plan of the call (cuda/gemm/scheduler/stream_k_plan.h) on a GPU that holds
+        `resident_clusters` clusters of this config at once, with the bytes of the stream-K
+        workspace it needs ('workspace_bytes', 0 when nothing is split); n counts output
+        columns. Made once, while the call is lowered; the launcher only checks it."""
         from jax_hopper import _ffi  # noqa: PLC0415 (the extension; only lowering needs it)
-        return _ffi.extension().gemm_workspace_bytes(
-            self.block_m, self.block_n, self.block_k, self.cluster_m, self.cluster_n, batch, m,
-            n, k, configs.MAX_SMS)
+        return _ffi.extension().gemm_plan(kernel, batch, m, n, k, self.cluster_m, self.cluster_n,
+                                          self.stream_k, resident_clusters)
 
     def ffi_attrs(self) -> dict:
         import numpy as np
-        return dict(block_m=np.int64(self.block_m), block_n=np.int64(self.block_n),
-                    block_k=np.int64(self.block_k), stages=np.int64(self.stages),
-                    cluster_m=np.int64(self.cluster_m), cluster_n=np.int64(self.cluster_n),
+        return dict(cluster_m=np.int64(self.cluster_m), cluster_n=np.int64(self.cluster_n),
                     group_size=np.int64(self.group_size),
                     raster_n=np.int64(1 if self.raster == "n" else 0))

@@ -1,4 +1,4 @@
-"""Epilogue options: activation names <-> kernel codes (cuda/sm90_gemm_params.h), and the
+"""Epilogue options: activation names <-> kernel codes (jax_hopper/kernels/catalog.py), and the
 pure-JAX epilogue the CPU reference uses, plain or as a gated linear unit (hopper_glu)."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-# Same numbering as enum class Activation in cuda/sm90_gemm_params.h.
-ACTIVATIONS = {None: 0, "relu": 1, "gelu_tanh": 2, "gelu": 3, "silu": 4}
+from jax_hopper.kernels import catalog
+
+ACTIVATIONS = catalog.ACTIVATION_CODES
 
 
 def activation_code(activation: str | None) -> int:
@@ -17,21 +18,21 @@ def activation_code(activation: str | None) -> int:
     return ACTIVATIONS[activation]
 
 
+# The jnp form of each activation, by the name the catalog gives its code.
+_JNP = {"relu": lambda x: jnp.maximum(x, 0),
+        "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+        "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+        "silu": jax.nn.silu}
+
+
 def apply_activation(x: jax.Array, code: int) -> jax.Array:
-    if code == 1:
-        return jnp.maximum(x, 0)
-    if code == 2:
-        return jax.nn.gelu(x, approximate=True)
-    if code == 3:
-        return jax.nn.gelu(x, approximate=False)
-    if code == 4:
-        return jax.nn.silu(x)
-    return x
+    name = catalog.ACTIVATIONS[code][0]
+    return x if name is None else _JNP[name](x)
 
 
 def apply_gated(z: jax.Array, code: int) -> jax.Array:
     """act(gate) * up of a product whose last axis is [gate | up] (2F -> F); without an
-    activation the bilinear unit gate * up. Same arithmetic as gate_by in
-    cuda/sm90_gemm_epilogue.cuh."""
+    activation the bilinear unit gate * up. Same arithmetic as GatedOps in
+    cuda/gemm/epilogue/gated.cuh."""
     gate, up = jnp.split(z, 2, axis=-1)
     return apply_activation(gate, code) * up

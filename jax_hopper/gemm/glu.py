@@ -32,12 +32,13 @@ import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 from jax.experimental.custom_partitioning import custom_partitioning
 
-from jax_hopper.gemm import api, autodiff, configs
+from jax_hopper.gemm import api, autodiff
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code, apply_gated
 from jax_hopper.gemm.heuristics import choose_config
 from jax_hopper.gemm.primitive import apply_epilogue, freeze, launch, reference
 from jax_hopper.gemm.sharding import assign_factors, spec_of
+from jax_hopper.kernels import catalog
 
 _F32 = jnp.dtype(jnp.float32)
 
@@ -95,10 +96,10 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
         res3 = jnp.broadcast_to(residual.astype(out_dtype), (*lead, f)).reshape(batch, rows, f)
 
     if config is None:
-        config = choose_config(rows, 2 * f, k, batch, tiles=configs.GATED_TILE_SHAPES)
+        config = choose_config(rows, 2 * f, k, batch, tiles=catalog.FAMILIES["glu"].tiles)
     elif not isinstance(config, GemmConfig):
         raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-    config.validate(x.dtype.name, False, True, gated=True)
+    config.validate(x.dtype.name, False, True, family="glu")
     if strict and (k * x.dtype.itemsize) % 16:
         raise ValueError(f"hopper_glu(strict=True): x's rows are {k * x.dtype.itemsize} bytes "
                          f"apart; TMA needs a multiple of 16 (K={k} must be a multiple of "

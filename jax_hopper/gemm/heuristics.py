@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 
-from jax_hopper.gemm import configs
+from jax_hopper.kernels import catalog
 from jax_hopper.gemm.config import GemmConfig
 
-# H100 SXM and H200 both have 132 SMs; the launcher sizes the grid from the real device.
-DEFAULT_NUM_SMS = configs.MAX_SMS
+# Tiles are weighed against this many SMs (the lowering plans the launch on the real device).
+DEFAULT_NUM_SMS = catalog.DEFAULT_NUM_SMS
 # H100 SXM: dense bf16 peak per SM (989 TFLOP/s over 132 SMs) and HBM3 bandwidth, in FLOP and
 # bytes per second, for the small-M roofline below (an H200's faster HBM only widens it).
-SM_FLOPS = 989e12 / 132
+SM_FLOPS = 989e12 / catalog.DEFAULT_NUM_SMS
 HBM_BYTES_PER_S = 3.35e12
 
 
@@ -21,7 +21,7 @@ def split_k_pays(m: int, n: int, batch: int, block_m: int, block_n: int) -> bool
     Unsplit, each busy SM computes one whole tile: 2*bm*bn*K FLOP at SM_FLOPS. Reading the
     operands once from HBM takes 2*batch*(m+n)*K bytes. Splitting shortens the first, not the
     second, so it pays only when the SMs are the limit; K cancels out.
-    NOTES: H100, 2026-11-22 (gemm_splitk_configs_h100_20261122.log), split vs whole 128x128
+    NOTES: H100, 2026-11-22 (gemm_h100_20261122_splitk_configs.log), split vs whole 128x128
     tiles: 256x4096x4096 +3%, 256x4096x14336 +36% (SM-bound by this rule); 128x8192x8192 -5%
     (HBM-bound by it).
     """
@@ -30,12 +30,12 @@ def split_k_pays(m: int, n: int, batch: int, block_m: int, block_n: int) -> bool
 
 # Throughput of each compiled tile relative to 128x256 on one SM (H100, 2026-11-22): 128x128
 # 0.76 at 2048x4096x4096 and 0.73 at 1024x4096x14336, whole waves of each
-# (gemm_tiles_m1024_h100_20261122.log); 128x192 0.91-0.93 on 8192^3, 8192x12288x4096 and
-# 6144x6144x4096, 2-CTA clusters for both (gemm_tile192_large_h100_20261122.log).
+# (gemm_h100_20261122_tiles_m1024.log); 128x192 0.91-0.93 on 8192^3, 8192x12288x4096 and
+# 6144x6144x4096, 2-CTA clusters for both (gemm_h100_20261122_tile192_large.log).
 TILE_EFFICIENCY = {(128, 256): 1.0, (128, 192): 0.92, (128, 128): 0.75}
 
 
-def wave_cost(m: int, n: int, batch: int, tile: configs.TileShape, num_sms: int) -> float:
+def wave_cost(m: int, n: int, batch: int, tile: catalog.TileShape, num_sms: int) -> float:
     """Relative run time of whole tiles in waves: waves x tile area / the tile's efficiency."""
     tiles = math.ceil(m / tile.block_m) * math.ceil(n / tile.block_n) * batch
     return (math.ceil(tiles / num_sms) * tile.block_m * tile.block_n /
@@ -43,21 +43,21 @@ def wave_cost(m: int, n: int, batch: int, tile: configs.TileShape, num_sms: int)
 
 
 def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_NUM_SMS,
-                  tiles: tuple[configs.TileShape, ...] = configs.TILE_SHAPES) -> GemmConfig:
+                  tiles: tuple[catalog.TileShape, ...] = catalog.TILE_SHAPES) -> GemmConfig:
     """The tile of `tiles` with the least wave_cost (the largest on a tie: 128x256 unless a
     narrower tile's extra parallelism outweighs its lower efficiency), split along K
     (stream_k) when there are fewer tiles than SMs only where split_k_pays.
 
     One partial wave of 128x256 tiles beats two of 128x128: at M = 768-1024 (96-128 large
     tiles) choosing 128x128 because the large tiles left some SMs idle ran 22-31% slower
-    (gemm_tiles_m1024_h100_20261122.log); at M = 256-512 one wave of 128x128 tiles is the
+    (gemm_h100_20261122_tiles_m1024.log); at M = 256-512 one wave of 128x128 tiles is the
     faster.
 
     NOTES: a 2-CTA cluster along M halves B's L2->SM traffic by multicast. It needs two M
     tiles per N column, and pays with at least two waves of tiles, or with a single wave over
     a K of 64 k-blocks or more: there it gained 3-33% (768x4096x4096 on 128x192 tiles 509 vs
     430 TFLOP/s, 1000x3000x4104 384 vs 296, 256x4096x14336 461 vs 402; H100, 2026-11-22,
-    gemm_tile192_mid_h100_20261122.log, gemm_splitk_configs_h100_20261122.log) and lost 4% at
+    gemm_h100_20261122_tile192_mid.log, gemm_h100_20261122_splitk_configs.log) and lost 4% at
     K of 16-32 k-blocks; between one and two waves it measured slower (2048x4096x4096).
     Tiles go in groups of 16 along M (GemmConfig's default). A group of 8 makes one wave of
     2-CTA clusters square and cut ncu's DRAM reads at 8192^3 from 1.54 to 1.28 GB (cuBLAS 1.20),

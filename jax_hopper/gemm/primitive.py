@@ -8,9 +8,10 @@ With gated=True (hopper_glu, jax_hopper/gemm/glu.py) b is the (K, 2, F) weight i
 by the batch (gate and up halves, 2F product columns), bias (2, F) or (0,), and the result and
 residual have F columns.
 
-Programs reach the primitive through layers that each add one transformation:
-autodiff.gemm (jax.grad) -> batching.gemm (jax.vmap) -> sharding.partitioned (sharded jit) ->
-launch -> hopper_gemm_p.
+Both public ops (hopper_matmul, hopper_glu) reach the primitive through the same layers, each
+adding one transformation: autodiff.gemm (jax.grad) -> batching.gemm (jax.vmap) ->
+sharding.partitioned (sharded jit) -> launch -> hopper_gemm_p. A layer branches on `gated` only
+where the gated unit's math differs from the GEMM's.
 """
 
 from __future__ import annotations
@@ -95,13 +96,27 @@ def launch(a, b, bias, res, **params):
     """One device's GEMM on operands as they lie on it (whole, or one shard of a sharded call).
 
     A shard can have a row pitch TMA cannot address although the whole operand had one (K split
-    8 ways, say): that shard is computed by XLA's dot, with a warning.
+    8 ways, say): that shard is computed by XLA's dot, with a warning. A gated weight's F (whole
+    or per device) is padded instead: TMA addresses its two halves only with F a multiple of 8.
     """
-    if (reason := tma_unaddressable(a, b)) is not None:  # a gated b's rows: F elements
+    if params.get("gated") and (f := b.shape[2]) % 8:
+        return launch(a, *_pad_columns(b, bias, res, 2, -f % 8), **params)[..., :f]
+    if (reason := tma_unaddressable(a, b)) is not None:
         warnings.warn(f"hopper_matmul falls back to XLA's dot on a shard: {reason}",
                       stacklevel=2)
         return reference(a, b, bias, res, **params)
     return _launch_padded(a, b, bias, res, **params)
+
+
+def _pad_columns(b, bias, res, axis, pad):
+    """`pad` zero output columns more: b along `axis`, bias and residual along their last axis.
+    Costs one copy of b; the caller slices the padded columns off the result."""
+    b = jnp.pad(b, [(0, pad if i == axis else 0) for i in range(3)])
+    if bias.size:
+        bias = jnp.pad(bias, [(0, 0)] * (bias.ndim - 1) + [(0, pad)])
+    if res.size:
+        res = jnp.pad(res, ((0, 0), (0, 0), (0, pad)))
+    return b, bias, res
 
 
 def _launch_padded(a, b, bias, res, **params):
@@ -111,38 +126,32 @@ def _launch_padded(a, b, bias, res, **params):
         return hopper_gemm_p.bind(a, b, bias, res, **params)
     _, _, n, _ = problem_shape(a.shape, b.shape, params["a_mn_major"], params["b_mn_major"])
     step = 16 // np.dtype(params["out_dtype"]).itemsize
-    n_pad = -(-n // step) * step
-    if n_pad != n:
-        # Padding b with zero columns (and bias/residual with zeros) costs one copy of b; the
-        # padded columns are sliced away.
-        if params["b_mn_major"]:
-            b = jnp.pad(b, ((0, 0), (0, 0), (0, n_pad - n)))
-        else:
-            b = jnp.pad(b, ((0, 0), (0, n_pad - n), (0, 0)))
-        if bias.size:
-            bias = jnp.pad(bias, (0, n_pad - n))
-        if res.size:
-            res = jnp.pad(res, ((0, 0), (0, 0), (0, n_pad - n)))
+    pad = -n % step
+    if pad:
+        b, bias, res = _pad_columns(b, bias, res, 2 if params["b_mn_major"] else 1, pad)
     out = hopper_gemm_p.bind(a, b, bias, res, **params)
-    return out[..., :n] if n_pad != n else out
+    return out[..., :n] if pad else out
 
 
 def _cuda_lowering(ctx, a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, activation,
                    alpha, beta, config, gated=False):
-    # The custom call has a second result, the stream-K workspace: XLA allocates it like any
-    # buffer (no allocation inside the handler, so CUDA graphs can capture the call), and only
-    # the product leaves this lowering.
-    a_aval, b_aval = ctx.avals_in[:2]
-    b_shape = (1, b_aval.shape[0], 2 * b_aval.shape[2]) if gated else b_aval.shape
-    batch, m, n, k = problem_shape(a_aval.shape, b_shape, a_mn_major, b_mn_major)
-    # n counts product columns (2F when gated): the tiles, and so the stream-K plan, cover them.
-    workspace = jax.core.ShapedArray((config.workspace_bytes(batch, m, n, k),), np.uint8)
-    out, _ = jax.ffi.ffi_lowering("jax_hopper_gemm")(
-        ctx.replace(avals_out=[*ctx.avals_out, workspace]), a, b, bias, residual,
-        a_mn_major=np.int64(a_mn_major), b_mn_major=np.int64(b_mn_major),
-        activation=np.int64(activation), gated=np.int64(gated), alpha=np.float32(alpha),
-        beta=np.float32(beta),
-        **config.ffi_attrs())
+    # The kernel is named by the catalog (jax_hopper/kernels/catalog.py); its work plan is made
+    # here, once, for the GPU's resident clusters, and passed to the custom call with the size
+    # of its second result, the stream-K workspace: XLA allocates it like any buffer (no
+    # allocation inside the handler, so CUDA graphs can capture the call), and only the product
+    # leaves this lowering.
+    family = "glu" if gated else "matmul"
+    a_aval = ctx.avals_in[0]
+    kernel = config.kernel(family, a_aval.dtype.name, a_mn_major, b_mn_major)
+    batch, m, n = ctx.avals_out[0].shape
+    k = a_aval.shape[1] if a_mn_major else a_aval.shape[2]
+    resident = _ffi.resident_clusters(kernel, config.cluster_m * config.cluster_n)
+    plan = config.plan(kernel, batch, m, n, k, resident)
+    workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
+    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{family}")(
+        ctx.replace(avals_out=[*ctx.avals_out, workspace]), a, b, bias, residual, kernel=kernel,
+        activation=np.int64(activation), alpha=np.float32(alpha), beta=np.float32(beta),
+        **config.ffi_attrs(), **{name: np.int64(v) for name, v in plan.items()})
     return [out]
 
 

@@ -10,10 +10,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .swizzle import SwizzleMode
+from jax_hopper.kernels.catalog import SMEM_LIMIT_BYTES
 
-# H100/H200 opt-in dynamic shared memory per block (228 KiB per SM minus 1 KiB reserved).
-SMEM_LIMIT_BYTES = 227 * 1024
+from .swizzle import SwizzleMode
 
 
 def check_elem_bits(elem_bits: int, allowed: Sequence[int] = (8, 16, 32)) -> None:

@@ -170,7 +170,7 @@ def check_box_smem(box: tuple[int, int], nbytes: int) -> None:
                          f"{e}") from None
 
 
-# Mirrors tma_box_smem_bytes / tma_multicast_smem_bytes in cuda/tma_ops.h.
+# Mirrors tma_box_smem_bytes / tma_multicast_smem_bytes in cuda/tma/ops.h.
 def tma_box_smem_bytes(box_bytes: int) -> int:
     return _round_up(box_bytes, 128) + 1024
 

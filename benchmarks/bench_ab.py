@@ -1,0 +1,101 @@
+"""A/B of a change: two builds of jax_hopper timed side by side in one process, with XLA.
+
+    bash scripts/install_baseline.sh REV DIR     # the build before the change, as jax_hopper_base
+    PYTHONPATH=DIR python benchmarks/bench_ab.py [--reps 7] [--out-dir D] [--tag T]
+
+Cases: every shape of bench_gemm.py (bf16 hopper_matmul, default config) and every case of
+bench_epilogue.py (the fused call). Per case the three variants (xla, base, new) are timed
+interleaved (timing.time_interleaved), on rotating inputs larger than L2; each result is checked
+against an fp32-accumulated reference. The summary gives new/base per case, the geomean and the
+worst; the JSON (ab_<tag>.json) keeps every time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+
+import bench_epilogue
+import bench_gemm
+import timing
+
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import jax_hopper  # noqa: E402
+import jax_hopper_base  # noqa: E402  (scripts/install_baseline.sh)
+
+ERR_LIMIT = 1e-2
+
+
+def cases():
+    """name -> (shape, {variant: f(a, b)}, reference(a, b))."""
+    out = {}
+    dot32 = lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32)  # noqa: E731
+    for shape in bench_gemm.DEFAULT_SHAPES:
+        out[bench_gemm.shape_name(shape)] = (shape, {
+            "xla": jnp.dot, "base": jax_hopper_base.hopper_matmul,
+            "new": jax_hopper.hopper_matmul}, dot32)
+    key = jax.random.key(1)
+    for i, (name, (shape, epilogue, fused)) in enumerate(bench_epilogue.CASES.items()):
+        e = bench_epilogue.case_extra(name, jax.random.fold_in(key, i), shape[0], shape[1])
+        e32 = {k: v.astype(jnp.float32) for k, v in e.items()}
+        out[name] = (shape, {
+            "xla": lambda a, b, ep=epilogue, e=e: ep(jnp.dot(a, b), e),
+            "base": lambda a, b, f=fused, e=e: f(jax_hopper_base, a, b, e),
+            "new": lambda a, b, f=fused, e=e: f(jax_hopper, a, b, e)},
+            lambda a, b, ep=epilogue, e=e32: ep(dot32(a, b), e))
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "results"))
+    parser.add_argument("--tag", default=datetime.date.today().strftime("%Y%m%d"))
+    parser.add_argument("--reps", type=int, default=7)
+    args = parser.parse_args()
+    key = jax.random.key(0)
+    rows, wrong = [], False
+    for i, (name, (shape, variants, reference)) in enumerate(cases().items()):
+        m, n, k = shape
+        n_calls, n_sets = timing.call_plan(m, n, k)
+        sets = timing.rotating_sets(jax.random.fold_in(key, i), m, n, k, n_sets)
+        pairs = timing.rotation(sets, n_calls)
+        ref = jax.jit(reference)(*sets[0])
+        timed = timing.time_interleaved({v: (timing.chained(f), pairs)
+                                         for v, f in variants.items()}, args.reps)
+        row = dict(case=name, shape=list(shape))
+        for v, r in timed.items():
+            if isinstance(r, Exception):
+                raise r
+            err = float(timing.rel_fro_error(r["out"], ref))
+            wrong |= not err <= ERR_LIMIT
+            row[v] = dict(ms=r["median_s"] * 1e3, times_ms=[t * 1e3 for t in r["times_s"]],
+                          tflops=timing.tflops(m, n, k, r["median_s"]), rel_err=err)
+        row["new_over_base"] = row["base"]["ms"] / row["new"]["ms"]  # speed ratio, > 1: faster
+        rows.append(row)
+        print(f"{name:28s} xla {row['xla']['tflops']:6.1f}  base {row['base']['tflops']:6.1f}  "
+              f"new {row['new']['tflops']:6.1f} TFLOP/s  new/base {row['new_over_base']:.3f}  "
+              f"err {row['new']['rel_err']:.1e}", flush=True)
+    ratios = [r["new_over_base"] for r in rows]
+    summary = dict(geomean=timing.geomean(ratios), worst=min(ratios),
+                   worst_case=rows[ratios.index(min(ratios))]["case"])
+    print(f"new/base speed: geomean {summary['geomean']:.4f}, worst {summary['worst']:.4f} "
+          f"({summary['worst_case']}); results {'WRONG' if wrong else 'ok'}")
+    env = dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
+               date=datetime.date.today().isoformat(), argv=sys.argv)
+    os.makedirs(args.out_dir, exist_ok=True)
+    path = os.path.join(args.out_dir, f"ab_{args.tag}.json")
+    with open(path, "w") as f:
+        json.dump(dict(environment=env, summary=summary, results=rows), f, indent=1)
+    print(f"wrote {path}")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

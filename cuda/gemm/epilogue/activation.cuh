@@ -1,0 +1,72 @@
+// Epilogue activations on fp32 accumulators, and the walk over a consumer warpgroup's wgmma
+// fragment that the epilogue ops apply them with.
+#pragma once
+
+#include <cstdint>
+
+#include "jax_hopper_constants.h"
+
+namespace jax_hopper {
+
+// Compact activations. NOTES: the epilogue is unrolled over all BN/2 accumulators of a thread,
+// so whatever runs per element is copied 128 times: libdevice's erff/tanhf inlined there grew
+// the kernel past 600 KB of SASS and instruction-cache misses halved the GEMM's speed (H100).
+// Out-of-line calls are no better: the accumulators then live on the stack around each call.
+__device__ __forceinline__ float tanh_fast(float u) {
+  // 1 - 2/(e^{2u}+1): ~1e-7 absolute error, saturates correctly for |u| large.
+  return 1.0f - __fdividef(2.0f, __expf(2.0f * u) + 1.0f);
+}
+
+__device__ __forceinline__ float erf_fast(float z) {
+  // Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7, odd extension for z < 0.
+  const float a = fabsf(z);
+  const float t = __fdividef(1.0f, 1.0f + 0.3275911f * a);
+  const float poly =
+      t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f +
+                                                                       t * 1.061405429f))));
+  return copysignf(1.0f - poly * __expf(-a * a), z);
+}
+
+// x < 0 ? 0 : x rather than fmaxf(x, 0), which would turn NaN into 0 (jnp.maximum keeps NaN).
+struct Relu { __device__ float operator()(float x) const { return x < 0.0f ? 0.0f : x; } };
+struct GeluTanh {
+  __device__ float operator()(float x) const {
+    return 0.5f * x * (1.0f + tanh_fast(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  }
+};
+struct GeluErf {
+  __device__ float operator()(float x) const {
+    return 0.5f * x * (1.0f + erf_fast(x * 0.7071067811865476f));
+  }
+};
+struct Silu {
+  __device__ float operator()(float x) const { return __fdividef(x, 1.0f + __expf(-x)); }
+};
+
+// Calls f(value, global_col) for each accumulator of this thread and stores the result back.
+// wgmma m64nN fragment: register i = 4j + 2h + e holds strip row 16*warp + lane/4 + 8h,
+// column 8j + 2*(lane%4) + e.
+template <int BN, typename F>
+__device__ __forceinline__ void for_each_accumulator(float* acc, int32_t col0, uint32_t wg_thread,
+                                                     F f) {
+  const int32_t c = col0 + 2 * (wg_thread % 4);
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = f(acc[i], c + (i / 4) * 8 + i % 2);
+}
+
+struct Identity { __device__ float operator()(float x) const { return x; } };
+
+// Calls f with the functor of activation `a` (Identity for none): one unrolled pass per
+// activation is compiled, and the one the call asks for is chosen once per tile.
+template <typename F>
+__device__ __forceinline__ void visit_activation(Activation a, F f) {
+  switch (a) {
+    case Activation::kRelu: f(Relu{}); break;
+    case Activation::kGeluTanh: f(GeluTanh{}); break;
+    case Activation::kGeluErf: f(GeluErf{}); break;
+    case Activation::kSilu: f(Silu{}); break;
+    default: f(Identity{}); break;
+  }
+}
+
+}  // namespace jax_hopper

@@ -1,0 +1,37 @@
+// Epilogue ops of hopper_glu, the gated linear unit. The tile's product columns [0, BN/2) are
+// gate columns col0.. and [BN/2, BN) the up columns with the same indices (GatedWeightLoad), so
+// register i and register i + BN/4 of a thread hold the gate and up values of one output
+// element (in the wgmma fragment, 8 column groups further is BN/2 columns further). alpha and
+// bias ((2, n): gate row, then up row) apply to both; then registers [0, BN/4) become
+// act(gate) * up, the 64 x BN/2 strip the store writes. Without an activation it is the
+// bilinear unit.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/gemm/epilogue/activation.cuh"
+
+namespace jax_hopper {
+
+struct GatedOps {
+  template <int BN>
+  static constexpr int kOutCols = BN / 2;
+  static constexpr int kBiasRows = 2;  // bias is (2, n)
+
+  template <int BN, typename P>
+  __device__ static void apply(float* acc, const P& p, int32_t col0, uint32_t wg_thread) {
+    if (p.alpha != 1.0f || p.bias != nullptr) {
+      for_each_accumulator<BN>(acc, 0, wg_thread, [&](float x, int32_t c) {
+        const int32_t half = c >= BN / 2 ? 1 : 0, col = col0 + c - half * (BN / 2);
+        x *= p.alpha;
+        return (p.bias != nullptr && col < p.n) ? x + p.bias[half * p.n + col] : x;
+      });
+    }
+    visit_activation(p.activation, [&](auto act) {
+#pragma unroll
+      for (int i = 0; i < BN / 4; ++i) acc[i] = act(acc[i]) * acc[i + BN / 4];
+    });
+  }
+};
+
+}  // namespace jax_hopper

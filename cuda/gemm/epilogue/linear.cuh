@@ -1,0 +1,34 @@
+// Epilogue ops of hopper_matmul: act(alpha * acc + bias) in place on the fp32 accumulators of
+// one consumer warpgroup's 64 x BN strip starting at column col0. Each step is one unrolled pass,
+// chosen once per tile, and a plain GEMM skips them all. The residual is added at the store
+// (store.cuh).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/gemm/epilogue/activation.cuh"
+
+namespace jax_hopper {
+
+struct LinearOps {
+  template <int BN>
+  static constexpr int kOutCols = BN;  // output columns of a BN-column tile
+  static constexpr int kBiasRows = 1;  // bias is (n,)
+
+  template <int BN, typename P>
+  __device__ static void apply(float* acc, const P& p, int32_t col0, uint32_t wg_thread) {
+    if (p.alpha != 1.0f || p.bias != nullptr) {
+      for_each_accumulator<BN>(acc, col0, wg_thread, [&](float x, int32_t c) {
+        x *= p.alpha;
+        return (p.bias != nullptr && c < p.n) ? x + p.bias[c] : x;
+      });
+    }
+    if (p.activation != Activation::kNone) {
+      visit_activation(p.activation, [&](auto act) {
+        for_each_accumulator<BN>(acc, 0, wg_thread, [&](float x, int32_t) { return act(x); });
+      });
+    }
+  }
+};
+
+}  // namespace jax_hopper

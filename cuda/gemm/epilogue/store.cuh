@@ -1,0 +1,268 @@
+// Epilogue policy: fp32 accumulators of one consumer warpgroup (a 64 x BN strip) -> the
+// family's ops in registers (Ops: linear.cuh, gated.cuh) -> + beta * residual -> out dtype ->
+// 128B-swizzled shared staging -> TMA store. bias is fp32 (the wrapper casts it); residual is in
+// the out dtype. The residual is loaded by TMA into the staging buffer, in the same swizzled
+// layout the output takes there: each thread reads its residual values at exactly the bytes it
+// then overwrites with its results. The staging buffer is reused pass after pass; the stores of
+// the last pass drain while the next tile's mainloop runs (we only wait for their shared-memory
+// reads). Owns the staging buffers and one residual-load barrier per consumer warpgroup.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/gemm/epilogue/activation.cuh"
+#include "cuda/gemm/epilogue/gated.cuh"
+#include "cuda/gemm/epilogue/linear.cuh"
+#include "cuda/gemm/gemm.h"
+#include "cuda/gemm/scheduler/tile_order.cuh"
+#include "cuda/ptx/fence.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/tma.cuh"
+#include "cuda/tma/tensor_map.h"
+
+namespace jax_hopper {
+
+template <typename T> struct OutType;
+template <> struct OutType<__nv_bfloat16> {
+  __device__ static void store2(uint8_t* dst, float a, float b) {
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a, b);
+  }
+  __device__ static float2 load2(const uint8_t* src) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src));
+  }
+};
+template <> struct OutType<__half> {
+  __device__ static void store2(uint8_t* dst, float a, float b) {
+    *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(a, b);
+  }
+  __device__ static float2 load2(const uint8_t* src) {
+    return __half22float2(*reinterpret_cast<const __half2*>(src));
+  }
+};
+template <> struct OutType<float> {
+  __device__ static void store2(uint8_t* dst, float a, float b) {
+    *reinterpret_cast<float2*>(dst) = make_float2(a, b);
+  }
+  __device__ static float2 load2(const uint8_t* src) {
+    return *reinterpret_cast<const float2*>(src);
+  }
+};
+
+// Staging: two boxes of 64 rows x 128 bytes (16 KB) per warpgroup.
+constexpr int kEpiBoxBytes = 64 * 128;
+constexpr int kEpiBoxesPerPass = 2;
+constexpr int kEpiBytesPerWarpgroup = kEpiBoxBytes * kEpiBoxesPerPass;
+
+// Boxes per staging pass for a strip of `boxes` boxes: the most that divide it and fit (a
+// 192-column strip of 16-bit outputs is three boxes: one per pass).
+constexpr int epi_boxes_per_pass(int boxes, int fit = kEpiBoxesPerPass) {
+  return boxes % fit == 0 ? fit : epi_boxes_per_pass(boxes, fit - 1);
+}
+
+// Where one consumer warpgroup's strip goes: output rows row0.., columns col0.., batch entry
+// `batch`; the residual's batch entry (0 when one residual is broadcast over the batch).
+struct EpilogueTile {
+  int32_t row0, col0, batch, residual_batch;
+};
+
+// One consumer warpgroup's staging buffer, its residual-load barrier and that barrier's phase,
+// and its named barrier.
+struct EpilogueSync {
+  uint8_t* staging;
+  uint64_t* residual_loaded;
+  uint32_t* residual_phase;
+  uint32_t wg_thread, barrier_id;
+};
+
+template <int BN, typename TOut, bool RESIDUAL>
+__device__ __forceinline__ void epilogue_store(const float* acc, float beta,
+                                               const CUtensorMap* tma_d, const CUtensorMap* tma_r,
+                                               const EpilogueTile& t, const EpilogueSync& s) {
+  uint8_t* staging = s.staging;
+  const uint32_t wg_thread = s.wg_thread;
+  constexpr int kOutBytes = sizeof(TOut);
+  constexpr int kBoxCols = 128 / kOutBytes;          // columns per 128-byte swizzle row
+  static_assert(BN % kBoxCols == 0, "a strip is whole 128-byte boxes wide");
+  constexpr int kBoxes = epi_boxes_per_pass(BN / kBoxCols);
+  constexpr int kColsPerPass = kBoxCols * kBoxes;
+  static_assert(BN % kColsPerPass == 0, "BN must cover whole staging passes");
+
+  constexpr int kJPerPass = kColsPerPass / 8;        // 8-column fragment groups per pass
+  const uint32_t warp = wg_thread / 32, lane = wg_thread % 32;
+
+  // One flat, fully unrolled loop over the fragment's 8-column groups j (a nested pass/j loop
+  // was not unrolled by nvcc and put the accumulators in local memory).
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int pass = j / kJPerPass;
+    if (j % kJPerPass == 0) {
+      // The previous pass's (or tile's) TMA stores must have read the staging buffer.
+      if (wg_thread == 0) {
+        ptx::bulk_wait_group_read<0>();
+        if constexpr (RESIDUAL) {
+          // This pass's residual boxes land where its results will go.
+          ptx::mbarrier_arrive_expect_tx(s.residual_loaded, kBoxes * kEpiBoxBytes);
+#pragma unroll
+          for (int b = 0; b < kBoxes; ++b)
+            ptx::tma_load_3d(tma_r, s.residual_loaded, staging + b * kEpiBoxBytes,
+                             t.col0 + pass * kColsPerPass + b * kBoxCols, t.row0,
+                             t.residual_batch);
+        }
+      }
+      ptx::named_barrier_sync(s.barrier_id, 128);
+      if constexpr (RESIDUAL) {
+        ptx::mbarrier_wait(s.residual_loaded, *s.residual_phase);
+        *s.residual_phase ^= 1;
+      }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      // wgmma m64nN accumulator fragment: rows lane/4 (+8) of the warp's 16, columns
+      // 8j + 2*(lane%4) + {0,1}.
+      const int32_t r = warp * 16 + lane / 4 + 8 * half;
+      const int32_t c = j * 8 + 2 * (lane % 4);
+      // 128B swizzle (Swizzle<3,4,3> on byte offsets): the 16-byte chunk index within a
+      // 128-byte row is XORed with the row index mod 8 -> the 8 rows a warp writes hit
+      // 8 different bank groups. jax_hopper/layout/swizzle.py holds the same arithmetic.
+      const int32_t box = (c % kColsPerPass) / kBoxCols;
+      const int32_t byte = (c % kBoxCols) * kOutBytes;
+      const int32_t off =
+          box * kEpiBoxBytes + r * 128 + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15);
+      float x0 = acc[4 * j + 2 * half], x1 = acc[4 * j + 2 * half + 1];
+      if constexpr (RESIDUAL) {
+        const float2 r2 = OutType<TOut>::load2(staging + off);
+        x0 += beta * r2.x;
+        x1 += beta * r2.y;
+      }
+      OutType<TOut>::store2(staging + off, x0, x1);
+    }
+    if (j % kJPerPass == kJPerPass - 1) {
+      ptx::fence_proxy_async_smem();
+      ptx::named_barrier_sync(s.barrier_id, 128);
+      if (wg_thread == 0) {
+#pragma unroll
+        for (int b = 0; b < kBoxes; ++b)
+          ptx::tma_store_3d(tma_d, staging + b * kEpiBoxBytes,
+                            t.col0 + pass * kColsPerPass + b * kBoxCols, t.row0, t.batch);
+        ptx::bulk_commit_group();
+      }
+    }
+  }
+}
+
+template <int BN_, typename Ops>
+struct TmaStoreEpilogue {
+  static constexpr int BN = BN_;                                 // product columns of a tile
+  static constexpr int kOutCols = Ops::template kOutCols<BN>;    // output columns of a tile
+  static constexpr int kSmemBytes = 2 * kEpiBytesPerWarpgroup;   // two consumer warpgroups
+  static constexpr int kBarriers = 2;                            // residual loaded, per warpgroup
+
+  struct Params {
+    CUtensorMap d, r;  // r: the residual's map, or a copy of d when there is none (never read)
+    const float* bias;
+    float alpha, beta;
+    Activation activation;
+    DType out_dtype;
+    int32_t n;  // output columns
+    int32_t has_residual, residual_batched;
+  };
+
+  struct Shared {
+    uint8_t* staging;
+    uint64_t* residual_loaded;
+  };
+
+  // Per consumer warpgroup: the parity of its next residual load.
+  struct State {
+    uint32_t residual_phase = 0;
+  };
+
+  static std::string host_params(const GemmArgs& g, Params* p) {
+    // The output box is 64 rows (one consumer warpgroup's strip) by one 128-byte swizzle row;
+    // the residual is read box for box like the output it is added to.
+    const uint32_t cols = static_cast<uint32_t>(128 / dtype_bytes(g.out_dtype));
+    std::string e = map_out(g.out, g.out_dtype, cols, &p->d);
+    p->has_residual = g.residual.data != nullptr;
+    if (e.empty()) {
+      if (p->has_residual)
+        e = map_out(g.residual, g.out_dtype, cols, &p->r);
+      else
+        p->r = p->d;
+    }
+    p->bias = g.bias;
+    p->alpha = g.alpha;
+    p->beta = g.beta;
+    p->activation = g.activation;
+    p->out_dtype = g.out_dtype;
+    p->n = g.n;
+    p->residual_batched = p->has_residual && g.residual.batch == g.batch && g.batch > 1;
+    return e;
+  }
+
+  __device__ static Shared carve(uint8_t* smem, uint64_t* bars) { return Shared{smem, bars}; }
+
+  __device__ static void init(const Params& p, const Shared& s) {
+    ptx::tma_prefetch_descriptor(&p.d);
+    if (p.has_residual) ptx::tma_prefetch_descriptor(&p.r);
+    for (int wg = 0; wg < 2; ++wg) ptx::mbarrier_init(&s.residual_loaded[wg], 1);
+  }
+
+  // Consumer warpgroup `wg`'s strip (rows row0 + 64 wg..) of tile `tc`, whose first row is
+  // row0; `barrier_id`: the warpgroup's named barrier.
+  __device__ static void store(float* acc, const Params& p, const Shared& s, State& st,
+                               const TileCoord& tc, int32_t row0, uint32_t wg,
+                               uint32_t wg_thread, uint32_t barrier_id) {
+    const int32_t col0 = tc.n_block * kOutCols;
+    Ops::template apply<BN>(acc, p, col0, wg_thread);
+    const EpilogueTile t{row0 + static_cast<int32_t>(wg) * 64, col0, tc.batch,
+                         p.residual_batched ? tc.batch : 0};
+    const EpilogueSync sync{s.staging + wg * kEpiBytesPerWarpgroup, &s.residual_loaded[wg],
+                            &st.residual_phase, wg_thread, barrier_id};
+    // The out dtype and the residual are chosen at run time.
+    const bool res = p.has_residual;
+    switch (p.out_dtype) {
+      case DType::kBF16:
+        res ? epilogue_store<kOutCols, __nv_bfloat16, true>(acc, p.beta, &p.d, &p.r, t, sync)
+            : epilogue_store<kOutCols, __nv_bfloat16, false>(acc, p.beta, &p.d, &p.r, t, sync);
+        break;
+      case DType::kF16:
+        res ? epilogue_store<kOutCols, __half, true>(acc, p.beta, &p.d, &p.r, t, sync)
+            : epilogue_store<kOutCols, __half, false>(acc, p.beta, &p.d, &p.r, t, sync);
+        break;
+      case DType::kF32:
+        res ? epilogue_store<kOutCols, float, true>(acc, p.beta, &p.d, &p.r, t, sync)
+            : epilogue_store<kOutCols, float, false>(acc, p.beta, &p.d, &p.r, t, sync);
+        break;
+    }
+  }
+
+  // Before the CTA exits: its last TMA stores have landed.
+  __device__ static void drain(uint32_t wg_thread) {
+    if (wg_thread == 0) ptx::bulk_wait_group<0>();
+  }
+
+ private:
+  static std::string map_out(const Array3& x, DType t, uint32_t cols, CUtensorMap* out) {
+    TensorMapSpec s = {};
+    tma_bits_type(dtype_bytes(t), &s.dtype);
+    s.rank = 3;
+    s.base = x.data;
+    s.dims[0] = x.cols;
+    s.dims[1] = x.rows;
+    s.dims[2] = x.batch;
+    s.strides_bytes[1] = x.cols * dtype_bytes(t);
+    s.strides_bytes[2] = x.rows * x.cols * dtype_bytes(t);
+    s.box[0] = cols;
+    s.box[1] = 64;
+    s.box[2] = 1;
+    s.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+    return encode_tensor_map(s, out);
+  }
+};
+
+}  // namespace jax_hopper

@@ -1,0 +1,90 @@
+// Host-visible interface of the GEMM kernels (plain C++: the FFI handlers and the nanobind module
+// include it). A handler fills GemmArgs from XLA's buffers and attributes, finds the kernel's
+// GemmKernelInfo by name (generated gemm_catalog.h) and calls its launch function; everything
+// that depends on the kernel's internals (tensor-map boxes, shared memory, the stream-K
+// workspace layout) is the kernel's policies' business (cuda/gemm/launch.cuh).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/gemm/scheduler/stream_k_plan.h"
+#include "jax_hopper_constants.h"
+
+namespace jax_hopper {
+
+// A row-major (batch, rows, cols) array in device memory.
+struct Array3 {
+  void* data;
+  int64_t batch, rows, cols;
+};
+
+struct GemmArgs {
+  // a: (Ba, M, K), or MN-major (Ba, K, M); b: (Bb, N, K), or MN-major (Bb, K, N), or for the
+  // glu family the (K, 2, N) weight; Ba, Bb: 1 (shared) or `batch`.
+  Array3 a, b;
+  Array3 out;       // (batch, M, N) in out_dtype
+  Array3 residual;  // (batch or 1, M, N) in out_dtype; data == nullptr when there is none
+  const float* bias;  // (N,), or (2, N) for glu; nullptr when there is none
+  DType out_dtype;
+  int32_t m, n, k, batch;  // n: output columns
+  Activation activation;
+  float alpha, beta;
+  int32_t cluster_m, cluster_n;  // CTAs per cluster along M and N (one of them 1)
+  int32_t group_size, raster_n;  // tile order: groups of group_size along M (or N)
+  StreamKPlan plan;              // made by gemm_plan (at lowering), checked by the launcher
+  void* workspace;               // the stream-K workspace, plan_workspace_bytes(...) big
+  int64_t workspace_bytes;
+  int device;
+  cudaStream_t stream;
+};
+
+// What a host-side step reports: ok, an argument the kernel cannot take, or a CUDA error.
+struct GemmStatus {
+  enum Code { kOk, kInvalid, kCuda } code = kOk;
+  std::string message;
+  bool ok() const { return code == kOk; }
+  static GemmStatus invalid(std::string m) { return {kInvalid, std::move(m)}; }
+  static GemmStatus cuda(const char* what, cudaError_t e) {
+    return {kCuda, std::string(what) + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e)};
+  }
+};
+
+// One compiled kernel (defined by its generated translation unit, listed in gemm_catalog.h).
+struct GemmKernelInfo {
+  const char* name;
+  GemmFamily family;
+  DType dtype;
+  int32_t block_m, block_n, block_k, stages;
+  bool a_mn_major, b_mn_major;
+  int32_t smem_bytes;
+  int64_t slot_bytes;  // stream-K workspace bytes per CTA that takes a split range
+  // Product columns the tiles cover for `n` output columns (glu: gate and up, 2n).
+  int64_t (*product_cols)(int64_t n);
+  // Clusters of `cluster_size` CTAs that fit on `device` at once (cached per device).
+  GemmStatus (*resident_clusters)(int device, int cluster_size, int* clusters);
+  GemmStatus (*launch)(const GemmArgs& args);
+};
+
+// The work plan of a problem on `resident` co-resident clusters: whole tiles round robin, and
+// with stream_k the split of the last partial wave (or of K, for fewer tiles than clusters).
+inline StreamKPlan gemm_plan(const GemmKernelInfo& kernel, int64_t batch, int64_t m, int64_t n,
+                             int64_t k, int cluster_m, int cluster_n, bool stream_k,
+                             int resident) {
+  const int64_t tiles_m = (m + kernel.block_m - 1) / kernel.block_m;
+  const int64_t tiles_n = (kernel.product_cols(n) + kernel.block_n - 1) / kernel.block_n;
+  const int64_t cluster_tiles =
+      (tiles_m + cluster_m - 1) / cluster_m * ((tiles_n + cluster_n - 1) / cluster_n) * batch;
+  const int32_t k_blocks = static_cast<int32_t>((k + kernel.block_k - 1) / kernel.block_k);
+  return plan_stream_k(cluster_tiles, k_blocks, resident, stream_k ? resident : 0);
+}
+
+inline int64_t plan_workspace_bytes(const GemmKernelInfo& kernel, const StreamKPlan& plan,
+                                    int cluster_size) {
+  return int64_t(plan.sk_clusters) * cluster_size * kernel.slot_bytes;
+}
+
+}  // namespace jax_hopper

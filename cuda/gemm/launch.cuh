@@ -1,0 +1,126 @@
+// Host side of one compiled GEMM kernel: its GemmKernelInfo (what the catalog table lists), the
+// per-device set-up (shared-memory opt-in, how many clusters fit at once), and the launch: the
+// policies turn GemmArgs into the kernel's Params, then cudaLaunchKernelEx with the cluster dims
+// on XLA's stream. Included by each generated instance (jax_hopper/kernels/codegen.py).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "cuda/gemm/epilogue/store.cuh"
+#include "cuda/gemm/gemm.h"
+#include "cuda/gemm/kernel.cuh"
+#include "cuda/gemm/mainloop/ss16.cuh"
+#include "cuda/gemm/scheduler/stream_k.cuh"
+
+namespace jax_hopper {
+
+template <class Kernel>
+int64_t gemm_product_cols(int64_t n) {
+  // A tile of BN product columns writes kOutCols output columns (fewer for the gated unit).
+  return n * Kernel::Epilogue::BN / Kernel::Epilogue::kOutCols;
+}
+
+template <class Kernel>
+cudaLaunchConfig_t gemm_launch_config(int cluster_size, cudaStream_t stream,
+                                      cudaLaunchAttribute* attr) {
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = cluster_size;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.blockDim = dim3(Kernel::kThreads, 1, 1);
+  cfg.dynamicSmemBytes = Kernel::kSmemBytes;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+// Per-device state, computed once: the >48 KB shared-memory opt-in and the number of
+// co-resident clusters for cluster sizes 1 and 2. The launch then does the same work every
+// time, which is what CUDA-graph capture needs.
+template <class Kernel>
+GemmStatus gemm_resident_clusters(int device, int cluster_size, int* clusters) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> resident[kMaxDevices][3];
+  if (device < 0 || device >= kMaxDevices)
+    return GemmStatus::cuda("device ordinal", cudaErrorInvalidDevice);
+  if (cluster_size < 1 || cluster_size > 2)
+    return GemmStatus::invalid("clusters of " + std::to_string(cluster_size) +
+                               " CTAs are not supported (1 or 2)");
+  *clusters = resident[device][cluster_size].load(std::memory_order_relaxed);
+  if (*clusters > 0) return {};
+  auto kernel = sm90_gemm_kernel<Kernel>;
+  int previous = 0;
+  cudaError_t e = cudaGetDevice(&previous);
+  if (e != cudaSuccess) return GemmStatus::cuda("cudaGetDevice", e);
+  if (previous != device && (e = cudaSetDevice(device)) != cudaSuccess)
+    return GemmStatus::cuda("cudaSetDevice", e);
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           Kernel::kSmemBytes);
+  if (e == cudaSuccess && cluster_size > 1)
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 0);
+  int sms = 0;
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e == cudaSuccess) {
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg = gemm_launch_config<Kernel>(cluster_size, nullptr, &attr);
+    cfg.gridDim = dim3(sms - sms % cluster_size, 1, 1);
+    e = cudaOccupancyMaxActiveClusters(clusters, kernel, &cfg);
+  }
+  if (previous != device) cudaSetDevice(previous);
+  if (e != cudaSuccess) return GemmStatus::cuda("querying the resident clusters", e);
+  if (*clusters < 1) return GemmStatus::cuda("no cluster fits", cudaErrorInvalidConfiguration);
+  resident[device][cluster_size].store(*clusters, std::memory_order_relaxed);
+  return {};
+}
+
+template <class Kernel>
+GemmStatus launch_gemm(const GemmArgs& g) {
+  using Mainloop = typename Kernel::Mainloop;
+  using Epilogue = typename Kernel::Epilogue;
+  using Scheduler = typename Kernel::Scheduler;
+  typename Kernel::Params p;
+  p.cluster_m = g.cluster_m;
+  p.cluster_n = g.cluster_n;
+  std::string e = Mainloop::host_params(g, &p.mainloop);
+  if (e.empty()) e = Epilogue::host_params(g, &p.epilogue);
+  if (e.empty())
+    e = Scheduler::host_params(g, gemm_product_cols<Kernel>(g.n), Mainloop::BK, &p.scheduler);
+  if (!e.empty()) return GemmStatus::invalid(e);
+
+  const int csize = g.cluster_m * g.cluster_n;
+  int resident = 0;
+  GemmStatus s = gemm_resident_clusters<Kernel>(g.device, csize, &resident);
+  if (!s.ok()) return s;
+  if (Scheduler::needs_coresidency(p.scheduler) && Scheduler::grid_clusters(p.scheduler) > resident)
+    return GemmStatus::invalid("the stream-K plan needs " +
+                               std::to_string(Scheduler::grid_clusters(p.scheduler)) +
+                               " clusters at once; this GPU holds " + std::to_string(resident) +
+                               " (was the call lowered for another GPU?)");
+  cudaError_t err = Scheduler::prepare(p.scheduler, csize, g.stream);
+  if (err != cudaSuccess) return GemmStatus::cuda("clearing the stream-K flags", err);
+  cudaLaunchAttribute attr;
+  cudaLaunchConfig_t cfg = gemm_launch_config<Kernel>(csize, g.stream, &attr);
+  cfg.gridDim = dim3(static_cast<unsigned>(Scheduler::grid_clusters(p.scheduler) * csize), 1, 1);
+  err = cudaLaunchKernelEx(&cfg, sm90_gemm_kernel<Kernel>, p);
+  if (err != cudaSuccess) return GemmStatus::cuda("cudaLaunchKernelEx", err);
+  return {};
+}
+
+template <class Kernel>
+constexpr GemmKernelInfo gemm_kernel_info(const char* name, GemmFamily family, DType dtype,
+                                          bool a_mn_major, bool b_mn_major) {
+  using M = typename Kernel::Mainloop;
+  return GemmKernelInfo{name, family, dtype, M::BM, M::BN, M::BK, M::STAGES, a_mn_major,
+                        b_mn_major, Kernel::kSmemBytes, Kernel::Scheduler::kSlotBytes,
+                        &gemm_product_cols<Kernel>, &gemm_resident_clusters<Kernel>,
+                        &launch_gemm<Kernel>};
+}
+
+}  // namespace jax_hopper

@@ -1,0 +1,121 @@
+// How the mainloop's producer brings one operand tile (`rows` x 64 k of 16-bit elements) into
+// shared memory, and the tensor map that makes it possible (host side). Tiles are stored as
+// 64-element-wide boxes of 8 KB (64 x 128 bytes, 128B swizzle):
+//   K-major  (A as (M,K), B as (N,K)):  box j holds rows 64j..64j+63 of the tile, all 64 k;
+//                                       the boxes stack into one K-major SW128 layout.
+//   MN-major (A as (K,M), B as (K,N)):  box j holds columns 64j..64j+63, all 64 k rows;
+//                                       wgmma reads it with the transpose bit set.
+// With a cluster sharing the operand, CTA `rank` loads 1/share of the tile and multicasts it
+// to the whole cluster.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/gemm/gemm.h"
+#include "cuda/ptx/tma.cuh"
+#include "cuda/tma/tensor_map.h"
+
+namespace jax_hopper {
+
+constexpr int kBoxElems = 64;        // 64 x 16-bit = 128 bytes: one 128B swizzle row
+constexpr int kBoxBytes = 64 * 128;  // one 64 x 64 box of 16-bit elements
+
+// 3-D tensor map over a row-major (batch, rows, cols) array of 16-bit elements.
+inline std::string map_16bit(const Array3& x, uint32_t box_cols, uint32_t box_rows,
+                             CUtensorMap* out) {
+  TensorMapSpec s = {};
+  s.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT16;
+  s.rank = 3;
+  s.base = x.data;
+  s.dims[0] = x.cols;
+  s.dims[1] = x.rows;
+  s.dims[2] = x.batch;
+  s.strides_bytes[1] = x.cols * 2;
+  s.strides_bytes[2] = x.rows * x.cols * 2;
+  s.box[0] = box_cols;
+  s.box[1] = box_rows;
+  s.box[2] = 1;
+  s.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  return encode_tensor_map(s, out);
+}
+
+__device__ __forceinline__ void tma_load_shared(const CUtensorMap* map, uint64_t* bar, void* dst,
+                                                int32_t c0, int32_t c1, int32_t c2,
+                                                uint32_t share) {
+  if (share > 1)
+    ptx::tma_load_3d_multicast(map, bar, dst, c0, c1, c2, static_cast<uint16_t>((1u << share) - 1));
+  else
+    ptx::tma_load_3d(map, bar, dst, c0, c1, c2);
+}
+
+// A plain operand of the product, as stored (batch, mn, k) or, MN_MAJOR, (batch, k, mn).
+template <bool MN_MAJOR>
+struct OperandLoad {
+  static constexpr bool kMnMajor = MN_MAJOR;
+
+  // First mn coordinate of tile `block` of `rows` rows.
+  __device__ static int32_t origin(int32_t block, int rows) { return block * rows; }
+
+  // `rows_per_cta`: the tile's rows over the CTAs that share it (K-major: one box of them).
+  static std::string make_map(const GemmArgs&, const Array3& x, uint32_t rows_per_cta,
+                              CUtensorMap* out) {
+    return MN_MAJOR ? map_16bit(x, kBoxElems, kBoxElems, out)
+                    : map_16bit(x, kBoxElems, rows_per_cta, out);
+  }
+
+  __device__ static void load(const CUtensorMap* map, uint64_t* bar, uint8_t* dst, int rows,
+                              int32_t mn0, int32_t k0, int32_t batch, uint32_t share,
+                              uint32_t rank) {
+    const uint32_t part_id = share > 1 ? rank : 0;  // a cluster along the other dim shares nothing
+    if constexpr (!MN_MAJOR) {
+      const int part = rows / share;
+      tma_load_shared(map, bar, dst + part_id * part * 128, k0, mn0 + part_id * part, batch,
+                      share);
+    } else {
+      for (int j = part_id; j < rows / kBoxElems; j += share)
+        tma_load_shared(map, bar, dst + j * kBoxBytes, mn0 + j * kBoxElems, k0, batch, share);
+    }
+  }
+};
+
+// hopper_glu's (K, 2, n) weight (gate, then up), MN-major: a tile's first rows/2 rows are gate
+// columns mn0.. and the next rows/2 the up columns with the same indices, so one tile holds
+// both factors of rows/2 output columns (the gated epilogue pairs them). The map views the
+// weight as (n, K, half): one box coordinate picks the half.
+struct GatedWeightLoad {
+  static constexpr bool kMnMajor = true;
+
+  __device__ static int32_t origin(int32_t block, int rows) { return block * (rows / 2); }
+
+  static std::string make_map(const GemmArgs& args, const Array3& w, uint32_t, CUtensorMap* out) {
+    if (w.batch != args.k || w.rows != 2 || w.cols != args.n || (args.n * 2) % 16 != 0)
+      return "the glu weight must be (K, 2, N) with N a multiple of 8";
+    TensorMapSpec s = {};
+    s.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT16;
+    s.rank = 3;
+    s.base = w.data;
+    s.dims[0] = args.n;
+    s.dims[1] = args.k;
+    s.dims[2] = 2;
+    s.strides_bytes[1] = 2 * args.n * 2;
+    s.strides_bytes[2] = args.n * 2;
+    s.box[0] = kBoxElems;
+    s.box[1] = kBoxElems;
+    s.box[2] = 1;
+    s.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+    return encode_tensor_map(s, out);
+  }
+
+  __device__ static void load(const CUtensorMap* map, uint64_t* bar, uint8_t* dst, int rows,
+                              int32_t mn0, int32_t k0, int32_t, uint32_t share, uint32_t rank) {
+    const int half_boxes = rows / kBoxElems / 2;
+    for (int j = share > 1 ? rank : 0; j < 2 * half_boxes; j += share)
+      tma_load_shared(map, bar, dst + j * kBoxBytes, mn0 + (j % half_boxes) * kBoxElems, k0,
+                      j / half_boxes, share);
+  }
+};
+
+}  // namespace jax_hopper

@@ -1,0 +1,162 @@
+// Mainloop policy for 16-bit operands (bf16, fp16), both from shared memory ("SS"): the
+// producer's TMA loads of A and B tiles into a STAGES-deep ring, and each consumer warpgroup's
+// wgmma m64nBNk16 over its 64-row half of the 128 x BN tile, fp32 accumulators in registers.
+// Owns the ring (shared memory) and its barriers: full[s] counts the bytes in, empty[s] the
+// consumer warpgroups (of every CTA the stage is multicast into) out.
+// ALoad, BLoad (cuda/gemm/mainloop/operand_load.cuh): how each operand tile is addressed; the
+// gated weight of hopper_glu is a B loader, not a flag.
+// jax_hopper/layout/ derives the same descriptor numbers; tests/test_layout_smem.py checks the
+// model against the constants used below (LBO 16 / 8192, SBO 1024, k-steps 32 / 2048 bytes).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/gemm/gemm.h"
+#include "cuda/gemm/mainloop/operand_load.cuh"
+#include "cuda/gemm/scheduler/tile_order.cuh"
+#include "cuda/ptx/cluster.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/wgmma.cuh"
+#include "cuda/ptx/wgmma_desc.cuh"
+
+namespace jax_hopper {
+
+template <DType T, int BM_, int BN_, int BK_, int STAGES_, class ALoad, class BLoad>
+struct MainloopSS16 {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_;
+  static_assert(BM == 128, "two consumer warpgroups of 64 rows each");
+  static_assert(BK == kBoxElems, "one 128B swizzle row of 16-bit elements per k-block");
+  static_assert(dtype_bytes(T) == 2, "16-bit operands");
+  using Mma = ptx::WgmmaSS<BN, T, ALoad::kMnMajor ? 1 : 0, BLoad::kMnMajor ? 1 : 0>;
+  static constexpr int kAccRegs = Mma::kRegs;  // per consumer thread
+  static constexpr int kABytes = BM * BK * 2;
+  static constexpr int kBBytes = BN * BK * 2;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kSmemBytes = STAGES * kStageBytes;  // 1024-aligned: stages stay aligned
+  static constexpr int kBarriers = 2 * STAGES;
+
+  struct Params {
+    CUtensorMap a, b;
+    int32_t a_batched, b_batched;  // 0: the operand is shared by every batch entry
+  };
+
+  struct Shared {
+    uint8_t* a;
+    uint8_t* b;
+    uint64_t* full;
+    uint64_t* empty;
+  };
+
+  // Where the consumer warpgroups and the producer are in the ring.
+  struct Pipe {
+    int stage = 0;
+    uint32_t phase = 0;
+    __device__ void advance() {
+      if (++stage == STAGES) { stage = 0; phase ^= 1; }
+    }
+  };
+
+  static std::string host_params(const GemmArgs& g, Params* p) {
+    // A is shared by the CTAs of a cluster along N, B by those along M.
+    std::string e = ALoad::make_map(g, g.a, BM / g.cluster_n, &p->a);
+    if (e.empty()) e = BLoad::make_map(g, g.b, BN / g.cluster_m, &p->b);
+    p->a_batched = g.a.batch == g.batch && g.batch > 1;
+    p->b_batched = g.b.batch == g.batch && g.batch > 1;
+    return e;
+  }
+
+  __device__ static Shared carve(uint8_t* smem, uint64_t* bars) {
+    return Shared{smem, smem + STAGES * kABytes, bars, bars + STAGES};
+  }
+
+  // One thread, before the cluster barrier that publishes the initialised barriers.
+  __device__ static void init(const Params& p, const Shared& s, uint32_t cluster_size) {
+    ptx::tma_prefetch_descriptor(&p.a);
+    ptx::tma_prefetch_descriptor(&p.b);
+    for (int i = 0; i < STAGES; ++i) {
+      ptx::mbarrier_init(&s.full[i], 1);
+      // Every consumer warpgroup of every CTA the stage is multicast into must release it.
+      ptx::mbarrier_init(&s.empty[i], 2 * cluster_size);
+    }
+  }
+
+  // Producer (one thread): the k-blocks [k_begin, k_end) of tile `tc`.
+  __device__ static void load(const Params& p, const Shared& s, Pipe& pipe, const TileCoord& tc,
+                              int32_t k_begin, int32_t k_end, uint32_t cluster_m,
+                              uint32_t cluster_n, uint32_t rank) {
+    const int32_t ba = p.a_batched ? tc.batch : 0, bb = p.b_batched ? tc.batch : 0;
+    for (int32_t kb = k_begin; kb < k_end; ++kb) {
+      // A fresh barrier passes a wait on parity 1, so the first lap does not block.
+      ptx::mbarrier_wait(&s.empty[pipe.stage], pipe.phase ^ 1);
+      uint64_t* full = &s.full[pipe.stage];
+      ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
+      ALoad::load(&p.a, full, s.a + pipe.stage * kABytes, BM, ALoad::origin(tc.m_block, BM),
+                  kb * BK, ba, cluster_n, rank);
+      BLoad::load(&p.b, full, s.b + pipe.stage * kBBytes, BN, BLoad::origin(tc.n_block, BN),
+                  kb * BK, bb, cluster_m, rank);
+      pipe.advance();
+    }
+  }
+
+  // wgmma descriptor of a 64-row (A) or BN-row (B) slice at k-block offset kk*16.
+  //   K-major SW128:  SBO = 8 rows x 128 B = 1024, LBO unused (1), +32 B per k16 step.
+  //   MN-major SW128: LBO = 8192 (next 64-column box), SBO = 1024 (next 8 k rows),
+  //                   +16 rows x 128 B = 2048 B per k16 step.
+  template <bool MN_MAJOR>
+  __device__ static uint64_t desc(const uint8_t* base, int kk) {
+    const uint32_t addr = ptx::smem_addr(base) + (MN_MAJOR ? kk * 2048 : kk * 32);
+    return ptx::make_wgmma_desc(addr, MN_MAJOR ? kBoxBytes : 16, 1024, ptx::WgmmaSwizzle::k128B);
+  }
+
+  // Hands stage `stage` back to the producers of every CTA that multicasts into it.
+  __device__ static void release(const Shared& s, int stage, uint32_t cluster_size,
+                                 uint32_t wg_thread) {
+    if (wg_thread != 0) return;
+    if (cluster_size == 1) {
+      ptx::mbarrier_arrive(&s.empty[stage]);
+    } else {
+      for (uint32_t c = 0; c < cluster_size; ++c) ptx::mbarrier_arrive_cluster(&s.empty[stage], c);
+    }
+  }
+
+  // Consumer warpgroup `wg` (rows 64 wg..): acc = its strip of the k-blocks [k_begin, k_end).
+  __device__ static void mma(const Shared& s, Pipe& pipe, int32_t k_begin, int32_t k_end,
+                             uint32_t wg, uint32_t wg_thread, uint32_t cluster_size,
+                             float* acc) {
+#pragma unroll
+    for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
+    int prev_stage = -1;
+    for (int32_t kb = k_begin; kb < k_end; ++kb) {
+      ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);
+      const uint8_t* a_tile = s.a + pipe.stage * kABytes + wg * kBoxBytes;
+      const uint8_t* b_tile = s.b + pipe.stage * kBBytes;
+#pragma unroll
+      for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk)
+        Mma::mma(desc<ALoad::kMnMajor>(a_tile, kk), desc<BLoad::kMnMajor>(b_tile, kk), acc, 1);
+      ptx::wgmma_commit_group();
+      // NOTES: keep this k-block's wgmmas in flight while waiting for the previous one, so the
+      // tensor cores never drain between k-blocks; its stage is free once that wait returns.
+      // Waiting for the current block instead (wait_group 0) lets the producer run one stage
+      // further ahead but measured 494 vs 574 TFLOP/s at 4096^3 and within noise at 8192^3
+      // (H100, 2-CTA clusters, 2026-11-22).
+      ptx::wgmma_wait_group<1>();
+#pragma unroll
+      for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
+      if (prev_stage >= 0) release(s, prev_stage, cluster_size, wg_thread);
+      prev_stage = pipe.stage;
+      pipe.advance();
+    }
+    ptx::wgmma_wait_group<0>();
+#pragma unroll
+    for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
+    if (prev_stage >= 0) release(s, prev_stage, cluster_size, wg_thread);
+  }
+};
+
+}  // namespace jax_hopper

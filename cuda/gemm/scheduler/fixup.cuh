@@ -1,0 +1,98 @@
+// Stream-K fix-up (cuda/stream_k.h): the pieces of a split tile meet as fp32 partial sums in a
+// global workspace. Each consumer warpgroup moves its own accumulators in fragment order, so
+// thread t's register i sits at [i * 128 + t]: every access is one coalesced 512-byte row and no
+// shared memory or index arithmetic is needed. Accesses go through L2 only (.cg): the data was
+// written by another SM.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/ptx/fence.cuh"
+#include "cuda/ptx/flag.cuh"
+
+namespace jax_hopper {
+
+// The workspace: one slot per CTA of the clusters that take a stream-K range. A slot holds that
+// CTA's fp32 partial tile (per consumer warpgroup: register i of thread t at [i * 128 + t]),
+// and after all slots come two flags per CTA, set when a consumer warpgroup's partial is
+// complete.
+struct Partials {
+  float* tiles;
+  int32_t* ready;
+};
+
+template <int kRegs>
+__device__ __forceinline__ float* partial_slot(const Partials& p, uint32_t cta, uint32_t wg) {
+  return p.tiles + (static_cast<int64_t>(cta) * 2 + wg) * kRegs * 128;
+}
+
+// Writes this warpgroup's accumulators to CTA `cta`'s slot, then raises its flag. The flag is
+// raised by one thread after a barrier over the warpgroup, with a fence so that all 128 threads'
+// writes are visible at GPU scope before it.
+template <int kRegs>
+__device__ __forceinline__ void publish_partial(const float* acc, const Partials& p,
+                                                uint32_t cta, uint32_t wg, uint32_t wg_thread,
+                                                uint32_t barrier_id) {
+  float* slot = partial_slot<kRegs>(p, cta, wg) + wg_thread;
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) __stcg(slot + i * 128, acc[i]);
+  ptx::named_barrier_sync(barrier_id, 128);
+  if (wg_thread == 0) {
+    __threadfence();
+    ptx::store_release_gpu(&p.ready[cta * 2 + wg], 1);
+  }
+}
+
+// Adds kBatch partial values per L2 round trip: all loads of a batch are issued before their
+// adds. The empty asm after a batch keeps nvcc from hoisting the next batch's loads above it
+// (in an unrolled loop over the accumulators it would hoist all of them, and spill).
+template <int kBatch>
+__device__ __forceinline__ void add_batch(float* acc, const float* src) {
+  float v[kBatch];
+#pragma unroll
+  for (int j = 0; j < kBatch; ++j) v[j] = __ldcg(src + j * 128);
+#pragma unroll
+  for (int j = 0; j < kBatch; ++j) acc[j] += v[j];
+  asm volatile("" ::: "memory");
+}
+
+// Waits for the partials of this warpgroup's strip from clusters [first, end) (CTA c * csize +
+// rank of each) and adds them to the accumulators in cluster order, a fixed order so results
+// are bitwise reproducible.
+// NOTES: adding one value per L2 round trip made split tiles cost more than they saved
+// (4096^3 fell from 646 to 472 TFLOP/s, H100, 2026-11-22), hence batches. Both loop orders
+// below add the same values in the same order; each is the one that ptxas fits into the 168
+// registers of its kernel without spilling (the other spilled 8-20 bytes, CUDA 13.0).
+template <int kRegs>
+__device__ __forceinline__ void add_partials(float* acc, const Partials& p, int32_t first,
+                                             int32_t end, uint32_t csize, uint32_t rank,
+                                             uint32_t wg, uint32_t wg_thread,
+                                             uint32_t barrier_id) {
+  if (wg_thread == 0) {
+    for (int32_t c = first; c < end; ++c) {
+      const int32_t* ready = &p.ready[(c * csize + rank) * 2 + wg];
+      while (ptx::load_acquire_gpu(ready) == 0) __nanosleep(64);
+    }
+  }
+  ptx::named_barrier_sync(barrier_id, 128);
+  const float* slot = partial_slot<kRegs>(p, first * csize + rank, wg) + wg_thread;
+  // Consecutive clusters' slots of the same rank and warpgroup are this far apart.
+  const int32_t stride = static_cast<int32_t>(csize) * 2 * kRegs * 128;
+  if constexpr (kRegs > 64) {
+    constexpr int kBatch = 16;
+    for (int32_t c = 0; c < end - first; ++c) {
+#pragma unroll
+      for (int i = 0; i < kRegs; i += kBatch)
+        add_batch<kBatch>(acc + i, slot + c * stride + i * 128);
+    }
+  } else {
+    constexpr int kBatch = 8;
+#pragma unroll
+    for (int i = 0; i < kRegs; i += kBatch) {
+      for (int32_t c = 0; c < end - first; ++c)
+        add_batch<kBatch>(acc + i, slot + c * stride + i * 128);
+    }
+  }
+}
+
+}  // namespace jax_hopper

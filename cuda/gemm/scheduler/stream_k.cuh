@@ -1,0 +1,104 @@
+// Tile scheduler policy: a persistent grid walking the work plan of stream_k_plan.h: whole tiles
+// round robin in the grouped tile order, then (where the plan splits) a stream-K or split-K
+// range whose pieces meet as fp32 partials in a global workspace (fixup.cuh). A plan that
+// splits nothing (stream_k off, or a full last wave) is the plain persistent data-parallel
+// schedule: one compiled kernel serves both.
+// Owns the workspace layout and its ready flags; needs no shared memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/gemm/gemm.h"
+#include "cuda/gemm/scheduler/fixup.cuh"
+#include "cuda/gemm/scheduler/stream_k_plan.h"
+#include "cuda/gemm/scheduler/tile_order.cuh"
+
+namespace jax_hopper {
+
+template <int BM, int BN>
+struct StreamKScheduler {
+  // A CTA's workspace slot: its fp32 partial tile, and its two consumer warpgroups' flags.
+  static constexpr int64_t kSlotBytes = int64_t(BM) * BN * 4 + 8;
+
+  struct Params {
+    StreamKPlan plan;
+    TileOrder order;
+    Partials partials;
+  };
+
+  // `product_cols`: the columns the tiles cover; `block_k`: k per k-block. Checks the plan it is
+  // given (made by gemm_plan at lowering) against the problem and the workspace.
+  static std::string host_params(const GemmArgs& g, int64_t product_cols, int block_k,
+                                 Params* p) {
+    const int64_t tiles_m = (g.m + BM - 1) / BM, tiles_n = (product_cols + BN - 1) / BN;
+    p->order = TileOrder{static_cast<int32_t>((tiles_m + g.cluster_m - 1) / g.cluster_m),
+                         static_cast<int32_t>((tiles_n + g.cluster_n - 1) / g.cluster_n),
+                         g.cluster_m, g.cluster_n, g.group_size, g.raster_n};
+    const StreamKPlan& s = g.plan;
+    const int64_t tiles = int64_t(p->order.ctiles_m) * p->order.ctiles_n * g.batch;
+    const int64_t csize = g.cluster_m * g.cluster_n;
+    const int64_t slots = int64_t(s.sk_clusters) * csize;
+    const bool fits =
+        s.grid_clusters >= 1 && s.k_blocks == (g.k + block_k - 1) / block_k && s.dp_tiles >= 0 &&
+        s.dp_tiles <= tiles && s.sk_clusters >= 0 && s.sk_clusters <= s.grid_clusters &&
+        (s.sk_clusters == 0
+             ? s.dp_tiles == tiles
+             : s.sk_extra >= 0 && s.sk_extra < s.sk_clusters && s.sk_quota >= 1 &&
+                   int64_t(s.sk_quota) * s.sk_clusters + s.sk_extra ==
+                       (tiles - s.dp_tiles) * s.k_blocks) &&
+        slots * kSlotBytes <= g.workspace_bytes;
+    if (!fits) return "the stream-K plan does not match the problem or its workspace";
+    p->plan = s;
+    p->partials.tiles = static_cast<float*>(g.workspace);
+    p->partials.ready = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(g.workspace) +
+                                                   slots * (kSlotBytes - 8));
+    return "";
+  }
+
+  // Before the launch: XLA's workspace holds garbage, and a partial is ready only once its CTA
+  // says so in this launch.
+  static cudaError_t prepare(const Params& p, int cluster_size, cudaStream_t stream) {
+    if (p.plan.sk_clusters == 0) return cudaSuccess;
+    return cudaMemsetAsync(p.partials.ready, 0,
+                           static_cast<size_t>(p.plan.sk_clusters) * cluster_size * 8, stream);
+  }
+
+  static int32_t grid_clusters(const Params& p) { return p.plan.grid_clusters; }
+
+  // A split plan needs every cluster resident at once (pieces wait for each other).
+  static bool needs_coresidency(const Params& p) { return p.plan.sk_clusters > 0; }
+
+  // A cluster's units in order (the plan is passed to each call, not kept: in the kernel it
+  // stays in the parameter bank instead of taking registers next to the accumulators).
+  struct Work {
+    WorkList list;
+    __device__ Work(const Params& p, int32_t cluster) : list(p.plan, cluster) {}
+    __device__ bool next(const Params& p, WorkUnit* u) { return list.next(p.plan, u); }
+  };
+
+  __device__ static TileCoord coord(const Params& p, const WorkUnit& u, uint32_t rank) {
+    return tile_coord(p.order, u.tile, rank);
+  }
+
+  // After a unit's mainloop: a later piece of a split tile publishes its partial (false: no
+  // epilogue); the piece with k-block 0 adds the others' partials in cluster order (bitwise
+  // reproducible) and, like a whole tile, goes on to the epilogue (true).
+  template <int kRegs>
+  __device__ static bool fixup(float* acc, const Params& p, const WorkUnit& u, int32_t cluster,
+                               uint32_t csize, uint32_t rank, uint32_t wg, uint32_t wg_thread,
+                               uint32_t barrier_id) {
+    if (publishes_partial(u)) {
+      publish_partial<kRegs>(acc, p.partials, blockIdx.x, wg, wg_thread, barrier_id);
+      return false;
+    }
+    if (collects_partials(p.plan, u))
+      add_partials<kRegs>(acc, p.partials, cluster + 1, partials_end(p.plan, cluster, u), csize,
+                          rank, wg, wg_thread, barrier_id);
+    return true;
+  }
+};
+
+}  // namespace jax_hopper

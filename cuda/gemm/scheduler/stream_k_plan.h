@@ -1,0 +1,166 @@
+// How the clusters of the persistent grid share the output tiles (plain C++, host and device:
+// gemm_plan (cuda/gemm/gemm.h) plans once while the call is lowered, the kernel walks the plan,
+// and the nanobind module exposes both to tests).
+//
+// With T tiles on C resident clusters, whole tiles alone leave the last wave T mod C tiles
+// long: at 8192^3 with 2 x (128 x 256) cluster tiles, 34 of 66 clusters work in the 16th wave
+// and the rest idle, 3% of the run. So the first floor(T / C) waves are whole tiles, handed out
+// round robin in the grouped order (concurrent tiles stay neighbours in L2), and, where that
+// measured faster (plan_stream_k says when), the k-blocks of the remaining tiles, laid end to
+// end, are cut into equal contiguous ranges, one per cluster (stream-K). With fewer tiles
+// than clusters (small M) there is no whole wave, and the same cut gives every tile the same
+// number of pieces (split-K). A tile cut between clusters is a piece per cluster: the piece
+// holding k-block 0 (computed last by its cluster) waits for the others' fp32 partials and
+// runs the epilogue; every other piece is the first unit of its cluster's range and only
+// publishes its partial.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define JH_HOST_DEVICE __host__ __device__
+#else
+#define JH_HOST_DEVICE
+#endif
+
+namespace jax_hopper {
+
+struct StreamKPlan {
+  int32_t grid_clusters;  // clusters launched
+  int32_t dp_tiles;       // tiles [0, dp_tiles) are whole units, tile t on cluster t mod grid
+  int32_t sk_clusters;    // clusters [0, sk_clusters) also take a stream-K range
+  int32_t k_blocks;       // k-blocks per tile
+  // The k-blocks of the split tiles [dp_tiles, total), end to end, are sk_clusters ranges of
+  // sk_quota k-blocks, one more for the first sk_extra: no division in the kernel.
+  int32_t sk_quota, sk_extra;
+};
+
+// A stream-K range is at least 1/kMaxSplit of a tile, so a finishing piece waits for at most
+// kMaxSplit others; more, smaller pieces would cost more in fp32 traffic than they balance.
+constexpr int64_t kMaxSplit = 4;
+// The shortest piece a small-M split (below) makes. The fix-up (a flag memset launch, one fp32
+// round trip through L2) costs about 3 us: pieces of 16 k-blocks made 256 x 4096 x 2048 11%
+// slower, while 32 and more gained (H100, 2026-11-22, gemm_h100_20261122_splitk_configs.log).
+constexpr int64_t kMinPieceBlocks = 32;
+
+// `tiles` in cluster units; `max_sk_clusters`: clusters with a workspace slot per CTA.
+JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
+                                                int32_t resident_clusters,
+                                                int32_t max_sk_clusters) {
+  StreamKPlan s = {};
+  s.k_blocks = k_blocks;
+  const int64_t waves = tiles / resident_clusters;
+  const int64_t rest = tiles - waves * resident_clusters;
+  int64_t sk = 0;
+  // Split only after at least one whole wave and when the last wave is at most 2/3 full. A
+  // split tail saves (1 - rest / C) of a tile's time and its fix-up (workspace round trip,
+  // flag memset) measured about a third of a tile: with the last wave 52% or 27% full
+  // (8192^3, 8192 x 12288 x 4096) splitting gained 2.7% and 1.1%; 76-91% full (4096^3,
+  // 8192 x 4096 x 14336, 4000 x 3000 x 2056) it lost 3-8%; and with fewer tiles than clusters
+  // (256 x 4096 x 4096) this tail split lost 13% (its ranges, cut for all 132 clusters, gave
+  // each tile uneven pieces on 2-3 clusters). Below 2^31 k-blocks the kernel's range
+  // arithmetic stays in 32 bits.
+  const bool ranges_fit_i32 = rest * k_blocks < (int64_t(1) << 31);
+  if (waves > 0 && rest > 0 && 3 * rest <= 2 * resident_clusters && k_blocks > 1 &&
+      ranges_fit_i32) {
+    const int64_t min_iters = (k_blocks + kMaxSplit - 1) / kMaxSplit;
+    sk = rest * k_blocks / min_iters;
+    if (sk > resident_clusters) sk = resident_clusters;
+    if (sk > max_sk_clusters) sk = max_sk_clusters;
+    if (sk <= rest) sk = 0;  // no more clusters than tiles: splitting cannot shorten the tail
+  } else if (waves == 0 && tiles > 0 && ranges_fit_i32) {
+    // Fewer tiles than clusters (small M): split K, every tile in the same number of equal
+    // pieces (at most kMaxSplit, a divisor of the k-blocks so no piece crosses a tile, and
+    // kMinPieceBlocks k-blocks each at least, so the fix-up stays small next to a piece);
+    // each cluster gets one piece and otherwise idle SMs join in.
+    const int64_t clusters =
+        resident_clusters < max_sk_clusters ? resident_clusters : max_sk_clusters;
+    int64_t split = clusters / tiles;
+    if (split > kMaxSplit) split = kMaxSplit;
+    if (split > k_blocks / kMinPieceBlocks) split = k_blocks / kMinPieceBlocks;
+    while (split > 1 && k_blocks % split != 0) --split;
+    // NOTES: with more than half a wave of tiles (no equal split fits), one stream-K range per
+    // cluster ran 1.3-1.8x slower than whole tiles (768 x 4096 x 4096: 87 vs 57 us;
+    // 1024 x 4096 x 14336: 320 vs 180 us; H100, 2026-11-22, A/B logs in commit 4320d24): ranges start
+    // at a different k on every cluster, so the CTAs that share an operand tile no longer read
+    // it at the same time. If L2 then stops serving them, B comes from HBM once per M tile:
+    // 8 x 117 MB there, ~310 us at 3 TB/s, close to what was measured (not profiled). Equal
+    // pieces keep concurrently running clusters at the same k.
+    if (split > 1) sk = split * tiles;
+  }
+  if (sk == 0) {
+    s.grid_clusters = static_cast<int32_t>(tiles < resident_clusters ? tiles : resident_clusters);
+    s.dp_tiles = static_cast<int32_t>(tiles);
+    return s;
+  }
+  s.grid_clusters = static_cast<int32_t>(waves > 0 ? resident_clusters : sk);
+  s.dp_tiles = static_cast<int32_t>(waves * resident_clusters);
+  s.sk_clusters = static_cast<int32_t>(sk);
+  s.sk_quota = static_cast<int32_t>(rest * k_blocks / sk);
+  s.sk_extra = static_cast<int32_t>(rest * k_blocks % sk);
+  return s;
+}
+
+// First stream-K k-block (end to end over the split tiles) of cluster c; c = sk_clusters gives
+// the end.
+JH_HOST_DEVICE inline int32_t sk_range_begin(const StreamKPlan& s, int32_t c) {
+  return c * s.sk_quota + (c < s.sk_extra ? c : s.sk_extra);
+}
+
+// One unit of a cluster's work: k-blocks [k_begin, k_end) of tile `tile` (cluster units).
+struct WorkUnit {
+  int32_t tile, k_begin, k_end;
+};
+
+// k_begin > 0: a later piece of a split tile; it publishes its partial and stores nothing.
+JH_HOST_DEVICE inline bool publishes_partial(const WorkUnit& u) { return u.k_begin > 0; }
+
+// The piece with k-block 0 of a split tile: it adds the partials of clusters
+// [cluster + 1, partials_end(...)) in that order (a fixed order: results are bitwise
+// reproducible) before the epilogue.
+JH_HOST_DEVICE inline bool collects_partials(const StreamKPlan& s, const WorkUnit& u) {
+  return u.k_begin == 0 && u.k_end < s.k_blocks;
+}
+
+JH_HOST_DEVICE inline int32_t partials_end(const StreamKPlan& s, int32_t cluster,
+                                           const WorkUnit& u) {
+  const int32_t tile_end = (u.tile - s.dp_tiles + 1) * s.k_blocks;
+  int32_t c = cluster + 1;
+  while (c < s.sk_clusters && sk_range_begin(s, c) < tile_end) ++c;
+  return c;
+}
+
+// A cluster's units in order: its whole tiles, then the pieces of its stream-K range. The plan
+// is an argument of each call rather than a member: in the kernel it stays in the parameter
+// bank instead of taking registers next to the accumulators.
+class WorkList {
+ public:
+  JH_HOST_DEVICE WorkList(const StreamKPlan& s, int32_t cluster)
+      : next_tile_(cluster), pos_(0), end_(0) {
+    if (cluster < s.sk_clusters) {
+      pos_ = sk_range_begin(s, cluster);
+      end_ = sk_range_begin(s, cluster + 1);
+    }
+  }
+
+  JH_HOST_DEVICE bool next(const StreamKPlan& s, WorkUnit* u) {
+    if (next_tile_ < s.dp_tiles) {
+      *u = WorkUnit{next_tile_, 0, s.k_blocks};
+      next_tile_ += s.grid_clusters;
+      return true;
+    }
+    if (pos_ >= end_) return false;
+    const int32_t t = pos_ / s.k_blocks;
+    u->tile = s.dp_tiles + t;
+    u->k_begin = pos_ - t * s.k_blocks;
+    const int32_t left = end_ - pos_;
+    u->k_end = left < s.k_blocks - u->k_begin ? u->k_begin + left : s.k_blocks;
+    pos_ += u->k_end - u->k_begin;
+    return true;
+  }
+
+ private:
+  int32_t next_tile_, pos_, end_;
+};
+
+}  // namespace jax_hopper

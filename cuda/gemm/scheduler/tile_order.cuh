@@ -1,0 +1,45 @@
+// Tile order: maps a tile index (cluster units, over every batch entry) to block coordinates;
+// tiles are grouped so concurrently running CTAs share operand tiles in L2. Which cluster takes
+// which index is the scheduler's (cuda/gemm/scheduler/stream_k.cuh).
+#pragma once
+
+#include <cstdint>
+
+namespace jax_hopper {
+
+struct TileCoord {
+  int32_t batch, m_block, n_block;  // block indices of this CTA's tile
+};
+
+struct TileOrder {
+  int32_t ctiles_m, ctiles_n;    // cluster tiles per batch entry along M and N
+  int32_t cluster_m, cluster_n;  // CTAs per cluster (one of them 1)
+  // Groups of `group_size` cluster tiles along M (raster_n == 0) or along N (raster_n == 1).
+  int32_t group_size, raster_n;
+};
+
+// Tile `t` (cluster units) for the CTA of rank `rank` inside its cluster. A cluster's second
+// tile may lie past M or N; it is computed on zero-filled loads and its store is clipped, which
+// keeps both CTAs in the same barrier phases. Recomputed per tile (a few integer divisions)
+// rather than kept: registers next to the accumulators are scarcer than instructions.
+__device__ __forceinline__ TileCoord tile_coord(const TileOrder& o, int32_t t, uint32_t rank) {
+  const int32_t per_batch = o.ctiles_m * o.ctiles_n;
+  TileCoord c;
+  c.batch = t / per_batch;
+  const int32_t r = t - c.batch * per_batch;
+  // Grouped order: `group_size` rows of tiles along the major direction, walked column by column.
+  const int32_t major = o.raster_n ? o.ctiles_n : o.ctiles_m;
+  const int32_t minor = o.raster_n ? o.ctiles_m : o.ctiles_n;
+  const int32_t in_group = o.group_size * minor;
+  const int32_t first = (r / in_group) * o.group_size;
+  const int32_t size = min(o.group_size, major - first);
+  const int32_t i_major = first + (r % in_group) % size;
+  const int32_t i_minor = (r % in_group) / size;
+  const int32_t cm = o.raster_n ? i_minor : i_major;
+  const int32_t cn = o.raster_n ? i_major : i_minor;
+  c.m_block = cm * o.cluster_m + (o.cluster_m > 1 ? static_cast<int32_t>(rank) : 0);
+  c.n_block = cn * o.cluster_n + (o.cluster_n > 1 ? static_cast<int32_t>(rank) : 0);
+  return c;
+}
+
+}  // namespace jax_hopper

@@ -1,0 +1,147 @@
+"""The catalog of compiled GEMM kernels and the numbers Python and C++ share.
+
+One source of truth: CMake runs codegen.py, which writes from this file the C++ instance table,
+one translation unit per kernel and a constants header (dtype and activation codes, kernel
+families, the shared-memory limit) that the kernels and the FFI handlers include. Python reads
+the same numbers from here, and a test checks the built extension reports exactly these kernels.
+Pure Python with no package imports, so the build can run it before anything is installed.
+
+A kernel is composed of three policies (cuda/gemm/kernel.cuh): a tile scheduler, a mainloop
+(how a k-block is loaded and multiplied) and an epilogue (what happens to the accumulators). A
+*family* names one mainloop and one epilogue; adding a family is a policy file plus an entry in
+FAMILIES (docs/architecture.md, "Adding a kernel family").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+# The opt-in shared memory per block on sm_90 (227 KB); kernels static_assert against it.
+SMEM_LIMIT_BYTES = 227 * 1024
+# H100 SXM and H200: the heuristic's SM count when no device is at hand (tracing on a CPU).
+DEFAULT_NUM_SMS = 132
+
+
+@dataclasses.dataclass(frozen=True)
+class DTypeInfo:
+    code: int      # the C++ enum value (DType in the generated constants header)
+    nbytes: int
+    cpp: str       # enumerator name
+    short: str     # in kernel names
+
+
+DTYPES = {
+    "bfloat16": DTypeInfo(0, 2, "kBF16", "bf16"),
+    "float16": DTypeInfo(1, 2, "kF16", "f16"),
+    "float32": DTypeInfo(2, 4, "kF32", "f32"),
+}
+INPUT_DTYPES = ("bfloat16", "float16")
+OUTPUT_DTYPES = ("bfloat16", "float16", "float32")
+
+# Epilogue activations: the name users pass, and the C++ enumerator; the code is the position.
+ACTIVATIONS = ((None, "kNone"), ("relu", "kRelu"), ("gelu_tanh", "kGeluTanh"),
+               ("gelu", "kGeluErf"), ("silu", "kSilu"))
+ACTIVATION_CODES = {name: code for code, (name, _) in enumerate(ACTIVATIONS)}
+
+
+@dataclasses.dataclass(frozen=True)
+class TileShape:
+    block_m: int
+    block_n: int
+    block_k: int
+    stages: int
+
+    @property
+    def tag(self) -> str:
+        return f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.stages}"
+
+
+# 128 x 256 (two consumer warpgroups of m64n256) is the large-problem tile; 128 x 192 and
+# 128 x 128 give 4/3 and twice the tiles for problems whose large tiles would leave SMs idle
+# (the heuristic weighs waves against each tile's speed). Stages fill the 227 KB budget (each
+# kernel's static_assert checks the sum of its policies' shared memory against the limit).
+TILE_SHAPES = (TileShape(128, 256, 64, 4), TileShape(128, 192, 64, 4),
+               TileShape(128, 128, 64, 6))
+# (A MN-major, B MN-major): A as (M,K) is K-major, as (K,M) MN-major; B as (N,K) is K-major,
+# as (K,N) MN-major.
+OPERAND_MAJORS = tuple(itertools.product((False, True), repeat=2))
+CLUSTER_SHAPES = ((1, 1), (2, 1), (1, 2))  # (cluster_m, cluster_n)
+RASTERS = ("m", "n")
+SWIZZLES = ("128B",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A GEMM kernel family: the policies it composes and the shapes it is compiled for.
+
+    mainloop, epilogue, scheduler: C++ templates (cuda/gemm/); `{...}` fields are filled per
+    instance (dtype, bm, bn, bk, stages, a_mn, b_mn).
+    """
+    name: str
+    cpp: str                       # GemmFamily enumerator
+    mainloop: str
+    epilogue: str
+    scheduler: str
+    tiles: tuple[TileShape, ...]
+    majors: tuple[tuple[bool, bool], ...]
+    suffix: str                    # of kernel names
+    what: str                      # in messages: "... is not compiled for <what>"
+
+
+_SS16 = "MainloopSS16<DType::{dtype}, {bm}, {bn}, {bk}, {stages}, OperandLoad<{a_mn}>, {b_load}>"
+_SCHEDULER = "StreamKScheduler<{bm}, {bn}>"
+
+FAMILIES = {
+    # hopper_matmul: any operand majors, linear epilogue (alpha, bias, activation, residual).
+    "matmul": Family("matmul", "kMatmul", _SS16.replace("{b_load}", "OperandLoad<{b_mn}>"),
+                     "TmaStoreEpilogue<{bn}, LinearOps>", _SCHEDULER, TILE_SHAPES,
+                     OPERAND_MAJORS, "", "hopper_matmul"),
+    # hopper_glu: x (M, K) K-major, the (K, 2, F) weight MN-major and loaded as gate and up
+    # columns side by side (GatedWeightLoad); the epilogue writes act(gate) * up, half the
+    # tile's width, so only tiles whose half width is whole 64-column boxes.
+    "glu": Family("glu", "kGlu", _SS16.replace("{b_load}", "GatedWeightLoad"),
+                  "TmaStoreEpilogue<{bn}, GatedOps>", _SCHEDULER,
+                  tuple(t for t in TILE_SHAPES if t.block_n % 128 == 0), ((False, True),),
+                  "_glu", "the gated unit"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelInstance:
+    family: str
+    dtype: str
+    tile: TileShape
+    a_mn_major: bool
+    b_mn_major: bool
+
+    @property
+    def name(self) -> str:
+        """The key the FFI handler looks the kernel up by (and its SASS function's name part)."""
+        majors = ("m" if self.a_mn_major else "k") + ("n" if self.b_mn_major else "k")
+        return (f"sm90_gemm_{DTYPES[self.dtype].short}_{self.tile.tag}_{majors}"
+                f"{FAMILIES[self.family].suffix}")
+
+    def policies(self) -> dict[str, str]:
+        """The family's C++ policy types for this instance."""
+        fam, t = FAMILIES[self.family], self.tile
+        fields = dict(dtype=DTYPES[self.dtype].cpp, bm=t.block_m, bn=t.block_n, bk=t.block_k,
+                      stages=t.stages, a_mn=str(self.a_mn_major).lower(),
+                      b_mn=str(self.b_mn_major).lower())
+        return {part: getattr(fam, part).format(**fields)
+                for part in ("mainloop", "epilogue", "scheduler")}
+
+
+def compiled_instances() -> tuple[KernelInstance, ...]:
+    return tuple(KernelInstance(fam.name, d, t, am, bm) for fam in FAMILIES.values()
+                 for d in INPUT_DTYPES for t in fam.tiles for am, bm in fam.majors)
+
+
+def instance(family: str, dtype: str, tile: TileShape, a_mn_major: bool,
+             b_mn_major: bool) -> KernelInstance | None:
+    """The compiled instance with these properties, or None."""
+    want = KernelInstance(family, dtype, tile, a_mn_major, b_mn_major)
+    return want if want in _COMPILED else None
+
+
+_COMPILED = frozenset(compiled_instances())
