@@ -3,8 +3,8 @@
     bash scripts/install_baseline.sh REV DIR     # the build before the change, as jax_hopper_base
     PYTHONPATH=DIR python benchmarks/bench_ab.py [--reps 7] [--out-dir D] [--tag T]
 
-Cases: every shape of bench_gemm.py (bf16 hopper_matmul, default config) and every case of
-bench_epilogue.py (the fused call). Per case the three variants (xla, base, new) are timed
+Cases: every shape of bench_gemm.py (bf16 hopper_matmul, default config; or --shapes) and every
+case of bench_epilogue.py (the fused call; or --epilogue-cases). Per case the three variants (xla, base, new) are timed
 interleaved (timing.time_interleaved), on rotating inputs larger than L2; each result is checked
 against an fp32-accumulated reference. The summary gives new/base per case, the geomean and the
 worst; the JSON (ab_<tag>.json) keeps every time.
@@ -32,16 +32,17 @@ import jax_hopper_base  # noqa: E402  (scripts/install_baseline.sh)
 ERR_LIMIT = 1e-2
 
 
-def cases():
+def cases(shapes, epilogue_cases):
     """name -> (shape, {variant: f(a, b)}, reference(a, b))."""
     out = {}
     dot32 = lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32)  # noqa: E731
-    for shape in bench_gemm.DEFAULT_SHAPES:
+    for shape in shapes:
         out[bench_gemm.shape_name(shape)] = (shape, {
             "xla": jnp.dot, "base": jax_hopper_base.hopper_matmul,
             "new": jax_hopper.hopper_matmul}, dot32)
     key = jax.random.key(1)
-    for i, (name, (shape, epilogue, fused)) in enumerate(bench_epilogue.CASES.items()):
+    for i, name in enumerate(epilogue_cases):
+        shape, epilogue, fused = bench_epilogue.CASES[name]
         e = bench_epilogue.case_extra(name, jax.random.fold_in(key, i), shape[0], shape[1])
         e32 = {k: v.astype(jnp.float32) for k, v in e.items()}
         out[name] = (shape, {
@@ -58,10 +59,14 @@ def main():
     parser.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "results"))
     parser.add_argument("--tag", default=datetime.date.today().strftime("%Y%m%d"))
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--shapes", nargs="*", type=bench_gemm.parse_shape,
+                        default=bench_gemm.DEFAULT_SHAPES, help="MxNxK of the plain GEMMs")
+    parser.add_argument("--epilogue-cases", nargs="*", default=list(bench_epilogue.CASES),
+                        choices=list(bench_epilogue.CASES))
     args = parser.parse_args()
     key = jax.random.key(0)
     rows, wrong = [], False
-    for i, (name, (shape, variants, reference)) in enumerate(cases().items()):
+    for i, (name, (shape, variants, reference)) in enumerate(cases(args.shapes, args.epilogue_cases).items()):
         m, n, k = shape
         n_calls, n_sets = timing.call_plan(m, n, k)
         sets = timing.rotating_sets(jax.random.fold_in(key, i), m, n, k, n_sets)

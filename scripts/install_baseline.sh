@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Builds jax_hopper at git revision REV and installs it as the package `jax_hopper_base` into
-# DIR, beside the current build, so benchmarks/bench_ab.py can time both in one process:
+# Builds jax_hopper at git revision REV (or from the source tree SRC, e.g. a `git archive` of it
+# carried to a machine without the repository) and installs it as the package
+# `jax_hopper_base` into DIR, beside the current build, so benchmarks/bench_ab.py can time both in one process:
 # module imports and FFI target names are renamed (jax_hopper_* -> jax_hopper_base_*), so the
 # two builds register distinct custom calls.
-#   bash scripts/install_baseline.sh REV DIR      # then PYTHONPATH=DIR python benchmarks/bench_ab.py
+#   bash scripts/install_baseline.sh REV|SRC DIR   # then PYTHONPATH=DIR python benchmarks/bench_ab.py
 set -euo pipefail
 rev=$1
-dest=$2
+dest=$(realpath -m "$2")
 cd "$(dirname "$0")/.."
 src=$(mktemp -d)
-git archive "$rev" | tar -x -C "$src"
+if [ -d "$rev" ]; then cp -r "$rev"/. "$src"; else git archive "$rev" | tar -x -C "$src"; fi
 python3 -m pip install -q --no-build-isolation --no-deps --target "$dest/build" "$src"
 rm -rf "$dest/jax_hopper_base"
 mv "$dest/build/jax_hopper" "$dest/jax_hopper_base"
@@ -20,4 +21,4 @@ find "$dest/jax_hopper_base" -name '*.py' -exec sed -i -E \
   -e 's/"jax_hopper_/"jax_hopper_base_/g' \
   -e 's/register_ffi_target\(name,/register_ffi_target(name.replace("jax_hopper_", "jax_hopper_base_", 1),/' {} +
 rm -rf "$dest/build" "$src"
-echo "installed $(git rev-parse --short "$rev") as jax_hopper_base in $dest"
+echo "installed $rev as jax_hopper_base in $dest"

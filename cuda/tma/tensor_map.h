@@ -26,6 +26,27 @@ struct TensorMapSpec {
 // CUDA_ERROR_INVALID_VALUE) and encodes it. Returns "" on success, else why it failed.
 std::string encode_tensor_map(const TensorMapSpec& spec, CUtensorMap* out);
 
+// A rank-3 map with the 128B swizzle over `base`: extents d0 (innermost) to d2, the byte strides
+// of dims 1 and 2, and a box of box0 x box1 x 1 elements (the GEMM's every map).
+inline std::string encode_sw128_3d(CUtensorMapDataType dtype, void* base, uint64_t d0,
+                                   uint64_t d1, uint64_t d2, uint64_t stride1, uint64_t stride2,
+                                   uint32_t box0, uint32_t box1, CUtensorMap* out) {
+  TensorMapSpec s = {};
+  s.dtype = dtype;
+  s.rank = 3;
+  s.base = base;
+  s.dims[0] = d0;
+  s.dims[1] = d1;
+  s.dims[2] = d2;
+  s.strides_bytes[1] = stride1;
+  s.strides_bytes[2] = stride2;
+  s.box[0] = box0;
+  s.box[1] = box1;
+  s.box[2] = 1;
+  s.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  return encode_tensor_map(s, out);
+}
+
 // Tensor-map element type for TMA. Copies only move bytes, so any element type maps to the
 // unsigned type of its width; arithmetic ops (reduce-add) ask for the real float type.
 inline bool tma_bits_type(size_t elem_bytes, CUtensorMapDataType* out) {

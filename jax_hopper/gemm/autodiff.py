@@ -17,6 +17,11 @@ NOTES:
   b with a K-major a, the batch joins the contraction ((batch*M, K)^T @ (batch*M, N), one
   launch); otherwise one float32 partial per batch entry is reduced by a sum (a batch x operand
   float32 buffer).
+- The gated unit (hopper_glu) needs gate and up in the backward pass, which the fused kernel
+  never writes; recomputing them costs the whole forward GEMM again. So under differentiation
+  its forward runs unfused (`unfused`, handed down from hopper_glu: the product through this
+  GEMM, the unit in jnp), whose VJP, product kept, is the backward pass. Evaluation without a
+  gradient still runs the fused kernel.
 """
 
 from __future__ import annotations
@@ -34,20 +39,26 @@ from jax_hopper.gemm.primitive import freeze, problem_shape
 _F32 = jnp.dtype(jnp.float32)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def gemm(a, b, bias, res, params, res_batch):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def gemm(a, b, bias, res, params, res_batch, unfused=None):
     """batching.gemm with a VJP. params: the primitive's, frozen; res_batch: the residual's
-    leading size (0 when there is none), static so that the residual need not be saved."""
+    leading size (0 when there is none), static so that the residual need not be saved;
+    unfused: with gated params, the unit as unfused(a, b, bias, res, params) through this GEMM."""
     del res_batch
-    return batching.gemm(a, b, bias, res, params)
+    return batching.gemm(a, b, bias, res, params, unfused)
 
 
-def _fwd(a, b, bias, res, params, res_batch):
-    return gemm(a, b, bias, res, params, res_batch), (a, b, bias)
+def _fwd(a, b, bias, res, params, res_batch, unfused):
+    if dict(params).get("gated"):
+        return jax.vjp(lambda *args: unfused(*args, params), a, b, bias, res)
+    return gemm(a, b, bias, res, params, res_batch, unfused), (a, b, bias)
 
 
-def _bwd(params, res_batch, saved, dy):
+def _bwd(params, res_batch, unfused, saved, dy):
+    del unfused
     p = dict(params)
+    if p.get("gated"):
+        return saved(dy)  # the unfused forward's VJP
     a, b, bias = saved
     batch, m, n, _ = problem_shape(a.shape, b.shape, p["a_mn_major"], p["b_mn_major"])
 

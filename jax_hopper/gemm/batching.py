@@ -14,6 +14,9 @@ and b each with batch 1 (shared) or V*B, so
 A vmapped bias, or a vmapped residual with a and b unmapped, splits the epilogue off: the kernel
 computes alpha*A.B in float32 (once, when a and b are unmapped) and jnp applies the epilogue.
 Nested vmaps apply the rule once per level, each merging into the batch the level below made.
+The gated unit (hopper_glu) has one (K, 2, F) weight for the whole kernel batch: a vmapped x (and
+residual) joins the batch; a vmapped weight or bias, or a vmapped residual with x unmapped, runs
+the op's unfused form (`unfused`, handed down from hopper_glu) per entry.
 """
 
 from __future__ import annotations
@@ -28,15 +31,16 @@ from jax_hopper.gemm import sharding
 from jax_hopper.gemm.primitive import apply_epilogue, freeze, problem_shape
 
 
-def gemm(a, b, bias, res, params: tuple):
-    """sharding.partitioned(params, a, b, bias, res) with the vmap rule above."""
-    return _vmappable(params)(a, b, bias, res)
+def gemm(a, b, bias, res, params: tuple, unfused=None):
+    """sharding.partitioned(params, a, b, bias, res) with the vmap rule above. unfused: with
+    gated params, the unit as unfused(a, b, bias, res, params) without the fused kernel."""
+    return _vmappable(params, unfused)(a, b, bias, res)
 
 
 @functools.lru_cache(maxsize=None)
-def _vmappable(params):
+def _vmappable(params, unfused):
     fn = custom_vmap(lambda a, b, bias, res: sharding.partitioned(params, a, b, bias, res))
-    fn.def_vmap(functools.partial(_rule, params))
+    fn.def_vmap(functools.partial(_rule, params, unfused))
     return fn
 
 
@@ -65,8 +69,10 @@ def _split_epilogue(params, in_batched, args):
     return jax.vmap(one, in_axes=[0 if x else None for x in in_batched])(*args)
 
 
-def _rule(params, v, in_batched, a, b, bias, res):
+def _rule(params, unfused, v, in_batched, a, b, bias, res):
     p = dict(params)
+    if p.get("gated"):
+        return _gated(params, unfused, v, in_batched, a, b, bias, res), True
     ma, mb, mbias, mres = in_batched
     if mbias or (mres and not ma and not mb):
         return _split_epilogue(params, in_batched, (a, b, bias, res)), True
@@ -101,3 +107,17 @@ def _folded(a4, b4, bias, r4, r3, inner, m, n, params):
     out = gemm(a4.reshape(-1, inner * m, a4.shape[3]), b4.reshape(-1, *b4.shape[2:]), bias, r3,
                params)
     return out.reshape(-1, inner, m, n)
+
+
+def _gated(params, unfused, v, in_batched, x, w, bias, res):
+    """(V, batch, M, F) of the gated unit: the kernel takes no weight or bias per batch entry,
+    so only x (with its residual) can join the batch, as V*batch entries of one launch."""
+    mx, mw, mbias, mres = in_batched
+    if mw or mbias or (mres and not mx):
+        axes = [0 if m else None for m in in_batched]
+        return jax.vmap(lambda *args: unfused(*args, params), in_axes=axes)(x, w, bias, res)
+    batch, rows, f = x.shape[1], x.shape[2], w.shape[2]
+    if res.size:
+        res = (res if mres else jnp.broadcast_to(res, (v, *res.shape))).reshape(-1, rows, f)
+    out = gemm(x.reshape(-1, rows, x.shape[3]), w, bias, res, params, unfused)
+    return out.reshape(v, batch, rows, f)

@@ -149,10 +149,18 @@ def _cuda_lowering(ctx, a, b, bias, residual, *, a_mn_major, b_mn_major, out_dty
     plan = config.plan(kernel, batch, m, n, k, resident)
     workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
     out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{family}")(
-        ctx.replace(avals_out=[*ctx.avals_out, workspace]), a, b, bias, residual, kernel=kernel,
-        activation=np.int64(activation), alpha=np.float32(alpha), beta=np.float32(beta),
-        **config.ffi_attrs(), **{name: np.int64(v) for name, v in plan.items()})
+        ctx.replace(avals_out=[*ctx.avals_out, workspace]), a, b, bias, residual,
+        **call_attrs(kernel, config, plan, activation, alpha, beta))
     return [out]
+
+
+def call_attrs(kernel: str, config, plan: dict, activation: int, alpha: float,
+               beta: float) -> dict:
+    """The custom call's attributes, typed as the handlers decode them (GemmAttrs in
+    ffi/gemm/gemm_call.h): the kernel's catalog name, the epilogue, the tile order and the plan."""
+    return dict(kernel=kernel, activation=np.int64(activation), alpha=np.float32(alpha),
+                beta=np.float32(beta), **config.ffi_attrs(),
+                **{name: np.int64(v) for name, v in plan.items()})
 
 
 @functools.lru_cache(maxsize=None)

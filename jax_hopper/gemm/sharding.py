@@ -1,17 +1,21 @@
-"""The GEMM under jit with sharded operands: every device multiplies its own shards.
+"""The GEMM (and hopper_glu's gated unit) under jit with sharded operands: every device
+multiplies its own shards.
 
 `partitioned` wraps the launch in jax.experimental.custom_partitioning with a Shardy rule
 
     a: b m k (or b k m),  b: b k n (or b n k),  bias: n,  residual: b m n  ->  out: b m n
 
 (k a reduction factor; the batch dim of an operand shared by the whole batch has a factor of its
-own, so it is never split). After propagation `_partition` fixes one mesh-axis assignment per
-factor and the per-device program:
+own, so it is never split). A gated weight (K, 2, F) is `k p n` and its bias (2, F) `p n`: p
+(gate or up) is never split, so a split of F gives every device matching gate and up columns.
+After propagation `_partition` fixes one mesh-axis assignment per factor and the per-device
+program:
 - batch, M or N split: each device runs the kernel on its shards, no communication;
-- K split: each device computes its partial alpha*A.B in float32, a psum adds the partials, and
-  the epilogue (bias, activation, residual, the one rounding) runs after the sum in jnp. An
-  activation cannot be applied to partial sums; applying it after the psum costs one float32
-  M x N buffer and an unfused epilogue, far less traffic than gathering K-split operands.
+- K split: each device computes its partial alpha*A.B in float32 (gated: the plain [gate | up]
+  product), a psum adds the partials, and the epilogue (bias, activation or gated unit,
+  residual, the one rounding) runs after the sum in jnp. An activation cannot be applied to
+  partial sums; applying it after the psum costs one float32 M x N buffer and an unfused
+  epilogue, far less traffic than gathering K-split operands.
 Without a mesh (one device) or inside shard_map (all axes manual) the call is the plain launch.
 """
 
@@ -25,7 +29,7 @@ import jax.numpy as jnp
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jax_hopper.gemm.primitive import apply_epilogue, launch
+from jax_hopper.gemm.primitive import apply_epilogue, launch, product_operand
 
 
 def partitioned(params: tuple, a, b, bias, res):
@@ -44,15 +48,17 @@ def _rule(params, shapes, mesh, value_types, result_types):
     """Einsum-like Shardy rule; factor names follow the stored layouts of this call."""
     del mesh, value_types, result_types
     p = dict(params)
+    gated = p.get("gated", False)
     (ba, *_), (bb, *_), bias_shape, res_shape = shapes
+    bb = 1 if gated else bb  # a gated weight (K, 2, F) is shared by the batch
     batch = max(ba, bb)
 
     def lead(size, own):  # a batch of 1 shared by a batch > 1 cannot carry the batch factor
         return "b" if size == batch else own
 
     a = f"{lead(ba, 'ba')} " + ("k m" if p["a_mn_major"] else "m k")
-    b = f"{lead(bb, 'bb')} " + ("k n" if p["b_mn_major"] else "n k")
-    bias = "n" if bias_shape[0] else "nz"
+    b = "k p n" if gated else f"{lead(bb, 'bb')} " + ("k n" if p["b_mn_major"] else "n k")
+    bias = ("p n" if gated else "n") if bias_shape[0] else "nz"
     res = f"{lead(res_shape[0], 'br')} m n" if res_shape[0] else "rz mz nz2"
     return f"{a}, {b}, {bias}, {res} -> b m n", {"reduction_factors": ("k",)}
 
@@ -71,7 +77,7 @@ def spec_of(x) -> tuple:
 def assign_factors(mesh, candidates: dict, k: int):
     """One mesh-axis assignment per factor, from its candidate spec entries in order (a mesh
     axis splits one factor at most), and `spec(*factors)`, the NamedSharding of an array whose
-    dimensions carry those factors (None: unsplit). Shared with hopper_glu's partitioner."""
+    dimensions carry those factors (None: unsplit)."""
     used, axes = set(), {}
     for factor, entries in candidates.items():
         axes[factor] = ()
@@ -94,12 +100,13 @@ def assign_factors(mesh, candidates: dict, k: int):
 
 def _partition(params, shapes, mesh, arg_shapes, result_shape):
     p = dict(params)
+    gated = p.get("gated", False)
     a, b, bias, res = arg_shapes
-    ba, bb = a.shape[0], b.shape[0]
+    ba, bb = a.shape[0], 1 if gated else b.shape[0]
     batch = max(ba, bb)
     sa, sb, so = spec_of(a), spec_of(b), spec_of(result_shape)
     a_m, a_k = (2, 1) if p["a_mn_major"] else (1, 2)
-    b_n, b_k = (2, 1) if p["b_mn_major"] else (1, 2)
+    b_n, b_k = (2, 0) if gated else (2, 1) if p["b_mn_major"] else (1, 2)  # gated: (K, 2, F)
 
     # Candidates per factor, operands first: a device keeps what it holds. The output's choice
     # fills in a factor the operands leave whole (slicing a replicated operand is free).
@@ -112,8 +119,10 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
     }
     axes, spec = assign_factors(mesh, candidates, a.shape[a_k])
     a_sh = spec("b" if ba == batch else None, *(("k", "m") if p["a_mn_major"] else ("m", "k")))
-    b_sh = spec("b" if bb == batch else None, *(("k", "n") if p["b_mn_major"] else ("n", "k")))
-    bias_sh = spec("n" if bias.shape[0] else None)
+    b_sh = spec("k", None, "n") if gated else \
+        spec("b" if bb == batch else None, *(("k", "n") if p["b_mn_major"] else ("n", "k")))
+    # bias: (N,), or gated (2, F); N (F) is its last axis.
+    bias_sh = spec(*(None,) * (len(bias.shape) - 1), "n" if bias.shape[0] else None)
     res_sh = spec("b" if res.shape[0] == batch else None, "m", "n") if res.shape[0] else \
         spec(None, None, None)
     out_sh = spec("b", "m", "n")
@@ -123,11 +132,13 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
         if not k_axes:
             return launch(a, b, bias, res, **p)
         f32 = jnp.dtype(jnp.float32)
-        partial = launch(a, b, jnp.zeros((0,), f32), jnp.zeros((0, 0, 0), f32),
-                             **{**p, "out_dtype": f32, "activation": 0})
+        product = {**p, "out_dtype": f32, "activation": 0}
+        product.pop("gated", None)  # gated: the plain GEMM of the [gate | up] columns
+        partial = launch(a, product_operand(b, gated), jnp.zeros((0,), f32),
+                         jnp.zeros((0, 0, 0), f32), **product)
         z = jax.lax.psum(partial, k_axes)
         return apply_epilogue(z, bias, res, activation=p["activation"], beta=p["beta"],
-                              out_dtype=p["out_dtype"])
+                              out_dtype=p["out_dtype"], gated=gated)
 
     return mesh, lower_fn, out_sh, (a_sh, b_sh, bias_sh, res_sh)
 

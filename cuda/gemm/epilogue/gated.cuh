@@ -21,10 +21,11 @@ struct GatedOps {
   template <int BN, typename P>
   __device__ static void apply(float* acc, const P& p, int32_t col0, uint32_t wg_thread) {
     if (p.alpha != 1.0f || p.bias != nullptr) {
+      const float* bias = p.bias;
       for_each_accumulator<BN>(acc, 0, wg_thread, [&](float x, int32_t c) {
         const int32_t half = c >= BN / 2 ? 1 : 0, col = col0 + c - half * (BN / 2);
         x *= p.alpha;
-        return (p.bias != nullptr && col < p.n) ? x + p.bias[half * p.n + col] : x;
+        return (bias != nullptr && col < p.n) ? x + bias[half * p.n + col] : x;
       });
     }
     visit_activation(p.activation, [&](auto act) {

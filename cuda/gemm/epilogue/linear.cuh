@@ -18,9 +18,10 @@ struct LinearOps {
   template <int BN, typename P>
   __device__ static void apply(float* acc, const P& p, int32_t col0, uint32_t wg_thread) {
     if (p.alpha != 1.0f || p.bias != nullptr) {
+      const float* bias = p.bias;
       for_each_accumulator<BN>(acc, col0, wg_thread, [&](float x, int32_t c) {
         x *= p.alpha;
-        return (p.bias != nullptr && c < p.n) ? x + p.bias[c] : x;
+        return (bias != nullptr && c < p.n) ? x + bias[c] : x;
       });
     }
     if (p.activation != Activation::kNone) {

@@ -248,20 +248,11 @@ struct TmaStoreEpilogue {
 
  private:
   static std::string map_out(const Array3& x, DType t, uint32_t cols, CUtensorMap* out) {
-    TensorMapSpec s = {};
-    tma_bits_type(dtype_bytes(t), &s.dtype);
-    s.rank = 3;
-    s.base = x.data;
-    s.dims[0] = x.cols;
-    s.dims[1] = x.rows;
-    s.dims[2] = x.batch;
-    s.strides_bytes[1] = x.cols * dtype_bytes(t);
-    s.strides_bytes[2] = x.rows * x.cols * dtype_bytes(t);
-    s.box[0] = cols;
-    s.box[1] = 64;
-    s.box[2] = 1;
-    s.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
-    return encode_tensor_map(s, out);
+    const uint64_t eb = dtype_bytes(t);
+    CUtensorMapDataType bits;
+    tma_bits_type(eb, &bits);
+    return encode_sw128_3d(bits, x.data, x.cols, x.rows, x.batch, x.cols * eb,
+                           x.rows * x.cols * eb, cols, 64, out);
   }
 };
 

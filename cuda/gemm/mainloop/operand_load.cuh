@@ -26,20 +26,8 @@ constexpr int kBoxBytes = 64 * 128;  // one 64 x 64 box of 16-bit elements
 // 3-D tensor map over a row-major (batch, rows, cols) array of 16-bit elements.
 inline std::string map_16bit(const Array3& x, uint32_t box_cols, uint32_t box_rows,
                              CUtensorMap* out) {
-  TensorMapSpec s = {};
-  s.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT16;
-  s.rank = 3;
-  s.base = x.data;
-  s.dims[0] = x.cols;
-  s.dims[1] = x.rows;
-  s.dims[2] = x.batch;
-  s.strides_bytes[1] = x.cols * 2;
-  s.strides_bytes[2] = x.rows * x.cols * 2;
-  s.box[0] = box_cols;
-  s.box[1] = box_rows;
-  s.box[2] = 1;
-  s.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
-  return encode_tensor_map(s, out);
+  return encode_sw128_3d(CU_TENSOR_MAP_DATA_TYPE_UINT16, x.data, x.cols, x.rows, x.batch,
+                         x.cols * 2, x.rows * x.cols * 2, box_cols, box_rows, out);
 }
 
 __device__ __forceinline__ void tma_load_shared(const CUtensorMap* map, uint64_t* bar, void* dst,
@@ -93,20 +81,8 @@ struct GatedWeightLoad {
   static std::string make_map(const GemmArgs& args, const Array3& w, uint32_t, CUtensorMap* out) {
     if (w.batch != args.k || w.rows != 2 || w.cols != args.n || (args.n * 2) % 16 != 0)
       return "the glu weight must be (K, 2, N) with N a multiple of 8";
-    TensorMapSpec s = {};
-    s.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT16;
-    s.rank = 3;
-    s.base = w.data;
-    s.dims[0] = args.n;
-    s.dims[1] = args.k;
-    s.dims[2] = 2;
-    s.strides_bytes[1] = 2 * args.n * 2;
-    s.strides_bytes[2] = args.n * 2;
-    s.box[0] = kBoxElems;
-    s.box[1] = kBoxElems;
-    s.box[2] = 1;
-    s.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
-    return encode_tensor_map(s, out);
+    return encode_sw128_3d(CU_TENSOR_MAP_DATA_TYPE_UINT16, w.data, args.n, args.k, 2,
+                           2 * args.n * 2, args.n * 2, kBoxElems, kBoxElems, out);
   }
 
   __device__ static void load(const CUtensorMap* map, uint64_t* bar, uint8_t* dst, int rows,

@@ -1,0 +1,64 @@
+"""The contract between the CUDA lowering and the GEMM handlers, checked without a GPU.
+
+XLA decodes a custom call's operands before the handler runs: the CUDA stream, the buffers and
+the attributes (GemmAttrs in ffi/gemm/gemm_call.h, by name and type). Registered for the CPU
+platform, a GEMM handler can only fail to get its CUDA stream (operand 0); every attribute the
+lowering passes (primitive.call_attrs) must decode. A renamed, missing or mistyped attribute
+shows up as another bad operand here, before it would on a GPU.
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_hopper import GemmConfig, _ffi
+from jax_hopper.gemm.primitive import call_attrs
+from jax_hopper.kernels import catalog
+
+BAD_OPERANDS = re.compile(r"bad operands at: ([0-9, ]+)")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered_on_cpu():
+    for name, capsule in _ffi.extension().registrations().items():
+        if name.startswith("jax_hopper_gemm_"):
+            jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+
+
+def _undecoded(family, attrs, out_cols):
+    """The operand indices XLA could not decode for a call with `attrs`."""
+    a = jnp.ones((1, 256, 128), jnp.bfloat16)
+    b = jnp.ones((128, 2, out_cols) if family == "glu" else (1, 128, out_cols), jnp.bfloat16)
+    call = jax.ffi.ffi_call(f"jax_hopper_gemm_{family}",
+                            (jax.ShapeDtypeStruct((1, 256, out_cols), jnp.bfloat16),
+                             jax.ShapeDtypeStruct((0,), jnp.uint8)))
+    with pytest.raises(Exception) as info:
+        jax.block_until_ready(call(a, b, jnp.zeros((0,), jnp.float32),
+                                   jnp.zeros((0, 0, 0), jnp.bfloat16), **attrs))
+    found = BAD_OPERANDS.search(str(info.value))
+    assert found, str(info.value)[:500]
+    return [int(i) for i in found.group(1).split(",")]
+
+
+@pytest.mark.parametrize("family", list(catalog.FAMILIES))
+def test_the_lowering_s_attributes_decode(family):
+    config = GemmConfig(cluster_m=2)
+    kernel = config.kernel(family, "bfloat16", False, True)
+    plan = config.plan(kernel, 1, 256, 128, 128, 66)
+    plan.pop("workspace_bytes")
+    attrs = call_attrs(kernel, config, plan, activation=4, alpha=0.5, beta=1.0)
+    assert _undecoded(family, attrs, 128) == [0]  # only the CUDA stream, absent on a CPU
+
+
+def test_a_mistyped_or_missing_attribute_does_not_decode():
+    config = GemmConfig()
+    kernel = config.kernel("matmul", "bfloat16", False, True)
+    plan = config.plan(kernel, 1, 256, 128, 128, 132)
+    plan.pop("workspace_bytes")
+    attrs = call_attrs(kernel, config, plan, activation=0, alpha=1.0, beta=1.0)
+    assert _undecoded("matmul", {**attrs, "beta": np.int64(1)}, 128) != [0]
+    del attrs["raster_n"]
+    assert _undecoded("matmul", attrs, 128) != [0]
