@@ -141,7 +141,7 @@ def gemm_groups(quick: bool) -> list[list[GemmCase]]:
         GemmCase(300, 520, 264, residual=True, out_dtype="float32", beta=2.0),
         GemmCase(130, 264, 72, batch=3, shared_b=True, bias=True, residual=True),
     ])
-    # Stream-K (cuda/stream_k.h) splits the last wave's tiles past a whole wave when it is at
+    # Stream-K (cuda/gemm/scheduler/stream_k_plan.h) splits the last wave's tiles past a whole wave when it is at
     # most 2/3 full, and with fewer tiles than SMs cuts every tile into equal pieces; on 132
     # SMs: 144 tiles of 128 x 128 (12 split into 4 pieces), 80 2-CTA cluster tiles of
     # 128 x 256 (14 split), and 64 tiles of 128 x 128 in 2 pieces each.

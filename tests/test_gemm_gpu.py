@@ -128,7 +128,7 @@ def test_fallback_serves_unaddressable_pitch(rng):
     assert rel_frob(out, reference64(a, b)) < REL_FROB_BOUND["bfloat16"]
 
 
-# Stream-K (cuda/stream_k.h): when the last wave of tiles is at most 2/3 full, its tiles are
+# Stream-K (cuda/gemm/scheduler/stream_k_plan.h): when the last wave of tiles is at most 2/3 full, its tiles are
 # split along K and their pieces summed through the workspace. Each case splits tiles into
 # 2 to 5 pieces (tests/test_stream_k_cpu.py checks the plan itself).
 BIG = dict(block_n=256, stages=4)
@@ -171,7 +171,7 @@ def test_stream_k_matches_whole_tiles_and_is_reproducible(rng):
 
 
 # The residual is loaded by TMA into the output's staging buffer, box for box (cuda/
-# sm90_gemm_epilogue.cuh): every out dtype (64 or 32 columns per 128-byte box row), both tile
+# cuda/gemm/epilogue/store.cuh): every out dtype (64 or 32 columns per 128-byte box row), both tile
 # widths, M and N tails (zero-filled loads, clipped stores), a padded N, a batched residual
 # and one broadcast over the batch.
 @pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)

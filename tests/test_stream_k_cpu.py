@@ -1,4 +1,4 @@
-"""The stream-K work plan the GEMM kernels follow (cuda/stream_k.h, through the extension), and
+"""The stream-K work plan the GEMM kernels follow (cuda/gemm/scheduler/stream_k_plan.h, through the extension), and
 the workspace Python sizes for it. CPU only: the same C++ runs on the host here."""
 
 import math
@@ -8,7 +8,7 @@ import pytest
 from jax_hopper import GemmConfig, _ffi
 from jax_hopper.kernels import catalog
 
-MAX_SPLIT = 4  # kMaxSplit in cuda/stream_k.h: a collecting piece adds at most this many others
+MAX_SPLIT = 4  # kMaxSplit in cuda/gemm/scheduler/stream_k_plan.h: a collecting piece adds at most this many others
 MIN_PIECE = 32  # kMinPieceBlocks: the shortest piece of a small-M split
 
 # (tiles, k_blocks, resident clusters, clusters with a workspace slot)

@@ -18,7 +18,7 @@ class GemmConfig:
     Operand majors come from the call (transpose_a/transpose_b); `a_mn_major`/`b_mn_major`, when
     set, must agree with them.
     With `stream_k`, the tiles of the last, partial wave are split along K between all clusters
-    and their pieces summed in fp32 through a workspace (cuda/stream_k.h); with fewer tiles than
+    and their pieces summed in fp32 through a workspace (cuda/gemm/scheduler/stream_k_plan.h); with fewer tiles than
     clusters every tile is split into equal pieces (split-K) where K is long enough; without it
     every tile is computed whole by one cluster.
     """

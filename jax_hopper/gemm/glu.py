@@ -2,9 +2,9 @@
 
 The weight is one (K, 2, F) array, w[:, 0] the gate projection and w[:, 1] the up projection
 (in memory, the (K, 2F) concatenation [gate | up]). Each kernel tile multiplies x by matching
-column slices of both halves and its epilogue writes only act(gate) * up (cuda/sm90_gemm_kernel.cuh,
-load_operand; cuda/sm90_gemm_epilogue.cuh, apply_gated_epilogue_ops): the (M, 2F) product never
-reaches memory, nor is it read back by a separate elementwise pass.
+column slices of both halves and its epilogue writes only act(gate) * up (the glu kernel family:
+GatedWeightLoad in cuda/gemm/mainloop/operand_load.cuh, GatedOps in cuda/gemm/epilogue/gated.cuh):
+the (M, 2F) product never reaches memory, nor is it read back by a separate elementwise pass.
 
 hopper_glu only checks its arguments (x's leading dimensions become one batch) and enters the
 layers hopper_matmul goes through (jax_hopper/gemm/primitive.py) with gated=True:

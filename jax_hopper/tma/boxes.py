@@ -133,7 +133,7 @@ def check_addressable(name: str, shape: Sequence[int], dtype) -> None:
     *lead, rows, cols = shape
     batch = math.prod(lead)
     itemsize = np.dtype(dtype).itemsize
-    # The op kernels address boxes with int32 coordinates (cuda/tma_ops.cu): tighter than
+    # The op kernels address boxes with int32 coordinates (cuda/tma/ops.cu): tighter than
     # TMA's own globalDim limit of 2^32-1.
     for dim, extent in (("cols", cols), ("rows", rows), ("batch", batch)):
         if extent > 2**31 - 1:
@@ -158,7 +158,7 @@ def check_addressable(name: str, shape: Sequence[int], dtype) -> None:
 
 
 # The op kernels' static shared memory (one mbarrier, 16 bytes per ptxas -v) counts against the
-# same per-block limit as the dynamic bytes (cuda/tma_ops.cu, launch).
+# same per-block limit as the dynamic bytes (cuda/tma/ops.cu, launch).
 OP_STATIC_SMEM_BYTES = 16
 
 

@@ -1,4 +1,4 @@
-// Stream-K fix-up (cuda/stream_k.h): the pieces of a split tile meet as fp32 partial sums in a
+// Stream-K fix-up (cuda/gemm/scheduler/stream_k_plan.h): the pieces of a split tile meet as fp32 partial sums in a
 // global workspace. Each consumer warpgroup moves its own accumulators in fragment order, so
 // thread t's register i sits at [i * 128 + t]: every access is one coalesced 512-byte row and no
 // shared memory or index arithmetic is needed. Accesses go through L2 only (.cg): the data was
