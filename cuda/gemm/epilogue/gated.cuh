@@ -16,7 +16,6 @@ namespace jax_hopper {
 struct GatedOps {
   template <int BN>
   static constexpr int kOutCols = BN / 2;
-  static constexpr int kBiasRows = 2;  // bias is (2, n)
 
   template <int BN, typename P>
   __device__ static void apply(float* acc, const P& p, int32_t col0, uint32_t wg_thread) {

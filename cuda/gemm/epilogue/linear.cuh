@@ -13,7 +13,6 @@ namespace jax_hopper {
 struct LinearOps {
   template <int BN>
   static constexpr int kOutCols = BN;  // output columns of a BN-column tile
-  static constexpr int kBiasRows = 1;  // bias is (n,)
 
   template <int BN, typename P>
   __device__ static void apply(float* acc, const P& p, int32_t col0, uint32_t wg_thread) {

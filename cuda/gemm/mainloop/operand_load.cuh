@@ -79,8 +79,7 @@ struct GatedWeightLoad {
   __device__ static int32_t origin(int32_t block, int rows) { return block * (rows / 2); }
 
   static std::string make_map(const GemmArgs& args, const Array3& w, uint32_t, CUtensorMap* out) {
-    if (w.batch != args.k || w.rows != 2 || w.cols != args.n || (args.n * 2) % 16 != 0)
-      return "the glu weight must be (K, 2, N) with N a multiple of 8";
+    // (ffi/gemm/glu.cc checked that w is (K, 2, N) with N a multiple of 8.)
     return encode_sw128_3d(CU_TENSOR_MAP_DATA_TYPE_UINT16, w.data, args.n, args.k, 2,
                            2 * args.n * 2, args.n * 2, kBoxElems, kBoxElems, out);
   }
