@@ -69,15 +69,19 @@ struct GemmKernelInfo {
   GemmStatus (*launch)(const GemmArgs& args);
 };
 
+// Cluster tiles along one dimension: tiles of `block` over `extent`, grouped `cluster` at a time.
+constexpr int64_t cluster_tiles_1d(int64_t extent, int64_t block, int64_t cluster) {
+  return ((extent + block - 1) / block + cluster - 1) / cluster;
+}
+
 // The work plan of a problem on `resident` co-resident clusters: whole tiles round robin, and
 // with stream_k the split of the last partial wave (or of K, for fewer tiles than clusters).
 inline StreamKPlan gemm_plan(const GemmKernelInfo& kernel, int64_t batch, int64_t m, int64_t n,
                              int64_t k, int cluster_m, int cluster_n, bool stream_k,
                              int resident) {
-  const int64_t tiles_m = (m + kernel.block_m - 1) / kernel.block_m;
-  const int64_t tiles_n = (kernel.product_cols(n) + kernel.block_n - 1) / kernel.block_n;
-  const int64_t cluster_tiles =
-      (tiles_m + cluster_m - 1) / cluster_m * ((tiles_n + cluster_n - 1) / cluster_n) * batch;
+  const int64_t cluster_tiles = cluster_tiles_1d(m, kernel.block_m, cluster_m) *
+                                cluster_tiles_1d(kernel.product_cols(n), kernel.block_n, cluster_n) *
+                                batch;
   const int32_t k_blocks = static_cast<int32_t>((k + kernel.block_k - 1) / kernel.block_k);
   return plan_stream_k(cluster_tiles, k_blocks, resident, stream_k ? resident : 0);
 }

@@ -33,9 +33,8 @@ struct StreamKScheduler {
   // given (made by gemm_plan at lowering) against the problem and the workspace.
   static std::string host_params(const GemmArgs& g, int64_t product_cols, int block_k,
                                  Params* p) {
-    const int64_t tiles_m = (g.m + BM - 1) / BM, tiles_n = (product_cols + BN - 1) / BN;
-    p->order = TileOrder{static_cast<int32_t>((tiles_m + g.cluster_m - 1) / g.cluster_m),
-                         static_cast<int32_t>((tiles_n + g.cluster_n - 1) / g.cluster_n),
+    p->order = TileOrder{static_cast<int32_t>(cluster_tiles_1d(g.m, BM, g.cluster_m)),
+                         static_cast<int32_t>(cluster_tiles_1d(product_cols, BN, g.cluster_n)),
                          g.cluster_m, g.cluster_n, g.group_size, g.raster_n};
     const StreamKPlan& s = g.plan;
     const int64_t tiles = int64_t(p->order.ctiles_m) * p->order.ctiles_n * g.batch;
