@@ -4,14 +4,14 @@ XLA decodes a custom call's operands before the handler runs: the CUDA stream, t
 the attributes (GemmAttrs in ffi/gemm/gemm_call.h, by name and type). Registered for the CPU
 platform, a GEMM handler can only fail to get its CUDA stream (operand 0); every attribute the
 lowering passes (primitive.call_attrs) must decode. A renamed, missing or mistyped attribute
-shows up as another bad operand here, before it would on a GPU.
+shows up here, before it would on a GPU: as another bad operand (jax 0.10), or as a crash of
+XLA's struct decoding (jax 0.11 segfaults on it, which is why no test feeds it a bad one on purpose).
 """
 
 import re
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from jax_hopper import GemmConfig, _ffi
@@ -29,7 +29,13 @@ def registered_on_cpu():
 
 
 def _undecoded(family, attrs, out_cols):
-    """The operand indices XLA could not decode for a call with `attrs`."""
+    """The operand indices XLA could not decode for a call with `attrs`, run on the CPU device
+    (on a GPU machine the default device would run the real CUDA handler instead)."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        return _undecoded_on_default_device(family, attrs, out_cols)
+
+
+def _undecoded_on_default_device(family, attrs, out_cols):
     a = jnp.ones((1, 256, 128), jnp.bfloat16)
     b = jnp.ones((128, 2, out_cols) if family == "glu" else (1, 128, out_cols), jnp.bfloat16)
     call = jax.ffi.ffi_call(f"jax_hopper_gemm_{family}",
@@ -52,13 +58,3 @@ def test_the_lowering_s_attributes_decode(family):
     attrs = call_attrs(kernel, config, plan, activation=4, alpha=0.5, beta=1.0)
     assert _undecoded(family, attrs, 128) == [0]  # only the CUDA stream, absent on a CPU
 
-
-def test_a_mistyped_or_missing_attribute_does_not_decode():
-    config = GemmConfig()
-    kernel = config.kernel("matmul", "bfloat16", False, True)
-    plan = config.plan(kernel, 1, 256, 128, 128, 132)
-    plan.pop("workspace_bytes")
-    attrs = call_attrs(kernel, config, plan, activation=0, alpha=1.0, beta=1.0)
-    assert _undecoded("matmul", {**attrs, "beta": np.int64(1)}, 128) != [0]
-    del attrs["raster_n"]
-    assert _undecoded("matmul", attrs, 128) != [0]
