@@ -64,6 +64,7 @@ def main():
     parser.add_argument("--epilogue-cases", nargs="*", default=list(bench_epilogue.CASES),
                         choices=list(bench_epilogue.CASES))
     args = parser.parse_args()
+    timing.require_kernels(jax_hopper, jax_hopper_base)
     key = jax.random.key(0)
     rows, wrong = [], False
     for i, (name, (shape, variants, reference)) in enumerate(cases(args.shapes, args.epilogue_cases).items()):

@@ -111,6 +111,7 @@ def main():
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     args = parser.parse_args()
+    timing.require_kernels(jax_hopper)
     key = jax.random.key(0)
     results = [bench_case(c, jax.random.fold_in(key, i), args.reps)
                for i, c in enumerate(args.cases)]

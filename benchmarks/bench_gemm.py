@@ -133,6 +133,10 @@ def hopper_variants(configs: list[dict]) -> tuple[dict, dict]:
         import jax_hopper
     except Exception as e:  # noqa: BLE001
         return {}, {name: f"import jax_hopper failed: {e!r}" for name in names}
+    if jax.default_backend() == "gpu" and not jax_hopper._ffi.kernels_available():
+        why = ("jax_hopper's kernels are not available (no Hopper GPU, or the extension is not "
+               "built): hopper_matmul would time the XLA reference")
+        return {}, {name: why for name in names}
     variants = {"hopper": jax_hopper.hopper_matmul}
     skipped = {}
     for name, fields in zip(names[1:], configs, strict=True):

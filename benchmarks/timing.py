@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+import sys
 import time
 
 import jax
@@ -146,6 +147,15 @@ def rel_fro_error(out, ref):
 
 def tflops(m: int, n: int, k: int, seconds: float) -> float:
     return 2.0 * m * n * k / seconds / 1e12
+
+
+def require_kernels(*modules) -> None:
+    """Exits unless each jax_hopper build in `modules` runs its kernels on this machine: without
+    them every op lowers to its XLA reference, and a table of it would pass for the kernels."""
+    for mod in modules:
+        if not (mod._ffi.hopper_devices() and mod._ffi.register_targets()):
+            sys.exit(f"{mod.__name__}: no Hopper GPU, or the extension is not built; "
+                     "refusing to time the XLA reference as the kernels")
 
 
 def geomean(xs) -> float:

@@ -60,6 +60,7 @@ NB_MODULE(_jax_hopper, m) {
       d["name"] = k->name;
       d["family"] = static_cast<int>(k->family);
       d["dtype"] = static_cast<int>(k->dtype);
+      d["schedule"] = static_cast<int>(k->schedule);
       d["block_m"] = k->block_m;
       d["block_n"] = k->block_n;
       d["block_k"] = k->block_k;

@@ -52,6 +52,11 @@ def resident_clusters(kernel: str, cluster_size: int) -> int:
     return extension().gemm_resident_clusters(kernel, cluster_size, device.local_hardware_id)
 
 
+def kernels_available() -> bool:
+    """True when calls run jax_hopper's kernels: a Hopper GPU and the built extension."""
+    return bool(hopper_devices()) and register_targets()
+
+
 def hopper_devices() -> list[jax.Device]:
     try:
         return [d for d in jax.devices("gpu") if is_hopper(d)]

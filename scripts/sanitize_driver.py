@@ -81,9 +81,8 @@ class GemmCase:
         if self.tile is None:
             return None
         t = self.tile
-        return GemmConfig(block_m=t.block_m, block_n=t.block_n, block_k=t.block_k,
-                          stages=t.stages, cluster_m=self.cluster[0], cluster_n=self.cluster[1],
-                          raster=self.raster, group_size=3)
+        return GemmConfig.for_tile(t, cluster_m=self.cluster[0], cluster_n=self.cluster[1],
+                                   raster=self.raster, group_size=3)
 
     def label(self) -> str:
         tile = self.tile.tag if self.tile is not None else "auto"
@@ -154,6 +153,10 @@ def gemm_groups(quick: bool) -> list[list[GemmCase]]:
         # Small M: every tile split into 2 equal pieces of 32 k-blocks (64 tiles of 128 x 128).
         GemmCase(256, 4096, 4096, tile=square),
     ])
+    # Ping-pong: 18 x 18 tiles of 128 x 128 (36 x 9 of 64 x 256), 162 2-CTA cluster tiles on
+    # 66 clusters: each takes 2-3, so both consumer warpgroups run and alternate.
+    groups.append([GemmCase(2300, 2200, 200, tile=t, cluster=(2, 1), bias=True, residual=True,
+                            activation="relu") for t in tiles if t.schedule == "pingpong"])
     return groups
 
 

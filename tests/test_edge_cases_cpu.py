@@ -319,9 +319,10 @@ def _bad(kw):
     (dict(activation="gelu_erf"), r"^activation='gelu_erf' must be one of None, 'relu'"),
     # configs
     (dict(config="128x256"), r"^config must be a GemmConfig, got str"),
-    (dict(config=GemmConfig(block_m=64)), r"^config: \(block_m, block_n, block_k, stages\) = "
-                                          r"\(64, 256, 64, 4\) is not compiled; compiled tile "
-                                          r"shapes: 128x256x64_s4, 128x192x64_s4, 128x128x64_s6"),
+    (dict(config=GemmConfig(block_m=64)),
+     r"^config: \(block_m, block_n, block_k, stages, schedule\) = \(64, 256, 64, 4, "
+     r"'cooperative'\) is not compiled; compiled tile shapes: 128x256x64_s4, 128x192x64_s4, "
+     r"128x128x64_s6, 128x128x64_s6_pp, 64x256x64_s4_pp"),
     (dict(config=GemmConfig(cluster_m=2, cluster_n=2)), r"^config: cluster"),
     (dict(config=GemmConfig(cluster_m=4)), r"^config: cluster .* = \(4, 1\) must be one of"),
     (dict(config=GemmConfig(raster="hilbert")), r"^config: raster='hilbert'"),
@@ -346,7 +347,8 @@ def test_a_tile_that_is_not_compiled_is_refused_by_name():
     # compiled kernel over the shared-memory limit is a build error: a static_assert in
     # cuda/gemm/kernel.cuh against the catalog's limit).
     cfg = GemmConfig(block_m=256, block_n=256, block_k=64, stages=4)
-    with pytest.raises(ValueError, match=r"^config: .* = \(256, 256, 64, 4\) is not compiled"):
+    with pytest.raises(ValueError,
+                       match=r"^config: .* = \(256, 256, 64, 4, 'cooperative'\) is not compiled"):
         cfg.validate("bfloat16", False, True)
     ring = 4 * (256 + 256) * 64 * 2
     with pytest.raises(ValueError, match=rf"^nbytes: {ring} bytes of shared memory "

@@ -77,13 +77,41 @@ def test_unaligned_m_with_k_major_a(rng, m):
 @pytest.mark.parametrize("cluster", catalog.CLUSTER_SHAPES, ids=str)
 @pytest.mark.parametrize("raster", catalog.RASTERS)
 def test_every_config(rng, tile, cluster, raster):
-    cfg = GemmConfig(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
-                     stages=tile.stages, cluster_m=cluster[0], cluster_n=cluster[1],
-                     raster=raster, group_size=3)
+    cfg = GemmConfig.for_tile(tile, cluster_m=cluster[0], cluster_n=cluster[1],
+                              raster=raster, group_size=3)
     # 5 x 3 tiles of 128 x 256 with a k tail: odd tile counts leave a cluster's second tile
     # outside the output, which must be clipped.
     _check(rng, 600, 712, 456, config=cfg)
     _check(rng, 600, 700, 456, config=cfg, transpose_a=True, transpose_b=True, dtype="float16")
+
+
+PINGPONG = [t for t in catalog.TILE_SHAPES if t.schedule == "pingpong"]
+
+
+# Ping-pong: the consumer warpgroups alternate over a cluster's tiles, so a cluster must get
+# several. 2296 x 2200 is 18 x 18 tiles of 128 x 128 (324; 162 2-CTA cluster tiles), or 36 x 9
+# of 64 x 256: on 132 SMs every cluster gets 2-3 tiles, some an odd count (warpgroup 0 one
+# more than warpgroup 1), and the last row and column of tiles are partial; K = 456 leaves a
+# k tail. (M and N stay multiples of 8: they are row pitches when transposed.)
+@pytest.mark.parametrize("tile", PINGPONG, ids=lambda t: t.tag)
+@pytest.mark.parametrize("cluster", catalog.CLUSTER_SHAPES, ids=str)
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS)
+def test_pingpong_alternates_tiles(rng, tile, cluster, transpose_a, transpose_b):
+    cfg = GemmConfig.for_tile(tile, cluster_m=cluster[0], cluster_n=cluster[1], group_size=5)
+    _check(rng, 2296, 2200, 456, config=cfg, transpose_a=transpose_a, transpose_b=transpose_b)
+
+
+@pytest.mark.parametrize("tile", PINGPONG, ids=lambda t: t.tag)
+def test_pingpong_epilogue_and_batch(rng, tile):
+    # Many tiles per cluster (3 x 10 x 9 = 270 of 128 x 128), each warpgroup's epilogue with
+    # bias, residual and an activation while the other runs its mainloop; one long K (64
+    # k-blocks, more laps of the ring per tile than stages) so the warpgroups' pipeline
+    # positions must skip correctly.
+    cfg = GemmConfig.for_tile(tile, cluster_m=2)
+    m, n, k = 1200, 1104, 4096
+    _check(rng, m, n, k, batch=(3,), config=cfg, out_dtype="float32", activation="gelu",
+           alpha=0.5, beta=-1.5, bias=random_operand(rng, (n,), "float32"),
+           residual=random_operand(rng, (3, m, n), "float32"))
 
 
 @pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)

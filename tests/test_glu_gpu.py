@@ -55,13 +55,14 @@ def test_edge_shapes(rng, rows, f, k):
     _check(rng, rows, f, k)
 
 
-@pytest.mark.parametrize("tile", catalog.FAMILIES["glu"].tiles, ids=lambda t: t.tag)
+@pytest.mark.parametrize("tile,stream_k", [
+    (t, sk) for t in catalog.FAMILIES["glu"].tiles
+    for sk in ((False, True) if catalog.SCHEDULES[t.schedule].stream_k else (False,))],
+    ids=lambda x: x.tag if isinstance(x, catalog.TileShape) else f"stream_k={x}")
 @pytest.mark.parametrize("cluster", catalog.CLUSTER_SHAPES)
-@pytest.mark.parametrize("stream_k", [False, True])
 def test_every_config(rng, tile, cluster, stream_k):
-    cfg = GemmConfig(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
-                     stages=tile.stages, cluster_m=cluster[0], cluster_n=cluster[1],
-                     stream_k=stream_k)
+    cfg = GemmConfig.for_tile(tile, cluster_m=cluster[0], cluster_n=cluster[1],
+                              stream_k=stream_k)
     _check(rng, 1100, 1352, 1000, config=cfg)
 
 

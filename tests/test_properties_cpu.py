@@ -5,6 +5,7 @@ ValueError exactly when the oracle finds a violation, with a message naming an o
 before anything is launched, and must return the right result when nothing is violated.
 """
 
+import dataclasses
 import re
 import warnings
 from contextlib import contextmanager
@@ -55,13 +56,12 @@ def valid_configs(draw):
     tile = draw(compiled_tiles)
     cm, cn = draw(st.sampled_from(catalog.CLUSTER_SHAPES))
     a_mn, b_mn = draw(st.booleans()), draw(st.booleans())
-    cfg = GemmConfig(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
-                     stages=tile.stages, cluster_m=cm, cluster_n=cn,
-                     raster=draw(st.sampled_from(catalog.RASTERS)),
-                     group_size=draw(st.integers(1, 1024)),
-                     swizzle=draw(st.sampled_from(catalog.SWIZZLES)),
-                     a_mn_major=draw(st.sampled_from([None, a_mn])),
-                     b_mn_major=draw(st.sampled_from([None, b_mn])))
+    cfg = GemmConfig.for_tile(tile, cluster_m=cm, cluster_n=cn,
+                              raster=draw(st.sampled_from(catalog.RASTERS)),
+                              group_size=draw(st.integers(1, 1024)),
+                              swizzle=draw(st.sampled_from(catalog.SWIZZLES)),
+                              a_mn_major=draw(st.sampled_from([None, a_mn])),
+                              b_mn_major=draw(st.sampled_from([None, b_mn])))
     return cfg, draw(input_dtypes), a_mn, b_mn
 
 
@@ -80,14 +80,32 @@ tile_sizes = st.sampled_from([0, 1, 32, 64, 96, 128, 192, 256, 512])
 def broken_configs(draw):
     """A valid config with one field broken; returns (config, dtype, a_mn, b_mn, message regex)."""
     cfg, dtype, a_mn, b_mn = draw(valid_configs())
-    field = draw(st.sampled_from(["tile", "cluster", "raster", "group_size", "swizzle", "dtype",
-                                  "a_mn_major", "b_mn_major"]))
+    field = draw(st.sampled_from(["tile", "schedule", "cluster", "raster", "group_size",
+                                  "swizzle", "dtype", "a_mn_major", "b_mn_major"]))
     if field == "tile":
         tile = (draw(tile_sizes), draw(tile_sizes), draw(tile_sizes), draw(st.integers(0, 9)))
         assume(tile not in COMPILED)
         cfg = GemmConfig(*tile, cluster_m=cfg.cluster_m, cluster_n=cfg.cluster_n)
-        return cfg, dtype, a_mn, b_mn, r"^config: \(block_m, block_n, block_k, stages\) = .* " \
-                                       r"is not compiled"
+        return cfg, dtype, a_mn, b_mn, r"^config: \(block_m, block_n, block_k, stages, " \
+                                       r"schedule\) = .* is not compiled"
+    if field == "schedule":
+        # An unknown schedule; a known one at a tile it is not compiled for; or stream-K
+        # under a schedule that computes whole tiles.
+        case = draw(st.sampled_from(["unknown", "tile", "stream_k"]))
+        if case == "unknown":
+            name = draw(st.text(max_size=12))
+            assume(name not in catalog.SCHEDULES)
+            return GemmConfig(schedule=name), dtype, a_mn, b_mn, r"^config: schedule="
+        whole = [s for s, d in catalog.SCHEDULES.items() if not d.stream_k]
+        name = draw(st.sampled_from(whole))
+        if case == "tile":
+            tile = draw(st.sampled_from([t for t in catalog.TILE_SHAPES if t.schedule != name]))
+            assume(dataclasses.replace(tile, schedule=name) not in catalog.TILE_SHAPES)
+            return (GemmConfig.for_tile(dataclasses.replace(tile, schedule=name)), dtype, a_mn,
+                    b_mn, r"^config: \(block_m, .* is not compiled")
+        cfg = GemmConfig.for_tile(draw(st.sampled_from(
+            [t for t in catalog.TILE_SHAPES if t.schedule == name])), stream_k=True)
+        return cfg, dtype, a_mn, b_mn, r"^config: stream_k=True needs a schedule"
     if field == "cluster":
         cluster = (draw(st.integers(0, 4)), draw(st.integers(0, 4)))
         assume(cluster not in catalog.CLUSTER_SHAPES)

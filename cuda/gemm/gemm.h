@@ -58,6 +58,7 @@ struct GemmKernelInfo {
   const char* name;
   GemmFamily family;
   DType dtype;
+  GemmSchedule schedule;
   int32_t block_m, block_n, block_k, stages;
   bool a_mn_major, b_mn_major;
   int32_t smem_bytes;
@@ -83,7 +84,9 @@ inline StreamKPlan gemm_plan(const GemmKernelInfo& kernel, int64_t batch, int64_
                                 cluster_tiles_1d(kernel.product_cols(n), kernel.block_n, cluster_n) *
                                 batch;
   const int32_t k_blocks = static_cast<int32_t>((k + kernel.block_k - 1) / kernel.block_k);
-  return plan_stream_k(cluster_tiles, k_blocks, resident, stream_k ? resident : 0);
+  // A kernel without a workspace slot (PersistentScheduler) computes every tile whole.
+  const bool split = stream_k && kernel.slot_bytes > 0;
+  return plan_stream_k(cluster_tiles, k_blocks, resident, split ? resident : 0);
 }
 
 inline int64_t plan_workspace_bytes(const GemmKernelInfo& kernel, const StreamKPlan& plan,

@@ -21,6 +21,9 @@ class GemmConfig:
     and their pieces summed in fp32 through a workspace (cuda/gemm/scheduler/stream_k_plan.h); with fewer tiles than
     clusters every tile is split into equal pieces (split-K) where K is long enough; without it
     every tile is computed whole by one cluster.
+    `schedule` is how the two consumer warpgroups share the tiles: "cooperative" (both on each
+    tile) or "pingpong" (alternate tiles, one's epilogue under the other's mainloop; whole
+    tiles only, so stream_k=False); jax_hopper.kernels.catalog.SCHEDULES.
     """
 
     block_m: int = 128
@@ -33,23 +36,37 @@ class GemmConfig:
     group_size: int = 16
     swizzle: str = "128B"
     stream_k: bool = True
+    schedule: str = "cooperative"
     a_mn_major: bool | None = None
     b_mn_major: bool | None = None
 
+    @classmethod
+    def for_tile(cls, tile: catalog.TileShape, **fields) -> "GemmConfig":
+        """The config that runs compiled tile `tile` (stream_k as its schedule allows, unless
+        given) with the other `fields`."""
+        fields.setdefault("stream_k", catalog.SCHEDULES[tile.schedule].stream_k)
+        return cls(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
+                   stages=tile.stages, schedule=tile.schedule, **fields)
+
     @property
     def tile(self) -> catalog.TileShape:
-        return catalog.TileShape(self.block_m, self.block_n, self.block_k, self.stages)
+        return catalog.TileShape(self.block_m, self.block_n, self.block_k, self.stages,
+                                 self.schedule)
 
     def validate(self, dtype: str, a_mn_major: bool, b_mn_major: bool,
                  family: str = "matmul") -> None:
         """Raises ValueError naming the field and the rule when no compiled kernel of `family`
         (jax_hopper.kernels.catalog.FAMILIES) runs this."""
+        if self.schedule not in catalog.SCHEDULES:
+            raise ValueError(f"config: schedule={self.schedule!r} must be one of "
+                             f"{tuple(catalog.SCHEDULES)}")
         compiled = catalog.FAMILIES[family].tiles
         if self.tile not in compiled:
             listed = ", ".join(t.tag for t in compiled)
             raise ValueError(
-                f"config: (block_m, block_n, block_k, stages) = ({self.block_m}, {self.block_n}, "
-                f"{self.block_k}, {self.stages}) is not compiled"
+                f"config: (block_m, block_n, block_k, stages, schedule) = ({self.block_m}, "
+                f"{self.block_n}, {self.block_k}, {self.stages}, {self.schedule!r}) is not "
+                "compiled"
                 f"{'' if family == 'matmul' else ' for ' + catalog.FAMILIES[family].what}; "
                 "compiled tile shapes: "
                 f"{listed}")
@@ -62,6 +79,10 @@ class GemmConfig:
             raise ValueError(f"config: group_size={self.group_size!r} must be an int in 1..1024")
         if not isinstance(self.stream_k, bool):
             raise ValueError(f"config: stream_k={self.stream_k!r} must be a bool")
+        if self.stream_k and not catalog.SCHEDULES[self.schedule].stream_k:
+            raise ValueError(f"config: stream_k=True needs a schedule that splits tiles; "
+                             f"schedule={self.schedule!r} computes every tile whole (set "
+                             "stream_k=False)")
         if self.swizzle not in catalog.SWIZZLES:
             raise ValueError(f"config: swizzle={self.swizzle!r}; compiled kernels use "
                              f"{catalog.SWIZZLES} (one 128-byte row of 16-bit elements per "

@@ -32,14 +32,26 @@ def split_k_pays(m: int, n: int, batch: int, block_m: int, block_n: int) -> bool
 # 0.76 at 2048x4096x4096 and 0.73 at 1024x4096x14336, whole waves of each
 # (gemm_h100_20261122_tiles_m1024.log); 128x192 0.91-0.93 on 8192^3, 8192x12288x4096 and
 # 6144x6144x4096, 2-CTA clusters for both (gemm_h100_20261122_tile192_large.log).
-TILE_EFFICIENCY = {(128, 256): 1.0, (128, 192): 0.92, (128, 128): 0.75}
+# Keyed (block_m, block_n, schedule); the heuristic chooses among the tiles listed here.
+# The ping-pong tiles are not. On 10 shapes from 512 x 4096 x 4096 to 8192 x 28672 x 4096
+# (bf16, H100, 2026-11-23, gemm_h100_20261123_pingpong.json) the best of them, 128 x 128 in
+# 2-CTA clusters, ran at 0.73-0.87 of the best cooperative 128 x 256 config (532-576 vs
+# 636-696 TFLOP/s on the six large shapes), 64 x 256 at 0.75-0.83 in 2-CTA clusters; only at
+# 512 x 4096 x 4096 did 128 x 128 ping-pong edge past the heuristic's choice (408 vs 399).
+# Against cooperative 128 x 128 itself ping-pong was within -6%..+9%
+# (gemm_h100_20261123_pingpong128.json). Not profiled yet; a likely limit is the operand
+# bytes each tile loads per FLOP (1.33x those of 128 x 256 for 128 x 128, 1.67x for
+# 64 x 256), which an overlapped epilogue cannot buy back. They stay opt-in
+# (GemmConfig(schedule="pingpong")).
+TILE_EFFICIENCY = {(128, 256, "cooperative"): 1.0, (128, 192, "cooperative"): 0.92,
+                   (128, 128, "cooperative"): 0.75}
 
 
 def wave_cost(m: int, n: int, batch: int, tile: catalog.TileShape, num_sms: int) -> float:
     """Relative run time of whole tiles in waves: waves x tile area / the tile's efficiency."""
     tiles = math.ceil(m / tile.block_m) * math.ceil(n / tile.block_n) * batch
     return (math.ceil(tiles / num_sms) * tile.block_m * tile.block_n /
-            TILE_EFFICIENCY[tile.block_m, tile.block_n])
+            TILE_EFFICIENCY[tile.block_m, tile.block_n, tile.schedule])
 
 
 def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_NUM_SMS,
@@ -65,13 +77,14 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
     (H100, 2026-11-22, benchmarks/results/gemm_group_clusters_h100_20261122_*): DRAM traffic
     is not what limits these shapes.
     """
+    tiles = [t for t in tiles if (t.block_m, t.block_n, t.schedule) in TILE_EFFICIENCY]
     tile = min(tiles, key=lambda t: (wave_cost(m, n, batch, t, num_sms), -t.block_n))
     tiles_m = math.ceil(m / tile.block_m)
     count = tiles_m * math.ceil(n / tile.block_n) * batch
     long_k = math.ceil(k / tile.block_k) >= 64
     cluster_m = 2 if tiles_m >= 2 and (count >= 2 * num_sms or (count <= num_sms and long_k)) \
         else 1
-    stream_k = count >= num_sms or split_k_pays(m, n, batch, tile.block_m, tile.block_n)
-    return GemmConfig(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
-                      stages=tile.stages, cluster_m=cluster_m, cluster_n=1, raster="m",
-                      stream_k=stream_k)
+    stream_k = catalog.SCHEDULES[tile.schedule].stream_k and (
+        count >= num_sms or split_k_pays(m, n, batch, tile.block_m, tile.block_n))
+    return GemmConfig.for_tile(tile, cluster_m=cluster_m, cluster_n=1, raster="m",
+                               stream_k=stream_k)

@@ -173,7 +173,12 @@ hopper_gemm_p.def_impl(lambda *args, **params: _jitted_bind(freeze(params))(*arg
 hopper_gemm_p.def_abstract_eval(_abstract_eval)
 _reference_lowering = mlir.lower_fun(reference, multiple_results=False)
 mlir.register_lowering(hopper_gemm_p, _reference_lowering, platform="cpu")
-# A CUDA machine without a Hopper GPU (or without the built extension) runs the reference too.
+# A CUDA machine without a Hopper GPU (or without the built extension) runs the reference too;
+# on a Hopper GPU that is a missing build, which must not pass for the kernels unnoticed.
+if _ffi.hopper_devices() and not _ffi.register_targets():
+    warnings.warn("jax_hopper: a Hopper GPU is present but the compiled extension did not "
+                  "import, so every op runs its XLA reference; install the package with "
+                  "`pip install .`", stacklevel=2)
 mlir.register_lowering(hopper_gemm_p,
-                       _cuda_lowering if _ffi.hopper_devices() and _ffi.register_targets()
-                       else _reference_lowering, platform="cuda")
+                       _cuda_lowering if _ffi.kernels_available() else _reference_lowering,
+                       platform="cuda")

@@ -7,9 +7,10 @@ the same numbers from here, and a test checks the built extension reports exactl
 Pure Python with no package imports, so the build can run it before anything is installed.
 
 A kernel is composed of three policies (cuda/gemm/kernel.cuh): a tile scheduler, a mainloop
-(how a k-block is loaded and multiplied) and an epilogue (what happens to the accumulators). A
-*family* names one mainloop and one epilogue; adding a family is a policy file plus an entry in
-FAMILIES (docs/architecture.md, "Adding a kernel family").
+(how a k-block is loaded and multiplied) and an epilogue (what happens to the accumulators),
+run under a consumer schedule (cooperative or ping-pong, SCHEDULES). A *family* names one
+mainloop and one epilogue; adding a family is a policy file plus an entry in FAMILIES
+(docs/architecture.md, "Adding a kernel family").
 """
 
 from __future__ import annotations
@@ -46,23 +47,49 @@ ACTIVATION_CODES = {name: code for code, (name, _) in enumerate(ACTIVATIONS)}
 
 
 @dataclasses.dataclass(frozen=True)
+class Schedule:
+    """How the two consumer warpgroups share the tiles (cuda/gemm/schedule/)."""
+    cpp: str               # the C++ schedule type; the GemmSchedule enumerator is k<cpp>
+    tile_warpgroups: int   # consumer warpgroups per tile (the mainloop's TILE_WARPGROUPS)
+    scheduler: str         # the tile scheduler it runs with (cuda/gemm/scheduler/)
+    stream_k: bool         # whether that scheduler can split tiles (GemmConfig.stream_k)
+    suffix: str            # of tile tags and kernel names
+
+
+# cooperative: both warpgroups on every tile, 64 rows each; stream-K splits the last wave.
+# pingpong: alternate tiles, whole tiles each, one warpgroup's epilogue under the other's
+# mainloop; a warpgroup then holds the whole tile's accumulators (128 x BN / 128 threads), so
+# only BN <= 128 fits its registers, and with the stream-K fix-up inlined as well the kernel
+# spilled (28 bytes, CUDA 13.0): ping-pong computes whole tiles (PersistentScheduler).
+SCHEDULES = {
+    "cooperative": Schedule("CooperativeSchedule", 2, "StreamKScheduler<{bm}, {bn}>", True, ""),
+    "pingpong": Schedule("PingPongSchedule", 1, "PersistentScheduler<{bm}, {bn}>", False, "_pp"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
 class TileShape:
     block_m: int
     block_n: int
     block_k: int
     stages: int
+    schedule: str = "cooperative"
 
     @property
     def tag(self) -> str:
-        return f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.stages}"
+        return (f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.stages}"
+                f"{SCHEDULES[self.schedule].suffix}")
 
 
 # 128 x 256 (two consumer warpgroups of m64n256) is the large-problem tile; 128 x 192 and
 # 128 x 128 give 4/3 and twice the tiles for problems whose large tiles would leave SMs idle
-# (the heuristic weighs waves against each tile's speed). Stages fill the 227 KB budget (each
-# kernel's static_assert checks the sum of its policies' shared memory against the limit).
+# (the heuristic weighs waves against each tile's speed). Ping-pong: 128 x 128 (two m64n128
+# wgmmas per k16 step, each reading B) and 64 x 256 (one m64n256: the shared-memory reads per
+# FLOP of cooperative 128 x 256). Stages fill the 227 KB budget (each kernel's static_assert
+# checks the sum of its policies' shared memory against the limit).
 TILE_SHAPES = (TileShape(128, 256, 64, 4), TileShape(128, 192, 64, 4),
-               TileShape(128, 128, 64, 6))
+               TileShape(128, 128, 64, 6), TileShape(128, 128, 64, 6, "pingpong"),
+               TileShape(64, 256, 64, 4, "pingpong"))
 # (A MN-major, B MN-major): A as (M,K) is K-major, as (K,M) MN-major; B as (N,K) is K-major,
 # as (K,N) MN-major.
 OPERAND_MAJORS = tuple(itertools.product((False, True), repeat=2))
@@ -75,33 +102,33 @@ SWIZZLES = ("128B",)
 class Family:
     """A GEMM kernel family: the policies it composes and the shapes it is compiled for.
 
-    mainloop, epilogue, scheduler: C++ templates (cuda/gemm/); `{...}` fields are filled per
-    instance (dtype, bm, bn, bk, stages, a_mn, b_mn).
+    mainloop, epilogue: C++ templates (cuda/gemm/); `{...}` fields are filled per instance
+    (dtype, bm, bn, bk, stages, tile_wgs, a_mn, b_mn). The tile scheduler comes with the
+    tile's schedule (SCHEDULES).
     """
     name: str
     cpp: str                       # GemmFamily enumerator
     mainloop: str
     epilogue: str
-    scheduler: str
     tiles: tuple[TileShape, ...]
     majors: tuple[tuple[bool, bool], ...]
     suffix: str                    # of kernel names
     what: str                      # in messages: "... is not compiled for <what>"
 
 
-_SS16 = "MainloopSS16<DType::{dtype}, {bm}, {bn}, {bk}, {stages}, OperandLoad<{a_mn}>, {b_load}>"
-_SCHEDULER = "StreamKScheduler<{bm}, {bn}>"
+_SS16 = ("MainloopSS16<DType::{dtype}, {bm}, {bn}, {bk}, {stages}, {tile_wgs}, "
+         "OperandLoad<{a_mn}>, {b_load}>")
 
 FAMILIES = {
     # hopper_matmul: any operand majors, linear epilogue (alpha, bias, activation, residual).
     "matmul": Family("matmul", "kMatmul", _SS16.replace("{b_load}", "OperandLoad<{b_mn}>"),
-                     "TmaStoreEpilogue<{bn}, LinearOps>", _SCHEDULER, TILE_SHAPES,
+                     "TmaStoreEpilogue<{bn}, LinearOps>", TILE_SHAPES,
                      OPERAND_MAJORS, "", "hopper_matmul"),
     # hopper_glu: x (M, K) K-major, the (K, 2, F) weight MN-major and loaded as gate and up
     # columns side by side (GatedWeightLoad); the epilogue writes act(gate) * up, half the
     # tile's width, so only tiles whose half width is whole 64-column boxes.
     "glu": Family("glu", "kGlu", _SS16.replace("{b_load}", "GatedWeightLoad"),
-                  "TmaStoreEpilogue<{bn}, GatedOps>", _SCHEDULER,
+                  "TmaStoreEpilogue<{bn}, GatedOps>",
                   tuple(t for t in TILE_SHAPES if t.block_n % 128 == 0), ((False, True),),
                   "_glu", "the gated unit"),
 }
@@ -123,13 +150,14 @@ class KernelInstance:
                 f"{FAMILIES[self.family].suffix}")
 
     def policies(self) -> dict[str, str]:
-        """The family's C++ policy types for this instance."""
+        """The family's C++ policy types for this instance, and its schedule's."""
         fam, t = FAMILIES[self.family], self.tile
+        sched = SCHEDULES[t.schedule]
         fields = dict(dtype=DTYPES[self.dtype].cpp, bm=t.block_m, bn=t.block_n, bk=t.block_k,
-                      stages=t.stages, a_mn=str(self.a_mn_major).lower(),
-                      b_mn=str(self.b_mn_major).lower())
-        return {part: getattr(fam, part).format(**fields)
-                for part in ("mainloop", "epilogue", "scheduler")}
+                      stages=t.stages, tile_wgs=sched.tile_warpgroups,
+                      a_mn=str(self.a_mn_major).lower(), b_mn=str(self.b_mn_major).lower())
+        return dict(mainloop=fam.mainloop.format(**fields), epilogue=fam.epilogue.format(**fields),
+                    scheduler=sched.scheduler.format(**fields), schedule=sched.cpp)
 
 
 def compiled_instances() -> tuple[KernelInstance, ...]:

@@ -30,13 +30,15 @@ def constants_header() -> str:
                       for d in catalog.DTYPES.values())
     acts = ", ".join(f"{cpp} = {code}" for code, (_, cpp) in enumerate(catalog.ACTIVATIONS))
     fams = ", ".join(f"{f.cpp} = {i}" for i, f in enumerate(catalog.FAMILIES.values()))
+    scheds = ", ".join(f"k{s.cpp} = {i}" for i, s in enumerate(catalog.SCHEDULES.values()))
     return (_HEADER + "#pragma once\n\n#include <cstdint>\n\nnamespace jax_hopper {\n\n"
             f"enum class DType : int32_t {{ {dtypes} }};\n"
             "constexpr int dtype_bytes(DType t) {\n  switch (t) {\n"
             f"{sizes}\n  }}\n  return 0;\n}}\n\n"
             f"enum class Activation : int32_t {{ {acts} }};\n"
             f"constexpr int64_t kActivationCount = {len(catalog.ACTIVATIONS)};\n\n"
-            f"enum class GemmFamily : int32_t {{ {fams} }};\n\n"
+            f"enum class GemmFamily : int32_t {{ {fams} }};\n"
+            f"enum class GemmSchedule : int32_t {{ {scheds} }};\n\n"
             f"constexpr int kSmemLimitBytes = {catalog.SMEM_LIMIT_BYTES};\n\n"
             "}  // namespace jax_hopper\n")
 
@@ -47,12 +49,14 @@ def instance_source(inst: catalog.KernelInstance) -> str:
     return (_HEADER + '#include "cuda/gemm/launch.cuh"\n\nnamespace jax_hopper {\n\n'
             f"using Kernel = GemmKernel<{pol['mainloop']},\n"
             f"                          {pol['epilogue']},\n"
-            f"                          {pol['scheduler']}>;\n"
+            f"                          {pol['scheduler']},\n"
+            f"                          {pol['schedule']}>;\n"
             f"static_assert(Kernel::Mainloop::BM == {t.block_m} && Kernel::Mainloop::BN == "
             f"{t.block_n} && Kernel::Mainloop::BK == {t.block_k} && Kernel::Mainloop::STAGES == "
             f"{t.stages}, \"catalog.py and the policies disagree\");\n\n"
             f"extern const GemmKernelInfo kGemmKernel_{inst.name} = gemm_kernel_info<Kernel>(\n"
             f'    "{inst.name}", GemmFamily::{fam.cpp}, DType::{catalog.DTYPES[inst.dtype].cpp},'
+            f" GemmSchedule::k{catalog.SCHEDULES[t.schedule].cpp},"
             f" {str(inst.a_mn_major).lower()}, {str(inst.b_mn_major).lower()});\n\n"
             "}  // namespace jax_hopper\n")
 

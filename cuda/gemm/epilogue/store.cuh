@@ -1,4 +1,4 @@
-// Epilogue policy: fp32 accumulators of one consumer warpgroup (a 64 x BN strip) -> the
+// Epilogue policy: fp32 accumulators of a 64 x BN strip of a consumer warpgroup -> the
 // family's ops in registers (Ops: linear.cuh, gated.cuh) -> + beta * residual -> out dtype ->
 // 128B-swizzled shared staging -> TMA store. bias is fp32 (the wrapper casts it); residual is in
 // the out dtype. The residual is loaded by TMA into the staging buffer, in the same swizzled
@@ -212,14 +212,14 @@ struct TmaStoreEpilogue {
     for (int wg = 0; wg < 2; ++wg) ptx::mbarrier_init(&s.residual_loaded[wg], 1);
   }
 
-  // Consumer warpgroup `wg`'s strip (rows row0 + 64 wg..) of tile `tc`, whose first row is
-  // row0; `barrier_id`: the warpgroup's named barrier.
+  // A 64-row strip of tile `tc` (output rows row0..) from consumer warpgroup `wg`, through its
+  // staging buffer and residual barrier; `barrier_id`: the warpgroup's named barrier.
   __device__ static void store(float* acc, const Params& p, const Shared& s, State& st,
                                const TileCoord& tc, int32_t row0, uint32_t wg,
                                uint32_t wg_thread, uint32_t barrier_id) {
     const int32_t col0 = tc.n_block * kOutCols;
     Ops::template apply<BN>(acc, p, col0, wg_thread);
-    const EpilogueTile t{row0 + static_cast<int32_t>(wg) * 64, col0, tc.batch,
+    const EpilogueTile t{row0, col0, tc.batch,
                          p.residual_batched ? tc.batch : 0};
     const EpilogueSync sync{s.staging + wg * kEpiBytesPerWarpgroup, &s.residual_loaded[wg],
                             &st.residual_phase, wg_thread, barrier_id};

@@ -1,6 +1,9 @@
 // Mainloop policy for 16-bit operands (bf16, fp16), both from shared memory ("SS"): the
-// producer's TMA loads of A and B tiles into a STAGES-deep ring, and each consumer warpgroup's
-// wgmma m64nBNk16 over its 64-row half of the 128 x BN tile, fp32 accumulators in registers.
+// producer's TMA loads of A and B tiles into a STAGES-deep ring, and a consumer warpgroup's
+// wgmma m64nBNk16 over its rows of the BM x BN tile, fp32 accumulators in registers.
+// TILE_WARPGROUPS consumer warpgroups share a tile (the kernel's consumer schedule): 2 in the
+// cooperative schedule (a 64-row slice each, one wgmma per k16 step), 1 in ping-pong (all BM
+// rows, BM / 64 wgmmas per k16 step on the same B descriptor).
 // Owns the ring (shared memory) and its barriers: full[s] counts the bytes in, empty[s] the
 // consumer warpgroups (of every CTA the stage is multicast into) out.
 // ALoad, BLoad (cuda/gemm/mainloop/operand_load.cuh): how each operand tile is addressed; the
@@ -24,14 +27,21 @@
 
 namespace jax_hopper {
 
-template <DType T, int BM_, int BN_, int BK_, int STAGES_, class ALoad, class BLoad>
+template <DType T, int BM_, int BN_, int BK_, int STAGES_, int TILE_WARPGROUPS, class ALoad,
+          class BLoad>
 struct MainloopSS16 {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_;
-  static_assert(BM == 128, "two consumer warpgroups of 64 rows each");
+  static_assert(TILE_WARPGROUPS == 1 || TILE_WARPGROUPS == 2, "one or two warpgroups per tile");
+  // Rows of the tile one consumer warpgroup computes, in 64-row wgmma slices (A is loaded in
+  // 64-row boxes).
+  static constexpr int kSlices = BM / 64 / TILE_WARPGROUPS;
+  static_assert(kSlices >= 1 && kSlices * 64 * TILE_WARPGROUPS == BM,
+                "each consumer warpgroup of a tile takes whole 64-row slices");
   static_assert(BK == kBoxElems, "one 128B swizzle row of 16-bit elements per k-block");
   static_assert(dtype_bytes(T) == 2, "16-bit operands");
   using Mma = ptx::WgmmaSS<BN, T, ALoad::kMnMajor ? 1 : 0, BLoad::kMnMajor ? 1 : 0>;
-  static constexpr int kAccRegs = Mma::kRegs;  // per consumer thread
+  static constexpr int kSliceRegs = Mma::kRegs;          // accumulators of one 64-row slice
+  static constexpr int kAccRegs = kSlices * kSliceRegs;  // per consumer thread
   static constexpr int kABytes = BM * BK * 2;
   static constexpr int kBBytes = BN * BK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
@@ -57,6 +67,12 @@ struct MainloopSS16 {
     __device__ void advance() {
       if (++stage == STAGES) { stage = 0; phase ^= 1; }
     }
+    // Past `n` k-blocks that another consumer warpgroup takes (ping-pong).
+    __device__ void skip(int32_t n) {
+      const int32_t s = stage + n;
+      phase ^= (s / STAGES) & 1;
+      stage = s % STAGES;
+    }
   };
 
   static std::string host_params(const GemmArgs& g, Params* p) {
@@ -78,8 +94,9 @@ struct MainloopSS16 {
     ptx::tma_prefetch_descriptor(&p.b);
     for (int i = 0; i < STAGES; ++i) {
       ptx::mbarrier_init(&s.full[i], 1);
-      // Every consumer warpgroup of every CTA the stage is multicast into must release it.
-      ptx::mbarrier_init(&s.empty[i], 2 * cluster_size);
+      // Every consumer warpgroup (of the tile) of every CTA the stage is multicast into must
+      // release it.
+      ptx::mbarrier_init(&s.empty[i], TILE_WARPGROUPS * cluster_size);
     }
   }
 
@@ -122,23 +139,31 @@ struct MainloopSS16 {
     }
   }
 
-  // Consumer warpgroup `wg` (rows 64 wg..): acc = its strip of the k-blocks [k_begin, k_end).
+  // The consumer warpgroup with rows [part * kSlices * 64, +kSlices * 64) of the tile: acc =
+  // those rows over the k-blocks [k_begin, k_end); slice i's accumulators at acc[i * kSliceRegs].
   __device__ static void mma(const Shared& s, Pipe& pipe, int32_t k_begin, int32_t k_end,
-                             uint32_t wg, uint32_t wg_thread, uint32_t cluster_size,
+                             uint32_t part, uint32_t wg_thread, uint32_t cluster_size,
                              float* acc) {
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
     int prev_stage = -1;
     for (int32_t kb = k_begin; kb < k_end; ++kb) {
       ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);
-      const uint8_t* a_tile = s.a + pipe.stage * kABytes + wg * kBoxBytes;
+      // The 64-row slices of A are whole boxes apart in both majors (K-major: 64 rows of 128 B;
+      // MN-major: the next box of 64 M-columns).
+      const uint8_t* a_tile = s.a + pipe.stage * kABytes + part * kSlices * kBoxBytes;
       const uint8_t* b_tile = s.b + pipe.stage * kBBytes;
 #pragma unroll
       for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
       ptx::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk)
-        Mma::mma(desc<ALoad::kMnMajor>(a_tile, kk), desc<BLoad::kMnMajor>(b_tile, kk), acc, 1);
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        const uint64_t b_desc = desc<BLoad::kMnMajor>(b_tile, kk);
+#pragma unroll
+        for (int i = 0; i < kSlices; ++i)
+          Mma::mma(desc<ALoad::kMnMajor>(a_tile + i * kBoxBytes, kk), b_desc,
+                   acc + i * kSliceRegs, 1);
+      }
       ptx::wgmma_commit_group();
       // NOTES: keep this k-block's wgmmas in flight while waiting for the previous one, so the
       // tensor cores never drain between k-blocks; its stage is free once that wait returns.

@@ -1,5 +1,5 @@
 // Tile scheduler policy: a persistent grid walking the work plan of stream_k_plan.h: whole tiles
-// round robin in the grouped tile order, then (where the plan splits) a stream-K or split-K
+// round robin in the grouped tile order (as PersistentScheduler, persistent.cuh), then (where the plan splits) a stream-K or split-K
 // range whose pieces meet as fp32 partials in a global workspace (fixup.cuh). A plan that
 // splits nothing (stream_k off, or a full last wave) is the plain persistent data-parallel
 // schedule: one compiled kernel serves both.
@@ -13,6 +13,7 @@
 
 #include "cuda/gemm/gemm.h"
 #include "cuda/gemm/scheduler/fixup.cuh"
+#include "cuda/gemm/scheduler/persistent.cuh"
 #include "cuda/gemm/scheduler/stream_k_plan.h"
 #include "cuda/gemm/scheduler/tile_order.cuh"
 
@@ -29,27 +30,17 @@ struct StreamKScheduler {
     Partials partials;
   };
 
+  using Persistent = PersistentScheduler<BM, BN>;
+
   // `product_cols`: the columns the tiles cover; `block_k`: k per k-block. Checks the plan it is
   // given (made by gemm_plan at lowering) against the problem and the workspace.
   static std::string host_params(const GemmArgs& g, int64_t product_cols, int block_k,
                                  Params* p) {
-    p->order = TileOrder{static_cast<int32_t>(cluster_tiles_1d(g.m, BM, g.cluster_m)),
-                         static_cast<int32_t>(cluster_tiles_1d(product_cols, BN, g.cluster_n)),
-                         g.cluster_m, g.cluster_n, g.group_size, g.raster_n};
+    p->order = Persistent::tile_order(g, product_cols);
     const StreamKPlan& s = g.plan;
-    const int64_t tiles = int64_t(p->order.ctiles_m) * p->order.ctiles_n * g.batch;
-    const int64_t csize = g.cluster_m * g.cluster_n;
-    const int64_t slots = int64_t(s.sk_clusters) * csize;
-    const bool fits =
-        s.grid_clusters >= 1 && s.k_blocks == (g.k + block_k - 1) / block_k && s.dp_tiles >= 0 &&
-        s.dp_tiles <= tiles && s.sk_clusters >= 0 && s.sk_clusters <= s.grid_clusters &&
-        (s.sk_clusters == 0
-             ? s.dp_tiles == tiles
-             : s.sk_extra >= 0 && s.sk_extra < s.sk_clusters && s.sk_quota >= 1 &&
-                   int64_t(s.sk_quota) * s.sk_clusters + s.sk_extra ==
-                       (tiles - s.dp_tiles) * s.k_blocks) &&
-        slots * kSlotBytes <= g.workspace_bytes;
-    if (!fits) return "the stream-K plan does not match the problem or its workspace";
+    const int64_t slots = int64_t(s.sk_clusters) * g.cluster_m * g.cluster_n;
+    if (!Persistent::plan_fits(s, p->order, g, block_k) || slots * kSlotBytes > g.workspace_bytes)
+      return "the stream-K plan does not match the problem or its workspace";
     p->plan = s;
     p->partials.tiles = static_cast<float*>(g.workspace);
     p->partials.ready = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(g.workspace) +
@@ -70,16 +61,11 @@ struct StreamKScheduler {
   // A split plan needs every cluster resident at once (pieces wait for each other).
   static bool needs_coresidency(const Params& p) { return p.plan.sk_clusters > 0; }
 
-  // A cluster's units in order (the plan is passed to each call, not kept: in the kernel it
-  // stays in the parameter bank instead of taking registers next to the accumulators).
-  struct Work {
-    WorkList list;
-    __device__ Work(const Params& p, int32_t cluster) : list(p.plan, cluster) {}
-    __device__ bool next(const Params& p, WorkUnit* u) { return list.next(p.plan, u); }
-  };
-
+  // The cluster's units and their tiles, as the persistent walk (the plan lists the split
+  // tail's pieces after the whole tiles).
+  using Work = typename Persistent::Work;
   __device__ static TileCoord coord(const Params& p, const WorkUnit& u, uint32_t rank) {
-    return tile_coord(p.order, u.tile, rank);
+    return Persistent::coord(p, u, rank);
   }
 
   // After a unit's mainloop: a later piece of a split tile publishes its partial (false: no
