@@ -153,6 +153,7 @@ def require_kernels(*modules) -> None:
     """Exits unless each jax_hopper build in `modules` runs its kernels on this machine: without
     them every op lowers to its XLA reference, and a table of it would pass for the kernels."""
     for mod in modules:
+        # (hopper_devices and register_targets: a baseline build may predate kernels_available)
         if not (mod._ffi.hopper_devices() and mod._ffi.register_targets()):
             sys.exit(f"{mod.__name__}: no Hopper GPU, or the extension is not built; "
                      "refusing to time the XLA reference as the kernels")

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_hopper import _ffi, hopper_matmul
+from jax_hopper import hopper_matmul, kernels_available
 
 
 def timed(f, *args, reps=20):
@@ -25,11 +25,11 @@ def timed(f, *args, reps=20):
 
 
 def main():
-    on_hopper = bool(_ffi.hopper_devices())
+    kernels = kernels_available()
     m, n, k = (int(x) for x in sys.argv[1:4]) if len(sys.argv) == 4 else (
-        (8192, 8192, 8192) if on_hopper else (512, 512, 512))
+        (8192, 8192, 8192) if kernels else (512, 512, 512))
     print(f"device: {jax.devices()[0].device_kind}"
-          + ("" if on_hopper else " (no Hopper GPU: running the reference lowering)"))
+          + ("" if kernels else f" ({kernels.reason}: running the reference lowering)"))
     ka, kb = jax.random.split(jax.random.key(0))
     a = jax.random.normal(ka, (m, k), jnp.float32).astype(jnp.bfloat16)
     b = jax.random.normal(kb, (k, n), jnp.float32).astype(jnp.bfloat16)

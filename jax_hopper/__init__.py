@@ -4,10 +4,12 @@
     y = jax.jit(hopper_matmul)(a, b)          # bf16/fp16 in, fp32 accumulation
     h = hopper_glu(x, w_gate_up)              # silu(x @ w[:, 0]) * (x @ w[:, 1]), fused
 
-On a machine without a Hopper GPU every op lowers to a pure-JAX reference with the same result.
+On a machine without a Hopper GPU (or in a package built without the CUDA toolkit) every op
+lowers to a pure-JAX reference with the same result; kernels_available() says which runs.
 """
 
 from jax_hopper import _ffi, layout
+from jax_hopper._ffi import KernelStatus, kernels_available
 from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.glu import hopper_glu
@@ -17,8 +19,10 @@ _ffi.register_targets()
 
 __all__ = [
     "GemmConfig",
+    "KernelStatus",
     "hopper_glu",
     "hopper_matmul",
+    "kernels_available",
     "layout",
     "tma_copy",
     "tma_multicast",

@@ -1,30 +1,75 @@
-"""Loads the compiled extension and registers its XLA FFI targets for the CUDA platform.
+"""Loads the compiled extension and registers its XLA FFI targets for the CUDA platform, and
+says whether the kernels run here (kernels_available).
 
-On a machine without a GPU the registration is queued by jax and never used: every op lowers to
-its pure-JAX reference on CPU. On a GPU platform, ops need the built extension.
+On a machine without a Hopper GPU, or in a package built without the CUDA toolkit (a pure-JAX
+install: CMakeLists.txt, JAX_HOPPER_KERNELS), every op lowers to its pure-JAX reference.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
 
 try:
+    from jax_hopper import _build_info  # written by CMakeLists.txt into the installed package
+except ImportError:
+    _build_info = None
+
+try:
     from jax_hopper import _jax_hopper as _ext
     _IMPORT_ERROR: Exception | None = None
-except ImportError as e:  # a source checkout that was never built
+except ImportError as e:  # built without kernels, or a source checkout that was never built
     _ext = None
     _IMPORT_ERROR = e
 
 
+def _missing_extension() -> str:
+    """Why there is no extension: how the package was built, or the import error."""
+    if _build_info is None:
+        return ("jax_hopper is imported from a source tree that was never built; install it "
+                "with `pip install .` (the kernels need nvcc >= 12.5)")
+    if not _build_info.KERNELS:
+        return (f"this jax_hopper was built without kernels ({_build_info.NO_KERNELS_REASON}); "
+                "reinstall with the CUDA toolkit >= 12.5 (nvcc) present")
+    return f"the compiled extension failed to import: {_IMPORT_ERROR}"
+
+
 def extension():
-    """The nanobind module, or a RuntimeError that says how to build it."""
+    """The nanobind module, or a RuntimeError that says why there is none."""
     if _ext is None:
-        raise RuntimeError(
-            "jax_hopper's compiled extension is missing (import of jax_hopper._jax_hopper failed: "
-            f"{_IMPORT_ERROR}); install the package with `pip install .` (needs nvcc >= 12.5)")
+        raise RuntimeError(_missing_extension())
     return _ext
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelStatus:
+    """Whether jax_hopper's ops run its kernels here (truthy) or their XLA reference, and why."""
+    available: bool
+    reason: str
+
+    def __bool__(self) -> bool:
+        return self.available
+
+
+def kernels_available() -> KernelStatus:
+    """KernelStatus: the kernels run when the package was built with them and a Hopper GPU
+    (compute capability 9.x) is visible to jax; otherwise every op lowers to its XLA reference.
+    `reason` says which it is."""
+    if _ext is None:
+        return KernelStatus(False, _missing_extension())
+    devices = hopper_devices()
+    if not devices:
+        try:
+            kinds = sorted({d.device_kind for d in jax.devices()})
+        except RuntimeError:
+            kinds = []
+        return KernelStatus(False, "no Hopper GPU (sm_90) visible to jax; devices: "
+                                   f"{', '.join(kinds) or 'none'}")
+    register_targets()
+    return KernelStatus(True, f"kernels run on {len(devices)} Hopper GPU(s): "
+                              f"{devices[0].device_kind}")
 
 
 @functools.cache
@@ -50,11 +95,6 @@ def resident_clusters(kernel: str, cluster_size: int) -> int:
     assumed alike; the launcher refuses a split plan its GPU cannot hold all at once."""
     device = hopper_devices()[0]
     return extension().gemm_resident_clusters(kernel, cluster_size, device.local_hardware_id)
-
-
-def kernels_available() -> bool:
-    """True when calls run jax_hopper's kernels: a Hopper GPU and the built extension."""
-    return bool(hopper_devices()) and register_targets()
 
 
 def hopper_devices() -> list[jax.Device]:

@@ -1,4 +1,5 @@
-"""Shared test setup: the `gpu` marker skips with a stated reason where no sm_90 device exists."""
+"""Shared test setup: the `gpu` marker skips with a stated reason where no sm_90 device exists,
+the `extension` marker where the package was built without its compiled extension."""
 
 import zlib
 
@@ -12,13 +13,21 @@ _SKIP_REASON = ("needs an NVIDIA Hopper (sm_90) GPU with jax[cuda]; "
                 "this machine has none (run scripts/gpu_suite.sh on an H100/H200)")
 
 
+def _missing_extension() -> str | None:
+    try:
+        _ffi.extension()
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
-    if _HOPPER:
-        return
-    skip = pytest.mark.skip(reason=_SKIP_REASON)
+    no_extension = _missing_extension()
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if "gpu" in item.keywords and not _HOPPER:
+            item.add_marker(pytest.mark.skip(reason=_SKIP_REASON))
+        elif "extension" in item.keywords and no_extension:
+            item.add_marker(pytest.mark.skip(reason=f"needs the compiled extension: {no_extension}"))
 
 
 @pytest.fixture

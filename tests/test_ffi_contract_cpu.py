@@ -18,6 +18,8 @@ from jax_hopper import GemmConfig, _ffi
 from jax_hopper.gemm.primitive import call_attrs
 from jax_hopper.kernels import catalog
 
+pytestmark = pytest.mark.extension
+
 BAD_OPERANDS = re.compile(r"bad operands at: ([0-9, ]+)")
 
 

@@ -21,6 +21,7 @@ def on_cpu(*xs):
 
 # ---------------------------------------------------------------- compiled set and configs
 
+@pytest.mark.extension
 def test_extension_compiles_exactly_the_catalog():
     built = {d["name"]: d for d in _ffi.extension().gemm_kernels()}
     listed = {i.name: i for i in catalog.compiled_instances()}

@@ -80,7 +80,7 @@ def test_array_and_scalar_agree():
     assert [atom.byte_offset(int(a), int(b)) for a, b in zip(mn, k, strict=True)] == off.tolist()
 
 
-@pytest.mark.parametrize("mode, bits", itertools.product(SwizzleMode, (8, 32)))
+@pytest.mark.parametrize("mode, bits", list(itertools.product(SwizzleMode, (8, 32))))
 def test_mn_major_needs_16_bit(mode, bits):
     with pytest.raises(ValueError, match=r"major='MN'.*16-bit.*K-major"):
         LayoutAtom(Major.MN, mode, bits)

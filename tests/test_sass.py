@@ -23,8 +23,8 @@ def _cuobjdump():
 
 
 CUOBJDUMP = _cuobjdump()
-pytestmark = pytest.mark.skipif(
-    CUOBJDUMP is None, reason="cuobjdump not found (CUDA toolkit without it; the GPU suite has it)")
+pytestmark = [pytest.mark.extension, pytest.mark.skipif(
+    CUOBJDUMP is None, reason="cuobjdump not found (CUDA toolkit without it; the GPU suite has it)")]
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,8 @@ import pytest
 from jax_hopper import GemmConfig, _ffi
 from jax_hopper.kernels import catalog
 
+pytestmark = pytest.mark.extension  # the planner is C++, reached through the extension
+
 MAX_SPLIT = 4  # kMaxSplit in cuda/gemm/scheduler/stream_k_plan.h: a collecting piece adds at most this many others
 MIN_PIECE = 32  # kMinPieceBlocks: the shortest piece of a small-M split
 

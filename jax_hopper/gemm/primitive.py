@@ -175,10 +175,9 @@ _reference_lowering = mlir.lower_fun(reference, multiple_results=False)
 mlir.register_lowering(hopper_gemm_p, _reference_lowering, platform="cpu")
 # A CUDA machine without a Hopper GPU (or without the built extension) runs the reference too;
 # on a Hopper GPU that is a missing build, which must not pass for the kernels unnoticed.
-if _ffi.hopper_devices() and not _ffi.register_targets():
-    warnings.warn("jax_hopper: a Hopper GPU is present but the compiled extension did not "
-                  "import, so every op runs its XLA reference; install the package with "
-                  "`pip install .`", stacklevel=2)
-mlir.register_lowering(hopper_gemm_p,
-                       _cuda_lowering if _ffi.kernels_available() else _reference_lowering,
+_KERNELS = _ffi.kernels_available()
+if _ffi.hopper_devices() and not _KERNELS:
+    warnings.warn(f"jax_hopper: a Hopper GPU is present but {_KERNELS.reason}; every op runs "
+                  "its XLA reference", stacklevel=2)
+mlir.register_lowering(hopper_gemm_p, _cuda_lowering if _KERNELS else _reference_lowering,
                        platform="cuda")
