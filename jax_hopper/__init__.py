@@ -12,6 +12,7 @@ from jax_hopper import _ffi, layout
 from jax_hopper._ffi import KernelStatus, kernels_available
 from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.dot_general import dot_general
 from jax_hopper.gemm.glu import hopper_glu
 from jax_hopper.tma.ops import tma_copy, tma_multicast, tma_reduce_add, tma_smem_bytes
 
@@ -20,6 +21,7 @@ _ffi.register_targets()
 __all__ = [
     "GemmConfig",
     "KernelStatus",
+    "dot_general",
     "hopper_glu",
     "hopper_matmul",
     "kernels_available",

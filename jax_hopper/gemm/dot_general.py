@@ -1,0 +1,103 @@
+"""dot_general: `jax.lax.dot_general` on the GEMM kernel wherever free reshapes reach it.
+
+Drop-in for a `dot_general=` argument (flax linen `Dense`/`DenseGeneral`, nnx `Linear`/
+`LinearGeneral`, `jnp.einsum(..., _dot_general=...)` and so nnx `Einsum` via its `einsum_op`):
+
+    nnx.Linear(4096, 14336, dot_general=jax_hopper.dot_general, rngs=rngs)
+
+A contraction runs on `hopper_matmul` when, in each operand, the batch dimensions lead (in the
+same order), the free dimensions are contiguous and the contracting dimensions are contiguous
+and paired in the same order: then lhs is (batch, M, K) or (batch, K, M) and rhs (batch, K, N)
+or (batch, N, K) by reshapes alone, and the transpose flags read the rest in place. Inputs must
+be both bfloat16 or both float16, the result bfloat16, float16 or float32; fp32 accumulation
+always (`precision` changes nothing for 16-bit inputs). Anything else, or an `out_sharding`,
+goes to `lax.dot_general` unchanged; each such call is logged at DEBUG level on the
+"jax_hopper" logger with the reason and counted in FALLBACKS.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+
+import jax.numpy as jnp
+from jax import lax
+
+from jax_hopper.gemm.api import hopper_matmul
+from jax_hopper.kernels import catalog
+
+_LOG = logging.getLogger("jax_hopper")
+# Calls that went to lax.dot_general, by reason (a diagnostic; tests read it).
+FALLBACKS: collections.Counter = collections.Counter()
+_INPUTS = tuple(jnp.dtype(d) for d in catalog.INPUT_DTYPES)
+_OUTPUTS = tuple(jnp.dtype(d) for d in catalog.OUTPUT_DTYPES)
+
+
+def _span(dims: list[int], start: int) -> bool:
+    """Whether `dims` (in order) are exactly start, start + 1, ..."""
+    return dims == list(range(start, start + len(dims)))
+
+
+def _operand_layout(ndim: int, batch: tuple, contract: list[int]):
+    """(contract_first, free dims) when this operand is batch + free + contracting dims, each
+    run contiguous (contract_first: contracting dims before the free ones); None otherwise."""
+    nb = len(batch)
+    if list(batch) != list(range(nb)):
+        return None
+    free = [d for d in range(nb, ndim) if d not in contract]
+    if _span(contract, nb) and _span(free, nb + len(contract)):
+        return True, free
+    if _span(free, nb) and _span(contract, nb + len(free)):
+        return False, free
+    return None
+
+
+def _plan(lhs, rhs, dimension_numbers, preferred_element_type):
+    """How the call maps onto hopper_matmul, or the reason it does not."""
+    (lc, rc), (lb, rb) = dimension_numbers
+    lc, rc, lb, rb = (tuple(int(d) for d in x) for x in (lc, rc, lb, rb))
+    if lhs.dtype != rhs.dtype or lhs.dtype not in _INPUTS:
+        return None, f"input dtypes {lhs.dtype}, {rhs.dtype} (needs both bfloat16 or float16)"
+    out = jnp.dtype(preferred_element_type) if preferred_element_type is not None else lhs.dtype
+    if out not in _OUTPUTS:
+        return None, f"preferred_element_type {out}"
+    # Pair the contracting dims in lhs order; rhs must then run in the same order.
+    pairs = sorted(zip(lc, rc))
+    lc_sorted, rc_paired = [p[0] for p in pairs], [p[1] for p in pairs]
+    if rc_paired != sorted(rc_paired):
+        return None, "contracting dimensions paired in a different order"
+    left = _operand_layout(lhs.ndim, lb, lc_sorted)
+    right = _operand_layout(rhs.ndim, rb, rc_paired)
+    if left is None or right is None:
+        return None, "batch dimensions not leading, or free/contracting dimensions interleaved"
+    return (left, right, out), None
+
+
+def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,
+                out_sharding=None):
+    """`lax.dot_general` semantics; runs on hopper_matmul where the layout allows (module
+    docstring), else on lax.dot_general."""
+    lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
+    plan, why = _plan(lhs, rhs, dimension_numbers, preferred_element_type)
+    if plan is None or out_sharding is not None:
+        why = why or "out_sharding given"
+        FALLBACKS[why] += 1
+        _LOG.debug("jax_hopper.dot_general -> lax.dot_general: %s (lhs %s %s, rhs %s %s, %s)",
+                   why, lhs.shape, lhs.dtype, rhs.shape, rhs.dtype, dimension_numbers)
+        return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                               preferred_element_type=preferred_element_type,
+                               out_sharding=out_sharding)
+    (a_contract_first, lfree), (b_contract_first, rfree), out_dtype = plan
+    nb = len(dimension_numbers[1][0])
+    batch = lhs.shape[:nb]
+    m = math.prod(lhs.shape[d] for d in lfree)
+    n = math.prod(rhs.shape[d] for d in rfree)
+    k = math.prod(lhs.shape[d] for d in dimension_numbers[0][0])
+    # (batch, K, M) with transpose_a; (batch, N, K) with transpose_b.
+    a = lhs.reshape(*batch, *((k, m) if a_contract_first else (m, k)))
+    b = rhs.reshape(*batch, *((k, n) if b_contract_first else (n, k)))
+    out = hopper_matmul(a, b, out_dtype=out_dtype, transpose_a=a_contract_first,
+                        transpose_b=not b_contract_first)
+    return out.reshape(*batch, *(lhs.shape[d] for d in lfree), *(rhs.shape[d] for d in rfree))
+
