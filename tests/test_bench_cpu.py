@@ -189,3 +189,21 @@ def test_time_interleaved_rotates_order_and_reports_failures(sets):
     r = timing.time_interleaved(runs, reps=2, warmup=1)
     assert isinstance(r["b"], RuntimeError) and "b broke" in str(r["b"])
     assert len(r["a"]["times_s"]) == len(r["c"]["times_s"]) == 2
+
+
+def test_sharding_bench_on_two_cpu_devices(tmp_path):
+    """bench_sharding.py runs its four cases end to end (timings meaningless on a CPU) and
+    reports the collectives: the K split asked for rows is one reduce-scatter, never a gather."""
+    proc = subprocess.run(
+        [sys.executable, os.path.join(BENCH_DIR, "bench_sharding.py"), "--shape", "256x128x256",
+         "--reps", "2", "--calls", "2", "--out-dir", str(tmp_path), "--tag", "t"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu",
+             "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    rows = {r["case"]: r for r in json.loads((tmp_path / "sharding_t.json").read_text())["results"]}
+    assert set(rows) == {"data", "tensor", "k_split_rows", "k_split_replica"}
+    assert rows["k_split_rows"]["hopper"]["collectives"] == {"reduce-scatter": 1}
+    assert rows["k_split_replica"]["hopper"]["collectives"] == {"all-reduce": 1}
+    assert rows["data"]["hopper"]["collectives"] == {} == rows["tensor"]["hopper"]["collectives"]
+    assert all(r["rel_err"] < 1e-2 for r in rows.values())

@@ -1,4 +1,5 @@
-"""hopper_matmul on sharded operands: local GEMMs per device, a psum only for a split K.
+"""hopper_matmul on sharded operands: local GEMMs per device, a psum only for a split K (a
+reduce-scatter where the output is asked for split over K's mesh axes).
 
 The device count is fixed when jax starts, so the cases run in one child process (this file
 run as a script) with XLA_FLAGS=--xla_force_host_platform_device_count=4; the pytest process
@@ -22,7 +23,7 @@ import pytest
 
 CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", "auto_mesh",
          "output_sharding", "grad_data_parallel", "vmap", "shard_map", "glu_rows", "glu_f",
-         "glu_k", "glu_grad"]
+         "glu_k", "glu_grad", "k_scatter_m", "k_scatter_n", "glu_k_scatter"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -193,9 +194,44 @@ def _cases():
         _compare(jax.grad(loss, (0, 1)), (_rand(rng, (bsz, m, k)), _rand(rng, (k, 2, n))),
                  (named("x"), None), all_reduce=True, bound=2e-2)
 
+    # A split K with the output asked for split over the same axis: the partial sums are
+    # reduce-scattered (each device gets its rows or columns), nothing all-reduced or gathered.
+    def k_scattered(f, args, shardings, out_spec):
+        jf = jax.jit(f, out_shardings=named(*out_spec))
+        placed = [x if sh is None else jax.device_put(x, sh) for x, sh in zip(args, shardings)]
+        got, hlo = jf(*placed), jf.lower(*placed).compile().as_text()
+        assert "reduce-scatter" in hlo and "all-reduce" not in hlo and "all-gather" not in hlo
+        assert tuple(got.sharding.spec) == out_spec, got.sharding.spec
+        from gemm_helpers import rel_frob, to64
+        err = rel_frob(got, to64(jax.jit(f)(*args)))
+        assert err < 1e-5, f"sharded result differs: rel. error {err}"
+
+    def with_epilogue(a, b, bias, res):
+        return hopper_matmul(a, b, bias=bias, residual=res, activation="gelu", alpha=0.5,
+                             beta=2.0, out_dtype=f32)
+
+    def k_args():
+        return (_rand(rng, (m, k)), _rand(rng, (k, n)), _rand(rng, (n,), f32),
+                _rand(rng, (m, n), f32))
+
+    def k_scatter_m():
+        k_scattered(with_epilogue, k_args(), (named(None, "x"), named("x"), None, None),
+                    ("x", None))
+
+    def k_scatter_n():
+        k_scattered(with_epilogue, k_args(), (named(None, "x"), named("x"), None, None),
+                    (None, "x"))
+
+    def glu_k_scatter():
+        # Rows only: a split of the [gate | up] product's columns would part gate from up.
+        k_scattered(lambda x, w, res: hopper_glu(x, w, residual=res, out_dtype=f32),
+                    (_rand(rng, (m, k)), _rand(rng, (k, 2, n)), _rand(rng, (m, n), f32)),
+                    (named(None, "x"), named("x"), None), ("x", None))
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
-                            vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad]))
+                            vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
+                            k_scatter_n, glu_k_scatter]))
 
 
 def main():

@@ -12,10 +12,14 @@ After propagation `_partition` fixes one mesh-axis assignment per factor and the
 program:
 - batch, M or N split: each device runs the kernel on its shards, no communication;
 - K split: each device computes its partial alpha*A.B in float32 (gated: the plain [gate | up]
-  product), a psum adds the partials, and the epilogue (bias, activation or gated unit,
+  product), the partials are summed, and the epilogue (bias, activation or gated unit,
   residual, the one rounding) runs after the sum in jnp. An activation cannot be applied to
-  partial sums; applying it after the psum costs one float32 M x N buffer and an unfused
-  epilogue, far less traffic than gathering K-split operands.
+  partial sums; applying it after the sum costs one float32 M x N buffer and an unfused
+  epilogue, far less traffic than gathering K-split operands. The sum is a psum (every device
+  gets the whole output) unless the output is asked for split along M (or, ungated, N) over
+  the mesh axes that split K: then a reduce-scatter (psum_scatter) leaves each device only its
+  rows (columns), the bytes a psum moves halved and nothing computed twice; the operands keep
+  their K split (an output split on those axes never makes the operands' K whole).
 Without a mesh (one device) or inside shard_map (all axes manual) the call is the plain launch.
 """
 
@@ -109,24 +113,39 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
     b_n, b_k = (2, 0) if gated else (2, 1) if p["b_mn_major"] else (1, 2)  # gated: (K, 2, F)
 
     # Candidates per factor, operands first: a device keeps what it holds. The output's choice
-    # fills in a factor the operands leave whole (slicing a replicated operand is free).
+    # fills in a factor the operands leave whole (slicing a replicated operand is free), but
+    # never takes the axes the operands split K over: those stay on K, and an output split on
+    # them is the reduce-scatter below.
+    k_held = set(next((mesh_axes(e) for e in (sa[a_k], sb[b_k]) if e), ()))
+
+    def unless_k(entry):
+        return None if k_held & set(mesh_axes(entry)) else entry
+
     candidates = {
-        "b": [sa[0] if ba == batch else None, sb[0] if bb == batch else None, so[0]]
+        "b": [sa[0] if ba == batch else None, sb[0] if bb == batch else None, unless_k(so[0])]
         if batch > 1 else [],
-        "m": [sa[a_m], so[1]],
-        "n": [sb[b_n], so[2]],
+        "m": [sa[a_m], unless_k(so[1])],
+        "n": [sb[b_n], unless_k(so[2])],
         "k": [sa[a_k], sb[b_k]],
     }
     axes, spec = assign_factors(mesh, candidates, a.shape[a_k])
+    k_axes = axes["k"]
+    # The output dimension (1: M, 2: N) to reduce-scatter the K partials over, if any.
+    scatter = next((dim for dim, f in ((1, "m"), (2, "n"))
+                    if k_axes and not (gated and f == "n")
+                    and mesh_axes(so[dim]) == axes[f] + k_axes
+                    and result_shape.shape[dim] % math.prod(
+                        mesh.shape[x] for x in axes[f] + k_axes) == 0), None)
     a_sh = spec("b" if ba == batch else None, *(("k", "m") if p["a_mn_major"] else ("m", "k")))
     b_sh = spec("k", None, "n") if gated else \
         spec("b" if bb == batch else None, *(("k", "n") if p["b_mn_major"] else ("n", "k")))
+    if scatter:  # from here on: the output's dims, and the residual's and bias's that match them
+        axes[{1: "m", 2: "n"}[scatter]] += k_axes
     # bias: (N,), or gated (2, F); N (F) is its last axis.
     bias_sh = spec(*(None,) * (len(bias.shape) - 1), "n" if bias.shape[0] else None)
     res_sh = spec("b" if res.shape[0] == batch else None, "m", "n") if res.shape[0] else \
         spec(None, None, None)
     out_sh = spec("b", "m", "n")
-    k_axes = axes["k"]
 
     def lower_fn(a, b, bias, res):
         if not k_axes:
@@ -136,7 +155,8 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
         product.pop("gated", None)  # gated: the plain GEMM of the [gate | up] columns
         partial = launch(a, product_operand(b, gated), jnp.zeros((0,), f32),
                          jnp.zeros((0, 0, 0), f32), **product)
-        z = jax.lax.psum(partial, k_axes)
+        z = (jax.lax.psum_scatter(partial, k_axes, scatter_dimension=scatter, tiled=True)
+             if scatter else jax.lax.psum(partial, k_axes))
         return apply_epilogue(z, bias, res, activation=p["activation"], beta=p["beta"],
                               out_dtype=p["out_dtype"], gated=gated)
 
