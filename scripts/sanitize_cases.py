@@ -1,0 +1,290 @@
+"""The cases scripts/sanitize_driver.py runs under compute-sanitizer: per kernel family (GEMM,
+TMA ops) the case dataclass, the lists of cases (each list one jitted program), and how a case's
+inputs are made, how it is called and how its result is checked on the host (float64 for the
+GEMM, bit for bit for the TMA ops).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+
+# Shapes (M, N, K): one row; tails past 128/256-row tiles and the 64-wide k-block; several tiles.
+GEMM_SHAPES = [(1, 8, 8), (129, 136, 72), (300, 520, 264)]
+BATCHED_SHAPE = (2, 136, 264, 72)  # (batch, M, N, K), both operands batched
+LAYOUTS = list(itertools.product((False, True), repeat=2))  # (transpose_a, transpose_b)
+
+
+def _round8(x: int) -> int:
+    return -(-x // 8) * 8
+
+
+def addressable(m, n, k, transpose_a, transpose_b):
+    """(M, N, K) with the dimensions that are row pitches for this layout rounded up to a multiple
+    of 8 elements, so TMA can address every operand and the kernel (not the fallback) runs."""
+    if transpose_a:
+        m = _round8(m)   # a is stored (K, M)
+    else:
+        k = _round8(k)   # a is stored (M, K)
+    if transpose_b:
+        k = _round8(k)   # b is stored (N, K)
+    else:
+        n = _round8(n)   # b is stored (K, N)
+    return m, n, k
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmCase:
+    m: int
+    n: int
+    k: int
+    dtype: str = "bfloat16"
+    tile: object = None            # catalog.TileShape; None lets the heuristic choose
+    cluster: tuple = (1, 1)
+    raster: str = "m"
+    transpose_a: bool = False
+    transpose_b: bool = False
+    batch: int = 0                 # 0: no batch dimension
+    shared_b: bool = False         # b without the batch dimension (broadcast, not copied)
+    out_dtype: str | None = None
+    activation: str | None = None
+    bias: bool = False
+    residual: bool = False
+    alpha: float = 1.0
+    beta: float = 1.0
+
+    @property
+    def config(self):
+        from jax_hopper import GemmConfig
+        if self.tile is None:
+            return None
+        t = self.tile
+        return GemmConfig.for_tile(t, cluster_m=self.cluster[0], cluster_n=self.cluster[1],
+                                   raster=self.raster, group_size=3)
+
+    def label(self) -> str:
+        tile = self.tile.tag if self.tile is not None else "auto"
+        lay = ("T" if self.transpose_a else "N") + ("T" if self.transpose_b else "N")
+        batch = f"{self.batch}x" if self.batch else ""
+        epi = ",".join(x for x in (self.activation, "bias" if self.bias else None,
+                                   "res" if self.residual else None) if x)
+        return (f"gemm {self.dtype}->{self.out_dtype or self.dtype} {tile} "
+                f"cluster{self.cluster[0]}x{self.cluster[1]} raster={self.raster} {lay} "
+                f"{batch}{self.m}x{self.n}x{self.k}" + (f" [{epi}]" if epi else ""))
+
+
+def gemm_groups(quick: bool) -> list[list[GemmCase]]:
+    """Lists of cases; each list is one jitted program (fewer compiles, same launches)."""
+    from jax_hopper.kernels import catalog
+    tiles, clusters = catalog.TILE_SHAPES, catalog.CLUSTER_SHAPES
+    groups = []
+    # Every tile x cluster, bfloat16; the full run crosses them with every layout, the quick run
+    # rotates the layout so each still appears. Rasters alternate.
+    for i, (tile, cluster) in enumerate(itertools.product(tiles, clusters)):
+        layouts = [LAYOUTS[i % 4]] if quick else LAYOUTS
+        for j, (ta, tb) in enumerate(layouts):
+            shapes = GEMM_SHAPES[2:] if quick else GEMM_SHAPES
+            group = [GemmCase(*addressable(*s, ta, tb), tile=tile, cluster=cluster,
+                              raster="mn"[(i + j) % 2], transpose_a=ta, transpose_b=tb)
+                     for s in shapes]
+            if not quick:
+                b, m, n, k = BATCHED_SHAPE
+                group.append(GemmCase(*addressable(m, n, k, ta, tb), batch=b, tile=tile,
+                                      cluster=cluster, transpose_a=ta, transpose_b=tb))
+            groups.append(group)
+    # float16: the other half of the compiled instances (every tile x layout).
+    for i, (tile, (ta, tb)) in enumerate(itertools.product(tiles, LAYOUTS)):
+        if quick and i % 2:
+            continue
+        shapes = GEMM_SHAPES[2:] if quick else GEMM_SHAPES[1:]
+        groups.append([GemmCase(*addressable(*s, ta, tb), dtype="float16", tile=tile,
+                                cluster=clusters[i % len(clusters)], transpose_a=ta,
+                                transpose_b=tb) for s in shapes])
+    # Epilogues: every activation x output dtype with bias, residual, alpha and beta, per tile
+    # (the epilogue is unrolled over BN). N=131 with b as (N, K): the N-padding path.
+    activations = [None, "relu", "gelu_tanh", "gelu", "silu"]
+    for tile in tiles:
+        group = []
+        for o, out_dtype in enumerate(catalog.OUTPUT_DTYPES):
+            acts = activations[o::3] if quick else activations
+            for act in acts:
+                group.append(GemmCase(129, 131, 72, tile=tile, transpose_b=True,
+                                      out_dtype=out_dtype, activation=act, bias=True,
+                                      residual=True, alpha=0.5, beta=-1.5))
+        groups.append(group)
+    # Bias only, residual only; a batch against a shared operand with a batched residual.
+    groups.append([
+        GemmCase(300, 520, 264, bias=True, activation="gelu"),
+        GemmCase(300, 520, 264, residual=True, out_dtype="float32", beta=2.0),
+        GemmCase(130, 264, 72, batch=3, shared_b=True, bias=True, residual=True),
+    ])
+    # Stream-K (cuda/gemm/scheduler/stream_k_plan.h) splits the last wave's tiles past a whole wave when it is at
+    # most 2/3 full, and with fewer tiles than SMs cuts every tile into equal pieces; on 132
+    # SMs: 144 tiles of 128 x 128 (12 split into 4 pieces), 80 2-CTA cluster tiles of
+    # 128 x 256 (14 split), and 64 tiles of 128 x 128 in 2 pieces each.
+    wide = next(t for t in tiles if (t.block_m, t.block_n) == (128, 256))
+    square = next(t for t in tiles if (t.block_m, t.block_n) == (128, 128))
+    groups.append([
+        GemmCase(1536, 1536, 256, tile=square),
+        GemmCase(2560, 2048, 320, tile=wide, cluster=(2, 1), bias=True, activation="silu",
+                 out_dtype="float32"),
+        # Small M: every tile split into 2 equal pieces of 32 k-blocks (64 tiles of 128 x 128).
+        GemmCase(256, 4096, 4096, tile=square),
+    ])
+    # Ping-pong: 18 x 18 tiles of 128 x 128 (36 x 9 of 64 x 256), 162 2-CTA cluster tiles on
+    # 66 clusters: each takes 2-3, so both consumer warpgroups run and alternate.
+    groups.append([GemmCase(2300, 2200, 200, tile=t, cluster=(2, 1), bias=True, residual=True,
+                            activation="relu") for t in tiles if t.schedule == "pingpong"])
+    return groups
+
+
+def gemm_inputs(c: GemmCase, rng) -> dict:
+    import jax.numpy as jnp
+    lead = (c.batch,) if c.batch else ()
+
+    def normal(shape, dtype):
+        return rng.standard_normal(shape, dtype=np.float32).astype(jnp.dtype(dtype))
+
+    out_dtype = c.out_dtype or c.dtype
+    arrays = {
+        "a": normal((*lead, c.k, c.m) if c.transpose_a else (*lead, c.m, c.k), c.dtype),
+        "b": normal(((() if c.shared_b else lead)) + ((c.n, c.k) if c.transpose_b else (c.k, c.n)),
+                    c.dtype),
+    }
+    if c.bias:
+        arrays["bias"] = normal((c.n,), "float32")
+    if c.residual:
+        arrays["residual"] = normal((*lead, c.m, c.n), out_dtype)
+    return arrays
+
+
+def gemm_call(c: GemmCase, arrays: dict):
+    from jax_hopper import hopper_matmul
+    return hopper_matmul(arrays["a"], arrays["b"], bias=arrays.get("bias"),
+                         residual=arrays.get("residual"), activation=c.activation,
+                         alpha=c.alpha, beta=c.beta, out_dtype=c.out_dtype, config=c.config,
+                         transpose_a=c.transpose_a, transpose_b=c.transpose_b, strict=True)
+
+
+def gemm_check(c: GemmCase, arrays: dict, out) -> str | None:
+    """None when out matches the float64 reference within the test suite's bound."""
+    from gemm_helpers import REL_FROB_BOUND, act64
+    f64 = {k: np.asarray(v).astype(np.float64) for k, v in arrays.items()}
+    a = np.swapaxes(f64["a"], -1, -2) if c.transpose_a else f64["a"]
+    b = np.swapaxes(f64["b"], -1, -2) if c.transpose_b else f64["b"]
+    ref = c.alpha * np.matmul(a, b)
+    if c.bias:
+        ref = ref + f64["bias"]
+    ref = act64(ref, c.activation)
+    if c.residual:
+        ref = ref + c.beta * f64["residual"]
+    out = np.asarray(out)
+    want_dtype = np.dtype(c.out_dtype or c.dtype)
+    if out.shape != ref.shape or out.dtype != want_dtype:
+        return f"shape/dtype {out.shape} {out.dtype}, expected {ref.shape} {want_dtype}"
+    out64 = out.astype(np.float64)
+    if not np.all(np.isfinite(out64)):
+        return f"{np.sum(~np.isfinite(out64))} non-finite outputs"
+    err = np.linalg.norm(out64 - ref) / max(np.linalg.norm(ref), 1e-30)
+    bound = REL_FROB_BOUND[want_dtype.name]
+    return None if err < bound else f"relative Frobenius error {err:.2e} >= {bound:.0e}"
+
+
+# ---------------------------------------------------------------------------------------- TMA
+
+@dataclasses.dataclass(frozen=True)
+class TmaCase:
+    op: str          # copy | smem_bytes | multicast | reduce_add
+    mode: str
+    dtype: str
+    box: tuple
+    shape: tuple
+    cluster_size: int = 0
+
+    def label(self) -> str:
+        cs = f" cluster={self.cluster_size}" if self.cluster_size else ""
+        return f"tma_{self.op} {self.mode} {self.dtype} box={self.box} x{self.shape}{cs}"
+
+
+def tma_groups(quick: bool) -> list[list[TmaCase]]:
+    import jax.numpy as jnp
+    from jax_hopper.tma import SWIZZLES
+    modes = ["128B"] if quick else list(SWIZZLES)
+    dtypes = ["bfloat16"] if quick else ["uint8", "bfloat16", "float32", "complex64"]
+    groups = []
+    for mode, dtype in itertools.product(modes, dtypes):
+        size = jnp.dtype(dtype).itemsize
+        unit = 16 // size                                   # one 16-byte chunk
+        span = SWIZZLES[mode].span_bytes if mode != "none" else 256
+        wide = span // size
+        # A single element (its row pitch is free), a row count and width that are no multiple
+        # of any box, and a batch.
+        shapes = [(1, 1), (37, 25 * unit), (3, 65, 17 * unit)]
+        if quick:
+            shapes = shapes[1:2]
+        copy_boxes = [(64, wide)] if quick else [(64, wide), (5, unit)]
+        group = [TmaCase("copy", mode, dtype, box, s) for box in copy_boxes for s in shapes]
+        group += [TmaCase("smem_bytes", mode, dtype, box, s)
+                  for box in [(8, wide), (8, unit)][: 1 if quick else 2] for s in shapes]
+        for cs in (2, 4):
+            # (1, 1) cannot be multicast: its copies would sit itemsize bytes apart.
+            group += [TmaCase("multicast", mode, dtype, box, s, cs)
+                      for box in [(16 * cs, wide), (cs, unit)][: 1 if quick else 2]
+                      for s in shapes if s != (1, 1)]
+        if dtype in ("bfloat16", "float32"):
+            group += [TmaCase("reduce_add", mode, dtype, box, s)
+                      for box in copy_boxes for s in shapes]
+        groups.append(group)
+    if not quick:
+        groups.append([TmaCase("reduce_add", m, "float16", (64, SWIZZLES[m].span_bytes // 2),
+                               (3, 65, 136)) for m in SWIZZLES if m != "none"])
+    return groups
+
+
+def tma_inputs(c: TmaCase, rng) -> dict:
+    import jax.numpy as jnp
+    dtype = jnp.dtype(c.dtype)
+    if jnp.issubdtype(dtype, jnp.integer):
+        def make():
+            return rng.integers(0, 256, size=c.shape).astype(dtype)
+    elif jnp.issubdtype(dtype, jnp.complexfloating):
+        def make():
+            return (rng.standard_normal(c.shape) + 1j * rng.standard_normal(c.shape)).astype(dtype)
+    else:
+        def make():
+            return rng.standard_normal(c.shape).astype(np.float32).astype(dtype)
+    return {"x": make(), "src": make()} if c.op == "reduce_add" else {"x": make()}
+
+
+def tma_call(c: TmaCase, arrays: dict):
+    from jax_hopper import tma_copy, tma_multicast, tma_reduce_add, tma_smem_bytes
+    x = arrays["x"]
+    if c.op == "copy":
+        return tma_copy(x, box=c.box, swizzle=c.mode)
+    if c.op == "smem_bytes":
+        return tma_smem_bytes(x, box=c.box, swizzle=c.mode)
+    if c.op == "multicast":
+        return tma_multicast(x, box=c.box, cluster_size=c.cluster_size, swizzle=c.mode)
+    return tma_reduce_add(x, arrays["src"], box=c.box, swizzle=c.mode)
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return x.view(f"u{x.dtype.itemsize}")
+
+
+def tma_check(c: TmaCase, arrays: dict, out) -> str | None:
+    from jax_hopper.tma.reference import smem_bytes_numpy
+    x, out = arrays["x"], np.asarray(out)
+    if c.op == "copy":
+        want = x
+    elif c.op == "smem_bytes":
+        want = smem_bytes_numpy(x, c.box, c.mode)
+    elif c.op == "multicast":
+        want = np.broadcast_to(x, (c.cluster_size, *x.shape))
+    else:  # one rounding in the element type, as the TMA reduction does
+        want = (x.astype(np.float32) + arrays["src"].astype(np.float32)).astype(x.dtype)
+    if out.shape != want.shape or out.dtype != want.dtype:
+        return f"shape/dtype {out.shape} {out.dtype}, expected {want.shape} {want.dtype}"
+    bad = int(np.sum(_bits(out) != _bits(np.ascontiguousarray(want))))
+    return None if bad == 0 else f"{bad} elements differ"
