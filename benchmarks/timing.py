@@ -1,152 +1,21 @@
-"""Timing helpers for GEMM benchmarks: rotating input sets, chained calls, host-clock medians.
-
-Any f(a, b) -> array works (jnp.dot, a Pallas kernel, jax_hopper.hopper_matmul), so these are
-testable on CPU with plain jnp functions.
-"""
+"""The benchmarks' timing: jax_hopper.timing (shared with `python -m jax_hopper.tune`), and the
+check that the kernels, not their XLA reference, are what gets timed."""
 
 from __future__ import annotations
 
-import functools
-import math
-import statistics
+import os
 import sys
-import time
 
-import jax
-import jax.numpy as jnp
+# An installed jax_hopper first; the source tree (pure Python) where none is installed.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from jax_hopper.timing import (call_plan, calls_for, chained, geomean,  # noqa: E402
+                               n_sets_for, rel_fro_error, rotating_sets, rotation, tflops,
+                               time_chained, time_interleaved)
 
-def n_sets_for(set_bytes: int, min_total_bytes: float = 200e6) -> int:
-    """Sets needed so that together they exceed min_total_bytes (at least 2).
-
-    200 MB is four times the H100's 50 MB L2: rotating through that many bytes means every call
-    reads its operands from HBM, as a call inside a real model does.
-    """
-    return max(2, math.floor(min_total_bytes / set_bytes) + 1)
-
-
-def rotating_sets(key, m: int, n: int, k: int, n_sets: int, dtype=jnp.bfloat16):
-    """n_sets (a (m, k), b (k, n)) pairs of random-normal data, generated on the device.
-
-    Drawn in float32, then cast to dtype. Never zeros: they can run faster than real data and
-    hide unwritten outputs.
-    """
-    sets = [_draw(kk, m, n, k, dtype) for kk in jax.random.split(key, n_sets)]
-    jax.block_until_ready(sets)
-    return sets
-
-
-@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
-def _draw(key, m, n, k, dtype):
-    ka, kb = jax.random.split(key)
-    return (jax.random.normal(ka, (m, k), jnp.float32).astype(dtype),
-            jax.random.normal(kb, (k, n), jnp.float32).astype(dtype))
-
-
-def calls_for(est_call_s: float, out_bytes: int, target_s: float = 0.03, lo: int = 10,
-              hi: int = 100, max_out_bytes: float = 8e9) -> int:
-    """Calls per timed run so that one run lasts about target_s (the host clock and the dispatch
-    of one jitted call then cost under 1%). hi bounds the unrolled program's size; every call's
-    output is kept until the run ends (see chained), so their total is capped too."""
-    calls = max(lo, min(hi, math.ceil(target_s / max(est_call_s, 1e-9))))
-    return max(2, min(calls, int(max_out_bytes // out_bytes)))
-
-
-def call_plan(m: int, n: int, k: int, calls: int = 0,
-              min_set_bytes: float = 200e6) -> tuple[int, int]:
-    """(calls per timed run, rotating input sets) for a bf16 (m, k) @ (k, n) product.
-
-    The calls fill ~30 ms at a guessed H100 rate (700 TFLOP/s, 2.5 TB/s); on a CPU (smoke runs)
-    3 are enough. `calls` overrides the count. Sets beyond the calls would never be read.
-    """
-    set_bytes = (m * k + k * n) * 2
-    est_s = max(2 * m * n * k / 700e12, (set_bytes + 2 * m * n) / 2.5e12)
-    n_calls = calls or (calls_for(est_s, out_bytes=2 * m * n)
-                        if jax.default_backend() == "gpu" else 3)
-    return n_calls, min(n_calls, n_sets_for(set_bytes, min_set_bytes))
-
-
-def chained(f):
-    """jit(pairs -> outputs) calling f once per (a, b) pair, back to back in one program.
-
-    The pairs come from rotation(), which repeats the sets: every call gets its own parameters
-    even where two of them are the same buffers, so XLA cannot merge the repeats into one call
-    (CSE), and no operand is copied. Every output is returned, else XLA would drop the calls
-    (a slice of a dot's output would be rewritten into a smaller dot). f gets its own jit so that
-    its lowering (a Pallas kernel's compile) happens once, not once per call.
-    """
-    inner = jax.jit(f)
-    return jax.jit(lambda pairs: [inner(a, b) for a, b in pairs])
-
-
-def rotation(sets, n_calls: int):
-    """The n_calls (a, b) pairs chained() runs: cycling through sets, ending with sets[0] so that
-    the last output can be checked against a reference without another compile."""
-    return [sets[(i - n_calls + 1) % len(sets)] for i in range(n_calls)]
-
-
-def time_chained(run, pairs, reps: int = 7, warmup: int = 2) -> dict:
-    """Median seconds per call of run(pairs) (from chained), over reps timed runs after warm-up.
-
-    The host clock is read after block_until_ready, so every call has finished on the device.
-    The first warm-up run includes the compile; its time is returned as compile_s, and its last
-    output (set 0's product) as out.
-    """
-    result = time_interleaved({"run": (run, pairs)}, reps, warmup)["run"]
-    if isinstance(result, Exception):
-        raise result
-    return result
-
-
-def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2) -> dict:
-    """time_chained for several variants at once: {name: (run, pairs)} -> {name: result}, where
-    a result is time_chained's dict, or the exception that variant raised.
-
-    Every variant is compiled and warmed up first; then the timed runs go round robin, the
-    order rotated every round. A GPU's clock drifts with its temperature and power draw over
-    seconds, by several percent at full load: timed back to back, one variant would get the
-    cool GPU and the next the hot one. Interleaved, the drift falls on all of them alike.
-    """
-    results = {}
-    for name, (run, pairs) in runs.items():
-        try:
-            t0 = time.perf_counter()
-            out = jax.block_until_ready(run(pairs))[-1]
-            compile_s = time.perf_counter() - t0
-            for _ in range(warmup - 1):
-                jax.block_until_ready(run(pairs))
-            results[name] = dict(compile_s=compile_s, out=out, times_s=[])
-        except Exception as e:  # noqa: BLE001 -- reported per variant by the caller
-            results[name] = e
-    names = [n for n, r in results.items() if not isinstance(r, Exception)]
-    for rep in range(reps):
-        shift = rep % len(names) if names else 0
-        for name in names[shift:] + names[:shift]:
-            if isinstance(results[name], Exception):
-                continue
-            run, pairs = runs[name]
-            try:
-                t0 = time.perf_counter()
-                jax.block_until_ready(run(pairs))
-                results[name]["times_s"].append((time.perf_counter() - t0) / len(pairs))
-            except Exception as e:  # noqa: BLE001
-                results[name] = e
-    for r in results.values():
-        if not isinstance(r, Exception):
-            r["median_s"] = statistics.median(r["times_s"])
-    return results
-
-
-@jax.jit
-def rel_fro_error(out, ref):
-    """||out - ref||_F / ||ref||_F in float32 (NaN anywhere in out gives NaN)."""
-    out = out.astype(jnp.float32)
-    ref = ref.astype(jnp.float32)
-    return jnp.linalg.norm(out - ref) / jnp.linalg.norm(ref)
-
-
-def tflops(m: int, n: int, k: int, seconds: float) -> float:
-    return 2.0 * m * n * k / seconds / 1e12
+__all__ = ["call_plan", "calls_for", "chained", "geomean", "n_sets_for", "rel_fro_error",
+           "require_kernels", "rotating_sets", "rotation", "tflops", "time_chained",
+           "time_interleaved"]
 
 
 def require_kernels(*modules) -> None:
@@ -157,8 +26,3 @@ def require_kernels(*modules) -> None:
         if not (mod._ffi.hopper_devices() and mod._ffi.register_targets()):
             sys.exit(f"{mod.__name__}: no Hopper GPU, or the extension is not built; "
                      "refusing to time the XLA reference as the kernels")
-
-
-def geomean(xs) -> float:
-    xs = list(xs)
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")

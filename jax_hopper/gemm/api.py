@@ -12,7 +12,7 @@ import numpy as np
 from jax_hopper.gemm import autodiff
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code
-from jax_hopper.gemm.heuristics import choose_config
+from jax_hopper.gemm.tuned import default_config
 from jax_hopper.gemm.primitive import freeze, reference, tma_unaddressable
 from jax_hopper.kernels import catalog
 
@@ -34,7 +34,8 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     dtype. bias: (N,), added in float32; residual: broadcastable to the output, cast to
     out_dtype.
     activation: None, "relu", "gelu_tanh", "gelu" (exact erf) or "silu".
-    config: a GemmConfig, default chosen by jax_hopper.gemm.heuristics.choose_config.
+    config: a GemmConfig; by default the tuned one for this GPU and problem (python -m
+    jax_hopper.tune), else jax_hopper.gemm.heuristics.choose_config's.
     When TMA cannot address an operand (a row pitch that is not a multiple of 16 bytes, e.g.
     K=100 in bf16 row-major) the product falls back to XLA's dot with a one-time warning, or
     raises ValueError when strict=True.
@@ -84,7 +85,7 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
 
     a_mn_major, b_mn_major = bool(transpose_a), not transpose_b
     if config is None:
-        config = choose_config(m, n, k, batch)
+        config = default_config("matmul", a.dtype.name, a_mn_major, b_mn_major, batch, m, n, k)
     elif not isinstance(config, GemmConfig):
         raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
     config.validate(a.dtype.name, a_mn_major, b_mn_major)

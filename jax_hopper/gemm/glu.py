@@ -34,9 +34,8 @@ import jax.numpy as jnp
 from jax_hopper.gemm import api, autodiff
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code, apply_gated
-from jax_hopper.gemm.heuristics import choose_config
+from jax_hopper.gemm.tuned import default_config
 from jax_hopper.gemm.primitive import freeze, reference
-from jax_hopper.kernels import catalog
 
 _F32 = jnp.dtype(jnp.float32)
 
@@ -94,7 +93,7 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
         res3 = jnp.broadcast_to(residual.astype(out_dtype), (*lead, f)).reshape(batch, rows, f)
 
     if config is None:
-        config = choose_config(rows, 2 * f, k, batch, tiles=catalog.FAMILIES["glu"].tiles)
+        config = default_config("glu", x.dtype.name, False, True, batch, rows, 2 * f, k)
     elif not isinstance(config, GemmConfig):
         raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
     config.validate(x.dtype.name, False, True, family="glu")
@@ -118,7 +117,8 @@ def _unfused(x3, w, bias, res, params):
     k, _, f = w.shape
     product = freeze({**p, "gated": False, "activation": 0, "beta": 1.0,
                       "out_dtype": x3.dtype,
-                      "config": choose_config(x3.shape[1], 2 * f, k, x3.shape[0])})
+                      "config": default_config("matmul", x3.dtype.name, False, True,
+                                               x3.shape[0], x3.shape[1], 2 * f, k)})
     z = autodiff.gemm(x3, w.reshape(1, k, 2 * f), bias.reshape(-1),
                       jnp.zeros((0, 0, 0), x3.dtype), product, 0)
     y = apply_gated(z.astype(_F32), p["activation"])

@@ -1,0 +1,142 @@
+"""Tuned configs: the cache `python -m jax_hopper.tune` writes, consulted at trace time.
+
+default_config() is the config of every call that passes none (hopper_matmul, hopper_glu, the
+backward GEMMs): the cache's entry for this GPU and problem when there is one, else the
+heuristic (jax_hopper.gemm.heuristics.choose_config).
+
+The cache is one JSON file: $JAX_HOPPER_TUNE_CACHE, else $XDG_CACHE_HOME/jax_hopper/tune.json
+(~/.cache when XDG_CACHE_HOME is unset).
+
+    {"format": 1,
+     "gpus": {"NVIDIA H100 80GB HBM3, 132 SMs": {
+        "matmul bfloat16 kn 1x8192x8192x8192": {"config": {GemmConfig fields}, "us": ...,
+                                                 "heuristic_us": ..., "date": ...}}}}
+
+A problem key is family, input dtype, operand majors (k: K-major, m/n: MN-major) and
+batch x M x N x K (N in product columns: 2F for the gated unit). A file that cannot be read, is
+not this format, or holds an entry that is no longer a compiled config (the catalog changed) is
+ignored, that file or entry, with one warning: a cache never makes a call fail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import tempfile
+import warnings
+
+import jax
+
+from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.heuristics import choose_config
+from jax_hopper.kernels import catalog
+
+FORMAT = 1
+
+
+def cache_path() -> str:
+    explicit = os.environ.get("JAX_HOPPER_TUNE_CACHE")
+    if explicit:
+        return explicit
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "jax_hopper", "tune.json")
+
+
+def gpu_key(device=None) -> str:
+    """The device the entries were timed on: its kind and (for a GPU) SM count."""
+    device = device or jax.devices()[0]
+    cores = getattr(device, "core_count", None)
+    return f"{device.device_kind}, {cores} SMs" if cores else device.device_kind
+
+
+def problem_key(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int, n: int,
+                k: int) -> str:
+    majors = ("m" if a_mn else "k") + ("n" if b_mn else "k")
+    return f"{family} {dtype} {majors} {batch}x{m}x{n}x{k}"
+
+
+def _warn(message: str) -> None:
+    warnings.warn(f"jax_hopper tune cache: {message}; ignored", stacklevel=3)
+
+
+@functools.lru_cache(maxsize=4)
+def _load(path: str, mtime: float) -> dict:
+    """path's entries for every GPU (an unreadable or foreign file: none, with a warning)."""
+    del mtime  # part of the cache key only: a rewritten file is read again
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        _warn(f"{path} could not be read ({e})")
+        return {}
+    if not isinstance(data, dict) or data.get("format") != FORMAT or \
+            not isinstance(data.get("gpus"), dict):
+        _warn(f"{path} is not a format-{FORMAT} jax_hopper tune cache")
+        return {}
+    return data["gpus"]
+
+
+def _entries(path: str) -> dict:
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        return {}  # no cache: nothing tuned yet
+    return _load(path, mtime)
+
+
+def lookup(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int, n: int,
+           k: int) -> GemmConfig | None:
+    """The tuned config for this problem on this GPU, if the cache holds a valid one."""
+    path = cache_path()
+    entry = _entries(path).get(gpu_key(), {}).get(problem_key(family, dtype, a_mn, b_mn, batch,
+                                                              m, n, k))
+    if entry is None:
+        return None
+    try:
+        config = GemmConfig(**entry["config"])
+        config.validate(dtype, a_mn, b_mn, family=family)
+    except (KeyError, TypeError, ValueError) as e:
+        _warn(f"{path}: entry {problem_key(family, dtype, a_mn, b_mn, batch, m, n, k)!r} is "
+              f"not a compiled config ({e})")
+        return None
+    return config
+
+
+def default_config(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int, n: int,
+                   k: int) -> GemmConfig:
+    """The config of a call that passes none: tuned for this GPU, else the heuristic's."""
+    tuned = lookup(family, dtype, a_mn, b_mn, batch, m, n, k) \
+        if dtype in catalog.INPUT_DTYPES else None
+    if tuned is not None:
+        return tuned
+    return choose_config(m, n, k, batch, tiles=catalog.FAMILIES[family].tiles)
+
+
+def store(gpu: str, entries: dict, path: str | None = None) -> str:
+    """Merges {problem key: entry} for `gpu` into the cache (replacing an unreadable one) and
+    writes it atomically; returns the path."""
+    path = path or cache_path()
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        if not isinstance(data, dict) or data.get("format") != FORMAT or \
+                not isinstance(data.get("gpus"), dict):
+            raise ValueError("not a tune cache")
+    except (OSError, ValueError):
+        data = {"format": FORMAT, "gpus": {}}
+    data["gpus"].setdefault(gpu, {}).update(entries)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+    return path
+
+
+def config_fields(config: GemmConfig) -> dict:
+    """A config as the JSON entry keeps it: every field, defaults included, so that an entry
+    keeps its meaning if a default changes (the majors come from the call)."""
+    fields = dataclasses.asdict(config)
+    return {k: v for k, v in fields.items() if k not in ("a_mn_major", "b_mn_major")}

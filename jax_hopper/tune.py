@@ -1,0 +1,196 @@
+"""Autotuning: time the compiled configs of each GEMM problem on this GPU and cache the fastest.
+
+    python -m jax_hopper.tune --shapes 8192x8192x8192 256x4096x4096 [--layout nn] [--batch 1]
+                              [--family matmul] [--dtype bfloat16] [--reps 5] [--cache PATH]
+
+or from Python, with the problems a jitted function runs (forward and, under jax.grad,
+backward GEMMs alike):
+
+    problems = jax_hopper.tune.problems_of(train_step, params, batch)
+    jax_hopper.tune.tune(problems)
+
+Every candidate (each compiled tile of the family, each cluster shape, stream-K on and off
+where the schedule allows) and the heuristic's own choice are timed interleaved on random-normal
+inputs rotated past L2 (jax_hopper.timing); a candidate enters the cache only if it beats the
+heuristic by more than `min_gain` (2%: less is within the run-to-run noise of one shape). Calls without an explicit config then use the cached one for this GPU and problem
+(jax_hopper/gemm/tuned.py says where the cache lives and what it holds). Tuning needs the
+kernels (kernels_available()): on anything else it times XLA's reference and refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import sys
+
+import jax
+
+from jax_hopper import _ffi, timing
+from jax_hopper.gemm import tuned
+from jax_hopper.gemm.api import hopper_matmul
+from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.glu import hopper_glu
+from jax_hopper.gemm.heuristics import choose_config
+from jax_hopper.kernels import catalog
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One GEMM as the kernel sees it: n counts product columns (2F for the gated unit)."""
+    family: str
+    dtype: str
+    a_mn: bool
+    b_mn: bool
+    batch: int
+    m: int
+    n: int
+    k: int
+
+    @property
+    def key(self) -> str:
+        return tuned.problem_key(self.family, self.dtype, self.a_mn, self.b_mn, self.batch,
+                                 self.m, self.n, self.k)
+
+
+def candidates(p: Problem) -> list[GemmConfig]:
+    """Every compiled config worth timing for p: tile x cluster shape x stream-K."""
+    out = []
+    for tile in catalog.FAMILIES[p.family].tiles:
+        splits = (True, False) if catalog.SCHEDULES[tile.schedule].stream_k else (False,)
+        for cm, cn in catalog.CLUSTER_SHAPES:
+            for stream_k in splits:
+                out.append(GemmConfig.for_tile(tile, cluster_m=cm, cluster_n=cn,
+                                               stream_k=stream_k))
+    return out
+
+
+def _operands(p: Problem, key):
+    """Rotating sets of (a, b) stored as p's majors say."""
+    n_calls, n_sets = timing.call_plan(p.m * p.batch, p.n, p.k)
+    sets = []
+    for kk in jax.random.split(key, n_sets):
+        ka, kb = jax.random.split(kk)
+        a = jax.random.normal(ka, (p.batch, p.k, p.m) if p.a_mn else (p.batch, p.m, p.k))
+        if p.family == "glu":
+            b = jax.random.normal(kb, (p.k, 2, p.n // 2))
+        else:
+            b = jax.random.normal(kb, (p.batch, p.k, p.n) if p.b_mn else (p.batch, p.n, p.k))
+        sets.append((a.astype(p.dtype), b.astype(p.dtype)))
+    jax.block_until_ready(sets)
+    return timing.rotation(sets, n_calls)
+
+
+def _call(p: Problem, config: GemmConfig):
+    if p.family == "glu":
+        return lambda x, w: hopper_glu(x, w, config=config)
+    return lambda a, b: hopper_matmul(a, b, config=config, transpose_a=p.a_mn,
+                                      transpose_b=not p.b_mn)
+
+
+def tune_problem(p: Problem, reps: int = 5, key=None) -> dict:
+    """{label: median seconds} of every candidate and the heuristic's choice ("heuristic"), and
+    the fastest candidate's config."""
+    pairs = _operands(p, key if key is not None else jax.random.key(0))
+    heuristic = choose_config(p.m, p.n, p.k, p.batch, tiles=catalog.FAMILIES[p.family].tiles)
+    configs = {"heuristic": heuristic}
+    configs.update({f"c{i}": c for i, c in enumerate(candidates(p))})
+    runs = {label: (timing.chained(_call(p, c)), pairs) for label, c in configs.items()}
+    timed = timing.time_interleaved(runs, reps)
+    times = {label: r["median_s"] for label, r in timed.items() if not isinstance(r, Exception)}
+    best = min((label for label in times if label != "heuristic"), key=times.get)
+    return dict(times=times, best=configs[best], best_s=times[best],
+                heuristic_s=times.get("heuristic"))
+
+
+def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: bool = False,
+         min_gain: float = 0.02, log=print) -> dict:
+    """Tunes each problem and stores every winner that beats the heuristic by more than
+    min_gain; returns {problem key: entry written (or None)}."""
+    kernels = _ffi.kernels_available()
+    if not kernels and not allow_reference:
+        raise RuntimeError(f"jax_hopper.tune needs the kernels ({kernels.reason})")
+    gpu = tuned.gpu_key()
+    written, results = {}, {}
+    for p in dict.fromkeys(problems):  # each problem once, in order
+        r = tune_problem(p, reps)
+        wins = r["heuristic_s"] is None or r["best_s"] < r["heuristic_s"] * (1 - min_gain)
+        log(f"{p.key}: best {r['best_s'] * 1e6:.1f} us, heuristic "
+            f"{(r['heuristic_s'] or float('nan')) * 1e6:.1f} us"
+            + (f" -> cached {tuned.config_fields(r['best'])}" if wins else " -> heuristic kept"))
+        entry = dict(config=tuned.config_fields(r["best"]), us=r["best_s"] * 1e6,
+                     heuristic_us=(r["heuristic_s"] or 0) * 1e6,
+                     date=datetime.date.today().isoformat()) if wins else None
+        results[p.key] = entry
+        if entry:
+            written[p.key] = entry
+    if written:
+        log(f"wrote {len(written)} entries for {gpu} to {tuned.store(gpu, written, cache)}")
+    return results
+
+
+def problems_of(fn, *args, **kwargs) -> list[Problem]:
+    """The GEMM problems `fn(*args, **kwargs)` runs (traced, not run), nested jits, custom_vjp
+    and (under jax.grad) backward passes included, in the order they appear."""
+    from jax_hopper.gemm.primitive import hopper_gemm_p  # noqa: PLC0415
+    found = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive is hopper_gemm_p:
+                a = eqn.invars[0].aval
+                prm = eqn.params
+                gated = bool(prm.get("gated"))
+                batch, m, n = eqn.outvars[0].aval.shape
+                k = a.shape[1] if prm["a_mn_major"] else a.shape[2]
+                found.append(Problem("glu" if gated else "matmul", a.dtype.name,
+                                     bool(prm["a_mn_major"]), bool(prm["b_mn_major"]), batch, m,
+                                     2 * n if gated else n, k))
+            for v in eqn.params.values():
+                for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        walk(inner)
+
+    walk(jax.make_jaxpr(fn)(*args, **kwargs).jaxpr)
+    return found
+
+
+def _parse_shape(text: str) -> tuple[int, int, int]:
+    m, n, k = (int(x) for x in text.split("x"))
+    return m, n, k
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", nargs="+", type=_parse_shape, required=True,
+                        help="MxNxK of each problem (N: output columns)")
+    parser.add_argument("--family", choices=list(catalog.FAMILIES), default="matmul")
+    parser.add_argument("--dtype", choices=catalog.INPUT_DTYPES, default="bfloat16")
+    parser.add_argument("--layout", default="nn",
+                        help="two letters, n or t: transpose_a and transpose_b of the call")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--cache", default=None, help=f"default: {tuned.cache_path()}")
+    parser.add_argument("--allow-reference", action="store_true",
+                        help="run without the kernels (times XLA's reference: only to test this "
+                             "tool)")
+    args = parser.parse_args(argv)
+    if len(args.layout) != 2 or set(args.layout) - {"n", "t"}:
+        parser.error(f"--layout {args.layout!r}: two letters, each n or t")
+    a_mn, b_mn = args.layout[0] == "t", args.layout[1] == "n"
+    if args.family == "glu" and (a_mn or not b_mn):
+        parser.error("--family glu takes x K-major and the weight MN-major: --layout nn")
+    problems = [Problem(args.family, args.dtype, a_mn, b_mn, args.batch, m,
+                        2 * n if args.family == "glu" else n, k) for m, n, k in args.shapes]
+    try:
+        tune(problems, args.reps, args.cache, args.allow_reference)
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

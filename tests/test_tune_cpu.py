@@ -1,0 +1,155 @@
+"""Autotuning without a GPU: the cache's format, lookup and robustness, how calls use it, which
+problems a function runs, and when the tuner caches a winner (timings stubbed: on a CPU they
+would time XLA's reference)."""
+
+import json
+import warnings
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jax_hopper.tune as tune
+from jax_hopper import GemmConfig, hopper_glu, hopper_matmul, kernels_available
+from jax_hopper.gemm import api, tuned
+from jax_hopper.gemm.heuristics import choose_config
+from jax_hopper.kernels import catalog
+
+PROBLEM = tune.Problem("matmul", "bfloat16", False, True, 1, 256, 512, 128)
+PINGPONG = next(t for t in catalog.TILE_SHAPES if t.schedule == "pingpong")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    path = tmp_path / "sub" / "tune.json"
+    monkeypatch.setenv("JAX_HOPPER_TUNE_CACHE", str(path))
+    return path
+
+
+def _entry(config: GemmConfig) -> dict:
+    return {"config": tuned.config_fields(config), "us": 1.0, "heuristic_us": 2.0,
+            "date": "2026-11-23"}
+
+
+def _config_of_the_call(a, b, **kw):
+    with mock.patch.object(api.autodiff, "gemm", wraps=api.autodiff.gemm) as spy:
+        hopper_matmul(a, b, **kw)
+    return dict(spy.call_args.args[4])["config"]
+
+
+def test_a_cached_config_is_what_calls_without_one_use(cache):
+    tuned_config = GemmConfig.for_tile(PINGPONG, cluster_m=2)
+    tuned.store(tuned.gpu_key(), {PROBLEM.key: _entry(tuned_config)})
+    assert json.loads(cache.read_text())["format"] == tuned.FORMAT
+    a, b = jnp.ones((256, 128), jnp.bfloat16), jnp.ones((128, 512), jnp.bfloat16)
+    assert _config_of_the_call(a, b) == tuned_config
+    # Another problem, or an explicit config, is untouched by the cache.
+    assert _config_of_the_call(a, b[:, :256]) == choose_config(256, 256, 128)
+    explicit = GemmConfig(cluster_m=2)
+    assert _config_of_the_call(a, b, config=explicit) == explicit
+
+
+def test_entries_of_another_gpu_are_not_used(cache):
+    tuned.store("NVIDIA H200, 132 SMs", {PROBLEM.key: _entry(GemmConfig.for_tile(PINGPONG))})
+    assert tuned.lookup("matmul", "bfloat16", False, True, 1, 256, 512, 128) is None
+
+
+def test_store_merges_with_what_is_there(cache):
+    tuned.store("gpu a", {"p1": _entry(GemmConfig())})
+    tuned.store("gpu a", {"p2": _entry(GemmConfig())})
+    tuned.store("gpu b", {"p1": _entry(GemmConfig())})
+    gpus = json.loads(cache.read_text())["gpus"]
+    assert set(gpus["gpu a"]) == {"p1", "p2"} and set(gpus["gpu b"]) == {"p1"}
+
+
+@pytest.mark.parametrize("content,message", [
+    ("{not json", "could not be read"),
+    (json.dumps({"format": 99, "gpus": {}}), "not a format-1"),
+    (json.dumps([1, 2]), "not a format-1"),
+])
+def test_a_broken_or_foreign_cache_is_ignored_with_a_warning(cache, content, message):
+    cache.parent.mkdir(parents=True)
+    cache.write_text(content)
+    with pytest.warns(UserWarning, match=message):
+        got = tuned.default_config("matmul", "bfloat16", False, True, 1, 256, 512, 128)
+    assert got == choose_config(256, 512, 128)
+    tuned.store("gpu", {"p": _entry(GemmConfig())})  # and a store replaces it
+    assert json.loads(cache.read_text())["format"] == tuned.FORMAT
+
+
+def test_an_entry_that_is_no_longer_compiled_is_ignored_with_a_warning(cache):
+    entry = _entry(GemmConfig())
+    entry["config"]["block_n"] = 160
+    tuned.store(tuned.gpu_key(), {PROBLEM.key: entry,
+                                  "matmul bfloat16 kn 1x8x8x8": {"config": {"bogus": 1}}})
+    with pytest.warns(UserWarning, match="not a compiled config"):
+        assert tuned.lookup("matmul", "bfloat16", False, True, 1, 256, 512, 128) is None
+    with pytest.warns(UserWarning, match="not a compiled config"):
+        assert tuned.lookup("matmul", "bfloat16", False, True, 1, 8, 8, 8) is None
+
+
+def test_no_cache_file_is_quietly_the_heuristic(cache):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tuned.default_config("glu", "float16", False, True, 2, 64, 256, 64) == \
+            choose_config(64, 256, 64, 2, tiles=catalog.FAMILIES["glu"].tiles)
+
+
+def test_problems_of_a_function_forward_and_backward():
+    x = jnp.ones((4, 32, 64), jnp.bfloat16)
+    w = jnp.ones((64, 96), jnp.bfloat16)
+    wg = jnp.ones((64, 2, 40), jnp.bfloat16)
+
+    def f(x, w, wg):
+        return hopper_matmul(x, w).astype(jnp.float32).sum() + \
+            hopper_glu(x, wg).astype(jnp.float32).sum()
+
+    forward = tune.problems_of(f, x, w, wg)
+    assert tune.Problem("matmul", "bfloat16", False, True, 4, 32, 96, 64) in forward
+    assert tune.Problem("glu", "bfloat16", False, True, 4, 32, 80, 64) in forward
+    backward = tune.problems_of(jax.grad(lambda w: f(x, w, wg)), w)
+    # dW = x^T dY: K is the 4 x 32 rows, N the 96 columns.
+    assert any(p.family == "matmul" and p.n == 96 and p.k == 128 and p.m == 64
+               for p in backward), backward
+
+
+def test_candidates_are_every_compiled_config_of_the_family():
+    got = tune.candidates(PROBLEM)
+    for c in got:
+        c.validate("bfloat16", False, True)
+    tiles = {c.tile for c in got}
+    assert tiles == set(catalog.TILE_SHAPES)
+    assert {(c.cluster_m, c.cluster_n) for c in got} == set(catalog.CLUSTER_SHAPES)
+    assert not any(c.stream_k for c in got if c.schedule == "pingpong")
+    glu = tune.candidates(tune.Problem("glu", "bfloat16", False, True, 1, 64, 256, 64))
+    assert {c.tile for c in glu} == set(catalog.FAMILIES["glu"].tiles)
+
+
+@pytest.mark.parametrize("best_s,cached", [(0.90, True), (0.99, False), (1.10, False)])
+def test_a_winner_is_cached_only_past_the_noise(cache, best_s, cached):
+    winner = GemmConfig.for_tile(PINGPONG, cluster_n=2)
+    timed = dict(times={}, best=winner, best_s=best_s, heuristic_s=1.0)
+    with mock.patch.object(tune, "tune_problem", return_value=timed):
+        result = tune.tune([PROBLEM, PROBLEM], allow_reference=True, log=lambda *_: None)
+    assert (result[PROBLEM.key] is not None) == cached
+    if cached:
+        assert tuned.lookup("matmul", "bfloat16", False, True, 1, 256, 512, 128) == winner
+    else:
+        assert not cache.exists()
+
+
+def test_the_tuner_times_every_candidate(cache):
+    # On a CPU it times XLA's reference (meaningless numbers); this checks the machinery: every
+    # candidate compiles, runs and is timed, and the result is a valid config.
+    r = tune.tune_problem(tune.Problem("matmul", "bfloat16", True, False, 2, 64, 128, 64), reps=1)
+    assert len(r["times"]) == len(tune.candidates(PROBLEM)) + 1
+    r["best"].validate("bfloat16", True, False)
+
+
+@pytest.mark.skipif(bool(kernels_available()), reason="this machine has the kernels; the "
+                    "refusal is for machines without them")
+def test_the_cli_refuses_without_the_kernels(cache, capsys):
+    assert tune.main(["--shapes", "64x64x64"]) == 2
+    assert "needs the kernels" in capsys.readouterr().err
+    assert not cache.exists()
