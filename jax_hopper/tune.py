@@ -140,10 +140,10 @@ def problems_of(fn, *args, **kwargs) -> list[Problem]:
             if eqn.primitive is hopper_gemm_p:
                 a = eqn.invars[0].aval
                 prm = eqn.params
-                gated = bool(prm.get("gated"))
+                gated = prm["family"] == "glu"
                 batch, m, n = eqn.outvars[0].aval.shape
                 k = a.shape[1] if prm["a_mn_major"] else a.shape[2]
-                found.append(Problem("glu" if gated else "matmul", a.dtype.name,
+                found.append(Problem(prm["family"], a.dtype.name,
                                      bool(prm["a_mn_major"]), bool(prm["b_mn_major"]), batch, m,
                                      2 * n if gated else n, k))
             for v in eqn.params.values():

@@ -92,8 +92,8 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
 
     a3 = _as_batched_3d(a, batch_shape)
     b3 = _as_batched_3d(b, batch_shape)
-    params = dict(a_mn_major=a_mn_major, b_mn_major=b_mn_major, out_dtype=out_dtype,
-                  activation=act, alpha=alpha, beta=beta, config=config)
+    params = dict(family="matmul", a_mn_major=a_mn_major, b_mn_major=b_mn_major,
+                  out_dtype=out_dtype, activation=act, alpha=alpha, beta=beta, config=config)
 
     if batch == 0 or m == 0 or n == 0 or k == 0:
         out = reference(a3, b3, bias_arr, res_arr, **params)  # empty or all-epilogue: no launch

@@ -49,7 +49,7 @@ def gemm(a, b, bias, res, params, res_batch, unfused=None):
 
 
 def _fwd(a, b, bias, res, params, res_batch, unfused):
-    if dict(params).get("gated"):
+    if dict(params)["family"] == "glu":
         return jax.vjp(lambda *args: unfused(*args, params), a, b, bias, res)
     return gemm(a, b, bias, res, params, res_batch, unfused), (a, b, bias)
 
@@ -57,7 +57,7 @@ def _fwd(a, b, bias, res, params, res_batch, unfused):
 def _bwd(params, res_batch, unfused, saved, dy):
     del unfused
     p = dict(params)
-    if p.get("gated"):
+    if p["family"] == "glu":
         return saved(dy)  # the unfused forward's VJP
     a, b, bias = saved
     batch, m, n, _ = problem_shape(a.shape, b.shape, p["a_mn_major"], p["b_mn_major"])
@@ -98,7 +98,8 @@ gemm.defvjp(_fwd, _bwd)
 def _product(x, y, x_mn, y_mn, out_dtype, alpha):
     """out = alpha * op(x) @ op(y) through the kernel, no epilogue."""
     batch, m, n, k = problem_shape(x.shape, y.shape, x_mn, y_mn)
-    params = dict(a_mn_major=x_mn, b_mn_major=y_mn, out_dtype=jnp.dtype(out_dtype), activation=0,
+    params = dict(family="matmul", a_mn_major=x_mn, b_mn_major=y_mn,
+                  out_dtype=jnp.dtype(out_dtype), activation=0,
                   alpha=alpha, beta=1.0,
                   config=default_config("matmul", jnp.dtype(x.dtype).name, x_mn, y_mn, batch, m,
                                         n, k))

@@ -64,14 +64,14 @@ def _split_epilogue(params, in_batched, args):
     def one(a, b, bias, res):
         z = gemm(a, b, jnp.zeros((0,), f32), jnp.zeros((0, 0, 0), f32), linear)
         return apply_epilogue(z, bias, res, activation=p["activation"], beta=p["beta"],
-                              out_dtype=p["out_dtype"])
+                              out_dtype=p["out_dtype"], family=p["family"])
 
     return jax.vmap(one, in_axes=[0 if x else None for x in in_batched])(*args)
 
 
 def _rule(params, unfused, v, in_batched, a, b, bias, res):
     p = dict(params)
-    if p.get("gated"):
+    if p["family"] == "glu":
         return _gated(params, unfused, v, in_batched, a, b, bias, res), True
     ma, mb, mbias, mres = in_batched
     if mbias or (mres and not ma and not mb):

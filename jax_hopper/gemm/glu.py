@@ -7,9 +7,9 @@ GatedWeightLoad in cuda/gemm/mainloop/operand_load.cuh, GatedOps in cuda/gemm/ep
 the (M, 2F) product never reaches memory, nor is it read back by a separate elementwise pass.
 
 hopper_glu only checks its arguments (x's leading dimensions become one batch) and enters the
-layers hopper_matmul goes through (jax_hopper/gemm/primitive.py) with gated=True:
+layers hopper_matmul goes through (jax_hopper/gemm/primitive.py) with family="glu":
 autodiff.gemm (jax.grad) -> batching.gemm (jax.vmap) -> sharding.partitioned (sharded jit) ->
-launch -> hopper_gemm_p. Where the unit's math differs the layers branch on `gated`; what they
+launch -> hopper_gemm_p. Where the unit's math differs the layers branch on `family`; what they
 need from here is `_unfused`, the same unit through hopper_matmul's GEMM and jnp.
 
 NOTES:
@@ -103,7 +103,7 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
                          f"{16 // x.dtype.itemsize})")
 
     params = freeze(dict(a_mn_major=False, b_mn_major=True, out_dtype=out_dtype, activation=code,
-                         alpha=alpha, beta=beta, config=config, gated=True))
+                         alpha=alpha, beta=beta, config=config, family="glu"))
     if batch == 0 or rows == 0 or f == 0 or k == 0:
         out = reference(x3, w, bias2, res3, **dict(params))  # nothing to launch
     else:
@@ -115,7 +115,7 @@ def _unfused(x3, w, bias, res, params):
     """The same unit from hopper_matmul's (differentiable) product in x's dtype and jnp."""
     p = dict(params)
     k, _, f = w.shape
-    product = freeze({**p, "gated": False, "activation": 0, "beta": 1.0,
+    product = freeze({**p, "family": "matmul", "activation": 0, "beta": 1.0,
                       "out_dtype": x3.dtype,
                       "config": default_config("matmul", x3.dtype.name, False, True,
                                                x3.shape[0], x3.shape[1], 2 * f, k)})

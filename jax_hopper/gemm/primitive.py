@@ -4,13 +4,14 @@ CPU (reference) lowering, and `launch`, one device's call of it.
 Operands are always 3-D as stored in memory: a (Ba, M, K) or, MN-major, (Ba, K, M); b (Bb, N, K)
 or, MN-major, (Bb, K, N); Ba and Bb are 1 (shared) or the batch. bias is (N,) float32 or (0,);
 residual is (1 or batch, M, N) in the out dtype or (0, 0, 0). The result is (batch, M, N).
-With gated=True (hopper_glu, jax_hopper/gemm/glu.py) b is the (K, 2, F) weight itself, shared
+Every call names its kernel family (catalog.FAMILIES): "matmul", or "glu" (hopper_glu,
+jax_hopper/gemm/glu.py), where b is the (K, 2, F) weight itself, shared
 by the batch (gate and up halves, 2F product columns), bias (2, F) or (0,), and the result and
 residual have F columns.
 
 Both public ops (hopper_matmul, hopper_glu) reach the primitive through the same layers, each
 adding one transformation: autodiff.gemm (jax.grad) -> batching.gemm (jax.vmap) ->
-sharding.partitioned (sharded jit) -> launch -> hopper_gemm_p. A layer branches on `gated` only
+sharding.partitioned (sharded jit) -> launch -> hopper_gemm_p. A layer branches on `family` only
 where the gated unit's math differs from the GEMM's.
 """
 
@@ -46,39 +47,40 @@ def freeze(params: dict) -> tuple:
     return tuple(sorted(params.items()))
 
 
-def product_operand(b, gated: bool):
-    """b as the kernel's product sees it: a gated (K, 2, F) weight is (1, K, 2F) [gate | up]."""
-    return b.reshape(1, b.shape[0], 2 * b.shape[2]) if gated else b
+def product_operand(b, family: str):
+    """b as the kernel's product sees it: glu's (K, 2, F) weight is (1, K, 2F) [gate | up]."""
+    return b.reshape(1, b.shape[0], 2 * b.shape[2]) if family == "glu" else b
 
 
-def _abstract_eval(a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, gated=False,
+def _abstract_eval(a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, family,
                    **_):
+    gated = family == "glu"
     b_shape = (1, b.shape[0], 2 * b.shape[2]) if gated else b.shape
     batch, m, n, _k = problem_shape(a.shape, b_shape, a_mn_major, b_mn_major)
     return jax.core.ShapedArray((batch, m, n // 2 if gated else n), out_dtype)
 
 
-def apply_epilogue(x, bias, residual, *, activation, beta, out_dtype, gated=False):
+def apply_epilogue(x, bias, residual, *, activation, beta, out_dtype, family):
     """act(x + bias) + beta * residual on an fp32 x, then the one rounding to out_dtype; gated:
     act(gate) * up of x + bias, whose last axis is [gate | up]."""
     if bias.size:
         x = x + bias.reshape(-1).astype(jnp.float32)
-    x = apply_gated(x, activation) if gated else apply_activation(x, activation)
+    x = apply_gated(x, activation) if family == "glu" else apply_activation(x, activation)
     if residual.size:
         x = x + beta * residual.astype(jnp.float32)
     return x.astype(out_dtype)
 
 
 def reference(a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, activation, alpha,
-              beta, config=None, gated=False):
+              beta, family, config=None):
     """What the kernel computes, in jnp: fp32 accumulation, epilogue in fp32, one rounding."""
     del config
-    b = product_operand(b, gated)
+    b = product_operand(b, family)
     a_mk = jnp.swapaxes(a, 1, 2) if a_mn_major else a
     b_kn = b if b_mn_major else jnp.swapaxes(b, 1, 2)
     x = alpha * jnp.matmul(a_mk, b_kn, preferred_element_type=jnp.float32)
     return apply_epilogue(x, bias, residual, activation=activation, beta=beta,
-                          out_dtype=out_dtype, gated=gated)
+                          out_dtype=out_dtype, family=family)
 
 
 def tma_unaddressable(a3, b3) -> str | None:
@@ -99,7 +101,7 @@ def launch(a, b, bias, res, **params):
     8 ways, say): that shard is computed by XLA's dot, with a warning. A gated weight's F (whole
     or per device) is padded instead: TMA addresses its two halves only with F a multiple of 8.
     """
-    if params.get("gated") and (f := b.shape[2]) % 8:
+    if params["family"] == "glu" and (f := b.shape[2]) % 8:
         return launch(a, *_pad_columns(b, bias, res, 2, -f % 8), **params)[..., :f]
     if (reason := tma_unaddressable(a, b)) is not None:
         warnings.warn(f"hopper_matmul falls back to XLA's dot on a shard: {reason}",
@@ -122,7 +124,7 @@ def _pad_columns(b, bias, res, axis, pad):
 def _launch_padded(a, b, bias, res, **params):
     """TMA stores need a 16-byte output pitch: compute into a padded N and slice it off.
     (A gated call arrives with F a multiple of 8, which no out dtype needs to pad.)"""
-    if params.get("gated"):
+    if params["family"] == "glu":
         return hopper_gemm_p.bind(a, b, bias, res, **params)
     _, _, n, _ = problem_shape(a.shape, b.shape, params["a_mn_major"], params["b_mn_major"])
     step = 16 // np.dtype(params["out_dtype"]).itemsize
@@ -134,13 +136,12 @@ def _launch_padded(a, b, bias, res, **params):
 
 
 def _cuda_lowering(ctx, a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, activation,
-                   alpha, beta, config, gated=False):
+                   alpha, beta, config, family):
     # The kernel is named by the catalog (jax_hopper/kernels/catalog.py); its work plan is made
     # here, once, for the GPU's resident clusters, and passed to the custom call with the size
     # of its second result, the stream-K workspace: XLA allocates it like any buffer (no
     # allocation inside the handler, so CUDA graphs can capture the call), and only the product
     # leaves this lowering.
-    family = "glu" if gated else "matmul"
     a_aval = ctx.avals_in[0]
     kernel = config.kernel(family, a_aval.dtype.name, a_mn_major, b_mn_major)
     batch, m, n = ctx.avals_out[0].shape

@@ -52,7 +52,7 @@ def _rule(params, shapes, mesh, value_types, result_types):
     """Einsum-like Shardy rule; factor names follow the stored layouts of this call."""
     del mesh, value_types, result_types
     p = dict(params)
-    gated = p.get("gated", False)
+    gated = p["family"] == "glu"
     (ba, *_), (bb, *_), bias_shape, res_shape = shapes
     bb = 1 if gated else bb  # a gated weight (K, 2, F) is shared by the batch
     batch = max(ba, bb)
@@ -104,7 +104,7 @@ def assign_factors(mesh, candidates: dict, k: int):
 
 def _partition(params, shapes, mesh, arg_shapes, result_shape):
     p = dict(params)
-    gated = p.get("gated", False)
+    gated = p["family"] == "glu"
     a, b, bias, res = arg_shapes
     ba, bb = a.shape[0], 1 if gated else b.shape[0]
     batch = max(ba, bb)
@@ -151,14 +151,14 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
         if not k_axes:
             return launch(a, b, bias, res, **p)
         f32 = jnp.dtype(jnp.float32)
-        product = {**p, "out_dtype": f32, "activation": 0}
-        product.pop("gated", None)  # gated: the plain GEMM of the [gate | up] columns
-        partial = launch(a, product_operand(b, gated), jnp.zeros((0,), f32),
+        # glu: the plain GEMM of the [gate | up] columns
+        product = {**p, "out_dtype": f32, "activation": 0, "family": "matmul"}
+        partial = launch(a, product_operand(b, p["family"]), jnp.zeros((0,), f32),
                          jnp.zeros((0, 0, 0), f32), **product)
         z = (jax.lax.psum_scatter(partial, k_axes, scatter_dimension=scatter, tiled=True)
              if scatter else jax.lax.psum(partial, k_axes))
         return apply_epilogue(z, bias, res, activation=p["activation"], beta=p["beta"],
-                              out_dtype=p["out_dtype"], gated=gated)
+                              out_dtype=p["out_dtype"], family=p["family"])
 
     return mesh, lower_fn, out_sh, (a_sh, b_sh, bias_sh, res_sh)
 
