@@ -1,25 +1,20 @@
 """examples/decode.py: the decode loop runs every projection on jax_hopper, matches the jnp
 version within its bound, and a wrong projection fails the check."""
 
-import importlib.util
-import os
 from unittest import mock
 
 import pytest
 
 import jax_hopper
+from example_loader import load_example
 
-PATH = os.path.join(os.path.dirname(__file__), "..", "examples", "decode.py")
 SMALL = ["--d-model", "128", "--d-ff", "256", "--steps", "8", "--batches", "1", "4",
          "--reps", "1"]
 
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("decode_example", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("decode.py")
 
 
 def test_runs_on_hopper_matmul_and_matches_jnp(example, capsys):

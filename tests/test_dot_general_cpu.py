@@ -156,12 +156,8 @@ def test_nnx_modules(make, x_shape):
 
 
 def test_the_flax_example_trains_alike(capsys):
-    import importlib.util  # noqa: PLC0415
-    import os  # noqa: PLC0415
-    path = os.path.join(os.path.dirname(__file__), "..", "examples", "flax_mlp.py")
-    spec = importlib.util.spec_from_file_location("flax_mlp", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    from example_loader import load_example  # noqa: PLC0415
+    example = load_example("flax_mlp.py")
     with _spied() as spy:
         assert example.main(["--steps", "6"]) == 0
     assert spy.called

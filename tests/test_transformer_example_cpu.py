@@ -4,10 +4,8 @@ the numerical check fails, with exit status 1, when a projection computes the wr
 
 import collections
 import functools
-import importlib.util
 import json
 import math
-import os
 from unittest import mock
 
 import jax
@@ -17,9 +15,8 @@ import pytest
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
 import jax_hopper
+from example_loader import load_example
 
-EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "examples", "transformer_layer.py")
 D, D_FF, HEADS, BATCH, SEQ = 64, 128, 2, 2, 16
 TINY = ["--d-model", str(D), "--d-ff", str(D_FF), "--heads", str(HEADS), "--batch", str(BATCH),
         "--seq", str(SEQ), "--reps", "2"]
@@ -28,10 +25,7 @@ PARAMS = ("ln1", "w_qkv", "w_o", "ln2", "w_gate_up", "w_down")
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("transformer_layer", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("transformer_layer.py")
 
 
 @pytest.fixture(scope="module")
