@@ -56,9 +56,7 @@ def cases(shapes, epilogue_cases):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "results"))
-    parser.add_argument("--tag", default=datetime.date.today().strftime("%Y%m%d"))
-    parser.add_argument("--reps", type=int, default=7)
+    timing.add_output_args(parser)
     parser.add_argument("--shapes", nargs="*", type=bench_gemm.parse_shape,
                         default=bench_gemm.DEFAULT_SHAPES, help="MxNxK of the plain GEMMs")
     parser.add_argument("--epilogue-cases", nargs="*", default=list(bench_epilogue.CASES),

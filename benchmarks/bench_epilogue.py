@@ -106,9 +106,7 @@ def bench_case(name, key, reps):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "results"))
-    parser.add_argument("--tag", default=datetime.date.today().strftime("%Y%m%d"))
-    parser.add_argument("--reps", type=int, default=7)
+    timing.add_output_args(parser)
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     args = parser.parse_args()
     timing.require_kernels(jax_hopper)

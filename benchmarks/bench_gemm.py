@@ -62,14 +62,7 @@ def log(*parts):
     print(*parts, flush=True)
 
 
-def parse_shape(text: str) -> tuple[int, int, int]:
-    """'MxNxK', or one number for a cube."""
-    dims = [int(d) for d in text.lower().split("x")]
-    if len(dims) == 1:
-        dims *= 3
-    if len(dims) != 3 or min(dims) <= 0:
-        raise argparse.ArgumentTypeError(f"shape {text!r}: want MxNxK or N")
-    return tuple(dims)
+parse_shape = timing.parse_shape
 
 
 def transformer_shapes(text: str) -> list[tuple[int, int, int]]:

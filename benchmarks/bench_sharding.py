@@ -49,12 +49,10 @@ def collectives(compiled_text: str) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", type=lambda s: tuple(int(x) for x in s.split("x")),
-                        default=(16384, 8192, 8192), help="MxNxK of the global product")
-    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--shape", type=timing.parse_shape, default=(16384, 8192, 8192),
+                        help="MxNxK of the global product")
     parser.add_argument("--calls", type=int, default=10, help="calls per timed run")
-    parser.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "results"))
-    parser.add_argument("--tag", default=datetime.date.today().strftime("%Y%m%d"))
+    timing.add_output_args(parser)
     args = parser.parse_args(argv)
     m, n, k = args.shape
     devices = jax.devices()

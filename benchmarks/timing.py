@@ -9,13 +9,23 @@ import sys
 # An installed jax_hopper first; the source tree (pure Python) where none is installed.
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from jax_hopper.timing import (call_plan, calls_for, chained, geomean,  # noqa: E402
-                               n_sets_for, rel_fro_error, rotating_sets, rotation, tflops,
-                               time_chained, time_interleaved)
+import datetime  # noqa: E402
 
-__all__ = ["call_plan", "calls_for", "chained", "geomean", "n_sets_for", "rel_fro_error",
-           "require_kernels", "rotating_sets", "rotation", "tflops", "time_chained",
-           "time_interleaved"]
+from jax_hopper.timing import (call_plan, calls_for, chained, geomean,  # noqa: E402
+                               n_sets_for, parse_shape, rel_fro_error, rotating_sets, rotation,
+                               tflops, time_chained, time_interleaved)
+
+__all__ = ["add_output_args", "call_plan", "calls_for", "chained", "geomean", "n_sets_for",
+           "parse_shape", "rel_fro_error", "require_kernels", "rotating_sets", "rotation",
+           "tflops", "time_chained", "time_interleaved"]
+
+
+def add_output_args(parser, reps: int = 7) -> None:
+    """--out-dir (default benchmarks/results), --tag (default today) and --reps (timed runs
+    per variant, median): the options of every benchmark that writes one results file."""
+    parser.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "results"))
+    parser.add_argument("--tag", default=datetime.date.today().strftime("%Y%m%d"))
+    parser.add_argument("--reps", type=int, default=reps)
 
 
 def require_kernels(*modules) -> None:

@@ -233,17 +233,18 @@ def run(args):
         errors[f"grad {k}"] = rel_fro(grads["hopper"][k], grads["jnp"][k])
         bounds[f"grad {k}"] = GRAD_BOUND
     tokens = args.batch * args.seq
+    kernels = bool(jax_hopper.kernels_available())
     return dict(
         config={k: getattr(args, k) for k in
                 ("d_model", "d_ff", "heads", "batch", "seq", "reps", "attention", "seed")},
-        device=jax.devices()[0].device_kind, hopper=bool(jax_hopper.kernels_available()),
+        device=jax.devices()[0].device_kind, hopper=kernels,
         dtype="bfloat16", tokens=tokens, output_shape=list(outs["hopper"].shape),
         loss={"hopper": loss_h, "jnp": loss_j},
         times_s=times,
         tokens_per_s={n: {k: tokens / t for k, t in ts.items()} for n, ts in times.items()},
         # Without the kernels both sides are XLA: no speed-up to report.
         **({"speedup": {k: times["jnp"][k] / times["hopper"][k] for k in times["jnp"]}}
-           if jax_hopper.kernels_available() else {}),
+           if kernels else {}),
         errors=errors, bounds=bounds,
         passed=all(math.isfinite(e) and e <= bounds[k] for k, e in errors.items()))
 

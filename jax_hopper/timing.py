@@ -8,6 +8,7 @@ testable on CPU with plain jnp functions.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import math
 import statistics
@@ -15,6 +16,16 @@ import time
 
 import jax
 import jax.numpy as jnp
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """'MxNxK', or one number for a cube (command-line shapes of the tuner and benchmarks)."""
+    dims = [int(d) for d in text.lower().split("x")]
+    if len(dims) == 1:
+        dims *= 3
+    if len(dims) != 3 or min(dims) <= 0:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: want MxNxK or N")
+    return tuple(dims)
 
 
 def n_sets_for(set_bytes: int, min_total_bytes: float = 200e6) -> int:

@@ -156,14 +156,9 @@ def problems_of(fn, *args, **kwargs) -> list[Problem]:
     return found
 
 
-def _parse_shape(text: str) -> tuple[int, int, int]:
-    m, n, k = (int(x) for x in text.split("x"))
-    return m, n, k
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", nargs="+", type=_parse_shape, required=True,
+    parser.add_argument("--shapes", nargs="+", type=timing.parse_shape, required=True,
                         help="MxNxK of each problem (N: output columns)")
     parser.add_argument("--family", choices=list(catalog.FAMILIES), default="matmul")
     parser.add_argument("--dtype", choices=catalog.INPUT_DTYPES, default="bfloat16")

@@ -57,6 +57,11 @@ def problem_key(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: 
     return f"{family} {dtype} {majors} {batch}x{m}x{n}x{k}"
 
 
+def _is_cache(data) -> bool:
+    return isinstance(data, dict) and data.get("format") == FORMAT and \
+        isinstance(data.get("gpus"), dict)
+
+
 def _warn(message: str) -> None:
     warnings.warn(f"jax_hopper tune cache: {message}; ignored", stacklevel=3)
 
@@ -71,8 +76,7 @@ def _load(path: str, mtime: float) -> dict:
     except (OSError, ValueError) as e:
         _warn(f"{path} could not be read ({e})")
         return {}
-    if not isinstance(data, dict) or data.get("format") != FORMAT or \
-            not isinstance(data.get("gpus"), dict):
+    if not _is_cache(data):
         _warn(f"{path} is not a format-{FORMAT} jax_hopper tune cache")
         return {}
     return data["gpus"]
@@ -121,10 +125,9 @@ def store(gpu: str, entries: dict, path: str | None = None) -> str:
     try:
         with open(path) as f:
             data = json.load(f)
-        if not isinstance(data, dict) or data.get("format") != FORMAT or \
-                not isinstance(data.get("gpus"), dict):
-            raise ValueError("not a tune cache")
     except (OSError, ValueError):
+        data = None
+    if not _is_cache(data):
         data = {"format": FORMAT, "gpus": {}}
     data["gpus"].setdefault(gpu, {}).update(entries)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
