@@ -3,6 +3,7 @@
     from jax_hopper import hopper_matmul
     y = jax.jit(hopper_matmul)(a, b)          # bf16/fp16 in, fp32 accumulation
     h = hopper_glu(x, w_gate_up)              # silu(x @ w[:, 0]) * (x @ w[:, 1]), fused
+    y = hopper_ragged_dot(x, w_experts, group_sizes)  # MoE grouped GEMM, sizes on the device
 
 On a machine without a Hopper GPU (or in a package built without the CUDA toolkit) every op
 lowers to a pure-JAX reference with the same result; kernels_available() says which runs.
@@ -14,6 +15,7 @@ from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.dot_general import dot_general
 from jax_hopper.gemm.glu import hopper_glu
+from jax_hopper.gemm.ragged import hopper_ragged_dot, ragged_dot
 from jax_hopper.tma.ops import tma_copy, tma_multicast, tma_reduce_add, tma_smem_bytes
 
 _ffi.register_targets()
@@ -24,8 +26,10 @@ __all__ = [
     "dot_general",
     "hopper_glu",
     "hopper_matmul",
+    "hopper_ragged_dot",
     "kernels_available",
     "layout",
+    "ragged_dot",
     "tma_copy",
     "tma_multicast",
     "tma_reduce_add",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 
 import jax
@@ -86,3 +89,26 @@ def glu_reference64(x, w, *, activation="silu", bias=None, residual=None, alpha=
     if residual is not None:
         y = y + beta * to64(residual)
     return y
+
+
+def run_in_command_buffer(child: str, *custom_call: str) -> list[float]:
+    """Runs the script `child` (formatted with tests=this folder; it prints "ERR <error>" lines)
+    in a process whose XLA puts custom calls into CUDA-graph command buffers, asserts that the
+    thunk-level conversion pass captured one of the names `custom_call` (the primitive's or the
+    FFI target's; its log names the thunks it captures; the conversion
+    happens after HLO, so the compiled HLO text does not show it) and returns the errors."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ,
+           "XLA_FLAGS": "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL "
+                        "--xla_gpu_graph_min_graph_size=1",
+           "TF_CPP_MIN_LOG_LEVEL": "0",
+           # The pass logs the thunks it captures above verbosity 1 (seen at 5, jax 0.11.2).
+           "TF_CPP_VMODULE": "command_buffer_conversion_pass=5"}
+    proc = subprocess.run([sys.executable, "-c", child.format(tests=tests)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    captured = [line for line in proc.stderr.splitlines()
+                if "Creating command buffer thunk with the following thunks" in line]
+    assert any(name in line for line in captured for name in custom_call), \
+        "\n".join(captured) or proc.stderr[-3000:]
+    return [float(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("ERR")]

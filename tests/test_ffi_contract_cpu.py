@@ -40,12 +40,14 @@ def _undecoded(family, attrs, out_cols):
 def _undecoded_on_default_device(family, attrs, out_cols):
     a = jnp.ones((1, 256, 128), jnp.bfloat16)
     b = jnp.ones((128, 2, out_cols) if family == "glu" else (1, 128, out_cols), jnp.bfloat16)
+    # The grouped handler takes the tile table as a fifth input (ragged_primitive.py).
+    extra = [jnp.zeros((1 + catalog.GROUP_TILE_FIELDS,), jnp.int32)] if family == "grouped" else []
     call = jax.ffi.ffi_call(f"jax_hopper_gemm_{family}",
                             (jax.ShapeDtypeStruct((1, 256, out_cols), jnp.bfloat16),
                              jax.ShapeDtypeStruct((0,), jnp.uint8)))
     with pytest.raises(Exception) as info:
         jax.block_until_ready(call(a, b, jnp.zeros((0,), jnp.float32),
-                                   jnp.zeros((0, 0, 0), jnp.bfloat16), **attrs))
+                                   jnp.zeros((0, 0, 0), jnp.bfloat16), *extra, **attrs))
     found = BAD_OPERANDS.search(str(info.value))
     assert found, str(info.value)[:500]
     return [int(i) for i in found.group(1).split(",")]
@@ -53,7 +55,8 @@ def _undecoded_on_default_device(family, attrs, out_cols):
 
 @pytest.mark.parametrize("family", list(catalog.FAMILIES))
 def test_the_lowering_s_attributes_decode(family):
-    config = GemmConfig(cluster_m=2)
+    config = (GemmConfig(stream_k=False, cluster_n=2) if family == "grouped"
+              else GemmConfig(cluster_m=2))
     kernel = config.kernel(family, "bfloat16", False, True)
     plan = config.plan(kernel, 1, 256, 128, 128, 66)
     plan.pop("workspace_bytes")

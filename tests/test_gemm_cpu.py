@@ -36,7 +36,8 @@ def test_extension_compiles_exactly_the_catalog():
         assert (d["a_mn_major"], d["b_mn_major"]) == (inst.a_mn_major, inst.b_mn_major)
         assert 0 < d["smem_bytes"] <= catalog.SMEM_LIMIT_BYTES
         # A stream-K workspace slot per CTA (a partial tile and two flags) where tiles split.
-        splits = catalog.SCHEDULES[inst.tile.schedule].stream_k
+        splits = (catalog.SCHEDULES[inst.tile.schedule].stream_k and
+                  catalog.FAMILIES[inst.family].stream_k)
         assert d["slot_bytes"] == (inst.tile.block_m * inst.tile.block_n * 4 + 8 if splits else 0)
 
 

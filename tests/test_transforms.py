@@ -3,9 +3,6 @@ lowering, always) and on an sm_90 GPU (the kernel, marker `gpu`), against float6
 references. A vmapped call must stay one batched kernel call, never a loop."""
 
 import itertools
-import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +11,8 @@ import pytest
 from jax.extend import core as jax_core
 from jax.test_util import check_grads
 
-from gemm_helpers import REL_FROB_BOUND, random_operand, reference64, rel_frob, to64
+from gemm_helpers import (REL_FROB_BOUND, random_operand, reference64, rel_frob,
+                          run_in_command_buffer, to64)
 from jax_hopper import _ffi, hopper_matmul
 
 ON_GPU = pytest.param("gpu", marks=pytest.mark.gpu)
@@ -200,19 +198,5 @@ def test_gemm_runs_inside_an_xla_command_buffer():
     buffers, XLA's thunk-level conversion pass puts the GEMM into a CUDA-graph command buffer
     (its log names the thunks it captures; the conversion happens after HLO, so the compiled
     HLO text does not show it) and the replays compute the right thing."""
-    tests = os.path.dirname(os.path.abspath(__file__))
-    env = {**os.environ,
-           "XLA_FLAGS": "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL "
-                        "--xla_gpu_graph_min_graph_size=1",
-           "TF_CPP_MIN_LOG_LEVEL": "0",
-           # The pass logs the thunks it captures above verbosity 1 (seen at 5, jax 0.11.2).
-           "TF_CPP_VMODULE": "command_buffer_conversion_pass=5"}
-    proc = subprocess.run([sys.executable, "-c", _GRAPH_CHILD.format(tests=tests)], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    captured = [line for line in proc.stderr.splitlines()
-                if "Creating command buffer thunk with the following thunks" in line]
-    why = "\n".join(captured) or proc.stderr[-3000:]
-    assert any("hopper_gemm" in line for line in captured), why
-    errors = [float(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("ERR")]
+    errors = run_in_command_buffer(_GRAPH_CHILD, "hopper_gemm")
     assert len(errors) == 3 and max(errors) < REL_FROB_BOUND["bfloat16"], errors

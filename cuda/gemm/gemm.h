@@ -38,6 +38,10 @@ struct GemmArgs {
   StreamKPlan plan;              // made by gemm_plan (at lowering), checked by the launcher
   void* workspace;               // the stream-K workspace, plan_workspace_bytes(...) big
   int64_t workspace_bytes;
+  // The grouped family: the tile table (cuda/gemm/scheduler/grouped.cuh) and its slots; b's
+  // batch entries are the groups, a and out have one.
+  const int32_t* group_tiles;
+  int32_t tile_slots;
   int device;
   cudaStream_t stream;
 };

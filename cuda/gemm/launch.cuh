@@ -17,6 +17,7 @@
 #include "cuda/gemm/mainloop/ss16.cuh"
 #include "cuda/gemm/schedule/cooperative.cuh"
 #include "cuda/gemm/schedule/pingpong.cuh"
+#include "cuda/gemm/scheduler/grouped.cuh"
 #include "cuda/gemm/scheduler/persistent.cuh"
 #include "cuda/gemm/scheduler/stream_k.cuh"
 

@@ -32,7 +32,8 @@ ffi::Error check_attrs(const char* op, const GemmAttrs& a) {
 ffi::Error run_gemm(GemmFamily family, const char* op, GemmShapeCheck check, cudaStream_t stream,
                     ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer bias,
                     ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> out,
-                    ffi::Result<ffi::AnyBuffer> workspace, const GemmAttrs& attrs) {
+                    ffi::Result<ffi::AnyBuffer> workspace, const GemmAttrs& attrs,
+                    const GemmArgs* preset) {
   const std::string o(op);
   const GemmKernelInfo* kernel = find_gemm_kernel(attrs.kernel);
   if (kernel == nullptr)
@@ -51,7 +52,7 @@ ffi::Error run_gemm(GemmFamily family, const char* op, GemmShapeCheck check, cud
   if (a.dimensions().size() != 3 || b.dimensions().size() != 3 || out->dimensions().size() != 3)
     return invalid(o + ": the handler expects rank-3 operands and output");
 
-  GemmArgs g = {};
+  GemmArgs g = preset != nullptr ? *preset : GemmArgs{};
   JH_RETURN_IF_ERROR(check(*kernel, a, b, bias, residual, *out, &g));
   if (residual.element_count() > 0 &&
       (residual.element_type() != out->element_type() || residual.dimensions().size() != 3 ||

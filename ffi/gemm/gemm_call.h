@@ -30,10 +30,12 @@ using GemmShapeCheck = ffi::Error (*)(const GemmKernelInfo& kernel, const ffi::A
                                       const ffi::AnyBuffer& residual, const ffi::AnyBuffer& out,
                                       GemmArgs* args);
 
+// `preset`: arguments the family's handler has already filled in (the grouped tile table).
 ffi::Error run_gemm(GemmFamily family, const char* op, GemmShapeCheck check, cudaStream_t stream,
                     ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer bias,
                     ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> out,
-                    ffi::Result<ffi::AnyBuffer> workspace, const GemmAttrs& attrs);
+                    ffi::Result<ffi::AnyBuffer> workspace, const GemmAttrs& attrs,
+                    const GemmArgs* preset = nullptr);
 
 // (batch, rows, cols) of a rank-3 buffer.
 inline Array3 array3(const ffi::AnyBuffer& x) {

@@ -70,15 +70,20 @@ class GemmConfig:
                 f"{'' if family == 'matmul' else ' for ' + catalog.FAMILIES[family].what}; "
                 "compiled tile shapes: "
                 f"{listed}")
-        if (self.cluster_m, self.cluster_n) not in catalog.CLUSTER_SHAPES:
+        clusters = catalog.FAMILIES[family].clusters
+        if (self.cluster_m, self.cluster_n) not in clusters:
             raise ValueError(f"config: cluster (cluster_m, cluster_n) = ({self.cluster_m}, "
-                             f"{self.cluster_n}) must be one of {catalog.CLUSTER_SHAPES}")
+                             f"{self.cluster_n}) must be one of {clusters}"
+                             f"{'' if family == 'matmul' else ' for ' + catalog.FAMILIES[family].what}")
         if self.raster not in catalog.RASTERS:
             raise ValueError(f"config: raster={self.raster!r} must be one of {catalog.RASTERS}")
         if not isinstance(self.group_size, int) or not 1 <= self.group_size <= 1024:
             raise ValueError(f"config: group_size={self.group_size!r} must be an int in 1..1024")
         if not isinstance(self.stream_k, bool):
             raise ValueError(f"config: stream_k={self.stream_k!r} must be a bool")
+        if self.stream_k and not catalog.FAMILIES[family].stream_k:
+            raise ValueError(f"config: stream_k=True, but {catalog.FAMILIES[family].what} "
+                             "computes every tile whole (set stream_k=False)")
         if self.stream_k and not catalog.SCHEDULES[self.schedule].stream_k:
             raise ValueError(f"config: stream_k=True needs a schedule that splits tiles; "
                              f"schedule={self.schedule!r} computes every tile whole (set "

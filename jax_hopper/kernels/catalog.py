@@ -22,6 +22,10 @@ import itertools
 SMEM_LIMIT_BYTES = 227 * 1024
 # H100 SXM and H200: the heuristic's SM count when no device is at hand (tracing on a CPU).
 DEFAULT_NUM_SMS = 132
+# The grouped GEMM's tile table: int32 fields per M tile (first row, rows, group) after one
+# header entry (the tiles in use); cuda/gemm/scheduler/grouped.cuh reads it,
+# jax_hopper/gemm/ragged_tiles.py writes it.
+GROUP_TILE_FIELDS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +108,8 @@ class Family:
 
     mainloop, epilogue: C++ templates (cuda/gemm/); `{...}` fields are filled per instance
     (dtype, bm, bn, bk, stages, tile_wgs, a_mn, b_mn). The tile scheduler comes with the
-    tile's schedule (SCHEDULES).
+    tile's schedule (SCHEDULES) unless the family names its own (`scheduler`, which then
+    computes whole tiles: stream_k False).
     """
     name: str
     cpp: str                       # GemmFamily enumerator
@@ -114,6 +119,13 @@ class Family:
     majors: tuple[tuple[bool, bool], ...]
     suffix: str                    # of kernel names
     what: str                      # in messages: "... is not compiled for <what>"
+    scheduler: str | None = None   # C++ tile scheduler, instead of the schedule's
+    clusters: tuple[tuple[int, int], ...] = CLUSTER_SHAPES  # (cluster_m, cluster_n) it runs
+
+    @property
+    def stream_k(self) -> bool:
+        """Whether this family's kernels can split tiles (with a stream-K schedule)."""
+        return self.scheduler is None
 
 
 _SS16 = ("MainloopSS16<DType::{dtype}, {bm}, {bn}, {bk}, {stages}, {tile_wgs}, "
@@ -131,6 +143,16 @@ FAMILIES = {
                   "TmaStoreEpilogue<{bn}, GatedOps>",
                   tuple(t for t in TILE_SHAPES if t.block_n % 128 == 0), ((False, True),),
                   "_glu", "the gated unit"),
+    # hopper_ragged_dot: lhs (M, K) K-major, rhs (G, K, N) (MN-major) or (G, N, K); the tiles
+    # follow the groups' rows (GroupedScheduler) and store only their group's rows
+    # (GroupedOutput). 64 x 256 ping-pong for a few rows per group (decode), 128-row tiles
+    # otherwise.
+    "grouped": Family("grouped", "kGrouped", _SS16.replace("{b_load}", "OperandLoad<{b_mn}>"),
+                      "TmaStoreEpilogue<{bn}, LinearOps, GroupedOutput>",
+                      (TileShape(128, 256, 64, 4), TileShape(128, 128, 64, 6, "pingpong"),
+                       TileShape(64, 256, 64, 4, "pingpong")),
+                      ((False, False), (False, True)), "_grouped", "the grouped GEMM",
+                      scheduler="GroupedScheduler<{bm}, {bn}>", clusters=((1, 1), (1, 2))),
 }
 
 
@@ -157,7 +179,8 @@ class KernelInstance:
                       stages=t.stages, tile_wgs=sched.tile_warpgroups,
                       a_mn=str(self.a_mn_major).lower(), b_mn=str(self.b_mn_major).lower())
         return dict(mainloop=fam.mainloop.format(**fields), epilogue=fam.epilogue.format(**fields),
-                    scheduler=sched.scheduler.format(**fields), schedule=sched.cpp)
+                    scheduler=(fam.scheduler or sched.scheduler).format(**fields),
+                    schedule=sched.cpp)
 
 
 def compiled_instances() -> tuple[KernelInstance, ...]:

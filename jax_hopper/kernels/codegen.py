@@ -39,7 +39,8 @@ def constants_header() -> str:
             f"constexpr int64_t kActivationCount = {len(catalog.ACTIVATIONS)};\n\n"
             f"enum class GemmFamily : int32_t {{ {fams} }};\n"
             f"enum class GemmSchedule : int32_t {{ {scheds} }};\n\n"
-            f"constexpr int kSmemLimitBytes = {catalog.SMEM_LIMIT_BYTES};\n\n"
+            f"constexpr int kSmemLimitBytes = {catalog.SMEM_LIMIT_BYTES};\n"
+            f"constexpr int kGroupTileFields = {catalog.GROUP_TILE_FIELDS};\n\n"
             "}  // namespace jax_hopper\n")
 
 

@@ -6,6 +6,9 @@
 // then overwrites with its results. The staging buffer is reused pass after pass; the stores of
 // the last pass drain while the next tile's mainloop runs (we only wait for their shared-memory
 // reads). Owns the staging buffers and one residual-load barrier per consumer warpgroup.
+// Output (output.cuh) says where a strip goes; a strip that may store only some of its rows (the
+// grouped GEMM's, at a group's end) is copied from the staging buffer to global memory by the
+// warpgroup's threads, row by row, instead of by TMA, which clips only at the array's edge.
 #pragma once
 
 #include <cuda.h>
@@ -18,6 +21,7 @@
 #include "cuda/gemm/epilogue/activation.cuh"
 #include "cuda/gemm/epilogue/gated.cuh"
 #include "cuda/gemm/epilogue/linear.cuh"
+#include "cuda/gemm/epilogue/output.cuh"
 #include "cuda/gemm/gemm.h"
 #include "cuda/gemm/scheduler/tile_order.cuh"
 #include "cuda/ptx/fence.cuh"
@@ -65,9 +69,18 @@ constexpr int epi_boxes_per_pass(int boxes, int fit = kEpiBoxesPerPass) {
 }
 
 // Where one consumer warpgroup's strip goes: output rows row0.., columns col0.., batch entry
-// `batch`; the residual's batch entry (0 when one residual is broadcast over the batch).
+// `batch`; the residual's batch entry (0 when one residual is broadcast over the batch); the
+// strip's first `rows` rows (1..64) are stored.
 struct EpilogueTile {
-  int32_t row0, col0, batch, residual_batch;
+  int32_t row0, col0, batch, residual_batch, rows;
+};
+
+// The output as a plain row-major array, for strips copied without TMA: its first byte, the
+// bytes between rows, and its columns.
+struct GlobalOut {
+  uint8_t* data;
+  int64_t row_bytes;
+  int32_t cols;
 };
 
 // One consumer warpgroup's staging buffer, its residual-load barrier and that barrier's phase,
@@ -79,10 +92,32 @@ struct EpilogueSync {
   uint32_t wg_thread, barrier_id;
 };
 
-template <int BN, typename TOut, bool RESIDUAL>
+// Rows [0, t.rows) of a staged pass (kBoxes boxes of 64 rows x 128 swizzled bytes, its first
+// column col0) to global memory: 8 threads write one row's 128 bytes of a box (16 bytes each),
+// columns past the output's edge are skipped (the output's row pitch is whole 16-byte chunks).
+template <int kBoxes, int kOutBytes>
+__device__ __forceinline__ void copy_rows(const uint8_t* staging, const GlobalOut& out,
+                                          const EpilogueTile& t, int32_t col0,
+                                          uint32_t wg_thread) {
+  constexpr int kChunkCols = 16 / kOutBytes;
+  // Not unrolled: the later passes' accumulators are still live here.
+#pragma unroll 1
+  for (int i = wg_thread; i < kBoxes * 64 * 8; i += 128) {
+    const int32_t box = i / 512, r = (i % 512) / 8, chunk = i % 8;
+    const int32_t col = col0 + box * (128 / kOutBytes) + chunk * kChunkCols;
+    if (r >= t.rows || col >= out.cols) continue;
+    const uint4 v = *reinterpret_cast<const uint4*>(staging + box * kEpiBoxBytes + r * 128 +
+                                                    ((chunk ^ (r & 7)) << 4));
+    *reinterpret_cast<uint4*>(out.data + int64_t(t.row0 + r) * out.row_bytes +
+                              int64_t(col) * kOutBytes) = v;
+  }
+}
+
+template <int BN, typename TOut, bool RESIDUAL, bool CLIP_ROWS>
 __device__ __forceinline__ void epilogue_store(const float* acc, float beta,
                                                const CUtensorMap* tma_d, const CUtensorMap* tma_r,
-                                               const EpilogueTile& t, const EpilogueSync& s) {
+                                               const EpilogueTile& t, const EpilogueSync& s,
+                                               const GlobalOut& out) {
   uint8_t* staging = s.staging;
   const uint32_t wg_thread = s.wg_thread;
   constexpr int kOutBytes = sizeof(TOut);
@@ -142,20 +177,28 @@ __device__ __forceinline__ void epilogue_store(const float* acc, float beta,
       OutType<TOut>::store2(staging + off, x0, x1);
     }
     if (j % kJPerPass == kJPerPass - 1) {
-      ptx::fence_proxy_async_smem();
-      ptx::named_barrier_sync(s.barrier_id, 128);
-      if (wg_thread == 0) {
+      if (CLIP_ROWS && t.rows < 64) {
+        ptx::named_barrier_sync(s.barrier_id, 128);
+        copy_rows<kBoxes, kOutBytes>(staging, out, t, t.col0 + pass * kColsPerPass, wg_thread);
+        // The next pass's residual load (TMA) overwrites what these threads just read.
+        ptx::fence_proxy_async_smem();
+        ptx::named_barrier_sync(s.barrier_id, 128);
+      } else {
+        ptx::fence_proxy_async_smem();
+        ptx::named_barrier_sync(s.barrier_id, 128);
+        if (wg_thread == 0) {
 #pragma unroll
-        for (int b = 0; b < kBoxes; ++b)
-          ptx::tma_store_3d(tma_d, staging + b * kEpiBoxBytes,
-                            t.col0 + pass * kColsPerPass + b * kBoxCols, t.row0, t.batch);
-        ptx::bulk_commit_group();
+          for (int b = 0; b < kBoxes; ++b)
+            ptx::tma_store_3d(tma_d, staging + b * kEpiBoxBytes,
+                              t.col0 + pass * kColsPerPass + b * kBoxCols, t.row0, t.batch);
+          ptx::bulk_commit_group();
+        }
       }
     }
   }
 }
 
-template <int BN_, typename Ops>
+template <int BN_, typename Ops, typename Output = DenseOutput>
 struct TmaStoreEpilogue {
   static constexpr int BN = BN_;                                 // product columns of a tile
   static constexpr int kOutCols = Ops::template kOutCols<BN>;    // output columns of a tile
@@ -164,6 +207,7 @@ struct TmaStoreEpilogue {
 
   struct Params {
     CUtensorMap d, r;  // r: the residual's map, or a copy of d when there is none (never read)
+    GlobalOut out;     // the output itself, for strips stored without TMA
     const float* bias;
     float alpha, beta;
     Activation activation;
@@ -194,6 +238,8 @@ struct TmaStoreEpilogue {
       else
         p->r = p->d;
     }
+    p->out = GlobalOut{static_cast<uint8_t*>(g.out.data), g.out.cols * dtype_bytes(g.out_dtype),
+                       g.n};
     p->bias = g.bias;
     p->alpha = g.alpha;
     p->beta = g.beta;
@@ -217,26 +263,29 @@ struct TmaStoreEpilogue {
   __device__ static void store(float* acc, const Params& p, const Shared& s, State& st,
                                const TileCoord& tc, int32_t row0, uint32_t wg,
                                uint32_t wg_thread, uint32_t barrier_id) {
+    // The strip's rows to store: all 64 (TMA clips at M), or up to the end of the tile's rows.
+    const int32_t rows = Output::kClipRows ? min(64, tc.rows - (row0 - tc.row0)) : 64;
+    if (Output::kClipRows && rows <= 0) return;
     const int32_t col0 = tc.n_block * kOutCols;
-    Ops::template apply<BN>(acc, p, col0, wg_thread);
-    const EpilogueTile t{row0, col0, tc.batch,
-                         p.residual_batched ? tc.batch : 0};
+    Ops::template apply<BN>(acc, p, Output::template bias<Ops>(p, tc), col0, wg_thread);
+    const EpilogueTile t{row0, col0, Output::batch(tc), Output::residual_batch(p, tc), rows};
     const EpilogueSync sync{s.staging + wg * kEpiBytesPerWarpgroup, &s.residual_loaded[wg],
                             &st.residual_phase, wg_thread, barrier_id};
     // The out dtype and the residual are chosen at run time.
     const bool res = p.has_residual;
+    constexpr bool kClip = Output::kClipRows;
     switch (p.out_dtype) {
       case DType::kBF16:
-        res ? epilogue_store<kOutCols, __nv_bfloat16, true>(acc, p.beta, &p.d, &p.r, t, sync)
-            : epilogue_store<kOutCols, __nv_bfloat16, false>(acc, p.beta, &p.d, &p.r, t, sync);
+        res ? epilogue_store<kOutCols, __nv_bfloat16, true, kClip>(acc, p.beta, &p.d, &p.r, t, sync, p.out)
+            : epilogue_store<kOutCols, __nv_bfloat16, false, kClip>(acc, p.beta, &p.d, &p.r, t, sync, p.out);
         break;
       case DType::kF16:
-        res ? epilogue_store<kOutCols, __half, true>(acc, p.beta, &p.d, &p.r, t, sync)
-            : epilogue_store<kOutCols, __half, false>(acc, p.beta, &p.d, &p.r, t, sync);
+        res ? epilogue_store<kOutCols, __half, true, kClip>(acc, p.beta, &p.d, &p.r, t, sync, p.out)
+            : epilogue_store<kOutCols, __half, false, kClip>(acc, p.beta, &p.d, &p.r, t, sync, p.out);
         break;
       case DType::kF32:
-        res ? epilogue_store<kOutCols, float, true>(acc, p.beta, &p.d, &p.r, t, sync)
-            : epilogue_store<kOutCols, float, false>(acc, p.beta, &p.d, &p.r, t, sync);
+        res ? epilogue_store<kOutCols, float, true, kClip>(acc, p.beta, &p.d, &p.r, t, sync, p.out)
+            : epilogue_store<kOutCols, float, false, kClip>(acc, p.beta, &p.d, &p.r, t, sync, p.out);
         break;
     }
   }

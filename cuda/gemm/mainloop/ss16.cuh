@@ -110,7 +110,7 @@ struct MainloopSS16 {
       ptx::mbarrier_wait(&s.empty[pipe.stage], pipe.phase ^ 1);
       uint64_t* full = &s.full[pipe.stage];
       ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
-      ALoad::load(&p.a, full, s.a + pipe.stage * kABytes, BM, ALoad::origin(tc.m_block, BM),
+      ALoad::load(&p.a, full, s.a + pipe.stage * kABytes, BM, tc.row0,
                   kb * BK, ba, cluster_n, rank);
       BLoad::load(&p.b, full, s.b + pipe.stage * kBBytes, BN, BLoad::origin(tc.n_block, BN),
                   kb * BK, bb, cluster_m, rank);

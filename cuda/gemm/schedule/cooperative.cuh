@@ -34,14 +34,16 @@ struct CooperativeSchedule {
     typename K::Epilogue::State state;
     typename Scheduler::Work work(p.scheduler, cluster_id);
     for (WorkUnit u; work.next(p.scheduler, &u);) {
-      const TileCoord tc = Scheduler::coord(p.scheduler, u, rank);
       Mainloop::mma(ml, pipe, u.k_begin, u.k_end, wg, wg_thread, cluster_size, acc);
       if (!Scheduler::template fixup<Mainloop::kAccRegs>(acc, p.scheduler, u, cluster_id,
                                                          cluster_size, rank, wg, wg_thread,
                                                          barrier_id))
         continue;
+      // Where the tile goes, only now: nothing of it stays live across the mainloop next to
+      // the accumulators.
+      const TileCoord tc = Scheduler::coord(p.scheduler, u, rank);
       K::Epilogue::store(acc, p.epilogue, epi, state, tc,
-                         tc.m_block * Mainloop::BM + static_cast<int32_t>(wg) * 64, wg,
+                         tc.row0 + static_cast<int32_t>(wg) * 64, wg,
                          wg_thread, barrier_id);
     }
     K::Epilogue::drain(wg_thread);

@@ -73,7 +73,7 @@ struct PingPongSchedule {
 #pragma unroll
       for (int i = 0; i < kSlices; ++i)
         K::Epilogue::store(acc + i * kSliceRegs, p.epilogue, epi, state, tc,
-                           tc.m_block * Mainloop::BM + i * 64, wg, wg_thread, barrier_id);
+                           tc.row0 + i * 64, wg, wg_thread, barrier_id);
     }
     K::Epilogue::drain(wg_thread);
   }

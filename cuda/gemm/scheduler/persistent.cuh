@@ -73,7 +73,10 @@ struct PersistentScheduler {
 
   template <class P>
   __device__ static TileCoord coord(const P& p, const WorkUnit& u, uint32_t rank) {
-    return tile_coord(p.order, u.tile, rank);
+    TileCoord c = tile_coord(p.order, u.tile, rank);
+    c.row0 = c.m_block * BM;
+    c.rows = BM;
+    return c;
   }
 
   // Every unit is a whole tile: straight to the epilogue.

@@ -9,6 +9,11 @@ namespace jax_hopper {
 
 struct TileCoord {
   int32_t batch, m_block, n_block;  // block indices of this CTA's tile
+  // First row of A and of the output the tile covers, and how many of its rows it stores:
+  // m_block * BM and BM, except in the grouped GEMM, whose tiles start where a group's rows do
+  // and store only that group's rows (cuda/gemm/scheduler/grouped.cuh). There `batch` is the
+  // group (B's batch entry), -1 for the rows past the groups.
+  int32_t row0, rows;
 };
 
 struct TileOrder {

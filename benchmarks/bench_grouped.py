@@ -1,0 +1,159 @@
+"""hopper_ragged_dot (the grouped GEMM of MoE layers) against jax.lax.ragged_dot, and against a
+dense hopper_matmul of the same FLOPs, forward, timed interleaved in one process.
+
+    python benchmarks/bench_grouped.py [--cases mixtral_up ...] [--routing uniform skewed]
+                                       [--reps 7] [--out-dir D] [--tag T]
+
+Cases (rows M sorted by expert, G experts, K -> N per expert, bf16 in and out): the issue's
+Mixtral-8x7B up and down, DeepSeek-V3 routed-expert up and down, and two decodes. Routing:
+"uniform" draws each row's expert uniformly, "skewed" from Dirichlet(0.3) expert weights (a few
+experts take most rows); the sizes are drawn once per case (seeded) and passed as a device
+array. TFLOP/s count useful work (2 M N K); the floor is max(FLOPs at 989 TFLOP/s, bytes of
+lhs, the weights of every expert that has rows and the output at 3.0 TB/s), H100 SXM. Each
+result is checked against XLA's. With --sweep, every compiled grouped tile, with and without
+a 2-CTA cluster along N, is timed too ("hopper" is the default config). Writes
+grouped_<tag>.json.
+
+Not measured yet: Pallas Mosaic GPU's ragged_dot, the training step (its d rhs is XLA's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import timing
+
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import jax_hopper  # noqa: E402
+from jax_hopper.kernels import catalog  # noqa: E402
+
+# name: (rows M, experts G, K, N)
+CASES = {
+    "mixtral_up": (16384, 8, 4096, 14336),
+    "mixtral_down": (16384, 8, 14336, 4096),
+    "deepseek_up": (32768, 32, 7168, 4096),
+    "deepseek_down": (32768, 32, 2048, 7168),
+    "decode_1024x32": (1024, 32, 7168, 4096),
+    "decode_256x64": (256, 64, 7168, 4096),
+}
+PEAK_FLOPS, HBM_BYTES_PER_S = 989e12, 3.0e12
+
+
+def group_sizes(rng, m: int, groups: int, routing: str) -> np.ndarray:
+    probs = (np.ones(groups) / groups if routing == "uniform"
+             else rng.dirichlet(np.full(groups, 0.3)))
+    return rng.multinomial(m, probs).astype(np.int32)
+
+
+def floor_s(m: int, active: int, k: int, n: int) -> float:
+    """The roofline floor with `active` experts' weights read (those with rows)."""
+    flops = 2.0 * m * n * k
+    bytes_ = 2.0 * (m * k + active * k * n + m * n)
+    return max(flops / PEAK_FLOPS, bytes_ / HBM_BYTES_PER_S)
+
+
+def sweep_configs() -> dict:
+    """name -> GemmConfig: every compiled grouped tile, alone and in 2-CTA clusters along N."""
+    return {f"{t.tag}_c1x{cn}": jax_hopper.GemmConfig.for_tile(t, stream_k=False, cluster_n=cn)
+            for t in catalog.FAMILIES["grouped"].tiles for cn in (1, 2)}
+
+
+def run_case(name: str, routing: str, reps: int, rng, sweep: bool) -> dict:
+    m, groups, k, n = CASES[name]
+    sizes = group_sizes(rng, m, groups, routing)
+    active = int(np.count_nonzero(sizes))
+    key = jax.random.key(0)
+    n_sets = 2  # every expert's weights are far larger than L2 in every case
+    sets = []
+    for kk in jax.random.split(key, n_sets):
+        k1, k2 = jax.random.split(kk)
+        lhs = jax.random.normal(k1, (m, k), jnp.float32).astype(jnp.bfloat16)
+        rhs = (jax.random.normal(k2, (groups, k, n), jnp.float32) / np.sqrt(k)
+               ).astype(jnp.bfloat16)
+        sets.append(((lhs, jnp.asarray(sizes)), rhs))
+    dense_sets = [(lhs, rhs[0]) for (lhs, _), rhs in sets]
+    calls = 5
+    runs = {
+        "xla": (timing.chained(lambda a, r: jax.lax.ragged_dot(a[0], r, a[1])),
+                timing.rotation(sets, calls)),
+        "hopper": (timing.chained(lambda a, r: jax_hopper.hopper_ragged_dot(a[0], r, a[1])),
+                   timing.rotation(sets, calls)),
+        # The same FLOPs as one dense GEMM (M, K) @ (K, N): the practical compute limit.
+        "dense": (timing.chained(jax_hopper.hopper_matmul), timing.rotation(dense_sets, calls)),
+    }
+    for cname, cfg in (sweep_configs() if sweep else {}).items():
+        runs[cname] = (timing.chained(functools.partial(
+            lambda a, r, cfg: jax_hopper.hopper_ragged_dot(a[0], r, a[1], config=cfg), cfg=cfg)),
+            timing.rotation(sets, calls))
+    results = timing.time_interleaved(runs, reps=reps)
+    floor = floor_s(m, active, k, n)
+    row = dict(case=name, routing=routing, m=m, groups=groups, active_groups=active, k=k, n=n,
+               sizes_max=int(sizes.max()), sizes_min=int(sizes.min()), floor_us=floor * 1e6)
+    for impl, r in results.items():
+        if isinstance(r, Exception):
+            row[impl] = dict(error=f"{type(r).__name__}: {str(r)[:300]}")
+            continue
+        row[impl] = dict(us=r["median_s"] * 1e6, tflops=timing.tflops(m, n, k, r["median_s"]),
+                         floor_pct=100 * floor / r["median_s"])
+    if "us" in row["xla"] and "us" in row["hopper"]:
+        row["error_vs_xla"] = float(timing.rel_fro_error(results["hopper"]["out"],
+                                                         results["xla"]["out"]))
+    return row
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--routing", nargs="+", choices=["uniform", "skewed"],
+                        default=["uniform", "skewed"])
+    parser.add_argument("--sweep", action="store_true",
+                        help="also time every compiled grouped tile and cluster")
+    timing.add_output_args(parser)
+    args = parser.parse_args(argv)
+    timing.require_kernels(jax_hopper)
+    rng = np.random.default_rng(0)
+    rows = []
+    print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}, bf16, "
+          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"{'case':16} {'routing':8} {'floor us':>9} {'xla TF/s':>9} {'hopper TF/s':>11} "
+          f"{'% floor':>8} {'x xla':>6} {'x dense':>8} {'err':>8}")
+    for name in args.cases:
+        for routing in args.routing:
+            row = run_case(name, routing, args.reps, rng, args.sweep)
+            rows.append(row)
+            h, x, d = row["hopper"], row["xla"], row["dense"]
+            if "us" not in h:
+                print(f"{name:16} {routing:8} hopper failed: {h['error']}")
+                continue
+            ratio = x["us"] / h["us"] if "us" in x else float("nan")
+            vs_dense = d["us"] / h["us"] if "us" in d else float("nan")
+            print(f"{name:16} {routing:8} {row['floor_us']:9.0f} "
+                  f"{x.get('tflops', float('nan')):9.1f} {h['tflops']:11.1f} "
+                  f"{h['floor_pct']:7.1f}% {ratio:6.2f} {vs_dense:8.2f} "
+                  f"{row.get('error_vs_xla', float('nan')):8.1e}", flush=True)
+            for cname in sweep_configs() if args.sweep else ():
+                c = row[cname]
+                print(f"{'':25} {cname:28} " + (f"{c['tflops']:7.1f} TF/s {c['floor_pct']:6.1f}%"
+                                                 if "us" in c else c["error"][:80]))
+    os.makedirs(args.out_dir, exist_ok=True)
+    path = os.path.join(args.out_dir, f"grouped_{args.tag}.json")
+    with open(path, "w") as f:
+        json.dump(dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
+                       date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                       argv=sys.argv[1:], rows=rows), f, indent=1)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

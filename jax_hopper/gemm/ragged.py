@@ -1,0 +1,190 @@
+"""hopper_ragged_dot: the grouped GEMM of Mixture-of-Experts layers, jax.lax.ragged_dot's
+semantics with a fused epilogue, and `ragged_dot`, a drop-in for jax.lax.ragged_dot.
+
+The rows of lhs (M, K) are sorted by group: the first group_sizes[0] rows belong to group 0,
+and so on; rows of group g multiply rhs[g]. Group sizes stay on the device (a traced array):
+the launch is the same whatever they hold, so calls run in CUDA graphs and lax.scan. Negative
+sizes count as 0, groups are cut at M, and rows past every group come out as the epilogue of a
+zero product (0 without bias/residual, as jax.lax.ragged_dot gives): ragged_tiles.py.
+
+Layers: hopper_ragged_dot checks its arguments -> _ragged (custom VJP) ->
+ragged_primitive.launch -> hopper_ragged_p.
+
+NOTES:
+- Autodiff: d lhs is the same grouped kernel with rhs's layout flag flipped (dP @ rhs[g]^T);
+  d rhs[g] = lhs_g^T dP_g is a GEMM whose groups split the contraction, which has no kernel yet:
+  it runs through jax.lax.ragged_dot's own transpose (XLA), which is slow and pads to every
+  group. d bias is a segment sum, d residual beta * d out. An activation's pre-activation is
+  recomputed by one more launch (float32 out), as hopper_matmul does.
+- Not yet: vmap, sharding rules, the gated (GLU) form, 2-CTA clusters along M.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_hopper.gemm import api, ragged_tiles
+from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.epilogue import activation_code, apply_activation
+from jax_hopper.gemm.primitive import freeze
+from jax_hopper.gemm.ragged_primitive import epilogue, launch
+from jax_hopper.kernels import catalog
+
+_F32 = jnp.dtype(jnp.float32)
+
+
+def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out_dtype=None,
+                      transpose_rhs=False, bias=None, activation=None, residual=None, alpha=1.0,
+                      beta=1.0, config=None):
+    """out[rows of group g] = act(alpha * lhs[rows] @ rhs[g] + bias[g]) + beta * residual[rows]
+
+    lhs: (M, K); rhs: (G, K, N), or with transpose_rhs (G, N, K), read in place;
+    group_sizes: (G,) integer, a device array (sizes of consecutive row groups). bfloat16 or
+    float16 inputs (both the same), float32 accumulation; out_dtype (alias
+    preferred_element_type) bfloat16, float16 or float32, default the input dtype.
+    bias: (G, N), one row per group, added in float32; residual: (M, N) or broadcastable to it.
+    activation: None, "relu", "gelu_tanh", "gelu" or "silu". config: a GemmConfig of the
+    grouped family (stream_k=False, clusters along N only); default: choose_grouped_config.
+    """
+    lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
+    if out_dtype is not None and preferred_element_type is not None and \
+            jnp.dtype(out_dtype) != jnp.dtype(preferred_element_type):
+        raise ValueError("out_dtype and preferred_element_type disagree; pass one of them")
+    out_dtype = api.parse_dtype("out_dtype", out_dtype if out_dtype is not None
+                                else preferred_element_type)
+    api.check_dtypes(lhs, rhs, out_dtype, names=("lhs", "rhs"), fn="hopper_ragged_dot")
+    out_dtype = out_dtype if out_dtype is not None else lhs.dtype
+    act = activation_code(activation)
+    alpha, beta = api.static_scalar("alpha", alpha), api.static_scalar("beta", beta)
+    if lhs.ndim != 2:
+        raise ValueError(f"lhs.shape={lhs.shape} must be (M, K)")
+    if rhs.ndim != 3:
+        raise ValueError(f"rhs.shape={rhs.shape} must be 3-D: (G, K, N), or (G, N, K) with "
+                         "transpose_rhs=True")
+    groups = rhs.shape[0]
+    n, k = (rhs.shape[1], rhs.shape[2]) if transpose_rhs else (rhs.shape[2], rhs.shape[1])
+    m = lhs.shape[0]
+    if lhs.shape[1] != k:
+        raise ValueError(f"lhs.shape={lhs.shape} and rhs.shape={rhs.shape}: lhs's K "
+                         f"({lhs.shape[1]}) must be rhs's {'last' if transpose_rhs else 'second'}"
+                         f" dimension ({k}){' (transpose_rhs=True)' if transpose_rhs else ''}")
+    if group_sizes.shape != (groups,) or not jnp.issubdtype(group_sizes.dtype, jnp.integer):
+        raise ValueError(f"group_sizes must be an integer array of shape (G,) = ({groups},), "
+                         f"one size per rhs group; got {group_sizes.dtype} {group_sizes.shape}")
+    if bias is None:
+        bias2 = jnp.zeros((0,), _F32)
+    else:
+        bias2 = jnp.asarray(bias)
+        if bias2.shape != (groups, n):
+            raise ValueError(f"bias.shape={bias2.shape} must be (G, N) = ({groups}, {n}): one "
+                             "row per group")
+        bias2 = bias2.astype(_F32)
+    if residual is None:
+        res3 = jnp.zeros((0, 0, 0), out_dtype)
+    else:
+        residual = jnp.asarray(residual)
+        try:
+            ok = jnp.broadcast_shapes(residual.shape, (m, n)) == (m, n)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"residual.shape={residual.shape} must broadcast to the output "
+                             f"shape {(m, n)}")
+        res3 = jnp.broadcast_to(residual.astype(out_dtype), (m, n))[None]
+    b_mn_major = not transpose_rhs
+    if config is None:
+        config = choose_grouped_config(m, n, k, groups)
+    elif not isinstance(config, GemmConfig):
+        raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
+    config.validate(lhs.dtype.name, False, b_mn_major, family="grouped")
+
+    params = freeze(dict(b_mn_major=b_mn_major, out_dtype=out_dtype, activation=act,
+                         alpha=alpha, beta=beta, config=config))
+    gs = group_sizes.astype(jnp.int32)
+    lhs3 = lhs[None]
+    if m == 0 or n == 0 or groups == 0 or k == 0:  # a zero product: nothing to launch
+        out = epilogue(jnp.zeros((m, n), _F32), gs, bias2, res3, activation=act, beta=beta,
+                       out_dtype=out_dtype)
+    else:
+        out = _ragged(lhs3, rhs, gs, bias2, res3, params, res3.size > 0)
+    return out[0]
+
+
+def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None,
+               group_offset=None):
+    """jax.lax.ragged_dot's signature on the grouped kernel: lhs (M, K), rhs (G, K, N),
+    group_sizes (G,). `precision` is accepted and ignored (bf16/fp16 products accumulate in
+    float32); group_offset is not supported (as in jax.lax.ragged_dot today)."""
+    del precision
+    if group_offset is not None:
+        raise NotImplementedError("ragged_dot: group_offset is not supported")
+    return hopper_ragged_dot(lhs, rhs, group_sizes, preferred_element_type=preferred_element_type)
+
+
+def choose_grouped_config(m: int, n: int, k: int, groups: int,
+                          num_sms: int = catalog.DEFAULT_NUM_SMS) -> GemmConfig:
+    """A compiled grouped tile for rows spread over `groups` (sizes unknown until run time: the
+    average decides): 64 x 256 ping-pong for 64 rows per group or fewer (decode: a 128-row tile
+    would be mostly another group's rows), else 128 x 256; in 2-CTA clusters along N (the two
+    CTAs share the M tile's A by multicast) wherever there are two column tiles.
+
+    NOTES: H100, bf16, 2026-11-23 (benchmarks/results/grouped_h100_20261123_sweep.json),
+    uniform routing, TFLOP/s of tiles 128x256 / 128x128 ping-pong / 64x256 ping-pong, without
+    and with the cluster: Mixtral up (16384 rows, 8 experts) 541 / 442 / 382 and 616 / 481 /
+    401; DeepSeek up (32768, 32) 344 / 274 / 301 and 555 / 479 / 355; decode (1024 rows, 32
+    experts) 54 / 52 / 57 and 59 / 51 / 62. 128 x 128 ping-pong, twice the tiles of 128 x 256,
+    never won; it stays compiled for explicit configs."""
+    del k
+    tiles = {(t.block_m, t.block_n, t.schedule): t for t in catalog.FAMILIES["grouped"].tiles}
+    tile = tiles[64, 256, "pingpong"] if m <= 64 * groups else tiles[128, 256, "cooperative"]
+    cluster_n = 2 if n > tile.block_n else 1
+    return GemmConfig.for_tile(tile, stream_k=False, cluster_n=cluster_n)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _ragged(lhs3, rhs, gs, bias, res, params, has_residual):
+    """launch with a VJP. has_residual: static, so the residual need not be saved."""
+    del has_residual
+    return launch(lhs3, rhs, gs, bias, res, **dict(params))
+
+
+def _fwd(lhs3, rhs, gs, bias, res, params, has_residual):
+    return _ragged(lhs3, rhs, gs, bias, res, params, has_residual), (lhs3, rhs, gs, bias)
+
+
+def _bwd(params, has_residual, saved, dout):
+    lhs3, rhs, gs, bias = saved
+    p = dict(params)
+    m = lhs3.shape[1]
+    dz = dout.astype(_F32)
+    if p["activation"]:
+        pre = launch(lhs3, rhs, gs, bias, jnp.zeros((0, 0, 0), _F32),
+                     **{**p, "activation": 0, "beta": 0.0, "out_dtype": _F32})
+        dz = jax.vjp(lambda z: apply_activation(z, p["activation"]), pre)[1](dz)[0]
+    dp = (p["alpha"] * dz).astype(lhs3.dtype)
+    # d lhs = dP @ rhs[g]^T: rhs read through the other layout flag; N and K trade places.
+    dlhs = launch(dp, rhs, gs, jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), lhs3.dtype),
+                  b_mn_major=not p["b_mn_major"], out_dtype=lhs3.dtype, activation=0,
+                  alpha=1.0, beta=0.0,
+                  config=choose_grouped_config(m, lhs3.shape[2], dp.shape[2], rhs.shape[0]))
+    # d rhs[g] = lhs_g^T dP_g: jax.lax.ragged_dot's transpose (no grouped-contraction kernel yet).
+    sizes = ragged_tiles.valid_sizes(gs, m)
+    rhs_kn = rhs if p["b_mn_major"] else jnp.swapaxes(rhs, 1, 2)
+    drhs_kn = jax.vjp(lambda r: jax.lax.ragged_dot(lhs3[0], r, sizes,
+                                                   preferred_element_type=_F32),
+                      rhs_kn)[1](dp[0].astype(_F32))[0]
+    drhs = (drhs_kn if p["b_mn_major"] else jnp.swapaxes(drhs_kn, 1, 2)).astype(rhs.dtype)
+    dbias = bias
+    if bias.size:
+        dbias = jax.ops.segment_sum(dz[0], ragged_tiles.row_groups(gs, m),
+                                    num_segments=rhs.shape[0] + 1)[:-1]
+    dres = ((p["beta"] * dout.astype(_F32)).astype(dout.dtype) if has_residual
+            else jnp.zeros((0, 0, 0), dout.dtype))
+    return dlhs, drhs, np.zeros(gs.shape, jax.dtypes.float0), dbias, dres
+
+
+_ragged.defvjp(_fwd, _bwd)

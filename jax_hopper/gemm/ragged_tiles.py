@@ -1,0 +1,75 @@
+"""The grouped GEMM's rows: how device-side group sizes become row ranges, and the tile table
+the grouped kernel walks (cuda/gemm/scheduler/grouped.cuh reads it).
+
+Group sizes are device values, never read on the host; whatever they hold, they are made
+valid the same way here (the reference lowering) and for the kernel:
+- a negative size counts as 0;
+- the groups take consecutive rows from row 0; a group reaching past M is cut at M, and the
+  groups after it are empty;
+- rows past the last group (sum(sizes) < M) belong to no group: the product there is 0.
+
+The table (int32): one header entry, the M tiles in use, then GROUP_TILE_FIELDS entries per M
+tile ("slot"): first row, rows (1..block_m), group (-1 for rows past every group). Each group's
+rows are cut into tiles from its first row, then the rows past every group; slots past those in
+use are zero. There are at most ceil(M / block_m) + G tiles, so the table's size, and with it
+the launch, depends on static shapes only.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jax_hopper.kernels.catalog import GROUP_TILE_FIELDS
+
+
+def group_ends(group_sizes, m: int):
+    """(G,) int32: the row after each group's last, the sizes made valid as the module says."""
+    sizes = jnp.clip(group_sizes.astype(jnp.int32), 0, m)
+    # A saturating prefix sum: the plain cumsum of G sizes up to M could overflow int32.
+    return jax.lax.associative_scan(lambda x, y: jnp.minimum(x + y, m), sizes)
+
+
+def valid_sizes(group_sizes, m: int):
+    """(G,) int32: the group sizes made valid (the rows each group really has)."""
+    ends = group_ends(group_sizes, m)
+    return ends - jnp.concatenate([jnp.zeros((1,), jnp.int32), ends[:-1]])
+
+
+def row_groups(group_sizes, m: int):
+    """(M,) int32: each row's group, G for the rows past every group."""
+    return jnp.searchsorted(group_ends(group_sizes, m), jnp.arange(m, dtype=jnp.int32),
+                            side="right").astype(jnp.int32)
+
+
+def tile_slots(m: int, groups: int, block_m: int) -> int:
+    """The table's M tiles: enough for any group sizes. Each nonempty group's last tile and the
+    rows past the groups' last tile may be partial, so at most ceil(M / block_m) + G tiles."""
+    return -(-m // block_m) + groups
+
+
+def tile_table(group_sizes, m: int, block_m: int):
+    """The kernel's tile table (see the module) for `group_sizes` over M rows."""
+    groups = group_sizes.shape[0]
+    slots = tile_slots(m, groups, block_m)
+    ends = group_ends(group_sizes, m)
+    starts = jnp.concatenate([jnp.zeros((1,), jnp.int32), ends[:-1]])
+    tiles = (ends - starts + block_m - 1) // block_m
+    tile_ends = jnp.cumsum(tiles)  # at most M / block_m + G: no overflow
+    grouped = tile_ends[-1]
+    tail_start = ends[-1]
+    used = grouped + (m - tail_start + block_m - 1) // block_m
+
+    s = jnp.arange(slots, dtype=jnp.int32)
+    g = jnp.searchsorted(tile_ends, s, side="right").astype(jnp.int32)
+    in_group = g < groups
+    gc = jnp.minimum(g, groups - 1)
+    first = jnp.where(in_group, starts[gc] + (s - (tile_ends[gc] - tiles[gc])) * block_m,
+                      tail_start + (s - grouped) * block_m)
+    last = jnp.where(in_group, ends[gc], m)
+    live = s < used
+    fields = jnp.stack([jnp.where(live, first, 0),
+                        jnp.where(live, jnp.minimum(last - first, block_m), 0),
+                        jnp.where(live & in_group, g, jnp.where(live, -1, 0))], axis=1)
+    assert fields.shape[1] == GROUP_TILE_FIELDS
+    return jnp.concatenate([used[None].astype(jnp.int32), fields.reshape(-1)])

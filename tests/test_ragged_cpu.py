@@ -1,0 +1,181 @@
+"""hopper_ragged_dot without a GPU: the tile table the grouped kernel walks (against a plain
+Python model, on random and adversarial sizes), the reference lowering against
+jax.lax.ragged_dot and float64, gradients against jax.grad of the lax version, the config
+choice, and the argument errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gemm_helpers import REL_FROB_BOUND, random_operand, rel_frob, to64
+from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
+from jax_hopper.gemm import ragged_tiles
+from jax_hopper.gemm.ragged import choose_grouped_config
+from jax_hopper.kernels import catalog
+
+
+def tiles_model(sizes, m, block_m):
+    """(first row, rows, group) of every M tile, in order, from the documented rules."""
+    ends, pos = [], 0
+    for s in sizes:
+        pos = min(pos + max(int(s), 0), m)
+        ends.append(pos)
+    tiles, start = [], 0
+    for g, end in enumerate(ends):
+        tiles += [(r, min(block_m, end - r), g) for r in range(start, end, block_m)]
+        start = end
+    tiles += [(r, min(block_m, m - r), -1) for r in range(ends[-1], m, block_m)]
+    return tiles
+
+
+def _sizes(rng, kind, groups, m):
+    if kind == "random":
+        return rng.integers(-5, 2 * m // groups + 2, groups)
+    if kind == "uniform":
+        return rng.multinomial(m, np.ones(groups) / groups)
+    if kind == "huge":
+        return rng.integers(0, 2**31 - 1, groups)
+    sizes = np.zeros(groups, np.int64)
+    sizes[rng.integers(groups)] = m
+    return sizes
+
+
+@pytest.mark.parametrize("kind", ["random", "uniform", "huge", "one_group"])
+@pytest.mark.parametrize("block_m", [64, 128])
+def test_tile_table_matches_model(rng, kind, block_m):
+    for _ in range(8):
+        groups, m = int(rng.integers(1, 40)), int(rng.integers(1, 900))
+        sizes = _sizes(rng, kind, groups, m)
+        table = np.asarray(ragged_tiles.tile_table(jnp.asarray(sizes, jnp.int32), m, block_m))
+        want = tiles_model(sizes, m, block_m)
+        slots = ragged_tiles.tile_slots(m, groups, block_m)
+        assert table.shape == (1 + catalog.GROUP_TILE_FIELDS * slots,)
+        assert table[0] == len(want) <= slots
+        fields = table[1:].reshape(slots, catalog.GROUP_TILE_FIELDS)
+        assert [tuple(f) for f in fields[:table[0]]] == want, (sizes, m, block_m)
+        assert np.all(fields[table[0]:] == 0)
+
+
+def test_tile_slots_bound_is_reached():
+    """ceil(M / block_m) + G slots are needed: every group ending one row into a tile."""
+    block_m, groups = 64, 5
+    sizes = [block_m + 1] * groups
+    m = sum(sizes) + 1
+    table = np.asarray(ragged_tiles.tile_table(jnp.asarray(sizes, jnp.int32), m, block_m))
+    assert table[0] == len(tiles_model(sizes, m, block_m)) == 2 * groups + 1
+    assert table[0] <= ragged_tiles.tile_slots(m, groups, block_m)
+
+
+def test_valid_sizes_rules():
+    sizes = jnp.asarray([-3, 5, 2**31 - 1, 4, 2**31 - 1], jnp.int32)
+    assert list(np.asarray(ragged_tiles.valid_sizes(sizes, 20))) == [0, 5, 15, 0, 0]
+    assert list(np.asarray(ragged_tiles.row_groups(jnp.asarray([2, 0, 1]), 5))) == \
+        [0, 0, 2, 3, 3]
+
+
+@pytest.mark.parametrize("transpose_rhs", [False, True])
+def test_reference_equals_lax_ragged_dot(rng, transpose_rhs):
+    lhs = random_operand(rng, (300, 64), "bfloat16")
+    rhs = random_operand(rng, (5, 64, 48), "bfloat16")
+    sizes = jnp.asarray([50, 0, 120, 0, 100], jnp.int32)  # 30 rows past every group
+    got = hopper_ragged_dot(lhs, jnp.swapaxes(rhs, 1, 2) if transpose_rhs else rhs, sizes,
+                            transpose_rhs=transpose_rhs, out_dtype=jnp.float32)
+    want = jax.lax.ragged_dot(lhs, rhs, sizes, preferred_element_type=jnp.float32)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert np.all(np.asarray(got)[270:] == 0)
+    assert ragged_dot(lhs, rhs, sizes).dtype == jnp.bfloat16
+
+
+def test_epilogue_against_float64(rng):
+    lhs = random_operand(rng, (200, 32), "bfloat16")
+    rhs = random_operand(rng, (3, 32, 24), "bfloat16")
+    bias = jnp.asarray(rng.standard_normal((3, 24)), jnp.float32)
+    res = random_operand(rng, (200, 24), "float32")
+    sizes = [60, -1, 100]  # group 1 empty, 40 rows past every group
+    got = hopper_ragged_dot(lhs, rhs, jnp.asarray(sizes), bias=bias, residual=res,
+                            activation="relu", alpha=0.5, beta=-2.0, out_dtype=jnp.float32)
+    x = np.zeros((200, 24))
+    l64, r64, b64 = to64(lhs), to64(rhs), to64(bias)
+    x[:60] = 0.5 * l64[:60] @ r64[0] + b64[0]
+    x[60:160] = 0.5 * l64[60:160] @ r64[2] + b64[2]
+    want = np.maximum(x, 0) - 2.0 * to64(res)
+    assert rel_frob(got, want) < REL_FROB_BOUND["float32"]
+
+
+def test_grads_equal_lax_version(rng):
+    m, k, n, g = 150, 32, 40, 4
+    lhs = random_operand(rng, (m, k), "float16")
+    rhs = random_operand(rng, (g, n, k), "float16")
+    bias = jnp.asarray(rng.standard_normal((g, n)), jnp.float32)
+    res = random_operand(rng, (m, n), "float32")
+    sizes = jnp.asarray([40, 0, 70, 30], jnp.int32)  # 10 rows past every group
+    dy = random_operand(rng, (m, n), "float32")
+
+    def ours(lhs, rhs, bias, res):
+        return hopper_ragged_dot(lhs, rhs, sizes, transpose_rhs=True, bias=bias, residual=res,
+                                 activation="gelu_tanh", beta=0.5, out_dtype=jnp.float32)
+
+    def lax_version(lhs, rhs, bias, res):
+        x = jax.lax.ragged_dot(lhs, jnp.swapaxes(rhs, 1, 2), sizes,
+                               preferred_element_type=jnp.float32)
+        rows = jnp.repeat(jnp.arange(g + 1), np.array([40, 0, 70, 30, 10]),
+                          total_repeat_length=m)
+        x = x + jnp.concatenate([bias, jnp.zeros((1, n))])[rows]
+        return jax.nn.gelu(x, approximate=True) + 0.5 * res
+
+    def loss(fn):
+        return lambda *a: jnp.sum(fn(*a) * dy)
+
+    got = jax.grad(loss(ours), (0, 1, 2, 3))(lhs, rhs, bias, res)
+    want = jax.grad(loss(lax_version), (0, 1, 2, 3))(lhs, rhs, bias, res)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        assert rel_frob(a, to64(b)) < 5e-3
+
+
+@pytest.mark.parametrize("m,n,k,groups", [(0, 16, 16, 2), (8, 16, 0, 2), (8, 16, 16, 0)])
+def test_empty_problems(rng, m, n, k, groups):
+    lhs = random_operand(rng, (m, k), "bfloat16")
+    rhs = random_operand(rng, (groups, k, n), "bfloat16")
+    bias = jnp.ones((groups, n), jnp.float32)
+    out = hopper_ragged_dot(lhs, rhs, jnp.full((groups,), m // max(groups, 1), jnp.int32),
+                            bias=bias, out_dtype=jnp.float32)
+    assert out.shape == (m, n)
+    # k == 0: each group's rows get its bias; rows past every group (or no groups) get 0.
+    filled = (m // max(groups, 1)) * groups
+    assert np.all(np.asarray(out)[:filled] == 1) and np.all(np.asarray(out)[filled:] == 0)
+
+
+def test_config_choice_follows_rows_per_group():
+    decode = choose_grouped_config(256, 4096, 7168, 64)
+    assert (decode.block_m, decode.schedule, decode.cluster_n) == (64, "pingpong", 2)
+    big = choose_grouped_config(16384, 14336, 4096, 8)
+    assert (big.block_m, big.block_n, big.schedule, big.cluster_n) == (128, 256, "cooperative", 2)
+    narrow = choose_grouped_config(4096, 256, 512, 4)
+    assert narrow.cluster_n == 1  # one column tile: nothing to share A with
+    for cfg in (decode, big, narrow):
+        cfg.validate("bfloat16", False, True, family="grouped")
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda l, r, g: hopper_ragged_dot(l[0], r, g), r"lhs.shape=\(16,\) must be \(M, K\)"),
+    (lambda l, r, g: hopper_ragged_dot(l, r[0], g), "rhs.shape=.* must be 3-D"),
+    (lambda l, r, g: hopper_ragged_dot(l, r, g[:2]), r"group_sizes .* \(G,\) = \(3,\)"),
+    (lambda l, r, g: hopper_ragged_dot(l, r, g.astype(jnp.float32)), "integer array"),
+    (lambda l, r, g: hopper_ragged_dot(l, r, g, transpose_rhs=True), "lhs's K"),
+    (lambda l, r, g: hopper_ragged_dot(l, r.astype(jnp.float16), g), "differ"),
+    (lambda l, r, g: hopper_ragged_dot(l, r, g, bias=jnp.ones(32)), r"bias.shape=.* \(G, N\)"),
+    (lambda l, r, g: hopper_ragged_dot(l, r, g, residual=jnp.ones((3, 32))), "residual"),
+    (lambda l, r, g: hopper_ragged_dot(l, r, g, config=GemmConfig()), "stream_k=True"),
+    (lambda l, r, g: hopper_ragged_dot(
+        l, r, g, config=GemmConfig(stream_k=False, cluster_m=2)), "cluster"),
+    (lambda l, r, g: hopper_ragged_dot(
+        l, r, g, config=GemmConfig(block_n=192, stream_k=False)), "not compiled for the grouped"),
+    (lambda l, r, g: ragged_dot(l, r, g, group_offset=jnp.zeros(1)), "group_offset"),
+])
+def test_errors_name_the_argument(rng, call, match):
+    lhs = random_operand(rng, (64, 16), "bfloat16")
+    rhs = random_operand(rng, (3, 16, 32), "bfloat16")
+    with pytest.raises((ValueError, NotImplementedError), match=match):
+        call(lhs, rhs, jnp.asarray([20, 20, 24], jnp.int32))

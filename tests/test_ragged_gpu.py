@@ -1,0 +1,226 @@
+"""hopper_ragged_dot (the grouped kernel family) on an sm_90 GPU against float64 references:
+random and adversarial group sizes (empty groups, one row, every row in one group, boundaries
+at every offset of a tile, negative sizes, sums above and below M), both rhs layouts, every
+compiled tile and cluster, the fused epilogue, gradients, CUDA graphs and repeatability."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gemm_helpers import (REL_FROB_BOUND, act64, poisoned_call, random_operand, rel_frob,
+                          run_in_command_buffer, to64)
+from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
+from jax_hopper.kernels import catalog
+
+pytestmark = pytest.mark.gpu
+
+TILES = catalog.FAMILIES["grouped"].tiles
+
+
+def sizes64(group_sizes, m):
+    """The group sizes made valid (negative 0, cut at M), as the kernel documents."""
+    out, pos = [], 0
+    for s in np.asarray(group_sizes):
+        take = min(max(int(s), 0), m - pos)
+        out.append(take)
+        pos += take
+    return out
+
+
+def ragged_reference64(lhs, rhs, group_sizes, *, transpose_rhs=False, bias=None,
+                       activation=None, residual=None, alpha=1.0, beta=1.0):
+    l64, r64 = to64(lhs), to64(rhs)
+    if transpose_rhs:
+        r64 = np.swapaxes(r64, 1, 2)
+    m, n = l64.shape[0], r64.shape[2]
+    x = np.zeros((m, n))
+    row = 0
+    for g, size in enumerate(sizes64(group_sizes, m)):
+        x[row:row + size] = alpha * l64[row:row + size] @ r64[g]
+        if bias is not None:
+            x[row:row + size] += to64(bias)[g]
+        row += size
+    x = act64(x, activation)
+    if residual is not None:
+        x = x + beta * to64(residual)
+    return x
+
+
+def _check(rng, m, k, n, group_sizes, *, dtype="bfloat16", out_dtype=None, transpose_rhs=False,
+           config=None, bias=False, residual=False, activation=None, alpha=1.0, beta=1.0):
+    groups = len(group_sizes)
+    lhs = random_operand(rng, (m, k), dtype)
+    shape = (groups, n, k) if transpose_rhs else (groups, k, n)
+    rhs = (random_operand(rng, shape, dtype).astype(jnp.float32) / np.sqrt(k)).astype(dtype)
+    gs = jnp.asarray(group_sizes, jnp.int32)
+    out_dtype = out_dtype or dtype
+    arrays = {}
+    if bias:
+        arrays["bias"] = jnp.asarray(rng.standard_normal((groups, n)), jnp.float32)
+    if residual:
+        arrays["residual"] = random_operand(rng, (m, n), out_dtype)
+
+    def fn(lhs, rhs, gs, *extra):
+        return hopper_ragged_dot(lhs, rhs, gs, out_dtype=out_dtype, transpose_rhs=transpose_rhs,
+                                 config=config, activation=activation, alpha=alpha, beta=beta,
+                                 **dict(zip(arrays, extra)))
+
+    out = poisoned_call(fn, (m, n), out_dtype, lhs, rhs, gs, *arrays.values())
+    ref = ragged_reference64(lhs, rhs, group_sizes, transpose_rhs=transpose_rhs,
+                             activation=activation, alpha=alpha, beta=beta, **arrays)
+    assert out.dtype == jnp.dtype(out_dtype)
+    err = rel_frob(out, ref)
+    assert err < REL_FROB_BOUND[jnp.dtype(out_dtype).name], (m, k, n, group_sizes, err)
+    # Rows past every group are the epilogue of a zero product: exactly 0 here.
+    filled = sum(sizes64(group_sizes, m))
+    if not bias and not residual and activation is None:
+        assert np.all(to64(out)[filled:] == 0)
+    return out
+
+
+@pytest.mark.parametrize("transpose_rhs", [False, True], ids=["gkn", "gnk"])
+@pytest.mark.parametrize("tile", TILES, ids=lambda t: t.tag)
+@pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
+def test_every_tile_both_layouts(rng, dtype, tile, transpose_rhs):
+    sizes = rng.multinomial(1500, np.ones(7) / 7)
+    _check(rng, 1500, 320, 520, list(sizes), dtype=dtype, transpose_rhs=transpose_rhs,
+           config=GemmConfig.for_tile(tile, stream_k=False))
+
+
+@pytest.mark.parametrize("tile", TILES, ids=lambda t: t.tag)
+def test_cluster_along_n(rng, tile):
+    _check(rng, 900, 256, 1000, [300, 1, 0, 299, 300],
+           config=GemmConfig.for_tile(tile, stream_k=False, cluster_n=2))
+
+
+@pytest.mark.parametrize("tile", TILES, ids=lambda t: t.tag)
+def test_boundary_at_every_offset(rng, tile):
+    """Group boundaries at every row offset of a 64-row strip and of the tile: a tile
+    straddling two groups is computed for each and stores only its own rows."""
+    sizes = [1 + (7 * i) % (tile.block_m + 3) for i in range(40)]
+    _check(rng, sum(sizes) + 5, 128, 264, sizes,
+           config=GemmConfig.for_tile(tile, stream_k=False))
+
+
+@pytest.mark.parametrize("case", ["empty_groups", "one_group_all_rows", "single_rows",
+                                  "negative", "sum_above_m", "sum_below_m", "all_zero"])
+def test_adversarial_sizes(rng, case):
+    m = 700
+    sizes = {"empty_groups": [0, 0, 350, 0, 350, 0],
+             "one_group_all_rows": [0, 0, 700, 0],
+             "single_rows": [1] * 16 + [684],
+             "negative": [-5, 300, -2**31, 400, 7],
+             "sum_above_m": [500, 2**31 - 1, 2**31 - 1, 9],
+             "sum_below_m": [100, 0, 250],
+             "all_zero": [0, 0, 0]}[case]
+    _check(rng, m, 192, 136, sizes)
+
+
+@pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)
+def test_epilogue_options(rng, out_dtype):
+    _check(rng, 640, 256, 264, [100, 0, 313, 227], out_dtype=out_dtype, bias=True,
+           residual=True, alpha=0.5, beta=-2.0, activation="gelu")
+
+
+@pytest.mark.parametrize("activation", ["silu", "relu", "gelu_tanh"])
+def test_activations_with_rows_past_groups(rng, activation):
+    _check(rng, 512, 128, 200, [100, 200, 50], activation=activation, bias=True)
+
+
+# n not a multiple of 8 (the output is padded), one row, G = 1024, many groups with a few rows.
+@pytest.mark.parametrize("m,k,n,groups", [(333, 64, 100, 3), (1, 64, 64, 1), (2048, 64, 128, 1024),
+                                          (256, 512, 4096, 64)])
+def test_shapes(rng, m, k, n, groups):
+    sizes = rng.multinomial(m, np.ones(groups) / groups)
+    _check(rng, m, k, n, list(sizes))
+
+
+def test_drop_in_ragged_dot_matches_lax(rng):
+    lhs = random_operand(rng, (600, 256), "bfloat16")
+    rhs = random_operand(rng, (8, 256, 384), "bfloat16")
+    gs = jnp.asarray(rng.multinomial(600, np.ones(8) / 8), jnp.int32)
+    got = jax.jit(ragged_dot)(lhs, rhs, gs)
+    want = jax.lax.ragged_dot(lhs, rhs, gs, preferred_element_type=jnp.float32)
+    assert got.dtype == jnp.bfloat16
+    assert rel_frob(got, to64(want)) < REL_FROB_BOUND["bfloat16"]
+
+
+def test_grad_matches_lax_ragged_dot(rng):
+    m, k, n, g = 700, 256, 384, 6
+    lhs = random_operand(rng, (m, k), "bfloat16")
+    rhs = (random_operand(rng, (g, k, n), "bfloat16").astype(jnp.float32) / 16
+           ).astype(jnp.bfloat16)
+    bias = jnp.asarray(rng.standard_normal((g, n)), jnp.float32)
+    gs = jnp.asarray([120, 0, 200, 180, 150, 20], jnp.int32)  # 30 rows past every group
+    dy = random_operand(rng, (m, n), "float32")
+
+    def ours(lhs, rhs, bias):
+        return hopper_ragged_dot(lhs, rhs, gs, bias=bias, activation="silu",
+                                 out_dtype=jnp.float32)
+
+    def lax_version(lhs, rhs, bias):
+        x = jax.lax.ragged_dot(lhs, rhs, gs, preferred_element_type=jnp.float32)
+        rows = jnp.repeat(jnp.arange(g + 1), np.append(np.asarray(gs), m - int(gs.sum())),
+                          total_repeat_length=m)
+        return jax.nn.silu(x + jnp.concatenate([bias, jnp.zeros((1, n))])[rows])
+
+    def loss(fn):
+        return lambda *a: jnp.sum(fn(*a) * dy)
+
+    got = jax.jit(jax.grad(loss(ours), (0, 1, 2)))(lhs, rhs, bias)
+    want = jax.grad(loss(lax_version), (0, 1, 2))(lhs, rhs, bias)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        assert rel_frob(a, to64(b)) < 2e-2
+
+
+_GRAPH_CHILD = r"""
+import jax, jax.numpy as jnp, numpy as np, sys
+sys.path.insert(0, {tests!r})
+from gemm_helpers import rel_frob
+from test_ragged_gpu import ragged_reference64
+from jax_hopper import hopper_ragged_dot
+lhs = jax.random.normal(jax.random.key(0), (512, 256), jnp.float32).astype(jnp.bfloat16)
+rhs = jax.random.normal(jax.random.key(1), (4, 256, 384), jnp.float32).astype(jnp.bfloat16)
+f = jax.jit(lambda l, r, g: jnp.tanh(hopper_ragged_dot(jnp.sin(l), r, g + 1)) * 2)
+for sizes in ([99, 100, 200, 109], [0, 511, -1, 0], [10, 20, 30, 40]):
+    g = jnp.asarray(sizes, jnp.int32)
+    want = 2 * np.tanh(ragged_reference64(jnp.sin(lhs), rhs, np.asarray(sizes) + 1))
+    print("ERR", rel_frob(f(lhs, rhs, g).astype(jnp.float32), want), flush=True)
+"""
+
+
+def test_runs_inside_an_xla_command_buffer():
+    """The handler is command-buffer compatible and its launch does not depend on the sizes: in
+    a CUDA-graph command buffer, replays with other group sizes compute the right thing."""
+    errors = run_in_command_buffer(_GRAPH_CHILD, "hopper_ragged_dot",
+                                   "jax_hopper_gemm_grouped")
+    assert len(errors) == 3 and max(errors) < REL_FROB_BOUND["bfloat16"], errors
+
+
+def test_scan_with_changing_sizes(rng):
+    """The sizes change from step to step of a lax.scan (one compiled call, its launch the same
+    each time): every step matches its own reference."""
+    m, k, n = 512, 128, 256
+    lhs = random_operand(rng, (m, k), "bfloat16")
+    rhs = random_operand(rng, (4, k, n), "bfloat16")
+    steps = np.stack([rng.multinomial(m - 10 * i, np.ones(4) / 4) for i in range(5)])
+
+    def body(carry, gs):
+        return carry, hopper_ragged_dot(lhs, rhs, gs, out_dtype=jnp.float32)
+
+    _, outs = jax.jit(lambda s: jax.lax.scan(body, 0, s))(jnp.asarray(steps, jnp.int32))
+    for i in range(len(steps)):
+        ref = ragged_reference64(lhs, rhs, steps[i])
+        assert rel_frob(outs[i], ref) < REL_FROB_BOUND["float32"]
+
+
+def test_bitwise_repeatable(rng):
+    lhs = random_operand(rng, (1000, 256), "bfloat16")
+    rhs = random_operand(rng, (5, 256, 512), "bfloat16")
+    gs = jnp.asarray([200, 0, 500, 1, 299], jnp.int32)
+    fn = jax.jit(hopper_ragged_dot)
+    first = np.asarray(fn(lhs, rhs, gs).astype(jnp.float32))
+    for _ in range(3):
+        assert np.array_equal(np.asarray(fn(lhs, rhs, gs).astype(jnp.float32)), first)
