@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.metadata
+import os
 
 import jax
 
@@ -28,12 +30,31 @@ except ImportError as e:  # built without kernels, or a source checkout that was
 def _missing_extension() -> str:
     """Why there is no extension: how the package was built, or the import error."""
     if _build_info is None:
+        installed = _installed_copy()
+        if installed:
+            return (f"jax_hopper is imported from the source tree {_here()}, which shadows the "
+                    f"built package installed at {installed}: run from another directory than "
+                    "the checkout's root")
         return ("jax_hopper is imported from a source tree that was never built; install it "
                 "with `pip install .` (the kernels need nvcc >= 12.5)")
     if not _build_info.KERNELS:
         return (f"this jax_hopper was built without kernels ({_build_info.NO_KERNELS_REASON}); "
                 "reinstall with the CUDA toolkit >= 12.5 (nvcc) present")
     return f"the compiled extension failed to import: {_IMPORT_ERROR}"
+
+
+def _here() -> str:
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def _installed_copy() -> str | None:
+    """Where pip installed jax_hopper, when that is not the package being imported."""
+    try:
+        path = str(importlib.metadata.distribution("jax-hopper").locate_file("jax_hopper"))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    same = os.path.isdir(path) and os.path.samefile(path, _here())
+    return None if same or not os.path.isdir(path) else path
 
 
 def extension():

@@ -1,5 +1,5 @@
 """The cases scripts/sanitize_driver.py runs under compute-sanitizer: per kernel family (GEMM,
-TMA ops) the case dataclass, the lists of cases (each list one jitted program), and how a case's
+the grouped GEMM, TMA ops) the case dataclass, the lists of cases (each list one jitted program), and how a case's
 inputs are made, how it is called and how its result is checked on the host (float64 for the
 GEMM, bit for bit for the TMA ops).
 """
@@ -188,6 +188,126 @@ def gemm_check(c: GemmCase, arrays: dict, out) -> str | None:
         return f"{np.sum(~np.isfinite(out64))} non-finite outputs"
     err = np.linalg.norm(out64 - ref) / max(np.linalg.norm(ref), 1e-30)
     bound = REL_FROB_BOUND[want_dtype.name]
+    return None if err < bound else f"relative Frobenius error {err:.2e} >= {bound:.0e}"
+
+
+# ------------------------------------------------------------------------------ grouped GEMM
+
+# Device-side group sizes are never checked on the host: whatever they hold, no access may leave
+# the operands. Adversarial sizes: negative, 2^31 - 1 (sums that overflow int32), a sum above M
+# and below it, empty groups, every row in one group, one-row groups.
+RAGGED_SIZES = {
+    "random": None,
+    "negative": [-5, 150, -2**31, 100, 7],
+    "huge": [100, 2**31 - 1, 2**31 - 1, 9],
+    "sum_below_m": [40, 0, 101],
+    "one_group": [0, 0, 300, 0],
+    "single_rows": [1] * 12 + [5],
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RaggedCase:
+    m: int
+    n: int
+    k: int
+    sizes: tuple
+    tile: object = None             # catalog.TileShape; None: the default config
+    cluster_n: int = 1
+    transpose_rhs: bool = False
+    dtype: str = "bfloat16"
+    out_dtype: str | None = None
+    activation: str | None = None
+    bias: bool = False
+    residual: bool = False
+
+    @property
+    def config(self):
+        from jax_hopper import GemmConfig
+        return None if self.tile is None else GemmConfig.for_tile(
+            self.tile, stream_k=False, cluster_n=self.cluster_n, group_size=3)
+
+    def label(self) -> str:
+        tile = self.tile.tag if self.tile is not None else "auto"
+        epi = ",".join(x for x in (self.activation, "bias" if self.bias else None,
+                                   "res" if self.residual else None) if x)
+        return (f"ragged {self.dtype}->{self.out_dtype or self.dtype} {tile} cluster1x"
+                f"{self.cluster_n} {'gnk' if self.transpose_rhs else 'gkn'} {self.m}x{self.n}x"
+                f"{self.k} G={len(self.sizes)} sizes={list(self.sizes)[:6]}"
+                + (f" [{epi}]" if epi else ""))
+
+
+def ragged_groups(quick: bool) -> list[list[RaggedCase]]:
+    from jax_hopper.kernels import catalog
+    rng = np.random.default_rng(1)
+    groups = []
+    for i, tile in enumerate(catalog.FAMILIES["grouped"].tiles):
+        cases = []
+        for j, (name, sizes) in enumerate(RAGGED_SIZES.items()):
+            if quick and j % 2:
+                continue
+            sizes = tuple(int(s) for s in (rng.multinomial(300, np.ones(7) / 7)
+                                           if sizes is None else sizes))
+            cases.append(RaggedCase(300, 264, 136, sizes, tile=tile, cluster_n=1 + (i + j) % 2,
+                                    transpose_rhs=bool(j % 2)))
+        groups.append(cases)
+    # The epilogue with bias per group, residual and an activation, both dtypes; 300 groups.
+    groups.append([
+        RaggedCase(257, 136, 72, (60, 0, 101, 50), out_dtype="float32", activation="silu",
+                   bias=True, residual=True),
+        RaggedCase(257, 136, 72, (-1, 200), dtype="float16", activation="gelu", bias=True),
+        RaggedCase(600, 64, 64, tuple(int(s) for s in rng.integers(0, 4, 300))),
+    ])
+    return groups
+
+
+def ragged_inputs(c: RaggedCase, rng) -> dict:
+    import jax.numpy as jnp
+
+    def normal(shape, dtype):
+        return rng.standard_normal(shape, dtype=np.float32).astype(jnp.dtype(dtype))
+
+    g = len(c.sizes)
+    arrays = {"lhs": normal((c.m, c.k), c.dtype),
+              "rhs": normal((g, c.n, c.k) if c.transpose_rhs else (g, c.k, c.n), c.dtype),
+              "sizes": np.asarray(c.sizes, np.int32)}
+    if c.bias:
+        arrays["bias"] = normal((g, c.n), "float32")
+    if c.residual:
+        arrays["residual"] = normal((c.m, c.n), c.out_dtype or c.dtype)
+    return arrays
+
+
+def ragged_call(c: RaggedCase, arrays: dict):
+    from jax_hopper import hopper_ragged_dot
+    return hopper_ragged_dot(arrays["lhs"], arrays["rhs"], arrays["sizes"],
+                             transpose_rhs=c.transpose_rhs, bias=arrays.get("bias"),
+                             residual=arrays.get("residual"), activation=c.activation,
+                             out_dtype=c.out_dtype, config=c.config)
+
+
+def ragged_check(c: RaggedCase, arrays: dict, out) -> str | None:
+    """None when out matches the float64 reference (sizes made valid as documented)."""
+    from gemm_helpers import REL_FROB_BOUND, act64
+    lhs = np.asarray(arrays["lhs"]).astype(np.float64)
+    rhs = np.asarray(arrays["rhs"]).astype(np.float64)
+    if c.transpose_rhs:
+        rhs = np.swapaxes(rhs, 1, 2)
+    ref, row = np.zeros((c.m, c.n)), 0
+    for g, s in enumerate(c.sizes):
+        take = min(max(s, 0), c.m - row)
+        ref[row:row + take] = lhs[row:row + take] @ rhs[g]
+        if c.bias:
+            ref[row:row + take] += np.asarray(arrays["bias"], np.float64)[g]
+        row += take
+    ref = act64(ref, c.activation)
+    if c.residual:
+        ref = ref + np.asarray(arrays["residual"]).astype(np.float64)
+    out = np.asarray(out).astype(np.float64)
+    if out.shape != ref.shape or not np.all(np.isfinite(out)):
+        return f"shape {out.shape} (expected {ref.shape}) or non-finite outputs"
+    err = np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30)
+    bound = REL_FROB_BOUND[np.dtype(c.out_dtype or c.dtype).name]
     return None if err < bound else f"relative Frobenius error {err:.2e} >= {bound:.0e}"
 
 

@@ -4,7 +4,9 @@ scripts/sanitize.sh runs this once per tool (memcheck, racecheck, synccheck, ini
 process covers: every compiled GEMM instance (jax_hopper.kernels.catalog: input dtype x tile shape x
 operand majors), every cluster shape and raster with every tile and layout (bfloat16), every
 activation and output dtype with bias/residual/alpha/beta, a batched and a shared-operand
-problem, and the four TMA ops in every swizzle mode (multicast with clusters of 2 and 4).
+problem, the grouped GEMM (every tile, both rhs layouts, adversarial device-side group sizes:
+negative, 2^31 - 1, sums above and below M), and the four TMA ops in every swizzle mode
+(multicast with clusters of 2 and 4).
 
 The cases are in scripts/sanitize_cases.py. Inputs are made on the host and copied in (cudaMemcpy, which initcheck tracks as initialising),
 every result is blocked on and copied back, and checked on the host against float64 (GEMM) or
@@ -30,7 +32,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # gemm_helpers: error bounds and activations in float64
 
 from sanitize_cases import (gemm_call, gemm_check, gemm_groups, gemm_inputs,  # noqa: E402
-                            tma_call, tma_check, tma_groups, tma_inputs)
+                            ragged_call, ragged_check, ragged_groups, ragged_inputs, tma_call,
+                            tma_check, tma_groups, tma_inputs)
 
 # ------------------------------------------------------------------------------- the self-test
 
@@ -109,7 +112,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="every kernel family once: for racecheck, the slowest tool")
-    parser.add_argument("--only", choices=["gemm", "tma"], help="run one family")
+    parser.add_argument("--only", choices=["gemm", "ragged", "tma"], help="run one family")
     parser.add_argument("--list", action="store_true", help="print the cases and exit")
     parser.add_argument("--plant-fault", action="store_true",
                         help="launch one out-of-bounds store instead (sanitizer self-test)")
@@ -125,6 +128,9 @@ def main(argv=None) -> int:
     families = []
     if args.only in (None, "gemm"):
         families.append(("gemm", gemm_groups(args.quick), gemm_inputs, gemm_call, gemm_check))
+    if args.only in (None, "ragged"):
+        families.append(("ragged", ragged_groups(args.quick), ragged_inputs, ragged_call,
+                         ragged_check))
     if args.only in (None, "tma"):
         families.append(("tma", tma_groups(args.quick), tma_inputs, tma_call, tma_check))
     total = sum(len(g) for _, groups, *_ in families for g in groups)

@@ -187,3 +187,23 @@ def test_empty_problems_are_shaped_right():
         out = hopper_matmul(a, b, bias=jnp.full((n,), 2.0, jnp.bfloat16))
         assert out.shape == (m, n)
         assert np.all(np.asarray(out, np.float32) == 2.0)
+
+
+def test_the_checkout_root_shadowing_the_install_is_named():
+    """Run from the checkout's root, Python imports the source tree (no extension in it) ahead
+    of the installed package: kernels_available() says so instead of asking for an install."""
+    import importlib.metadata
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    installed = str(importlib.metadata.distribution("jax-hopper").locate_file("jax_hopper"))
+    if os.path.samefile(installed, os.path.join(root, "jax_hopper")):
+        pytest.skip("jax_hopper is installed from this checkout in place (editable): nothing "
+                    "shadows it")
+    proc = subprocess.run([sys.executable, "-c", "import jax_hopper; "
+                           "print(jax_hopper.kernels_available().reason)"], cwd=root,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "shadows the built package installed at" in proc.stdout, proc.stdout

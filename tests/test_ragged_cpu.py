@@ -179,3 +179,24 @@ def test_errors_name_the_argument(rng, call, match):
     rhs = random_operand(rng, (3, 16, 32), "bfloat16")
     with pytest.raises((ValueError, NotImplementedError), match=match):
         call(lhs, rhs, jnp.asarray([20, 20, 24], jnp.int32))
+
+
+def test_vmap_over_tokens_and_over_weights(rng):
+    m, k, n, g = 100, 32, 24, 4
+    lhs = random_operand(rng, (3, m, k), "float16")
+    rhs = random_operand(rng, (3, g, k, n), "float16")
+    sizes = jnp.asarray(rng.integers(-2, 40, (3, g)), jnp.int32)
+
+    def lax_entry(lhs, rhs, sizes):
+        return jax.lax.ragged_dot(lhs, rhs, ragged_tiles.valid_sizes(sizes, m),
+                                  preferred_element_type=jnp.float32)
+
+    def ours(lhs, rhs, sizes):
+        return hopper_ragged_dot(lhs, rhs, sizes, out_dtype=jnp.float32)
+
+    over_tokens = jax.jit(jax.vmap(ours, in_axes=(0, None, 0)))(lhs, rhs[0], sizes)
+    want = np.stack([lax_entry(lhs[i], rhs[0], sizes[i]) for i in range(3)])
+    np.testing.assert_array_equal(np.asarray(over_tokens), want)
+    over_weights = jax.vmap(ours, in_axes=(None, 0, None))(lhs[0], rhs, sizes[0])
+    want = np.stack([lax_entry(lhs[0], rhs[i], sizes[0]) for i in range(3)])
+    np.testing.assert_array_equal(np.asarray(over_weights), want)

@@ -224,3 +224,14 @@ def test_bitwise_repeatable(rng):
     first = np.asarray(fn(lhs, rhs, gs).astype(jnp.float32))
     for _ in range(3):
         assert np.array_equal(np.asarray(fn(lhs, rhs, gs).astype(jnp.float32)), first)
+
+
+def test_vmap_over_tokens_shares_the_weights(rng):
+    lhs = random_operand(rng, (3, 400, 128), "bfloat16")
+    rhs = random_operand(rng, (5, 128, 264), "bfloat16")
+    sizes = np.stack([rng.multinomial(400 - 7 * i, np.ones(5) / 5) for i in range(3)])
+    out = jax.jit(jax.vmap(lambda x, s: hopper_ragged_dot(x, rhs, s, out_dtype=jnp.float32)))(
+        lhs, jnp.asarray(sizes, jnp.int32))
+    for i in range(3):
+        assert rel_frob(out[i], ragged_reference64(lhs[i], rhs, sizes[i])) < \
+            REL_FROB_BOUND["float32"]

@@ -23,7 +23,8 @@ import pytest
 
 CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", "auto_mesh",
          "output_sharding", "grad_data_parallel", "vmap", "shard_map", "glu_rows", "glu_f",
-         "glu_k", "glu_grad", "k_scatter_m", "k_scatter_n", "glu_k_scatter"]
+         "glu_k", "glu_grad", "k_scatter_m", "k_scatter_n", "glu_k_scatter", "ragged_n",
+         "ragged_n_k_major", "ragged_rows_gathered", "ragged_experts_shard_map"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -80,7 +81,7 @@ def _cases():
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from jax_hopper import hopper_glu, hopper_matmul
+    from jax_hopper import hopper_glu, hopper_matmul, hopper_ragged_dot
 
     n_dev = jax.device_count()
     mesh = jax.make_mesh((n_dev,), ("x",))
@@ -228,10 +229,64 @@ def _cases():
                     (_rand(rng, (m, k)), _rand(rng, (k, 2, n)), _rand(rng, (m, n), f32)),
                     (named(None, "x"), named("x"), None), ("x", None))
 
+    # hopper_ragged_dot: the experts' N split runs locally; other splits are gathered.
+    groups, rows = 6, 8 * n_dev * 6
+    sizes = jnp.asarray(rng.multinomial(rows - 5, np.ones(groups) / groups), jnp.int32)
+
+    def ragged(**kw):
+        return lambda x, w, *extra: hopper_ragged_dot(
+            x, w, sizes, out_dtype=f32, **dict(zip(("bias", "residual"), extra)), **kw)
+
+    def ragged_n():
+        got = _compare(ragged(activation="silu"),
+                       (_rand(rng, (rows, k)), _rand(rng, (groups, k, n)),
+                        _rand(rng, (groups, n), f32), _rand(rng, (rows, n), f32)),
+                       (None, named(None, None, "x"), named(None, "x"), None), all_reduce=False)
+        assert tuple(got.sharding.spec) == (None, "x"), got.sharding.spec
+
+    def ragged_n_k_major():
+        _compare(ragged(transpose_rhs=True), (_rand(rng, (rows, k)), _rand(rng, (groups, n, k))),
+                 (None, named(None, "x")), all_reduce=False)
+
+    def ragged_rows_gathered():
+        import warnings
+        x, w = _rand(rng, (rows, k)), _rand(rng, (groups, k, n))
+        placed = jax.device_put(x, named("x"))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            jf = jax.jit(ragged())
+            got, hlo = jf(placed, w), jf.lower(placed, w).compile().as_text()
+        assert any("lhs gathered" in str(c.message) for c in caught), [str(c.message)
+                                                                       for c in caught]
+        assert "all-gather" in hlo
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.jit(ragged())(x, w)))
+
+    def ragged_experts_shard_map():
+        # Expert parallelism: each device holds its experts and the rows routed to them.
+        local = groups // 2 if n_dev == 2 else 1
+        per_dev = rows // n_dev
+        x = _rand(rng, (rows, k))
+        w = _rand(rng, (n_dev * local, k, n))
+        local_sizes = jnp.asarray(rng.multinomial(per_dev, np.ones(local) / local,
+                                                  size=n_dev).reshape(-1), jnp.int32)
+
+        @functools.partial(jax.shard_map, mesh=mesh, in_specs=(P("x"), P("x"), P("x")),
+                           out_specs=P("x"))
+        def expert_parallel(x, w, s):
+            return hopper_ragged_dot(x, w, s, out_dtype=f32)
+
+        got = jax.jit(expert_parallel)(jax.device_put(x, named("x")), jax.device_put(w, named("x")),
+                                       jax.device_put(local_sizes, named("x")))
+        want = [jax.lax.ragged_dot(x[d * per_dev:(d + 1) * per_dev], w[d * local:(d + 1) * local],
+                                   local_sizes[d * local:(d + 1) * local],
+                                   preferred_element_type=f32) for d in range(n_dev)]
+        np.testing.assert_array_equal(np.asarray(got), np.concatenate(want))
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
-                            k_scatter_n, glu_k_scatter]))
+                            k_scatter_n, glu_k_scatter, ragged_n, ragged_n_k_major,
+                            ragged_rows_gathered, ragged_experts_shard_map]))
 
 
 def main():

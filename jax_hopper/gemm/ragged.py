@@ -8,6 +8,7 @@ sizes count as 0, groups are cut at M, and rows past every group come out as the
 zero product (0 without bias/residual, as jax.lax.ragged_dot gives): ragged_tiles.py.
 
 Layers: hopper_ragged_dot checks its arguments -> _ragged (custom VJP) ->
+ragged_sharding.partitioned (sharded jit: rhs's N split runs locally) ->
 ragged_primitive.launch -> hopper_ragged_p.
 
 NOTES:
@@ -16,7 +17,13 @@ NOTES:
   it runs through jax.lax.ragged_dot's own transpose (XLA), which is slow and pads to every
   group. d bias is a segment sum, d residual beta * d out. An activation's pre-activation is
   recomputed by one more launch (float32 out), as hopper_matmul does.
-- Not yet: vmap, sharding rules, the gated (GLU) form, 2-CTA clusters along M.
+- vmap: one launch per batch entry (ragged_primitive._batch_rule); the weights, when not
+  mapped, are shared. A single launch over every entry (the groups of all entries in one tile
+  table) would serve small entries better.
+- Sharding (ragged_sharding.py): rhs split along N runs without communication; any other
+  split is gathered, with a warning; experts split over devices is shard_map's. The backward
+  launches are not partitioned (XLA gathers their operands).
+- Not yet: the gated (GLU) form, 2-CTA clusters along M.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code, apply_activation
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged_primitive import epilogue, launch
+from jax_hopper.gemm.ragged_sharding import partitioned
 from jax_hopper.kernels import catalog
 
 _F32 = jnp.dtype(jnp.float32)
@@ -147,9 +155,10 @@ def choose_grouped_config(m: int, n: int, k: int, groups: int,
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
 def _ragged(lhs3, rhs, gs, bias, res, params, has_residual):
-    """launch with a VJP. has_residual: static, so the residual need not be saved."""
+    """The (sharded) launch with a VJP. has_residual: static, so the residual need not be
+    saved."""
     del has_residual
-    return launch(lhs3, rhs, gs, bias, res, **dict(params))
+    return partitioned(params, lhs3, rhs, gs, bias, res)
 
 
 def _fwd(lhs3, rhs, gs, bias, res, params, has_residual):

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
-from jax.interpreters import mlir
+from jax.interpreters import batching, mlir
 
 from jax_hopper import _ffi
 from jax_hopper.gemm import ragged_tiles
@@ -100,6 +100,25 @@ def _cuda_lowering(ctx, lhs, rhs, group_sizes, tiles, bias, residual, *, b_mn_ma
     return [out]
 
 
+def per_entry(fn, batched, args):
+    """vmap as one launch per entry: fn over the leading axis of the batched args (lax.map);
+    an operand not batched, typically the experts' weights, is shared by every entry, never
+    copied."""
+    xs = [a for a, is_batched in zip(args, batched) if is_batched]
+
+    def one(x):
+        entry = iter(x)
+        return fn(*[next(entry) if is_batched else a for a, is_batched in zip(args, batched)])
+
+    return jax.lax.map(one, xs)
+
+
+def _batch_rule(args, dims, **params):
+    batched = [d is not None for d in dims]  # None: not mapped
+    moved = [jnp.moveaxis(a, d, 0) if b else a for a, d, b in zip(args, dims, batched)]
+    return per_entry(lambda *a: hopper_ragged_p.bind(*a, **params), batched, moved), 0
+
+
 @functools.lru_cache(maxsize=None)
 def _jitted_bind(params: tuple):
     return jax.jit(lambda *args: hopper_ragged_p.bind(*args, **dict(params)))
@@ -107,6 +126,7 @@ def _jitted_bind(params: tuple):
 
 hopper_ragged_p.def_impl(lambda *args, **params: _jitted_bind(freeze(params))(*args))
 hopper_ragged_p.def_abstract_eval(_abstract_eval)
+batching.primitive_batchers[hopper_ragged_p] = _batch_rule
 _reference_lowering = mlir.lower_fun(reference, multiple_results=False)
 mlir.register_lowering(hopper_ragged_p, _reference_lowering, platform="cpu")
 mlir.register_lowering(hopper_ragged_p, _cuda_lowering if _KERNELS else _reference_lowering,

@@ -1,0 +1,27 @@
+"""scripts/sanitize_driver.py's grouped-GEMM cases without a GPU: the adversarial group sizes
+run through the reference lowering and pass the driver's float64 check, and the check rejects a
+wrong result (so a sanitizer run cannot pass on wrong answers)."""
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import sanitize_cases  # noqa: E402
+import sanitize_driver  # noqa: E402
+
+
+def test_ragged_cases_run_and_check_on_cpu(capsys):
+    assert sanitize_driver.main(["--only", "ragged", "--quick", "--allow-cpu"]) == 0
+    assert ", 0 failures" in capsys.readouterr().out
+
+
+def test_ragged_check_rejects_a_wrong_result():
+    case = sanitize_cases.RaggedCase(40, 16, 8, (10, -3, 2**31 - 1))
+    arrays = sanitize_cases.ragged_inputs(case, np.random.default_rng(0))
+    good = np.asarray(sanitize_cases.ragged_call(case, arrays))
+    assert sanitize_cases.ragged_check(case, arrays, good) is None
+    wrong = good.copy()
+    wrong[10:] = 0  # the second nonempty group left unwritten
+    assert "error" in sanitize_cases.ragged_check(case, arrays, wrong)
