@@ -1,8 +1,9 @@
-"""hopper_ragged_dot (the grouped GEMM of MoE layers) against jax.lax.ragged_dot, and against a
-dense hopper_matmul of the same FLOPs, forward, timed interleaved in one process.
+"""hopper_ragged_dot (the grouped GEMM of MoE layers) against jax.lax.ragged_dot, Pallas Mosaic
+GPU's ragged_dot and a dense hopper_matmul of the same FLOPs, timed interleaved in one process.
 
-    python benchmarks/bench_grouped.py [--cases mixtral_up ...] [--routing uniform skewed]
-                                       [--reps 7] [--out-dir D] [--tag T]
+    python benchmarks/bench_grouped.py [--cases mixtral_up ...] [--shape MxGxKxN]
+                                       [--routing uniform skewed] [--sweep] [--pallas]
+                                       [--train] [--reps 7] [--out-dir D] [--tag T]
 
 Cases (rows M sorted by expert, G experts, K -> N per expert, bf16 in and out): the issue's
 Mixtral-8x7B up and down, DeepSeek-V3 routed-expert up and down, and two decodes. Routing:
@@ -10,11 +11,13 @@ Mixtral-8x7B up and down, DeepSeek-V3 routed-expert up and down, and two decodes
 experts take most rows); the sizes are drawn once per case (seeded) and passed as a device
 array. TFLOP/s count useful work (2 M N K); the floor is max(FLOPs at 989 TFLOP/s, bytes of
 lhs, the weights of every expert that has rows and the output at 3.0 TB/s), H100 SXM. Each
-result is checked against XLA's. With --sweep, every compiled grouped tile, with and without
-a 2-CTA cluster along N, is timed too ("hopper" is the default config). Writes
-grouped_<tag>.json.
-
-Not measured yet: Pallas Mosaic GPU's ragged_dot, the training step (its d rhs is XLA's).
+result is checked against XLA's. --shape adds a case of your own. With --sweep, every compiled
+grouped tile, with and without a 2-CTA cluster along N, is timed too ("hopper" is the default
+config). With --pallas, Pallas Mosaic GPU's ragged_dot in PALLAS_CONFIGS (block_m x block_n x
+grid_block_n; the best is reported). With --train, the training step's products (jax.grad of
+sum(out * dy) with respect to lhs and rhs: forward, d lhs and d rhs, three times the forward's
+FLOPs and floor) for XLA and hopper, with the bytes of temporaries each compiled step allocates
+beyond its inputs and outputs (XLA's memory analysis). Writes grouped_<tag>.json.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ CASES = {
     "decode_256x64": (256, 64, 7168, 4096),
 }
 PEAK_FLOPS, HBM_BYTES_PER_S = 989e12, 3.0e12
+# Pallas ragged_dot configs (block_k 64, 4 pipeline stages): block_m, block_n, grid_block_n.
+PALLAS_CONFIGS = [(bm, bn, gbn) for bm in (64, 128) for bn in (128, 192, 256) for gbn in (1, 4)]
 
 
 def group_sizes(rng, m: int, groups: int, routing: str) -> np.ndarray:
@@ -67,7 +72,42 @@ def sweep_configs() -> dict:
             for t in catalog.FAMILIES["grouped"].tiles for cn in (1, 2)}
 
 
-def run_case(name: str, routing: str, reps: int, rng, sweep: bool) -> dict:
+def pallas_variants() -> tuple[dict, str | None]:
+    """name -> f(a, rhs) for every PALLAS_CONFIGS entry, or ({}, why Pallas cannot run here)."""
+    if jax.default_backend() != "gpu":
+        return {}, "Pallas Mosaic GPU needs a GPU"
+    try:
+        from jax.experimental.pallas.ops.gpu import ragged_dot_mgpu  # noqa: PLC0415
+    except ImportError as e:
+        return {}, f"ragged_dot_mgpu unusable: {e!r}"
+
+    def variant(bm, bn, gbn):
+        return lambda a, r: ragged_dot_mgpu.ragged_dot(
+            a[0], r, group_sizes=a[1], block_m=bm, block_n=bn, block_k=64,
+            max_concurrent_steps=4, grid_block_n=gbn)
+    return {f"pallas_{bm}x{bn}_g{gbn}": variant(bm, bn, gbn)
+            for bm, bn, gbn in PALLAS_CONFIGS}, None
+
+
+def train_step(ragged):
+    """(a, rhs) -> (d lhs, d rhs) of sum(ragged(lhs, rhs, sizes) * dy), a = (lhs, sizes, dy)."""
+    def step(a, rhs):
+        lhs, sizes, dy = a
+        return jax.grad(lambda x, w: jnp.sum(ragged(x, w, sizes).astype(jnp.float32) * dy),
+                        (0, 1))(lhs, rhs)
+    return step
+
+
+def temp_bytes(f, a, rhs) -> int | None:
+    """Bytes of temporaries XLA allocates for one call of f beyond its inputs and outputs."""
+    try:
+        return int(jax.jit(f).lower(a, rhs).compile().memory_analysis().temp_size_in_bytes)
+    except Exception:  # noqa: BLE001 (not every backend reports it)
+        return None
+
+
+def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
+             train: bool) -> dict:
     m, groups, k, n = CASES[name]
     sizes = group_sizes(rng, m, groups, routing)
     active = int(np.count_nonzero(sizes))
@@ -81,6 +121,8 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool) -> dict:
                ).astype(jnp.bfloat16)
         sets.append(((lhs, jnp.asarray(sizes)), rhs))
     dense_sets = [(lhs, rhs[0]) for (lhs, _), rhs in sets]
+    dy = jax.random.normal(jax.random.key(1), (m, n), jnp.float32)
+    train_sets = [((lhs, s, dy), rhs) for (lhs, s), rhs in sets]
     calls = 5
     runs = {
         "xla": (timing.chained(lambda a, r: jax.lax.ragged_dot(a[0], r, a[1])),
@@ -94,6 +136,13 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool) -> dict:
         runs[cname] = (timing.chained(functools.partial(
             lambda a, r, cfg: jax_hopper.hopper_ragged_dot(a[0], r, a[1], config=cfg), cfg=cfg)),
             timing.rotation(sets, calls))
+    pallas_runs, pallas_skip = pallas_variants() if pallas else ({}, None)
+    runs.update({pname: (timing.chained(f), timing.rotation(sets, calls))
+                 for pname, f in pallas_runs.items()})
+    steps = {"xla_train": train_step(lambda x, w, s: jax.lax.ragged_dot(x, w, s)),
+             "hopper_train": train_step(jax_hopper.ragged_dot)} if train else {}
+    runs.update({tname: (timing.chained(f), timing.rotation(train_sets, calls))
+                 for tname, f in steps.items()})
     results = timing.time_interleaved(runs, reps=reps)
     floor = floor_s(m, active, k, n)
     row = dict(case=name, routing=routing, m=m, groups=groups, active_groups=active, k=k, n=n,
@@ -102,49 +151,96 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool) -> dict:
         if isinstance(r, Exception):
             row[impl] = dict(error=f"{type(r).__name__}: {str(r)[:300]}")
             continue
-        row[impl] = dict(us=r["median_s"] * 1e6, tflops=timing.tflops(m, n, k, r["median_s"]),
-                         floor_pct=100 * floor / r["median_s"])
+        # A training step is three products of the forward's FLOPs; its floor three times.
+        work = 3 if impl in steps else 1
+        row[impl] = dict(us=r["median_s"] * 1e6,
+                         tflops=work * timing.tflops(m, n, k, r["median_s"]),
+                         floor_pct=100 * work * floor / r["median_s"])
+        if impl in steps:
+            row[impl]["temp_bytes"] = temp_bytes(steps[impl], *train_sets[0])
+    if pallas_skip:
+        row["pallas_skipped"] = pallas_skip
+    pallas_ok = [name for name in pallas_runs if "us" in row[name]]
+    row["best_pallas"] = min(pallas_ok, key=lambda name: row[name]["us"]) if pallas_ok else None
     if "us" in row["xla"] and "us" in row["hopper"]:
         row["error_vs_xla"] = float(timing.rel_fro_error(results["hopper"]["out"],
                                                          results["xla"]["out"]))
     return row
 
 
+def parse_case(text: str) -> tuple[int, int, int, int]:
+    """'MxGxKxN' (rows, experts, K, N) for --shape."""
+    dims = [int(d) for d in text.lower().split("x")]
+    if len(dims) != 4 or min(dims) <= 0:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: want MxGxKxN")
+    return tuple(dims)
+
+
+def _tf(row, impl):
+    return row[impl]["tflops"] if "us" in row.get(impl, {}) else float("nan")
+
+
+def report(row: dict, sweep: bool) -> None:
+    h, x, d = row["hopper"], row["xla"], row["dense"]
+    name, routing = row["case"], row["routing"]
+    if "us" not in h:
+        print(f"{name:16} {routing:8} hopper failed: {h['error']}")
+        return
+    ratio = x["us"] / h["us"] if "us" in x else float("nan")
+    vs_dense = d["us"] / h["us"] if "us" in d else float("nan")
+    best = row["best_pallas"]
+    print(f"{name:16} {routing:8} {row['floor_us']:9.0f} {_tf(row, 'xla'):9.1f} "
+          f"{_tf(row, best) if best else float('nan'):10.1f} {h['tflops']:11.1f} "
+          f"{h['floor_pct']:7.1f}% {ratio:6.2f} {vs_dense:8.2f} "
+          f"{row.get('error_vs_xla', float('nan')):8.1e}", flush=True)
+    for cname in sweep_configs() if sweep else ():
+        c = row[cname]
+        print(f"{'':25} {cname:28} " + (f"{c['tflops']:7.1f} TF/s {c['floor_pct']:6.1f}%"
+                                         if "us" in c else c["error"][:80]))
+    if "hopper_train" in row:
+        xt, ht = row["xla_train"], row["hopper_train"]
+        mb = {k: (v.get("temp_bytes") or 0) / 1e6 for k, v in (("x", xt), ("h", ht))}
+        print(f"{'':25} train step: xla " + (f"{xt['us'] / 1e3:.2f} ms" if "us" in xt
+                                              else xt["error"][:60])
+              + (f", hopper {ht['us'] / 1e3:.2f} ms" if "us" in ht else f", {ht['error'][:60]}")
+              + (f" ({xt['us'] / ht['us']:.2f}x)" if "us" in xt and "us" in ht else "")
+              + f"; temporaries {mb['x']:.0f} vs {mb['h']:.0f} MB", flush=True)
+    if row.get("pallas_skipped"):
+        print(f"{'':25} pallas skipped: {row['pallas_skipped']}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--cases", nargs="*", choices=list(CASES), default=None,
+                        help="default: every case (none with --shape)")
+    parser.add_argument("--shape", nargs="+", type=parse_case, default=[],
+                        help="cases of your own, MxGxKxN")
     parser.add_argument("--routing", nargs="+", choices=["uniform", "skewed"],
                         default=["uniform", "skewed"])
     parser.add_argument("--sweep", action="store_true",
                         help="also time every compiled grouped tile and cluster")
+    parser.add_argument("--pallas", action="store_true", help="also time Pallas's ragged_dot")
+    parser.add_argument("--train", action="store_true", help="also time the training step")
     timing.add_output_args(parser)
     args = parser.parse_args(argv)
     timing.require_kernels(jax_hopper)
+    for m, g, k, n in args.shape:
+        CASES[f"{m}x{g}x{k}x{n}"] = (m, g, k, n)
+    names = args.cases if args.cases is not None else \
+        ([] if args.shape else [c for c in CASES if "x" not in c])
+    names += [f"{m}x{g}x{k}x{n}" for m, g, k, n in args.shape]
     rng = np.random.default_rng(0)
     rows = []
     print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}, bf16, "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"{'case':16} {'routing':8} {'floor us':>9} {'xla TF/s':>9} {'hopper TF/s':>11} "
-          f"{'% floor':>8} {'x xla':>6} {'x dense':>8} {'err':>8}")
-    for name in args.cases:
+    print(f"{'case':16} {'routing':8} {'floor us':>9} {'xla TF/s':>9} {'pallas':>10} "
+          f"{'hopper TF/s':>11} {'% floor':>8} {'x xla':>6} {'x dense':>8} {'err':>8}")
+    for name in names:
         for routing in args.routing:
-            row = run_case(name, routing, args.reps, rng, args.sweep)
+            row = run_case(name, routing, args.reps, rng, args.sweep, args.pallas, args.train)
             rows.append(row)
-            h, x, d = row["hopper"], row["xla"], row["dense"]
-            if "us" not in h:
-                print(f"{name:16} {routing:8} hopper failed: {h['error']}")
-                continue
-            ratio = x["us"] / h["us"] if "us" in x else float("nan")
-            vs_dense = d["us"] / h["us"] if "us" in d else float("nan")
-            print(f"{name:16} {routing:8} {row['floor_us']:9.0f} "
-                  f"{x.get('tflops', float('nan')):9.1f} {h['tflops']:11.1f} "
-                  f"{h['floor_pct']:7.1f}% {ratio:6.2f} {vs_dense:8.2f} "
-                  f"{row.get('error_vs_xla', float('nan')):8.1e}", flush=True)
-            for cname in sweep_configs() if args.sweep else ():
-                c = row[cname]
-                print(f"{'':25} {cname:28} " + (f"{c['tflops']:7.1f} TF/s {c['floor_pct']:6.1f}%"
-                                                 if "us" in c else c["error"][:80]))
+            report(row, args.sweep)
     os.makedirs(args.out_dir, exist_ok=True)
     path = os.path.join(args.out_dir, f"grouped_{args.tag}.json")
     with open(path, "w") as f:

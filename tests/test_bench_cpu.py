@@ -207,3 +207,22 @@ def test_sharding_bench_on_two_cpu_devices(tmp_path):
     assert rows["k_split_replica"]["hopper"]["collectives"] == {"all-reduce": 1}
     assert rows["data"]["hopper"]["collectives"] == {} == rows["tensor"]["hopper"]["collectives"]
     assert all(r["rel_err"] < 1e-2 for r in rows.values())
+
+
+def test_grouped_bench_on_cpu(tmp_path, monkeypatch):
+    """bench_grouped.py end to end on a tiny case of its own (the reference lowering here: the
+    numbers mean nothing, the bookkeeping is what is checked): every variant timed or its error
+    kept, the training step's temporaries recorded, Pallas skipped with the reason."""
+    import bench_grouped  # noqa: PLC0415
+    monkeypatch.setattr(bench_grouped.timing, "require_kernels", lambda *mods: None)
+    monkeypatch.setattr(bench_grouped, "CASES", dict(bench_grouped.CASES))
+    assert bench_grouped.main(["--shape", "200x4x64x48", "--routing", "skewed", "--reps", "1",
+                               "--pallas", "--train", "--out-dir", str(tmp_path),
+                               "--tag", "t"]) == 0
+    (row,) = json.loads((tmp_path / "grouped_t.json").read_text())["rows"]
+    assert (row["m"], row["groups"], row["k"], row["n"]) == (200, 4, 64, 48)
+    for impl in ("xla", "hopper", "dense", "xla_train", "hopper_train"):
+        assert row[impl]["us"] > 0, (impl, row[impl])
+    assert row["error_vs_xla"] < 1e-2
+    assert "temp_bytes" in row["hopper_train"]
+    assert row["best_pallas"] is None and "GPU" in row["pallas_skipped"]
