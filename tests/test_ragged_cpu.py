@@ -74,6 +74,20 @@ def test_valid_sizes_rules():
         [0, 0, 2, 3, 3]
 
 
+def test_sums_beyond_int32_saturate_at_m():
+    """G * M >= 2^31: the saturating prefix sum (a plain one would overflow int32) and the
+    sort-based search; every row falls into group 1, the groups after it are empty."""
+    m, groups = 1 << 22, 1024
+    sizes = jnp.asarray([5] + [2**31 - 1] * (groups - 1), jnp.int32)
+    ends = np.asarray(ragged_tiles.group_ends(sizes, m))
+    assert ends[0] == 5 and np.all(ends[1:] == m)
+    table = np.asarray(ragged_tiles.tile_table(sizes, m, 128))
+    fields = table[1:].reshape(-1, catalog.GROUP_TILE_FIELDS)
+    assert table[0] == 1 + -(-(m - 5) // 128)
+    assert tuple(fields[0]) == (0, 5, 0) and tuple(fields[1]) == (5, 128, 1)
+    assert tuple(fields[table[0] - 1]) == (m - (m - 5) % 128, (m - 5) % 128, 1)
+
+
 @pytest.mark.parametrize("transpose_rhs", [False, True])
 def test_reference_equals_lax_ragged_dot(rng, transpose_rhs):
     lhs = random_operand(rng, (300, 64), "bfloat16")

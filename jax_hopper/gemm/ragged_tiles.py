@@ -23,10 +23,23 @@ import jax.numpy as jnp
 from jax_hopper.kernels.catalog import GROUP_TILE_FIELDS
 
 
+# The table is built by XLA ops before every call: as few and as small kernels as possible.
+# jnp.searchsorted's default method is a loop (several kernels per step on a GPU); comparing
+# every query with every boundary is one fused kernel while the product stays small.
+_COMPARE_ALL_MAX = 1 << 24
+
+
+def _searchsorted_right(sorted_, queries):
+    method = "compare_all" if sorted_.size * queries.size <= _COMPARE_ALL_MAX else "sort"
+    return jnp.searchsorted(sorted_, queries, side="right", method=method).astype(jnp.int32)
+
+
 def group_ends(group_sizes, m: int):
     """(G,) int32: the row after each group's last, the sizes made valid as the module says."""
     sizes = jnp.clip(group_sizes.astype(jnp.int32), 0, m)
-    # A saturating prefix sum: the plain cumsum of G sizes up to M could overflow int32.
+    if group_sizes.shape[0] * m < 2**31:  # the plain prefix sum cannot overflow int32
+        return jnp.minimum(jnp.cumsum(sizes), m)
+    # A saturating prefix sum.
     return jax.lax.associative_scan(lambda x, y: jnp.minimum(x + y, m), sizes)
 
 
@@ -38,8 +51,7 @@ def valid_sizes(group_sizes, m: int):
 
 def row_groups(group_sizes, m: int):
     """(M,) int32: each row's group, G for the rows past every group."""
-    return jnp.searchsorted(group_ends(group_sizes, m), jnp.arange(m, dtype=jnp.int32),
-                            side="right").astype(jnp.int32)
+    return _searchsorted_right(group_ends(group_sizes, m), jnp.arange(m, dtype=jnp.int32))
 
 
 def tile_slots(m: int, groups: int, block_m: int) -> int:
@@ -61,7 +73,7 @@ def tile_table(group_sizes, m: int, block_m: int):
     used = grouped + (m - tail_start + block_m - 1) // block_m
 
     s = jnp.arange(slots, dtype=jnp.int32)
-    g = jnp.searchsorted(tile_ends, s, side="right").astype(jnp.int32)
+    g = _searchsorted_right(tile_ends, s)
     in_group = g < groups
     gc = jnp.minimum(g, groups - 1)
     first = jnp.where(in_group, starts[gc] + (s - (tile_ends[gc] - tiles[gc])) * block_m,
