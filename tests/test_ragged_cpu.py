@@ -186,7 +186,6 @@ def test_config_choice_follows_rows_per_group():
         l, r, g, config=GemmConfig(stream_k=False, cluster_m=2)), "cluster"),
     (lambda l, r, g: hopper_ragged_dot(
         l, r, g, config=GemmConfig(block_n=192, stream_k=False)), "not compiled for the grouped"),
-    (lambda l, r, g: ragged_dot(l, r, g, group_offset=jnp.zeros(1)), "group_offset"),
 ])
 def test_errors_name_the_argument(rng, call, match):
     lhs = random_operand(rng, (64, 16), "bfloat16")
@@ -214,3 +213,16 @@ def test_vmap_over_tokens_and_over_weights(rng):
     over_weights = jax.vmap(ours, in_axes=(None, 0, None))(lhs[0], rhs, sizes[0])
     want = np.stack([lax_entry(lhs[0], rhs[i], sizes[0]) for i in range(3)])
     np.testing.assert_array_equal(np.asarray(over_weights), want)
+
+
+def test_drop_in_falls_back_to_lax_where_the_kernel_does_not_apply(rng):
+    from jax_hopper.gemm import ragged
+    lhs = random_operand(rng, (64, 16), "float32")
+    rhs = random_operand(rng, (3, 16, 32), "float32")
+    sizes = jnp.asarray([20, 20, 24], jnp.int32)
+    before = sum(ragged.FALLBACKS.values())
+    got = ragged_dot(lhs, rhs, sizes)
+    np.testing.assert_array_equal(np.asarray(got),
+                                  np.asarray(jax.lax.ragged_dot(lhs, rhs, sizes)))
+    assert sum(ragged.FALLBACKS.values()) == before + 1
+    assert any("float32" in why for why in ragged.FALLBACKS)

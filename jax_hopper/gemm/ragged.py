@@ -28,7 +28,9 @@ NOTES:
 
 from __future__ import annotations
 
+import collections
 import functools
+import logging
 
 import jax
 import jax.numpy as jnp
@@ -43,6 +45,11 @@ from jax_hopper.gemm.ragged_sharding import partitioned
 from jax_hopper.kernels import catalog
 
 _F32 = jnp.dtype(jnp.float32)
+_INPUTS = tuple(jnp.dtype(d) for d in catalog.INPUT_DTYPES)
+_OUTPUTS = tuple(jnp.dtype(d) for d in catalog.OUTPUT_DTYPES)
+_LOG = logging.getLogger("jax_hopper")
+# Why calls of ragged_dot ran jax.lax.ragged_dot instead of the kernel, and how often.
+FALLBACKS: collections.Counter = collections.Counter()
 
 
 def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out_dtype=None,
@@ -125,12 +132,25 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
 def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None,
                group_offset=None):
     """jax.lax.ragged_dot's signature on the grouped kernel: lhs (M, K), rhs (G, K, N),
-    group_sizes (G,). `precision` is accepted and ignored (bf16/fp16 products accumulate in
-    float32); group_offset is not supported (as in jax.lax.ragged_dot today)."""
-    del precision
-    if group_offset is not None:
-        raise NotImplementedError("ragged_dot: group_offset is not supported")
-    return hopper_ragged_dot(lhs, rhs, group_sizes, preferred_element_type=preferred_element_type)
+    group_sizes (G,), bfloat16 or float16 inputs (both alike) and a bfloat16, float16 or
+    float32 result (`precision` is ignored: the products accumulate in float32). Anything else
+    (other dtypes or ranks, a group_offset) runs jax.lax.ragged_dot unchanged, logged at DEBUG
+    on the "jax_hopper" logger and counted in FALLBACKS."""
+    lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
+    out = jnp.dtype(preferred_element_type) if preferred_element_type is not None else lhs.dtype
+    why = ("group_offset given" if group_offset is not None else
+           f"input dtypes {lhs.dtype}, {rhs.dtype} (needs both bfloat16 or float16)"
+           if lhs.dtype != rhs.dtype or lhs.dtype not in _INPUTS else
+           f"preferred_element_type {out}" if out not in _OUTPUTS else
+           f"ranks {lhs.ndim}, {rhs.ndim} (needs lhs (M, K), rhs (G, K, N))"
+           if (lhs.ndim, rhs.ndim) != (2, 3) else None)
+    if why is not None:
+        FALLBACKS[why] += 1
+        _LOG.debug("jax_hopper.ragged_dot -> lax.ragged_dot: %s", why)
+        return jax.lax.ragged_dot(lhs, rhs, group_sizes, precision=precision,
+                                  preferred_element_type=preferred_element_type,
+                                  group_offset=group_offset)
+    return hopper_ragged_dot(lhs, rhs, group_sizes, preferred_element_type=out)
 
 
 def choose_grouped_config(m: int, n: int, k: int, groups: int,
