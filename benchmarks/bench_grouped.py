@@ -11,10 +11,11 @@ Mixtral-8x7B up and down, DeepSeek-V3 routed-expert up and down, and two decodes
 experts take most rows); the sizes are drawn once per case (seeded) and passed as a device
 array. TFLOP/s count useful work (2 M N K); the floor is max(FLOPs at 989 TFLOP/s, bytes of
 lhs, the weights of every expert that has rows and the output at 3.0 TB/s), H100 SXM. Each
-result is checked against XLA's. --shape adds a case of your own. With --sweep, every compiled
-grouped tile, with and without a 2-CTA cluster along N, is timed too ("hopper" is the default
-config). With --pallas, Pallas Mosaic GPU's ragged_dot in PALLAS_CONFIGS (block_m x block_n x
-grid_block_n; the best is reported). With --train, the training step's products (jax.grad of
+result is checked against XLA's. "tile_table" times the XLA ops that build hopper's tile
+table alone (what a call spends before its launch). --shape adds a case of your own. With
+--sweep, every compiled grouped tile, with and without a 2-CTA cluster along N, is timed too
+("hopper" is the default config). With --pallas, Pallas Mosaic GPU's ragged_dot in
+PALLAS_CONFIGS (block_m x block_n x grid_block_n; the best is reported). With --train, the training step's products (jax.grad of
 sum(out * dy) with respect to lhs and rhs: forward, d lhs and d rhs, three times the forward's
 FLOPs and floor) for XLA and hopper, with the bytes of temporaries each compiled step allocates
 beyond its inputs and outputs (XLA's memory analysis). Writes grouped_<tag>.json.
@@ -37,6 +38,7 @@ import timing
 
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax_hopper  # noqa: E402
+from jax_hopper.gemm import ragged_tiles  # noqa: E402
 from jax_hopper.kernels import catalog  # noqa: E402
 
 # name: (rows M, experts G, K, N)
@@ -131,6 +133,9 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
                    timing.rotation(sets, calls)),
         # The same FLOPs as one dense GEMM (M, K) @ (K, N): the practical compute limit.
         "dense": (timing.chained(jax_hopper.hopper_matmul), timing.rotation(dense_sets, calls)),
+        # What hopper's call spends before its launch: the tile table's XLA ops alone.
+        "tile_table": (timing.chained(lambda a, r: ragged_tiles.tile_table(a[1], m, 128)),
+                       timing.rotation(sets, calls)),
     }
     for cname, cfg in (sweep_configs() if sweep else {}).items():
         runs[cname] = (timing.chained(functools.partial(
@@ -150,6 +155,9 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
     for impl, r in results.items():
         if isinstance(r, Exception):
             row[impl] = dict(error=f"{type(r).__name__}: {str(r)[:300]}")
+            continue
+        if impl == "tile_table":
+            row[impl] = dict(us=r["median_s"] * 1e6)
             continue
         # A training step is three products of the forward's FLOPs; its floor three times.
         work = 3 if impl in steps else 1
@@ -205,6 +213,8 @@ def report(row: dict, sweep: bool) -> None:
               + (f", hopper {ht['us'] / 1e3:.2f} ms" if "us" in ht else f", {ht['error'][:60]}")
               + (f" ({xt['us'] / ht['us']:.2f}x)" if "us" in xt and "us" in ht else "")
               + f"; temporaries {mb['x']:.0f} vs {mb['h']:.0f} MB", flush=True)
+    if "us" in row["tile_table"]:
+        print(f"{'':25} tile table alone: {row['tile_table']['us']:.1f} us")
     if row.get("pallas_skipped"):
         print(f"{'':25} pallas skipped: {row['pallas_skipped']}")
 
