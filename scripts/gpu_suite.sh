@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a Hopper machine with jax[cuda] installed (no network needed): build the package, run the
 # whole test suite including the GPU tests, check the kernels' SASS, run the benchmarks, and end
-# with a short summary: GEMM benchmark, fused-epilogue benchmark, transformer-layer example.
+# with a short summary: GEMM benchmark, fused-epilogue benchmark, grouped (MoE) benchmark,
+# transformer-layer and MoE-layer examples.
 # Logs go to $OUT (or ./gpu_suite_logs).
 #   bash scripts/gpu_suite.sh            # everything
 #   SUITE_BENCH=0 bash scripts/gpu_suite.sh   # skip the benchmarks
@@ -39,6 +40,13 @@ if [ "${SUITE_BENCH:-1}" = 1 ]; then
   $PY benchmarks/bench_epilogue.py --out-dir "$LOGS" --tag "$(date +%Y%m%d)" \
       > "$LOGS/epilogue.log" 2>&1 || bench_rc=1
   tail -5 "$LOGS/epilogue.log"
+  echo "== grouped GEMM (MoE) against jax.lax.ragged_dot and Pallas, forward and training step"
+  $PY benchmarks/bench_grouped.py --pallas --train --out-dir "$LOGS" --tag "$(date +%Y%m%d)" \
+      > "$LOGS/grouped.log" 2>&1 || bench_rc=1
+  tail -30 "$LOGS/grouped.log"
+  echo "== MoE layer example"
+  $PY examples/moe_layer.py > "$LOGS/moe_layer.log" 2>&1 || bench_rc=1
+  tail -8 "$LOGS/moe_layer.log"
   echo "== transformer layer example"
   $PY examples/transformer_layer.py --json "$LOGS/transformer_layer.json" \
       > "$LOGS/transformer_layer.log" 2>&1 || bench_rc=1
