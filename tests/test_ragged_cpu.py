@@ -162,11 +162,11 @@ def test_empty_problems(rng, m, n, k, groups):
 
 
 def test_config_choice_follows_rows_per_group():
-    decode = choose_grouped_config(256, 4096, 7168, 64)
+    decode = choose_grouped_config(256, 4096, 64)
     assert (decode.block_m, decode.schedule, decode.cluster_n) == (64, "pingpong", 2)
-    big = choose_grouped_config(16384, 14336, 4096, 8)
+    big = choose_grouped_config(16384, 14336, 8)
     assert (big.block_m, big.block_n, big.schedule, big.cluster_n) == (128, 256, "cooperative", 2)
-    narrow = choose_grouped_config(4096, 256, 512, 4)
+    narrow = choose_grouped_config(4096, 256, 4)
     assert narrow.cluster_n == 1  # one column tile: nothing to share A with
     for cfg in (decode, big, narrow):
         cfg.validate("bfloat16", False, True, family="grouped")

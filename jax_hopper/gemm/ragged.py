@@ -112,7 +112,7 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
         res3 = jnp.broadcast_to(residual.astype(out_dtype), (m, n))[None]
     b_mn_major = not transpose_rhs
     if config is None:
-        config = choose_grouped_config(m, n, k, groups)
+        config = choose_grouped_config(m, n, groups)
     elif not isinstance(config, GemmConfig):
         raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
     config.validate(lhs.dtype.name, False, b_mn_major, family="grouped")
@@ -153,8 +153,7 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     return hopper_ragged_dot(lhs, rhs, group_sizes, preferred_element_type=out)
 
 
-def choose_grouped_config(m: int, n: int, k: int, groups: int,
-                          num_sms: int = catalog.DEFAULT_NUM_SMS) -> GemmConfig:
+def choose_grouped_config(m: int, n: int, groups: int) -> GemmConfig:
     """A compiled grouped tile for rows spread over `groups` (sizes unknown until run time: the
     average decides): 64 x 256 ping-pong for 64 rows per group or fewer (decode: a 128-row tile
     would be mostly another group's rows), else 128 x 256; in 2-CTA clusters along N (the two
@@ -166,7 +165,6 @@ def choose_grouped_config(m: int, n: int, k: int, groups: int,
     401; DeepSeek up (32768, 32) 344 / 274 / 301 and 555 / 479 / 355; decode (1024 rows, 32
     experts) 54 / 52 / 57 and 59 / 51 / 62. 128 x 128 ping-pong, twice the tiles of 128 x 256,
     never won; it stays compiled for explicit configs."""
-    del k
     tiles = {(t.block_m, t.block_n, t.schedule): t for t in catalog.FAMILIES["grouped"].tiles}
     tile = tiles[64, 256, "pingpong"] if m <= 64 * groups else tiles[128, 256, "cooperative"]
     cluster_n = 2 if n > tile.block_n else 1
@@ -199,7 +197,7 @@ def _bwd(params, has_residual, saved, dout):
     dlhs = launch(dp, rhs, gs, jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), lhs3.dtype),
                   b_mn_major=not p["b_mn_major"], out_dtype=lhs3.dtype, activation=0,
                   alpha=1.0, beta=0.0,
-                  config=choose_grouped_config(m, lhs3.shape[2], dp.shape[2], rhs.shape[0]))
+                  config=choose_grouped_config(m, lhs3.shape[2], rhs.shape[0]))
     # d rhs[g] = lhs_g^T dP_g: jax.lax.ragged_dot's transpose (no grouped-contraction kernel yet).
     sizes = ragged_tiles.valid_sizes(gs, m)
     rhs_kn = rhs if p["b_mn_major"] else jnp.swapaxes(rhs, 1, 2)
