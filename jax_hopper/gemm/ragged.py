@@ -17,8 +17,9 @@ NOTES:
   it runs through jax.lax.ragged_dot's own transpose (XLA), which is slow and pads to every
   group. d bias is a segment sum, d residual beta * d out. An activation's pre-activation is
   recomputed by one more launch (float32 out), as hopper_matmul does.
-- vmap: one launch per batch entry (ragged_primitive._batch_rule); the weights, when not
-  mapped, are shared. A single launch over every entry (the groups of all entries in one tile
+- vmap: one launch per batch entry (ragged_primitive.per_entry, answered above
+  custom_partitioning in ragged_sharding and on the primitive for the backward launches); the
+  weights, when not mapped, are shared. A single launch over every entry (the groups of all entries in one tile
   table) would serve small entries better.
 - Sharding (ragged_sharding.py): rhs split along N runs without communication; any other
   split is gathered, with a warning; experts split over devices is shard_map's. The backward
