@@ -169,7 +169,7 @@ def gemm_call(c: GemmCase, arrays: dict):
 
 def gemm_check(c: GemmCase, arrays: dict, out) -> str | None:
     """None when out matches the float64 reference within the test suite's bound."""
-    from gemm_helpers import REL_FROB_BOUND, act64
+    from gemm_helpers import act64
     f64 = {k: np.asarray(v).astype(np.float64) for k, v in arrays.items()}
     a = np.swapaxes(f64["a"], -1, -2) if c.transpose_a else f64["a"]
     b = np.swapaxes(f64["b"], -1, -2) if c.transpose_b else f64["b"]
@@ -179,8 +179,15 @@ def gemm_check(c: GemmCase, arrays: dict, out) -> str | None:
     ref = act64(ref, c.activation)
     if c.residual:
         ref = ref + c.beta * f64["residual"]
+    return matches64(out, ref, c.out_dtype or c.dtype)
+
+
+def matches64(out, ref, out_dtype) -> str | None:
+    """None when out has the reference's shape and `out_dtype`, is finite, and is within the
+    test suite's relative Frobenius bound of the float64 reference."""
+    from gemm_helpers import REL_FROB_BOUND
     out = np.asarray(out)
-    want_dtype = np.dtype(c.out_dtype or c.dtype)
+    want_dtype = np.dtype(out_dtype)
     if out.shape != ref.shape or out.dtype != want_dtype:
         return f"shape/dtype {out.shape} {out.dtype}, expected {ref.shape} {want_dtype}"
     out64 = out.astype(np.float64)
@@ -288,27 +295,11 @@ def ragged_call(c: RaggedCase, arrays: dict):
 
 def ragged_check(c: RaggedCase, arrays: dict, out) -> str | None:
     """None when out matches the float64 reference (sizes made valid as documented)."""
-    from gemm_helpers import REL_FROB_BOUND, act64
-    lhs = np.asarray(arrays["lhs"]).astype(np.float64)
-    rhs = np.asarray(arrays["rhs"]).astype(np.float64)
-    if c.transpose_rhs:
-        rhs = np.swapaxes(rhs, 1, 2)
-    ref, row = np.zeros((c.m, c.n)), 0
-    for g, s in enumerate(c.sizes):
-        take = min(max(s, 0), c.m - row)
-        ref[row:row + take] = lhs[row:row + take] @ rhs[g]
-        if c.bias:
-            ref[row:row + take] += np.asarray(arrays["bias"], np.float64)[g]
-        row += take
-    ref = act64(ref, c.activation)
-    if c.residual:
-        ref = ref + np.asarray(arrays["residual"]).astype(np.float64)
-    out = np.asarray(out).astype(np.float64)
-    if out.shape != ref.shape or not np.all(np.isfinite(out)):
-        return f"shape {out.shape} (expected {ref.shape}) or non-finite outputs"
-    err = np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30)
-    bound = REL_FROB_BOUND[np.dtype(c.out_dtype or c.dtype).name]
-    return None if err < bound else f"relative Frobenius error {err:.2e} >= {bound:.0e}"
+    from gemm_helpers import ragged_reference64
+    ref = ragged_reference64(arrays["lhs"], arrays["rhs"], c.sizes, transpose_rhs=c.transpose_rhs,
+                             bias=arrays.get("bias"), activation=c.activation,
+                             residual=arrays.get("residual"))
+    return matches64(out, ref, c.out_dtype or c.dtype)
 
 
 # ---------------------------------------------------------------------------------------- TMA

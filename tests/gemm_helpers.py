@@ -91,6 +91,40 @@ def glu_reference64(x, w, *, activation="silu", bias=None, residual=None, alpha=
     return y
 
 
+def sizes64(group_sizes, m):
+    """The rows each group of a grouped GEMM really has: its sizes made valid as
+    jax_hopper/gemm/ragged_tiles.py documents (negative 0, cut at M)."""
+    out, pos = [], 0
+    for s in np.asarray(group_sizes):
+        take = min(max(int(s), 0), m - pos)
+        out.append(take)
+        pos += take
+    return out
+
+
+def ragged_reference64(lhs, rhs, group_sizes, *, transpose_rhs=False, bias=None,
+                       activation=None, residual=None, alpha=1.0, beta=1.0):
+    """hopper_ragged_dot in float64: rows of group g get act(alpha rows @ rhs[g] + bias[g]) +
+    beta residual, rows past every group act(0) + beta residual. Host arrays only (numpy), so
+    the sanitizer driver's check launches nothing."""
+    def f64(x):
+        return np.asarray(x).astype(np.float64)
+    l64, r64 = f64(lhs), f64(rhs)
+    if transpose_rhs:
+        r64 = np.swapaxes(r64, 1, 2)
+    m, n = l64.shape[0], r64.shape[2]
+    x, row = np.zeros((m, n)), 0
+    for g, size in enumerate(sizes64(group_sizes, m)):
+        x[row:row + size] = alpha * l64[row:row + size] @ r64[g]
+        if bias is not None:
+            x[row:row + size] += f64(bias)[g]
+        row += size
+    x = act64(x, activation)
+    if residual is not None:
+        x = x + beta * f64(residual)
+    return x
+
+
 def run_in_command_buffer(child: str, *custom_call: str) -> list[float]:
     """Runs the script `child` (formatted with tests=this folder; it prints "ERR <error>" lines)
     in a process whose XLA puts custom calls into CUDA-graph command buffers, asserts that the

@@ -8,43 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (REL_FROB_BOUND, act64, poisoned_call, random_operand, rel_frob,
-                          run_in_command_buffer, to64)
+from gemm_helpers import (REL_FROB_BOUND, poisoned_call, ragged_reference64, random_operand,
+                          rel_frob, run_in_command_buffer, sizes64, to64)
 from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
 from jax_hopper.kernels import catalog
 
 pytestmark = pytest.mark.gpu
 
 TILES = catalog.FAMILIES["grouped"].tiles
-
-
-def sizes64(group_sizes, m):
-    """The group sizes made valid (negative 0, cut at M), as the kernel documents."""
-    out, pos = [], 0
-    for s in np.asarray(group_sizes):
-        take = min(max(int(s), 0), m - pos)
-        out.append(take)
-        pos += take
-    return out
-
-
-def ragged_reference64(lhs, rhs, group_sizes, *, transpose_rhs=False, bias=None,
-                       activation=None, residual=None, alpha=1.0, beta=1.0):
-    l64, r64 = to64(lhs), to64(rhs)
-    if transpose_rhs:
-        r64 = np.swapaxes(r64, 1, 2)
-    m, n = l64.shape[0], r64.shape[2]
-    x = np.zeros((m, n))
-    row = 0
-    for g, size in enumerate(sizes64(group_sizes, m)):
-        x[row:row + size] = alpha * l64[row:row + size] @ r64[g]
-        if bias is not None:
-            x[row:row + size] += to64(bias)[g]
-        row += size
-    x = act64(x, activation)
-    if residual is not None:
-        x = x + beta * to64(residual)
-    return x
 
 
 def _check(rng, m, k, n, group_sizes, *, dtype="bfloat16", out_dtype=None, transpose_rhs=False,
@@ -178,8 +149,7 @@ def test_grad_matches_lax_ragged_dot(rng):
 _GRAPH_CHILD = r"""
 import jax, jax.numpy as jnp, numpy as np, sys
 sys.path.insert(0, {tests!r})
-from gemm_helpers import rel_frob
-from test_ragged_gpu import ragged_reference64
+from gemm_helpers import ragged_reference64, rel_frob
 from jax_hopper import hopper_ragged_dot
 lhs = jax.random.normal(jax.random.key(0), (512, 256), jnp.float32).astype(jnp.bfloat16)
 rhs = jax.random.normal(jax.random.key(1), (4, 256, 384), jnp.float32).astype(jnp.bfloat16)

@@ -16,8 +16,8 @@ from jax_hopper.gemm.tuned import default_config
 from jax_hopper.gemm.primitive import freeze, reference, tma_unaddressable
 from jax_hopper.kernels import catalog
 
-_SUPPORTED_INPUTS = tuple(jnp.dtype(d) for d in catalog.INPUT_DTYPES)
-_SUPPORTED_OUTPUTS = tuple(jnp.dtype(d) for d in catalog.OUTPUT_DTYPES)
+SUPPORTED_INPUTS = tuple(jnp.dtype(d) for d in catalog.INPUT_DTYPES)
+SUPPORTED_OUTPUTS = tuple(jnp.dtype(d) for d in catalog.OUTPUT_DTYPES)
 _warned_fallback: set[str] = set()
 
 
@@ -42,11 +42,7 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     """
     a = jnp.asarray(a)
     b = jnp.asarray(b)
-    if out_dtype is not None and preferred_element_type is not None and \
-            jnp.dtype(out_dtype) != jnp.dtype(preferred_element_type):
-        raise ValueError("out_dtype and preferred_element_type disagree; pass one of them")
-    out_dtype = out_dtype if out_dtype is not None else preferred_element_type
-    out_dtype = parse_dtype("out_dtype", out_dtype)
+    out_dtype = out_dtype_arg(out_dtype, preferred_element_type)
     check_dtypes(a, b, out_dtype)
     out_dtype = out_dtype if out_dtype is not None else a.dtype
     act = activation_code(activation)
@@ -80,7 +76,7 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
                          f"broadcast: {e}") from None
     batch = math.prod(batch_shape)
 
-    bias_arr = _prepare_bias(bias, n)
+    bias_arr = prepare_bias(bias, (n,), "(N,)")
     res_arr = _prepare_residual(residual, batch_shape, m, n, out_dtype)
 
     a_mn_major, b_mn_major = bool(transpose_a), not transpose_b
@@ -115,6 +111,40 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     return out
 
 
+def out_dtype_arg(out_dtype, preferred_element_type):
+    """The out dtype asked for by either name (None: the input dtype), or ValueError."""
+    if out_dtype is not None and preferred_element_type is not None and \
+            jnp.dtype(out_dtype) != jnp.dtype(preferred_element_type):
+        raise ValueError("out_dtype and preferred_element_type disagree; pass one of them")
+    return parse_dtype("out_dtype", out_dtype if out_dtype is not None
+                       else preferred_element_type)
+
+
+def prepare_bias(bias, shape: tuple, dims: str, why: str = ""):
+    """bias as the kernel adds it: float32 of `shape` (named `dims`, e.g. "(N,)"), or (0,) when
+    there is none; ValueError naming the rule otherwise. (The cast costs nothing: one vector.)"""
+    if bias is None:
+        return jnp.zeros((0,), jnp.float32)
+    bias = jnp.asarray(bias)
+    if bias.shape != tuple(shape):
+        raise ValueError(f"bias.shape={bias.shape} must be {dims} = {tuple(shape)}{why}")
+    return bias.astype(jnp.float32)
+
+
+def checked_residual(residual, shape: tuple, out_dtype):
+    """residual cast to out_dtype, or ValueError unless it broadcasts to the output `shape`
+    (the caller broadcasts it as its kernel needs)."""
+    residual = jnp.asarray(residual)
+    try:
+        target = jnp.broadcast_shapes(residual.shape, tuple(shape))
+    except ValueError:
+        target = None
+    if target != tuple(shape):
+        raise ValueError(f"residual.shape={residual.shape} must broadcast to the output shape "
+                         f"{tuple(shape)}")
+    return residual.astype(out_dtype)
+
+
 def parse_dtype(name, value):
     if value is None:
         return None
@@ -140,41 +170,23 @@ def static_scalar(name, value) -> float:
 
 def check_dtypes(a, b, out_dtype, names=("a", "b"), fn="hopper_matmul"):
     for name, x in zip(names, (a, b)):
-        if x.dtype not in _SUPPORTED_INPUTS:
+        if x.dtype not in SUPPORTED_INPUTS:
             raise ValueError(f"{name}.dtype={x.dtype} is not supported: {fn} takes "
-                             f"{', '.join(d.name for d in _SUPPORTED_INPUTS)} inputs (cast first)")
+                             f"{', '.join(d.name for d in SUPPORTED_INPUTS)} inputs (cast first)")
     if a.dtype != b.dtype:
         raise ValueError(f"{names[0]}.dtype={a.dtype} and {names[1]}.dtype={b.dtype} differ: "
                          "wgmma multiplies two operands of one type; cast one of them "
                          "(jnp.matmul would promote to float32, which this kernel does not take)")
-    if out_dtype is not None and jnp.dtype(out_dtype) not in _SUPPORTED_OUTPUTS:
+    if out_dtype is not None and jnp.dtype(out_dtype) not in SUPPORTED_OUTPUTS:
         raise ValueError(f"out_dtype={jnp.dtype(out_dtype)} must be one of "
-                         f"{', '.join(d.name for d in _SUPPORTED_OUTPUTS)}")
-
-
-def _prepare_bias(bias, n):
-    """The kernel adds bias in fp32 (one (N,) vector: the cast costs nothing)."""
-    if bias is None:
-        return jnp.zeros((0,), jnp.float32)
-    bias = jnp.asarray(bias)
-    if bias.shape != (n,):
-        raise ValueError(f"bias.shape={bias.shape} must be (N,) = ({n},)")
-    return bias.astype(jnp.float32)
+                         f"{', '.join(d.name for d in SUPPORTED_OUTPUTS)}")
 
 
 def _prepare_residual(residual, batch_shape, m, n, out_dtype):
     if residual is None:
         return jnp.zeros((0, 0, 0), out_dtype)
-    residual = jnp.asarray(residual)
     full = (*batch_shape, m, n)
-    try:
-        target = jnp.broadcast_shapes(residual.shape, full)
-    except ValueError:
-        target = None
-    if target != full:
-        raise ValueError(f"residual.shape={residual.shape} must broadcast to the output shape "
-                         f"{full}")
-    residual = residual.astype(out_dtype)
+    residual = checked_residual(residual, full, out_dtype)
     # A residual shared by every batch entry stays (1, M, N); anything else is materialised.
     lead = residual.shape[:-2]
     if math.prod(lead) <= 1:

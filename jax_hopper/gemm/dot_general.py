@@ -24,14 +24,11 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
-from jax_hopper.gemm.api import hopper_matmul
-from jax_hopper.kernels import catalog
+from jax_hopper.gemm.api import SUPPORTED_INPUTS, SUPPORTED_OUTPUTS, hopper_matmul
 
 _LOG = logging.getLogger("jax_hopper")
 # Calls that went to lax.dot_general, by reason (a diagnostic; tests read it).
 FALLBACKS: collections.Counter = collections.Counter()
-_INPUTS = tuple(jnp.dtype(d) for d in catalog.INPUT_DTYPES)
-_OUTPUTS = tuple(jnp.dtype(d) for d in catalog.OUTPUT_DTYPES)
 
 
 def _span(dims: list[int], start: int) -> bool:
@@ -57,10 +54,10 @@ def _plan(lhs, rhs, dimension_numbers, preferred_element_type):
     """How the call maps onto hopper_matmul, or the reason it does not."""
     (lc, rc), (lb, rb) = dimension_numbers
     lc, rc, lb, rb = (tuple(int(d) for d in x) for x in (lc, rc, lb, rb))
-    if lhs.dtype != rhs.dtype or lhs.dtype not in _INPUTS:
+    if lhs.dtype != rhs.dtype or lhs.dtype not in SUPPORTED_INPUTS:
         return None, f"input dtypes {lhs.dtype}, {rhs.dtype} (needs both bfloat16 or float16)"
     out = jnp.dtype(preferred_element_type) if preferred_element_type is not None else lhs.dtype
-    if out not in _OUTPUTS:
+    if out not in SUPPORTED_OUTPUTS:
         return None, f"preferred_element_type {out}"
     # Pair the contracting dims in lhs order; rhs must then run in the same order.
     pairs = sorted(zip(lc, rc))

@@ -71,26 +71,13 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
     lead = x.shape[:-1]
     x3 = x.reshape(1, 1, k) if x.ndim == 1 else x.reshape(math.prod(x.shape[:-2]), *x.shape[-2:])
     batch, rows = x3.shape[0], x3.shape[1]
-    if bias is None:
-        bias2 = jnp.zeros((0,), _F32)
-    else:
-        bias2 = jnp.asarray(bias)
-        if bias2.shape != (2, f):
-            raise ValueError(f"bias.shape={bias2.shape} must be (2, F) = (2, {f}): one row for "
-                             "the gate, one for the up projection")
-        bias2 = bias2.astype(_F32)
+    bias2 = api.prepare_bias(bias, (2, f), "(2, F)",
+                             ": one row for the gate, one for the up projection")
     if residual is None:
         res3 = jnp.zeros((0, 0, 0), out_dtype)
     else:
-        residual = jnp.asarray(residual)
-        try:
-            ok = jnp.broadcast_shapes(residual.shape, (*lead, f)) == (*lead, f)
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ValueError(f"residual.shape={residual.shape} must broadcast to the output "
-                             f"shape {(*lead, f)}")
-        res3 = jnp.broadcast_to(residual.astype(out_dtype), (*lead, f)).reshape(batch, rows, f)
+        res3 = jnp.broadcast_to(api.checked_residual(residual, (*lead, f), out_dtype),
+                                (*lead, f)).reshape(batch, rows, f)
 
     if config is None:
         config = default_config("glu", x.dtype.name, False, True, batch, rows, 2 * f, k)

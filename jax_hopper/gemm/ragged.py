@@ -46,8 +46,6 @@ from jax_hopper.gemm.ragged_sharding import partitioned
 from jax_hopper.kernels import catalog
 
 _F32 = jnp.dtype(jnp.float32)
-_INPUTS = tuple(jnp.dtype(d) for d in catalog.INPUT_DTYPES)
-_OUTPUTS = tuple(jnp.dtype(d) for d in catalog.OUTPUT_DTYPES)
 _LOG = logging.getLogger("jax_hopper")
 # Why calls of ragged_dot ran jax.lax.ragged_dot instead of the kernel, and how often.
 FALLBACKS: collections.Counter = collections.Counter()
@@ -67,11 +65,7 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
     grouped family (stream_k=False, clusters along N only); default: choose_grouped_config.
     """
     lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
-    if out_dtype is not None and preferred_element_type is not None and \
-            jnp.dtype(out_dtype) != jnp.dtype(preferred_element_type):
-        raise ValueError("out_dtype and preferred_element_type disagree; pass one of them")
-    out_dtype = api.parse_dtype("out_dtype", out_dtype if out_dtype is not None
-                                else preferred_element_type)
+    out_dtype = api.out_dtype_arg(out_dtype, preferred_element_type)
     api.check_dtypes(lhs, rhs, out_dtype, names=("lhs", "rhs"), fn="hopper_ragged_dot")
     out_dtype = out_dtype if out_dtype is not None else lhs.dtype
     act = activation_code(activation)
@@ -91,26 +85,9 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
     if group_sizes.shape != (groups,) or not jnp.issubdtype(group_sizes.dtype, jnp.integer):
         raise ValueError(f"group_sizes must be an integer array of shape (G,) = ({groups},), "
                          f"one size per rhs group; got {group_sizes.dtype} {group_sizes.shape}")
-    if bias is None:
-        bias2 = jnp.zeros((0,), _F32)
-    else:
-        bias2 = jnp.asarray(bias)
-        if bias2.shape != (groups, n):
-            raise ValueError(f"bias.shape={bias2.shape} must be (G, N) = ({groups}, {n}): one "
-                             "row per group")
-        bias2 = bias2.astype(_F32)
-    if residual is None:
-        res3 = jnp.zeros((0, 0, 0), out_dtype)
-    else:
-        residual = jnp.asarray(residual)
-        try:
-            ok = jnp.broadcast_shapes(residual.shape, (m, n)) == (m, n)
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ValueError(f"residual.shape={residual.shape} must broadcast to the output "
-                             f"shape {(m, n)}")
-        res3 = jnp.broadcast_to(residual.astype(out_dtype), (m, n))[None]
+    bias2 = api.prepare_bias(bias, (groups, n), "(G, N)", ": one row per group")
+    res3 = (jnp.zeros((0, 0, 0), out_dtype) if residual is None else
+            jnp.broadcast_to(api.checked_residual(residual, (m, n), out_dtype), (m, n))[None])
     b_mn_major = not transpose_rhs
     if config is None:
         config = choose_grouped_config(m, n, groups)
@@ -141,8 +118,8 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     out = jnp.dtype(preferred_element_type) if preferred_element_type is not None else lhs.dtype
     why = ("group_offset given" if group_offset is not None else
            f"input dtypes {lhs.dtype}, {rhs.dtype} (needs both bfloat16 or float16)"
-           if lhs.dtype != rhs.dtype or lhs.dtype not in _INPUTS else
-           f"preferred_element_type {out}" if out not in _OUTPUTS else
+           if lhs.dtype != rhs.dtype or lhs.dtype not in api.SUPPORTED_INPUTS else
+           f"preferred_element_type {out}" if out not in api.SUPPORTED_OUTPUTS else
            f"ranks {lhs.ndim}, {rhs.ndim} (needs lhs (M, K), rhs (G, K, N))"
            if (lhs.ndim, rhs.ndim) != (2, 3) else None)
     if why is not None:

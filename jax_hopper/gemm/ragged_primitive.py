@@ -69,12 +69,11 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
     pad = -n % (16 // np.dtype(params["out_dtype"]).itemsize)
     if pad:
         rhs, bias, res = _pad_columns(rhs, bias, res, 2 if b_mn_major else 1, pad)
-    m = lhs.shape[1]
-    tiles = ragged_tiles.tile_table(group_sizes, m, params["config"].block_m)
     if (reason := tma_unaddressable(lhs, rhs)) is not None:
         warnings.warn(f"hopper_ragged_dot falls back to XLA: {reason}", stacklevel=2)
-        out = reference(lhs, rhs, group_sizes, tiles, bias, res, **params)
+        out = reference(lhs, rhs, group_sizes, None, bias, res, **params)
     else:
+        tiles = ragged_tiles.tile_table(group_sizes, lhs.shape[1], params["config"].block_m)
         out = hopper_ragged_p.bind(lhs, rhs, group_sizes, tiles, bias, res, **params)
     return out[..., :n] if pad else out
 

@@ -43,10 +43,15 @@ def group_ends(group_sizes, m: int):
     return jax.lax.associative_scan(lambda x, y: jnp.minimum(x + y, m), sizes)
 
 
+def _starts(ends):
+    """Each group's first row, from group_ends."""
+    return jnp.concatenate([jnp.zeros((1,), jnp.int32), ends[:-1]])
+
+
 def valid_sizes(group_sizes, m: int):
     """(G,) int32: the group sizes made valid (the rows each group really has)."""
     ends = group_ends(group_sizes, m)
-    return ends - jnp.concatenate([jnp.zeros((1,), jnp.int32), ends[:-1]])
+    return ends - _starts(ends)
 
 
 def row_groups(group_sizes, m: int):
@@ -65,7 +70,7 @@ def tile_table(group_sizes, m: int, block_m: int):
     groups = group_sizes.shape[0]
     slots = tile_slots(m, groups, block_m)
     ends = group_ends(group_sizes, m)
-    starts = jnp.concatenate([jnp.zeros((1,), jnp.int32), ends[:-1]])
+    starts = _starts(ends)
     tiles = (ends - starts + block_m - 1) // block_m
     tile_ends = jnp.cumsum(tiles)  # at most M / block_m + G: no overflow
     grouped = tile_ends[-1]
