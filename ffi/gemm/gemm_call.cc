@@ -53,7 +53,21 @@ ffi::Error run_gemm(GemmFamily family, const char* op, GemmShapeCheck check, cud
     return invalid(o + ": the handler expects rank-3 operands and output");
 
   GemmArgs g = preset != nullptr ? *preset : GemmArgs{};
-  JH_RETURN_IF_ERROR(check(*kernel, a, b, bias, residual, *out, &g));
+  g.a = array3(a);
+  g.b = array3(b);
+  g.out = array3(*out);
+  g.residual = residual.element_count() > 0 ? array3(residual) : Array3{};
+  GemmShape shape = {};
+  JH_RETURN_IF_ERROR(check(*kernel, g, &shape));
+  if (bias.element_count() > 0 && (bias.element_type() != ffi::DataType::F32 ||
+                                   bias.element_count() != static_cast<size_t>(shape.bias_count)))
+    return invalid(o + ": bias must be float32 " + shape.bias_rule);
+  for (int64_t d : {shape.m, shape.n, shape.k, shape.batch})
+    if (d > INT32_MAX) return invalid(o + ": a dimension is beyond 2^31 - 1");
+  g.m = static_cast<int32_t>(shape.m);
+  g.n = static_cast<int32_t>(shape.n);
+  g.k = static_cast<int32_t>(shape.k);
+  g.batch = static_cast<int32_t>(shape.batch);
   if (residual.element_count() > 0 &&
       (residual.element_type() != out->element_type() || residual.dimensions().size() != 3 ||
        g.residual.rows != g.m || g.residual.cols != g.n ||

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 #include "cuda/gemm/gemm.h"
 #include "ffi/common.h"
@@ -23,12 +24,18 @@ struct GemmAttrs {
   int64_t grid_clusters, dp_tiles, sk_clusters, k_blocks, sk_quota, sk_extra;
 };
 
-// The operand shapes of one family: fills args.a/b/out/residual, m, n, k, batch from the
-// buffers (`kernel` says the operand majors) or says why they do not fit.
-using GemmShapeCheck = ffi::Error (*)(const GemmKernelInfo& kernel, const ffi::AnyBuffer& a,
-                                      const ffi::AnyBuffer& b, const ffi::AnyBuffer& bias,
-                                      const ffi::AnyBuffer& residual, const ffi::AnyBuffer& out,
-                                      GemmArgs* args);
+// The problem one family's operands pose: M, N (output columns), K, the batch, and the float32
+// bias it takes (bias_count entries, bias_rule in the message when it does not fit).
+struct GemmShape {
+  int64_t m, n, k, batch;
+  int64_t bias_count;
+  const char* bias_rule;
+};
+
+// A family's shape check: from the arrays run_gemm put in `g` (a, b, out, residual; `kernel`
+// says the operand majors), the problem, or why the operands do not fit.
+using GemmShapeCheck = ffi::Error (*)(const GemmKernelInfo& kernel, const GemmArgs& g,
+                                      GemmShape* shape);
 
 // `preset`: arguments the family's handler has already filled in (the grouped tile table).
 ffi::Error run_gemm(GemmFamily family, const char* op, GemmShapeCheck check, cudaStream_t stream,
@@ -58,17 +65,29 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
 namespace jax_hopper {
 
 // The binding of every GEMM handler: inputs a, b, bias (float32, (0,) if none), residual
-// ((0, 0, 0) if none); results out (batch, m, n) and the stream-K workspace (uint8).
-inline auto gemm_binding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Arg<ffi::AnyBuffer>()
-      .Arg<ffi::AnyBuffer>()
-      .Arg<ffi::AnyBuffer>()
-      .Arg<ffi::AnyBuffer>()
-      .Ret<ffi::AnyBuffer>()
-      .Ret<ffi::AnyBuffer>()
-      .Attrs<GemmAttrs>();
+// ((0, 0, 0) if none), then kExtraInputs more of the family's own (the grouped family's tile
+// table); results out (batch, m, n) and the stream-K workspace (uint8).
+// (Bindings cannot be moved: each step is applied to the previous one's temporary.)
+template <int kExtraInputs, class Binding>
+auto finish_gemm_binding(Binding&& b) {
+  if constexpr (kExtraInputs > 0)
+    return finish_gemm_binding<kExtraInputs - 1>(
+        std::forward<Binding>(b).template Arg<ffi::AnyBuffer>());
+  else
+    return std::forward<Binding>(b)
+        .template Ret<ffi::AnyBuffer>()
+        .template Ret<ffi::AnyBuffer>()
+        .template Attrs<GemmAttrs>();
+}
+
+template <int kExtraInputs = 0>
+auto gemm_binding() {
+  return finish_gemm_binding<kExtraInputs>(ffi::Ffi::Bind()
+                                               .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                               .Arg<ffi::AnyBuffer>()
+                                               .Arg<ffi::AnyBuffer>()
+                                               .Arg<ffi::AnyBuffer>()
+                                               .Arg<ffi::AnyBuffer>());
 }
 
 }  // namespace jax_hopper

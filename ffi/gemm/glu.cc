@@ -7,27 +7,15 @@ namespace jax_hopper {
 namespace {
 
 // x (batch, M, K) K-major; w (K, 2, N), shared by the batch; bias (2, N); out (batch, M, N).
-ffi::Error glu_shapes(const GemmKernelInfo&, const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
-                      const ffi::AnyBuffer& bias, const ffi::AnyBuffer& residual,
-                      const ffi::AnyBuffer& out, GemmArgs* g) {
-  g->a = array3(x);
-  g->b = array3(w);
-  g->out = array3(out);
-  g->residual = residual.element_count() > 0 ? array3(residual) : Array3{};
-  const int64_t n = g->out.cols, k = g->a.cols, batch = g->out.batch;
-  if (g->b.batch != k || g->b.rows != 2 || g->b.cols != n || (n * 2) % 16 != 0)
+ffi::Error glu_shapes(const GemmKernelInfo&, const GemmArgs& g, GemmShape* s) {
+  const int64_t n = g.out.cols, k = g.a.cols, batch = g.out.batch;
+  if (g.b.batch != k || g.b.rows != 2 || g.b.cols != n || (n * 2) % 16 != 0)
     return invalid("hopper_glu: the weight must be (K, 2, N) with N a multiple of 8");
-  if (g->a.rows != g->out.rows || (g->a.batch != 1 && g->a.batch != batch))
+  if (g.a.rows != g.out.rows || (g.a.batch != 1 && g.a.batch != batch))
     return invalid("hopper_glu: x and the output disagree on (batch, M)");
-  if (bias.element_count() > 0 &&
-      (bias.element_type() != ffi::DataType::F32 || bias.element_count() != 2 * n))
-    return invalid("hopper_glu: bias must be float32 (2, N)");
-  if (k > INT32_MAX || g->out.rows > INT32_MAX || 2 * n > INT32_MAX || batch > INT32_MAX)
+  if (2 * n > INT32_MAX)  // the tiles cover 2N product columns
     return invalid("hopper_glu: a dimension is beyond 2^31 - 1");
-  g->m = static_cast<int32_t>(g->out.rows);
-  g->n = static_cast<int32_t>(n);
-  g->k = static_cast<int32_t>(k);
-  g->batch = static_cast<int32_t>(batch);
+  *s = GemmShape{g.out.rows, n, k, batch, 2 * n, "(2, N)"};
   return ffi::Error::Success();
 }
 

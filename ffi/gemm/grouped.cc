@@ -11,30 +11,15 @@ namespace {
 
 // lhs (1, M, K) K-major; rhs (G, N, K), or MN-major (G, K, N); bias (G, N) or none; out and
 // residual (1, M, N). GemmArgs' batch is G (rhs's entries); lhs and out have one.
-ffi::Error grouped_shapes(const GemmKernelInfo& kernel, const ffi::AnyBuffer& a,
-                          const ffi::AnyBuffer& b, const ffi::AnyBuffer& bias,
-                          const ffi::AnyBuffer& residual, const ffi::AnyBuffer& out,
-                          GemmArgs* g) {
-  g->a = array3(a);
-  g->b = array3(b);
-  g->out = array3(out);
-  g->residual = residual.element_count() > 0 ? array3(residual) : Array3{};
-  const int64_t groups = g->b.batch;
-  const int64_t n = kernel.b_mn_major ? g->b.cols : g->b.rows;
-  const int64_t k = kernel.b_mn_major ? g->b.rows : g->b.cols;
-  if (kernel.a_mn_major || g->a.batch != 1 || g->out.batch != 1 || g->a.rows != g->out.rows ||
-      g->a.cols != k || g->out.cols != n)
+ffi::Error grouped_shapes(const GemmKernelInfo& kernel, const GemmArgs& g, GemmShape* s) {
+  const int64_t groups = g.b.batch;
+  const int64_t n = kernel.b_mn_major ? g.b.cols : g.b.rows;
+  const int64_t k = kernel.b_mn_major ? g.b.rows : g.b.cols;
+  if (kernel.a_mn_major || g.a.batch != 1 || g.out.batch != 1 || g.a.rows != g.out.rows ||
+      g.a.cols != k || g.out.cols != n)
     return invalid("hopper_ragged_dot: lhs (1, M, K), rhs (G, K, N) or (G, N, K) and the "
                    "output (1, M, N) disagree");
-  if (bias.element_count() > 0 &&
-      (bias.element_type() != ffi::DataType::F32 || bias.element_count() != groups * n))
-    return invalid("hopper_ragged_dot: bias must be float32 (G, N)");
-  if (k > INT32_MAX || g->out.rows > INT32_MAX || n > INT32_MAX || groups > INT32_MAX)
-    return invalid("hopper_ragged_dot: a dimension is beyond 2^31 - 1");
-  g->m = static_cast<int32_t>(g->out.rows);
-  g->n = static_cast<int32_t>(n);
-  g->k = static_cast<int32_t>(k);
-  g->batch = static_cast<int32_t>(groups);
+  *s = GemmShape{g.out.rows, n, k, groups, groups * n, "(G, N)"};
   return ffi::Error::Success();
 }
 
@@ -58,17 +43,7 @@ ffi::Error grouped_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
 }  // namespace
 
 // The gemm binding with the tile table as a fifth input.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedHandler, grouped_impl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attrs<GemmAttrs>(),
+XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedHandler, grouped_impl, gemm_binding<1>(),
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jax_hopper

@@ -7,31 +7,16 @@ namespace jax_hopper {
 namespace {
 
 // a (Ba, M, K) or MN-major (Ba, K, M); b (Bb, N, K) or MN-major (Bb, K, N); Ba, Bb 1 or batch.
-ffi::Error matmul_shapes(const GemmKernelInfo& kernel, const ffi::AnyBuffer& a,
-                         const ffi::AnyBuffer& b, const ffi::AnyBuffer& bias,
-                         const ffi::AnyBuffer& residual, const ffi::AnyBuffer& out,
-                         GemmArgs* g) {
-  g->a = array3(a);
-  g->b = array3(b);
-  g->out = array3(out);
-  g->residual = residual.element_count() > 0 ? array3(residual) : Array3{};
-  const int64_t am = kernel.a_mn_major ? g->a.cols : g->a.rows;
-  const int64_t ak = kernel.a_mn_major ? g->a.rows : g->a.cols;
-  const int64_t bn = kernel.b_mn_major ? g->b.cols : g->b.rows;
-  const int64_t bk = kernel.b_mn_major ? g->b.rows : g->b.cols;
-  const int64_t batch = g->out.batch;
-  if (am != g->out.rows || bn != g->out.cols || ak != bk ||
-      (g->a.batch != 1 && g->a.batch != batch) || (g->b.batch != 1 && g->b.batch != batch))
+ffi::Error matmul_shapes(const GemmKernelInfo& kernel, const GemmArgs& g, GemmShape* s) {
+  const int64_t am = kernel.a_mn_major ? g.a.cols : g.a.rows;
+  const int64_t ak = kernel.a_mn_major ? g.a.rows : g.a.cols;
+  const int64_t bn = kernel.b_mn_major ? g.b.cols : g.b.rows;
+  const int64_t bk = kernel.b_mn_major ? g.b.rows : g.b.cols;
+  const int64_t batch = g.out.batch;
+  if (am != g.out.rows || bn != g.out.cols || ak != bk ||
+      (g.a.batch != 1 && g.a.batch != batch) || (g.b.batch != 1 && g.b.batch != batch))
     return invalid("hopper_matmul: operand shapes do not match the output");
-  if (bias.element_count() > 0 &&
-      (bias.element_type() != ffi::DataType::F32 || bias.element_count() != bn))
-    return invalid("hopper_matmul: bias must be float32 with one entry per output column");
-  if (ak > INT32_MAX || am > INT32_MAX || bn > INT32_MAX || batch > INT32_MAX)
-    return invalid("hopper_matmul: a dimension is beyond 2^31 - 1");
-  g->m = static_cast<int32_t>(am);
-  g->n = static_cast<int32_t>(bn);
-  g->k = static_cast<int32_t>(ak);
-  g->batch = static_cast<int32_t>(batch);
+  *s = GemmShape{am, bn, ak, batch, bn, "with one entry per output column"};
   return ffi::Error::Success();
 }
 

@@ -23,15 +23,14 @@
 #include <string>
 
 #include "cuda/gemm/gemm.h"
+#include "cuda/gemm/scheduler/persistent.cuh"
 #include "cuda/gemm/scheduler/stream_k_plan.h"
 #include "cuda/gemm/scheduler/tile_order.cuh"
 
 namespace jax_hopper {
 
 template <int BM, int BN>
-struct GroupedScheduler {
-  static constexpr int64_t kSlotBytes = 0;  // no stream-K workspace
-
+struct GroupedScheduler : WholeTileScheduler {
   struct Params {
     const int32_t* tiles;  // the tile table
     TileOrder order;       // ctiles_m: the table's slots (an upper bound of those in use)
@@ -55,9 +54,7 @@ struct GroupedScheduler {
     return "";
   }
 
-  static cudaError_t prepare(const Params&, int, cudaStream_t) { return cudaSuccess; }
   static int32_t grid_clusters(const Params& p) { return p.grid_clusters; }
-  static bool needs_coresidency(const Params&) { return false; }
 
   __device__ static int32_t field(const Params& p, int32_t slot, int f) {
     return __ldg(p.tiles + 1 + kGroupTileFields * slot + f);
@@ -93,13 +90,6 @@ struct GroupedScheduler {
     c.rows = field(p, c.m_block, 1);
     c.batch = field(p, c.m_block, 2);
     return c;
-  }
-
-  // Every unit is a whole tile: straight to the epilogue.
-  template <int kRegs>
-  __device__ static bool fixup(float*, const Params&, const WorkUnit&, int32_t, uint32_t,
-                               uint32_t, uint32_t, uint32_t, uint32_t) {
-    return true;
   }
 };
 

@@ -17,10 +17,26 @@
 
 namespace jax_hopper {
 
-template <int BM, int BN>
-struct PersistentScheduler {
-  static constexpr int64_t kSlotBytes = 0;  // no stream-K workspace
+// What every scheduler that computes each tile whole has: no stream-K workspace, nothing to
+// clear before the launch, no need for every cluster at once, and no fix-up.
+struct WholeTileScheduler {
+  static constexpr int64_t kSlotBytes = 0;
 
+  template <class P>
+  static cudaError_t prepare(const P&, int, cudaStream_t) { return cudaSuccess; }
+  template <class P>
+  static bool needs_coresidency(const P&) { return false; }
+
+  // Every unit is a whole tile: straight to the epilogue.
+  template <int kRegs, class P>
+  __device__ static bool fixup(float*, const P&, const WorkUnit&, int32_t, uint32_t, uint32_t,
+                               uint32_t, uint32_t, uint32_t) {
+    return true;
+  }
+};
+
+template <int BM, int BN>
+struct PersistentScheduler : WholeTileScheduler {
   struct Params {
     StreamKPlan plan;
     TileOrder order;
@@ -57,9 +73,7 @@ struct PersistentScheduler {
     return "";
   }
 
-  static cudaError_t prepare(const Params&, int, cudaStream_t) { return cudaSuccess; }
   static int32_t grid_clusters(const Params& p) { return p.plan.grid_clusters; }
-  static bool needs_coresidency(const Params&) { return false; }
 
   // A cluster's units in order (the plan is passed to each call, not kept: in the kernel it
   // stays in the parameter bank instead of taking registers next to the accumulators).
@@ -77,13 +91,6 @@ struct PersistentScheduler {
     c.row0 = c.m_block * BM;
     c.rows = BM;
     return c;
-  }
-
-  // Every unit is a whole tile: straight to the epilogue.
-  template <int kRegs>
-  __device__ static bool fixup(float*, const Params&, const WorkUnit&, int32_t, uint32_t,
-                               uint32_t, uint32_t, uint32_t, uint32_t) {
-    return true;
   }
 };
 
