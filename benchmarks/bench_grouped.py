@@ -18,7 +18,9 @@ table alone (what a call spends before its launch). --shape adds a case of your 
 PALLAS_CONFIGS (block_m x block_n x grid_block_n; the best is reported). With --train, the training step's products (jax.grad of
 sum(out * dy) with respect to lhs and rhs: forward, d lhs and d rhs, three times the forward's
 FLOPs and floor) for XLA and hopper, with the bytes of temporaries each compiled step allocates
-beyond its inputs and outputs (XLA's memory analysis). Writes grouped_<tag>.json.
+beyond its inputs and outputs (XLA's memory analysis), and the weight gradient alone (d rhs:
+XLA's transpose of jax.lax.ragged_dot against hopper_ragged_contract; with --sweep every
+compiled contraction tile and cluster too). Writes grouped_<tag>.json.
 """
 
 from __future__ import annotations
@@ -91,6 +93,25 @@ def pallas_variants() -> tuple[dict, str | None]:
             for bm, bn, gbn in PALLAS_CONFIGS}, None
 
 
+def contraction_configs() -> dict:
+    """name -> GemmConfig: every compiled grouped_contraction tile in every cluster shape."""
+    fam = catalog.FAMILIES["grouped_contraction"]
+    return {f"wgrad_{t.tag}_c{cm}x{cn}": jax_hopper.GemmConfig.for_tile(
+        t, stream_k=False, cluster_m=cm, cluster_n=cn) for t in fam.tiles for cm, cn in fam.clusters}
+
+
+def wgrad_xla(a, rhs):
+    """d rhs of sum(ragged_dot(lhs, rhs) * dy) through XLA (jax.lax.ragged_dot's transpose)."""
+    lhs, sizes, dy = a
+    return jax.vjp(lambda w: jax.lax.ragged_dot(lhs, w, sizes), rhs)[1](dy.astype(rhs.dtype))[0]
+
+
+def wgrad_hopper(a, rhs, config=None):
+    """The same on the grouped contraction kernel: lhs_g^T dy_g."""
+    lhs, sizes, dy = a
+    return jax_hopper.hopper_ragged_contract(lhs, dy.astype(rhs.dtype), sizes, config=config)
+
+
 def train_step(ragged):
     """(a, rhs) -> (d lhs, d rhs) of sum(ragged(lhs, rhs, sizes) * dy), a = (lhs, sizes, dy)."""
     def step(a, rhs):
@@ -148,6 +169,13 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
              "hopper_train": train_step(jax_hopper.ragged_dot)} if train else {}
     runs.update({tname: (timing.chained(f), timing.rotation(train_sets, calls))
                  for tname, f in steps.items()})
+    # The weight gradient alone (one product of the forward's FLOPs and bytes).
+    wgrads = {"xla_wgrad": wgrad_xla, "hopper_wgrad": wgrad_hopper} if train else {}
+    if train and sweep:
+        wgrads.update({cname: functools.partial(wgrad_hopper, config=cfg)
+                       for cname, cfg in contraction_configs().items()})
+    runs.update({wname: (timing.chained(f), timing.rotation(train_sets, calls))
+                 for wname, f in wgrads.items()})
     results = timing.time_interleaved(runs, reps=reps)
     floor = floor_s(m, active, k, n)
     row = dict(case=name, routing=routing, m=m, groups=groups, active_groups=active, k=k, n=n,
@@ -173,6 +201,9 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
     if "us" in row["xla"] and "us" in row["hopper"]:
         row["error_vs_xla"] = float(timing.rel_fro_error(results["hopper"]["out"],
                                                          results["xla"]["out"]))
+    if "us" in row.get("xla_wgrad", {}) and "us" in row.get("hopper_wgrad", {}):
+        row["wgrad_error_vs_xla"] = float(timing.rel_fro_error(
+            results["hopper_wgrad"]["out"], results["xla_wgrad"]["out"]))
     return row
 
 
@@ -213,6 +244,18 @@ def report(row: dict, sweep: bool) -> None:
               + (f", hopper {ht['us'] / 1e3:.2f} ms" if "us" in ht else f", {ht['error'][:60]}")
               + (f" ({xt['us'] / ht['us']:.2f}x)" if "us" in xt and "us" in ht else "")
               + f"; temporaries {mb['x']:.0f} vs {mb['h']:.0f} MB", flush=True)
+    if "hopper_wgrad" in row:
+        xw, hw = row["xla_wgrad"], row["hopper_wgrad"]
+        print(f"{'':25} weight grad: xla " + (f"{xw['tflops']:.1f}" if "us" in xw
+                                               else xw["error"][:60])
+              + (f", hopper {hw['tflops']:.1f} TF/s ({hw['floor_pct']:.1f}% of floor)"
+                 if "us" in hw else f", {hw['error'][:60]}")
+              + (f" ({xw['us'] / hw['us']:.2f}x)" if "us" in xw and "us" in hw else "")
+              + f", error vs xla {row.get('wgrad_error_vs_xla', float('nan')):.1e}", flush=True)
+        for cname in (contraction_configs() if sweep else ()):
+            c = row[cname]
+            print(f"{'':25} {cname:28} " + (f"{c['tflops']:7.1f} TF/s {c['floor_pct']:6.1f}%"
+                                             if "us" in c else c["error"][:80]))
     if "us" in row["tile_table"]:
         print(f"{'':25} tile table alone: {row['tile_table']['us']:.1f} us")
     if row.get("pallas_skipped"):

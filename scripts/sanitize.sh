@@ -8,7 +8,8 @@
 # Env: COMPUTE_SANITIZER (path), PYTHON, SANITIZE_QUICK=1 (reduced list for every tool),
 #   SANITIZE_ALL_KERNELS=1 (check XLA's kernels too), SANITIZE_STRICT=1 (initcheck findings in
 #   XLA's kernels fail the run too), SANITIZE_TIMEOUT (seconds per tool, default 900),
-#   SANITIZE_EXTRA_ARGS (more compute-sanitizer options).
+#   SANITIZE_EXTRA_ARGS (more compute-sanitizer options), SANITIZE_DRIVER_ARGS (more driver
+#   options, e.g. "--only ragged").
 # Exit status: 0 when every tool finished, reported no error in our kernels and the driver's
 # own numerical checks passed; 1 otherwise.
 set -uo pipefail
@@ -79,7 +80,8 @@ fi
 for tool in "${TOOLS[@]}"; do
   log="$LOGS/$tool.log"
   args=(--tool "$tool" --error-exitcode 99 --target-processes all --report-api-errors no)
-  driver_args=()
+  # shellcheck disable=SC2206
+  driver_args=(${SANITIZE_DRIVER_ARGS:-})
   # racecheck instruments every shared-memory access: the reduced list keeps it to minutes.
   [ "$tool" = racecheck ] || [ "${SANITIZE_QUICK:-0}" = 1 ] && driver_args+=(--quick)
   # initcheck runs unfiltered: a buffer written by an uninstrumented XLA kernel would look

@@ -227,19 +227,24 @@ class RaggedCase:
     activation: str | None = None
     bias: bool = False
     residual: bool = False
+    # hopper_ragged_contract instead: x (m, k) and y (m, n) ("lhs", "rhs"), out (G, k, n).
+    contract: bool = False
+    cluster_m: int = 1
 
     @property
     def config(self):
         from jax_hopper import GemmConfig
         return None if self.tile is None else GemmConfig.for_tile(
-            self.tile, stream_k=False, cluster_n=self.cluster_n, group_size=3)
+            self.tile, stream_k=False, cluster_m=self.cluster_m, cluster_n=self.cluster_n,
+            group_size=3)
 
     def label(self) -> str:
         tile = self.tile.tag if self.tile is not None else "auto"
         epi = ",".join(x for x in (self.activation, "bias" if self.bias else None,
                                    "res" if self.residual else None) if x)
-        return (f"ragged {self.dtype}->{self.out_dtype or self.dtype} {tile} cluster1x"
-                f"{self.cluster_n} {'gnk' if self.transpose_rhs else 'gkn'} {self.m}x{self.n}x"
+        op = "contract" if self.contract else "gnk" if self.transpose_rhs else "gkn"
+        return (f"ragged {self.dtype}->{self.out_dtype or self.dtype} {tile} cluster"
+                f"{self.cluster_m}x{self.cluster_n} {op} {self.m}x{self.n}x"
                 f"{self.k} G={len(self.sizes)} sizes={list(self.sizes)[:6]}"
                 + (f" [{epi}]" if epi else ""))
 
@@ -265,6 +270,18 @@ def ragged_groups(quick: bool) -> list[list[RaggedCase]]:
         RaggedCase(257, 136, 72, (-1, 200), dtype="float16", activation="gelu", bias=True),
         RaggedCase(600, 64, 64, tuple(int(s) for s in rng.integers(0, 4, 300))),
     ])
+    # The grouped contraction (the weight gradient): every tile and cluster, the same sizes.
+    for i, tile in enumerate(catalog.FAMILIES["grouped_contraction"].tiles):
+        cases = []
+        for j, (name, sizes) in enumerate(RAGGED_SIZES.items()):
+            if quick and j % 2:
+                continue
+            sizes = tuple(int(s) for s in (rng.multinomial(300, np.ones(7) / 7)
+                                           if sizes is None else sizes))
+            cluster = catalog.FAMILIES["grouped_contraction"].clusters[(i + j) % 3]
+            cases.append(RaggedCase(300, 264, 136, sizes, tile=tile, cluster_m=cluster[0],
+                                    cluster_n=cluster[1], contract=True))
+        groups.append(cases)
     return groups
 
 
@@ -275,8 +292,8 @@ def ragged_inputs(c: RaggedCase, rng) -> dict:
         return rng.standard_normal(shape, dtype=np.float32).astype(jnp.dtype(dtype))
 
     g = len(c.sizes)
-    arrays = {"lhs": normal((c.m, c.k), c.dtype),
-              "rhs": normal((g, c.n, c.k) if c.transpose_rhs else (g, c.k, c.n), c.dtype),
+    rhs_shape = (c.m, c.n) if c.contract else (g, c.n, c.k) if c.transpose_rhs else (g, c.k, c.n)
+    arrays = {"lhs": normal((c.m, c.k), c.dtype), "rhs": normal(rhs_shape, c.dtype),
               "sizes": np.asarray(c.sizes, np.int32)}
     if c.bias:
         arrays["bias"] = normal((g, c.n), "float32")
@@ -286,7 +303,10 @@ def ragged_inputs(c: RaggedCase, rng) -> dict:
 
 
 def ragged_call(c: RaggedCase, arrays: dict):
-    from jax_hopper import hopper_ragged_dot
+    from jax_hopper import hopper_ragged_contract, hopper_ragged_dot
+    if c.contract:
+        return hopper_ragged_contract(arrays["lhs"], arrays["rhs"], arrays["sizes"],
+                                      out_dtype=c.out_dtype, config=c.config)
     return hopper_ragged_dot(arrays["lhs"], arrays["rhs"], arrays["sizes"],
                              transpose_rhs=c.transpose_rhs, bias=arrays.get("bias"),
                              residual=arrays.get("residual"), activation=c.activation,
@@ -295,7 +315,10 @@ def ragged_call(c: RaggedCase, arrays: dict):
 
 def ragged_check(c: RaggedCase, arrays: dict, out) -> str | None:
     """None when out matches the float64 reference (sizes made valid as documented)."""
-    from gemm_helpers import ragged_reference64
+    from gemm_helpers import contract_reference64, ragged_reference64
+    if c.contract:
+        return matches64(out, contract_reference64(arrays["lhs"], arrays["rhs"], c.sizes),
+                         c.out_dtype or c.dtype)
     ref = ragged_reference64(arrays["lhs"], arrays["rhs"], c.sizes, transpose_rhs=c.transpose_rhs,
                              bias=arrays.get("bias"), activation=c.activation,
                              residual=arrays.get("residual"))

@@ -125,6 +125,17 @@ def ragged_reference64(lhs, rhs, group_sizes, *, transpose_rhs=False, bias=None,
     return x
 
 
+def contract_reference64(x, y, group_sizes):
+    """hopper_ragged_contract in float64: out[g] = x_g^T y_g over group g's rows (sizes made
+    valid as sizes64 says), (G, P, Q). Host arrays only."""
+    x64, y64 = np.asarray(x).astype(np.float64), np.asarray(y).astype(np.float64)
+    out, row = np.zeros((len(group_sizes), x64.shape[1], y64.shape[1])), 0
+    for g, size in enumerate(sizes64(group_sizes, x64.shape[0])):
+        out[g] = x64[row:row + size].T @ y64[row:row + size]
+        row += size
+    return out
+
+
 def run_in_command_buffer(child: str, *custom_call: str) -> list[float]:
     """Runs the script `child` (formatted with tests=this folder; it prints "ERR <error>" lines)
     in a process whose XLA puts custom calls into CUDA-graph command buffers, asserts that the

@@ -40,8 +40,10 @@ def _undecoded(family, attrs, out_cols):
 def _undecoded_on_default_device(family, attrs, out_cols):
     a = jnp.ones((1, 256, 128), jnp.bfloat16)
     b = jnp.ones((128, 2, out_cols) if family == "glu" else (1, 128, out_cols), jnp.bfloat16)
-    # The grouped handler takes the tile table as a fifth input (ragged_primitive.py).
-    extra = [jnp.zeros((1 + catalog.GROUP_TILE_FIELDS,), jnp.int32)] if family == "grouped" else []
+    # The grouped handlers take a fifth input: the tile table (ragged_primitive.py) or the
+    # group ends (ragged_contract.py).
+    extra = {"grouped": [jnp.zeros((1 + catalog.GROUP_TILE_FIELDS,), jnp.int32)],
+             "grouped_contraction": [jnp.zeros((1,), jnp.int32)]}.get(family, [])
     call = jax.ffi.ffi_call(f"jax_hopper_gemm_{family}",
                             (jax.ShapeDtypeStruct((1, 256, out_cols), jnp.bfloat16),
                              jax.ShapeDtypeStruct((0,), jnp.uint8)))
@@ -55,9 +57,9 @@ def _undecoded_on_default_device(family, attrs, out_cols):
 
 @pytest.mark.parametrize("family", list(catalog.FAMILIES))
 def test_the_lowering_s_attributes_decode(family):
-    config = (GemmConfig(stream_k=False, cluster_n=2) if family == "grouped"
+    config = (GemmConfig(stream_k=False, cluster_n=2) if catalog.FAMILIES[family].scheduler
               else GemmConfig(cluster_m=2))
-    kernel = config.kernel(family, "bfloat16", False, True)
+    kernel = config.kernel(family, "bfloat16", *catalog.FAMILIES[family].majors[-1])
     plan = config.plan(kernel, 1, 256, 128, 128, 66)
     plan.pop("workspace_bytes")
     attrs = call_attrs(kernel, config, plan, activation=4, alpha=0.5, beta=1.0)

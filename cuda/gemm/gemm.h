@@ -42,6 +42,9 @@ struct GemmArgs {
   // batch entries are the groups, a and out have one.
   const int32_t* group_tiles;
   int32_t tile_slots;
+  // The grouped contraction: where each group's rows end (prefix sums, (batch,) int32;
+  // cuda/gemm/scheduler/grouped_contraction.cuh).
+  const int32_t* group_ends;
   int device;
   cudaStream_t stream;
 };

@@ -37,6 +37,8 @@ struct GemmKernel {
   static_assert(Epilogue::BN == Mainloop::BN, "the epilogue takes the mainloop's tile");
   static_assert(Mainloop::kSlices * Schedule::kTileWarpgroups * 64 == Mainloop::BM,
                 "the schedule's warpgroups per tile cover the mainloop's tile rows");
+  static_assert(!Scheduler::kRaggedK || Mainloop::kClearsKTail,
+                "a scheduler whose k-ranges end mid-block needs a mainloop that zeroes the tail");
 
   static constexpr int kThreads = 384;    // producer warpgroup + two consumer warpgroups
   // The register split between the producer and the consumer warpgroups is the schedule's.
@@ -89,8 +91,7 @@ struct GemmKernel {
         typename Scheduler::Work work(p.scheduler, cluster_id);
         for (WorkUnit u; work.next(p.scheduler, &u);) {
           const TileCoord tc = Scheduler::coord(p.scheduler, u, rank);
-          Mainloop::load(p.mainloop, ml, pipe, tc, u.k_begin, u.k_end, p.cluster_m, p.cluster_n,
-                         rank);
+          Mainloop::load(p.mainloop, ml, pipe, tc, u, p.cluster_m, p.cluster_n, rank);
         }
       }
     } else {

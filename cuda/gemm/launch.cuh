@@ -18,6 +18,7 @@
 #include "cuda/gemm/schedule/cooperative.cuh"
 #include "cuda/gemm/schedule/pingpong.cuh"
 #include "cuda/gemm/scheduler/grouped.cuh"
+#include "cuda/gemm/scheduler/grouped_contraction.cuh"
 #include "cuda/gemm/scheduler/persistent.cuh"
 #include "cuda/gemm/scheduler/stream_k.cuh"
 

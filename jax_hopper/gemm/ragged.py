@@ -13,9 +13,8 @@ ragged_primitive.launch -> hopper_ragged_p.
 
 NOTES:
 - Autodiff: d lhs is the same grouped kernel with rhs's layout flag flipped (dP @ rhs[g]^T);
-  d rhs[g] = lhs_g^T dP_g is a GEMM whose groups split the contraction, which has no kernel yet:
-  it runs through jax.lax.ragged_dot's own transpose (XLA), which is slow and pads to every
-  group. d bias is a segment sum, d residual beta * d out. An activation's pre-activation is
+  d rhs[g] = lhs_g^T dP_g, a GEMM whose groups split the contraction, is the grouped
+  contraction kernel (ragged_contract.py). d bias is a segment sum, d residual beta * d out. An activation's pre-activation is
   recomputed by one more launch (float32 out), as hopper_matmul does.
 - vmap: one launch per batch entry (ragged_primitive.per_entry, answered above
   custom_partitioning in ragged_sharding and on the primitive for the backward launches); the
@@ -41,6 +40,8 @@ from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code, apply_activation
 from jax_hopper.gemm.primitive import freeze
+from jax_hopper.gemm.ragged_contract import choose_contraction_config
+from jax_hopper.gemm.ragged_contract import launch as contract
 from jax_hopper.gemm.ragged_primitive import epilogue, launch
 from jax_hopper.gemm.ragged_sharding import partitioned
 from jax_hopper.kernels import catalog
@@ -176,13 +177,11 @@ def _bwd(params, has_residual, saved, dout):
                   b_mn_major=not p["b_mn_major"], out_dtype=lhs3.dtype, activation=0,
                   alpha=1.0, beta=0.0,
                   config=choose_grouped_config(m, lhs3.shape[2], rhs.shape[0]))
-    # d rhs[g] = lhs_g^T dP_g: jax.lax.ragged_dot's transpose (no grouped-contraction kernel yet).
-    sizes = ragged_tiles.valid_sizes(gs, m)
-    rhs_kn = rhs if p["b_mn_major"] else jnp.swapaxes(rhs, 1, 2)
-    drhs_kn = jax.vjp(lambda r: jax.lax.ragged_dot(lhs3[0], r, sizes,
-                                                   preferred_element_type=_F32),
-                      rhs_kn)[1](dp[0].astype(_F32))[0]
-    drhs = (drhs_kn if p["b_mn_major"] else jnp.swapaxes(drhs_kn, 1, 2)).astype(rhs.dtype)
+    # d rhs[g] = lhs_g^T dP_g, or dP_g^T lhs_g for rhs stored (G, N, K): the grouped
+    # contraction kernel, the groups splitting the rows.
+    x, y = (lhs3[0], dp[0]) if p["b_mn_major"] else (dp[0], lhs3[0])
+    drhs = contract(x, y, gs, out_dtype=rhs.dtype,
+                    config=choose_contraction_config(m, x.shape[1], y.shape[1], rhs.shape[0]))
     dbias = bias
     if bias.size:
         dbias = jax.ops.segment_sum(dz[0], ragged_tiles.row_groups(gs, m),

@@ -153,6 +153,15 @@ FAMILIES = {
                        TileShape(64, 256, 64, 4, "pingpong")),
                       ((False, False), (False, True)), "_grouped", "the grouped GEMM",
                       scheduler="GroupedScheduler<{bm}, {bn}>", clusters=((1, 1), (1, 2))),
+    # hopper_ragged_contract (hopper_ragged_dot's weight gradient): out[g] = x_g^T y_g, the
+    # groups splitting the contracted rows of x (R, P) and y (R, Q), both read MN-major; one
+    # output entry per group (GroupedContractionScheduler), the plain linear epilogue.
+    "grouped_contraction": Family(
+        "grouped_contraction", "kGroupedContraction",
+        _SS16.replace("{b_load}", "OperandLoad<{b_mn}>"), "TmaStoreEpilogue<{bn}, LinearOps>",
+        (TileShape(128, 256, 64, 4), TileShape(128, 128, 64, 6, "pingpong")), ((True, True),),
+        "_contract", "the grouped contraction",
+        scheduler="GroupedContractionScheduler<{bm}, {bn}, {bk}>"),
 }
 
 

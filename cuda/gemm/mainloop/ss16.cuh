@@ -19,8 +19,10 @@
 
 #include "cuda/gemm/gemm.h"
 #include "cuda/gemm/mainloop/operand_load.cuh"
+#include "cuda/gemm/named_barriers.cuh"
 #include "cuda/gemm/scheduler/tile_order.cuh"
 #include "cuda/ptx/cluster.cuh"
+#include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/ptx/wgmma_desc.cuh"
@@ -100,20 +102,20 @@ struct MainloopSS16 {
     }
   }
 
-  // Producer (one thread): the k-blocks [k_begin, k_end) of tile `tc`.
+  // Producer (one thread): the k-blocks of unit `u`, tile `tc`.
   __device__ static void load(const Params& p, const Shared& s, Pipe& pipe, const TileCoord& tc,
-                              int32_t k_begin, int32_t k_end, uint32_t cluster_m,
-                              uint32_t cluster_n, uint32_t rank) {
+                              const WorkUnit& u, uint32_t cluster_m, uint32_t cluster_n,
+                              uint32_t rank) {
     const int32_t ba = p.a_batched ? tc.batch : 0, bb = p.b_batched ? tc.batch : 0;
-    for (int32_t kb = k_begin; kb < k_end; ++kb) {
+    for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
+      const int32_t k0 = u.k_offset + kb * BK;
       // A fresh barrier passes a wait on parity 1, so the first lap does not block.
       ptx::mbarrier_wait(&s.empty[pipe.stage], pipe.phase ^ 1);
       uint64_t* full = &s.full[pipe.stage];
       ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
-      ALoad::load(&p.a, full, s.a + pipe.stage * kABytes, BM, tc.row0,
-                  kb * BK, ba, cluster_n, rank);
-      BLoad::load(&p.b, full, s.b + pipe.stage * kBBytes, BN, BLoad::origin(tc.n_block, BN),
-                  kb * BK, bb, cluster_m, rank);
+      ALoad::load(&p.a, full, s.a + pipe.stage * kABytes, BM, tc.row0, k0, ba, cluster_n, rank);
+      BLoad::load(&p.b, full, s.b + pipe.stage * kBBytes, BN, BLoad::origin(tc.n_block, BN), k0,
+                  bb, cluster_m, rank);
       pipe.advance();
     }
   }
@@ -139,16 +141,51 @@ struct MainloopSS16 {
     }
   }
 
+  // Whether the last k-block's rows past u.k_tail_rows can be zeroed (below): in the MN-major
+  // layout a k row is whole 128-byte lines. The grouped contraction's operands are both.
+  static constexpr bool kClearsKTail = ALoad::kMnMajor && BLoad::kMnMajor;
+
+  // Zeroes k rows [valid, BK) of stage `stage`, which TMA filled with the next group's rows (or
+  // zeros past the operand): the consumer warpgroup `part` zeroes its own A slices and every
+  // TILE_WARPGROUPS-th box of the shared B tile, fences its generic-proxy stores against
+  // wgmma's async-proxy reads, and meets the tile's other warpgroup (if any) before either
+  // multiplies. Box j's k row r is bytes [r * 128, +128) of the box: the swizzle permutes
+  // 16-byte chunks within a line, never across lines.
+  __device__ static void clear_k_tail(const Shared& s, int stage, int32_t valid, uint32_t part,
+                                      uint32_t wg_thread) {
+    static_assert(kClearsKTail, "k rows are whole lines only in the MN-major layout");
+    constexpr int kBBoxes = BN / kBoxElems / TILE_WARPGROUPS;
+    const int32_t lines = kBoxElems - valid;
+    const int32_t chunks = (kSlices + kBBoxes) * lines * 8;  // 16-byte chunks to zero
+    for (int32_t i = wg_thread; i < chunks; i += 128) {
+      const int32_t box = i / (lines * 8), rest = i - box * lines * 8;
+      uint8_t* base = box < kSlices
+                          ? s.a + stage * kABytes + (part * kSlices + box) * kBoxBytes
+                          : s.b + stage * kBBytes +
+                                ((box - kSlices) * TILE_WARPGROUPS + part) * kBoxBytes;
+      *reinterpret_cast<uint4*>(base + (valid + rest / 8) * 128 + (rest % 8) * 16) =
+          make_uint4(0, 0, 0, 0);
+    }
+    ptx::fence_proxy_async_smem();
+    if constexpr (TILE_WARPGROUPS == 1)
+      ptx::named_barrier_sync(kFirstConsumerBarrier + threadIdx.x / 128 - 1, 128);
+    else
+      ptx::named_barrier_sync(kTileBarrier, 128 * TILE_WARPGROUPS);
+  }
+
   // The consumer warpgroup with rows [part * kSlices * 64, +kSlices * 64) of the tile: acc =
-  // those rows over the k-blocks [k_begin, k_end); slice i's accumulators at acc[i * kSliceRegs].
-  __device__ static void mma(const Shared& s, Pipe& pipe, int32_t k_begin, int32_t k_end,
-                             uint32_t part, uint32_t wg_thread, uint32_t cluster_size,
-                             float* acc) {
+  // those rows over unit u's k-blocks; slice i's accumulators at acc[i * kSliceRegs].
+  __device__ static void mma(const Shared& s, Pipe& pipe, const WorkUnit& u, uint32_t part,
+                             uint32_t wg_thread, uint32_t cluster_size, float* acc) {
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
     int prev_stage = -1;
-    for (int32_t kb = k_begin; kb < k_end; ++kb) {
+    for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
       ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);
+      if constexpr (kClearsKTail) {
+        if (u.k_tail_rows != 0 && kb == u.k_end - 1)
+          clear_k_tail(s, pipe.stage, u.k_tail_rows, part, wg_thread);
+      }
       // The 64-row slices of A are whole boxes apart in both majors (K-major: 64 rows of 128 B;
       // MN-major: the next box of 64 M-columns).
       const uint8_t* a_tile = s.a + pipe.stage * kABytes + part * kSlices * kBoxBytes;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cuda/gemm/named_barriers.cuh"
 #include "cuda/gemm/scheduler/stream_k_plan.h"
 #include "cuda/gemm/scheduler/tile_order.cuh"
 
@@ -28,13 +29,13 @@ struct CooperativeSchedule {
     using Mainloop = typename K::Mainloop;
     using Scheduler = typename K::Scheduler;
     const uint32_t wg_thread = threadIdx.x % 128;
-    const uint32_t barrier_id = 1 + wg;  // the warpgroup's named barrier (0 is __syncthreads)
+    const uint32_t barrier_id = kFirstConsumerBarrier + wg;  // the warpgroup's named barrier
     float acc[Mainloop::kAccRegs];
     typename Mainloop::Pipe pipe;
     typename K::Epilogue::State state;
     typename Scheduler::Work work(p.scheduler, cluster_id);
     for (WorkUnit u; work.next(p.scheduler, &u);) {
-      Mainloop::mma(ml, pipe, u.k_begin, u.k_end, wg, wg_thread, cluster_size, acc);
+      Mainloop::mma(ml, pipe, u, wg, wg_thread, cluster_size, acc);
       if (!Scheduler::template fixup<Mainloop::kAccRegs>(acc, p.scheduler, u, cluster_id,
                                                          cluster_size, rank, wg, wg_thread,
                                                          barrier_id))

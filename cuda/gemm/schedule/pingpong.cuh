@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "cuda/gemm/named_barriers.cuh"
 #include "cuda/gemm/scheduler/stream_k_plan.h"
 #include "cuda/gemm/scheduler/tile_order.cuh"
 #include "cuda/ptx/mbarrier.cuh"
@@ -42,7 +43,7 @@ struct PingPongSchedule {
     using Scheduler = typename K::Scheduler;
     constexpr int kSlices = Mainloop::kSlices, kSliceRegs = Mainloop::kSliceRegs;
     const uint32_t wg_thread = threadIdx.x % 128;
-    const uint32_t barrier_id = 1 + wg;  // the warpgroup's named barrier (0 is __syncthreads)
+    const uint32_t barrier_id = kFirstConsumerBarrier + wg;  // the warpgroup's named barrier
     float acc[Mainloop::kAccRegs];
     typename Mainloop::Pipe pipe;
     typename K::Epilogue::State state;
@@ -58,7 +59,7 @@ struct PingPongSchedule {
       if (wg == 1 || mine > 0) ptx::mbarrier_wait(&turn[wg], (wg == 1 ? mine : mine - 1) & 1);
       ++mine;
       const TileCoord tc = Scheduler::coord(p.scheduler, u, rank);
-      Mainloop::mma(ml, pipe, u.k_begin, u.k_end, 0, wg_thread, cluster_size, acc);
+      Mainloop::mma(ml, pipe, u, 0, wg_thread, cluster_size, acc);
       ptx::mbarrier_arrive(&turn[wg ^ 1]);
       // The fix-up and the epilogue go 64-row slice by slice (the stream-K workspace and the
       // staging buffer are laid out per 64-row strip); a unit either publishes its partial

@@ -21,6 +21,7 @@ namespace jax_hopper {
 // clear before the launch, no need for every cluster at once, and no fix-up.
 struct WholeTileScheduler {
   static constexpr int64_t kSlotBytes = 0;
+  static constexpr bool kRaggedK = false;  // k-ranges are whole k-blocks from k = 0
 
   template <class P>
   static cudaError_t prepare(const P&, int, cudaStream_t) { return cudaSuccess; }

@@ -1,0 +1,176 @@
+"""hopper_ragged_contract: out[g] = x_g^T @ y_g, where the groups split the contracted rows.
+
+It is the weight gradient of the grouped GEMM (d rhs[g] = lhs_g^T d out_g for
+hopper_ragged_dot) and the ragged-contraction mode of jax.lax.ragged_dot_general: x (M, P) and
+y (M, Q) share their M rows, sorted by group, and group sizes (G,) stay on the device (made valid
+as ragged_tiles.py says: negative sizes count as 0, groups are cut at M, rows past every group
+count for none). The result (G, P, Q) comes from one launch of the grouped_contraction kernel
+family (cuda/gemm/scheduler/grouped_contraction.cuh) with no (G, M, ...) intermediate; an
+empty group's entry is zero.
+
+Layers: hopper_ragged_contract checks its arguments -> _contract (custom VJP: both cotangents
+are grouped GEMMs, hopper_ragged_dot) -> launch -> hopper_ragged_contract_p. vmap is one launch
+per entry (ragged_primitive.per_entry); under a sharded jit XLA gathers the operands.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import batching, mlir
+
+from jax_hopper import _ffi
+from jax_hopper.gemm import api, ragged_tiles
+from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.primitive import _KERNELS, call_attrs, freeze
+from jax_hopper.gemm.ragged_primitive import per_entry
+from jax_hopper.kernels import catalog
+
+hopper_ragged_contract_p = Primitive("hopper_ragged_contract")
+_F32 = jnp.dtype(jnp.float32)
+_FAMILY = "grouped_contraction"
+
+
+def hopper_ragged_contract(x, y, group_sizes, *, preferred_element_type=None, out_dtype=None,
+                           config=None):
+    """out[g] = x[rows of group g]^T @ y[rows of group g], out (G, P, Q).
+
+    x: (M, P), y: (M, Q), bfloat16 or float16 (both the same), float32 accumulation;
+    group_sizes: (G,) integer, a device array (sizes of consecutive row groups); out_dtype
+    (alias preferred_element_type) bfloat16, float16 or float32, default the input dtype.
+    config: a GemmConfig of the grouped_contraction family; default choose_contraction_config.
+    Differentiable in x and y.
+    """
+    x, y, group_sizes = jnp.asarray(x), jnp.asarray(y), jnp.asarray(group_sizes)
+    out_dtype = api.out_dtype_arg(out_dtype, preferred_element_type)
+    api.check_dtypes(x, y, out_dtype, names=("x", "y"), fn="hopper_ragged_contract")
+    out_dtype = out_dtype if out_dtype is not None else x.dtype
+    if x.ndim != 2 or y.ndim != 2 or x.shape[0] != y.shape[0]:
+        raise ValueError(f"x.shape={x.shape} and y.shape={y.shape} must be (M, P) and (M, Q) "
+                         "with the same rows M (the contracted, grouped dimension)")
+    if group_sizes.ndim != 1 or not jnp.issubdtype(group_sizes.dtype, jnp.integer):
+        raise ValueError(f"group_sizes must be a 1-D integer array (G,), one size per group; "
+                         f"got {group_sizes.dtype} {group_sizes.shape}")
+    (m, p), q, groups = x.shape, y.shape[1], group_sizes.shape[0]
+    if config is None:
+        config = choose_contraction_config(m, p, q, groups)
+    elif not isinstance(config, GemmConfig):
+        raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
+    config.validate(x.dtype.name, True, True, family=_FAMILY)
+    if m == 0 or p == 0 or q == 0 or groups == 0:  # nothing to launch
+        return jnp.zeros((groups, p, q), out_dtype)
+    params = freeze(dict(out_dtype=jnp.dtype(out_dtype), config=config))
+    return _contract(x, y, group_sizes.astype(jnp.int32), params)
+
+
+def choose_contraction_config(m: int, p: int, q: int, groups: int) -> GemmConfig:
+    """A compiled grouped_contraction tile for M rows over `groups` groups, out (G, P, Q):
+    128 x 256 cooperative, each tile contracting its group's rows; with few rows per group
+    (a short mainloop per tile) 128 x 128 ping-pong, whose epilogue runs under the other
+    warpgroup's mainloop. 2-CTA clusters along N (the CTAs share x's tile) wherever a group
+    has two column tiles."""
+    tiles = {(t.block_m, t.block_n, t.schedule): t for t in catalog.FAMILIES[_FAMILY].tiles}
+    few_rows = m < 512 * max(groups, 1)
+    tile = tiles[128, 128, "pingpong"] if few_rows else tiles[128, 256, "cooperative"]
+    return GemmConfig.for_tile(tile, stream_k=False, cluster_n=2 if q > tile.block_n else 1)
+
+
+def launch(x, y, group_sizes, *, out_dtype, config):
+    """One device's grouped contraction of x (M, P) and y (M, Q). TMA addresses rows whose
+    pitch is whole 16-byte chunks, and stores outputs likewise: P and Q are padded with zero
+    columns where they are not (a copy of that operand), and the padding sliced off."""
+    (m, p), q = x.shape, y.shape[1]
+    pad_p = -p % 8
+    pad_q = -q % max(8, 16 // np.dtype(out_dtype).itemsize)
+    if pad_p:
+        x = jnp.pad(x, ((0, 0), (0, pad_p)))
+    if pad_q:
+        y = jnp.pad(y, ((0, 0), (0, pad_q)))
+    ends = ragged_tiles.group_ends(group_sizes, m)
+    out = hopper_ragged_contract_p.bind(x[None], y[None], ends, out_dtype=out_dtype,
+                                        config=config)
+    return out[:, :p, :q]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _contract(x, y, gs, params):
+    return launch(x, y, gs, **dict(params))
+
+
+def _fwd(x, y, gs, params):
+    return _contract(x, y, gs, params), (x, y, gs)
+
+
+def _bwd(params, saved, dout):
+    # out[g] = x_g^T y_g: d x_g = y_g d out[g]^T (d out read as (G, P, Q) = (G, N, K) through
+    # the transpose flag), d y_g = x_g d out[g]; rows past every group get zero from both.
+    from jax_hopper.gemm.ragged import hopper_ragged_dot  # noqa: PLC0415 (imports this module)
+    x, y, gs = saved
+    d = dout.astype(x.dtype)
+    dx = hopper_ragged_dot(y, d, gs, transpose_rhs=True, out_dtype=x.dtype)
+    dy = hopper_ragged_dot(x, d, gs, out_dtype=y.dtype)
+    return dx, dy, np.zeros(gs.shape, jax.dtypes.float0)
+
+
+_contract.defvjp(_fwd, _bwd)
+
+
+def _abstract_eval(x3, y3, ends, *, out_dtype, config):
+    del config
+    return jax.core.ShapedArray((ends.shape[0], x3.shape[2], y3.shape[2]), out_dtype)
+
+
+def reference(x3, y3, ends, *, out_dtype, config=None):
+    """What the kernel computes, in jnp: jax.lax.ragged_dot's transpose in float32."""
+    del config
+    groups, p, q = ends.shape[0], x3.shape[2], y3.shape[2]
+    sizes = ends - jnp.concatenate([jnp.zeros((1,), jnp.int32), ends[:-1]])
+    x = x3[0].astype(_F32)
+    _, vjp = jax.vjp(lambda r: jax.lax.ragged_dot(x, r, sizes, preferred_element_type=_F32),
+                     jnp.zeros((groups, p, q), _F32))
+    return vjp(y3[0].astype(_F32))[0].astype(out_dtype)
+
+
+def _cuda_lowering(ctx, x3, y3, ends, *, out_dtype, config):
+    # As the grouped GEMM's lowering (ragged_primitive.py): the plan covers G entries of
+    # P x Q tiles; the call's bias and residual inputs are empty, the group ends its fifth.
+    x_aval = ctx.avals_in[0]
+    kernel = config.kernel(_FAMILY, x_aval.dtype.name, True, True)
+    groups, p, q = ctx.avals_out[0].shape
+    resident = _ffi.resident_clusters(kernel, config.cluster_m * config.cluster_n)
+    plan = config.plan(kernel, groups, p, q, x_aval.shape[1], resident)
+    workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
+    no_bias, no_residual = np.zeros((0,), np.float32), np.zeros((0, 0, 0), out_dtype)
+    out, _ = jax.ffi.ffi_lowering("jax_hopper_gemm_grouped_contraction")(
+        ctx.replace(avals_in=[x_aval, ctx.avals_in[1],
+                              jax.core.ShapedArray(no_bias.shape, no_bias.dtype),
+                              jax.core.ShapedArray(no_residual.shape, no_residual.dtype),
+                              ctx.avals_in[2]],
+                    avals_out=[*ctx.avals_out, workspace]),
+        x3, y3, mlir.ir_constant(no_bias), mlir.ir_constant(no_residual), ends,
+        **call_attrs(kernel, config, plan, 0, 1.0, 0.0))
+    return [out]
+
+
+def _batch_rule(args, dims, **params):
+    batched = [d is not None for d in dims]
+    moved = [jnp.moveaxis(a, d, 0) if b else a for a, d, b in zip(args, dims, batched)]
+    return per_entry(lambda *a: hopper_ragged_contract_p.bind(*a, **params), batched, moved), 0
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted_bind(params: tuple):
+    return jax.jit(lambda *args: hopper_ragged_contract_p.bind(*args, **dict(params)))
+
+
+hopper_ragged_contract_p.def_impl(lambda *args, **params: _jitted_bind(freeze(params))(*args))
+hopper_ragged_contract_p.def_abstract_eval(_abstract_eval)
+batching.primitive_batchers[hopper_ragged_contract_p] = _batch_rule
+_reference_lowering = mlir.lower_fun(reference, multiple_results=False)
+mlir.register_lowering(hopper_ragged_contract_p, _reference_lowering, platform="cpu")
+mlir.register_lowering(hopper_ragged_contract_p,
+                       _cuda_lowering if _KERNELS else _reference_lowering, platform="cuda")

@@ -1,0 +1,112 @@
+"""hopper_ragged_contract without a GPU: the reference lowering against float64 (adversarial
+sizes, every out dtype), its gradients, hopper_ragged_dot's weight gradient through it against
+jax.grad of jax.lax.ragged_dot, vmap, empty problems, the config choice and the argument
+errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gemm_helpers import REL_FROB_BOUND, contract_reference64, random_operand, rel_frob, to64
+from jax_hopper import GemmConfig, hopper_ragged_contract, hopper_ragged_dot
+from jax_hopper.gemm.ragged_contract import choose_contraction_config
+from jax_hopper.kernels import catalog
+
+
+@pytest.mark.parametrize("sizes", [[10, 0, -3, 50, 60], [0, 100, 0], [2**31 - 1, 5],
+                                   [1] * 20, [0, 0]], ids=str)
+@pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)
+def test_reference_against_float64(rng, sizes, out_dtype):
+    x = random_operand(rng, (100, 24), "bfloat16")
+    y = random_operand(rng, (100, 40), "bfloat16")
+    got = jax.jit(hopper_ragged_contract, static_argnames="out_dtype")(
+        x, y, jnp.asarray(sizes, jnp.int32), out_dtype=out_dtype)
+    assert got.shape == (len(sizes), 24, 40) and got.dtype == jnp.dtype(out_dtype)
+    assert rel_frob(got, contract_reference64(x, y, sizes)) < REL_FROB_BOUND[out_dtype]
+
+
+def test_grads_against_float64(rng):
+    m, p, q = 90, 16, 24
+    x, y = random_operand(rng, (m, p), "float16"), random_operand(rng, (m, q), "float16")
+    sizes = [30, 0, 40]  # 20 rows past every group: zero gradients
+    dout = random_operand(rng, (3, p, q), "float32")
+    got = jax.grad(lambda x, y: jnp.sum(hopper_ragged_contract(
+        x, y, jnp.asarray(sizes), out_dtype=jnp.float32) * dout), (0, 1))(x, y)
+    d64, x64, y64 = to64(dout), to64(x), to64(y)
+    want_x, want_y, row = np.zeros((m, p)), np.zeros((m, q)), 0
+    for g, s in enumerate(sizes):
+        want_x[row:row + s] = y64[row:row + s] @ d64[g].T
+        want_y[row:row + s] = x64[row:row + s] @ d64[g]
+        row += s
+    assert got[0].dtype == x.dtype and got[1].dtype == y.dtype
+    assert rel_frob(got[0], want_x) < 5e-3 and rel_frob(got[1], want_y) < 5e-3
+
+
+@pytest.mark.parametrize("transpose_rhs", [False, True], ids=["gkn", "gnk"])
+def test_ragged_dot_weight_grad_equals_lax(rng, transpose_rhs):
+    m, k, n, g = 120, 32, 48, 5
+    lhs = random_operand(rng, (m, k), "bfloat16")
+    rhs = random_operand(rng, (g, n, k) if transpose_rhs else (g, k, n), "bfloat16")
+    sizes = jnp.asarray([30, -4, 50, 0, 25], jnp.int32)  # 15 rows past every group
+    dy = random_operand(rng, (m, n), "float32")
+
+    def ours(rhs):
+        return jnp.sum(hopper_ragged_dot(lhs, rhs, sizes, transpose_rhs=transpose_rhs,
+                                         out_dtype=jnp.float32) * dy)
+
+    def lax_version(rhs):
+        r = jnp.swapaxes(rhs, 1, 2) if transpose_rhs else rhs
+        return jnp.sum(jax.lax.ragged_dot(lhs, r, jnp.maximum(sizes, 0),
+                                          preferred_element_type=jnp.float32) * dy)
+
+    got, want = jax.grad(ours)(rhs), jax.grad(lax_version)(rhs)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert rel_frob(got, to64(want)) < 1e-2
+
+
+def test_vmap_shares_unmapped_operands(rng):
+    x = random_operand(rng, (3, 60, 16), "bfloat16")
+    y = random_operand(rng, (60, 8), "bfloat16")
+    sizes = np.array([[20, 40], [0, 60], [59, 0]])
+    out = jax.vmap(lambda x, s: hopper_ragged_contract(x, y, s, out_dtype=jnp.float32))(
+        x, jnp.asarray(sizes, jnp.int32))
+    for i in range(3):
+        assert rel_frob(out[i], contract_reference64(x[i], y, sizes[i])) < 1e-4
+
+
+@pytest.mark.parametrize("m,p,q,groups", [(0, 8, 8, 2), (8, 0, 8, 2), (8, 8, 8, 0)])
+def test_empty_problems(rng, m, p, q, groups):
+    out = hopper_ragged_contract(random_operand(rng, (m, p), "bfloat16"),
+                                 random_operand(rng, (m, q), "bfloat16"),
+                                 jnp.full((groups,), 4, jnp.int32))
+    assert out.shape == (groups, p, q) and not np.any(np.asarray(out, np.float32))
+
+
+def test_config_choice():
+    long_groups = choose_contraction_config(16384, 4096, 14336, 8)
+    assert (long_groups.block_n, long_groups.schedule, long_groups.cluster_n) == \
+        (256, "cooperative", 2)
+    short_groups = choose_contraction_config(4096, 4096, 4096, 64)
+    assert (short_groups.block_n, short_groups.schedule) == (128, "pingpong")
+    for cfg in (long_groups, short_groups):
+        cfg.validate("bfloat16", True, True, family="grouped_contraction")
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda x, y, g: hopper_ragged_contract(x[0], y, g), "must be .M, P. and .M, Q."),
+    (lambda x, y, g: hopper_ragged_contract(x, y[:10], g), "same rows M"),
+    (lambda x, y, g: hopper_ragged_contract(x, y, g[None]), "1-D integer array"),
+    (lambda x, y, g: hopper_ragged_contract(x, y, g.astype(jnp.float32)), "integer"),
+    (lambda x, y, g: hopper_ragged_contract(x, y.astype(jnp.float16), g), "differ"),
+    (lambda x, y, g: hopper_ragged_contract(x.astype(jnp.float32), y, g), "x.dtype"),
+    (lambda x, y, g: hopper_ragged_contract(x, y, g, config=GemmConfig()), "stream_k"),
+    (lambda x, y, g: hopper_ragged_contract(
+        x, y, g, config=GemmConfig(block_m=64, stream_k=False, schedule="pingpong")),
+     "not compiled for the grouped contraction"),
+])
+def test_errors_name_the_argument(rng, call, match):
+    x = random_operand(rng, (64, 16), "bfloat16")
+    y = random_operand(rng, (64, 32), "bfloat16")
+    with pytest.raises(ValueError, match=match):
+        call(x, y, jnp.asarray([20, 20, 24], jnp.int32))
