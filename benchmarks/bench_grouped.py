@@ -113,11 +113,13 @@ def wgrad_hopper(a, rhs, config=None):
 
 
 def train_step(ragged):
-    """(a, rhs) -> (d lhs, d rhs) of sum(ragged(lhs, rhs, sizes) * dy), a = (lhs, sizes, dy)."""
+    """(a, rhs) -> (loss, (d lhs, d rhs)) of loss = sum(ragged(lhs, rhs, sizes) * dy), a =
+    (lhs, sizes, dy): the forward and both backward products (the loss is returned, so the
+    forward is not dropped as dead code)."""
     def step(a, rhs):
         lhs, sizes, dy = a
-        return jax.grad(lambda x, w: jnp.sum(ragged(x, w, sizes).astype(jnp.float32) * dy),
-                        (0, 1))(lhs, rhs)
+        return jax.value_and_grad(
+            lambda x, w: jnp.sum(ragged(x, w, sizes).astype(jnp.float32) * dy), (0, 1))(lhs, rhs)
     return step
 
 
@@ -241,7 +243,8 @@ def report(row: dict, sweep: bool) -> None:
         mb = {k: (v.get("temp_bytes") or 0) / 1e6 for k, v in (("x", xt), ("h", ht))}
         print(f"{'':25} train step: xla " + (f"{xt['us'] / 1e3:.2f} ms" if "us" in xt
                                               else xt["error"][:60])
-              + (f", hopper {ht['us'] / 1e3:.2f} ms" if "us" in ht else f", {ht['error'][:60]}")
+              + (f", hopper {ht['us'] / 1e3:.2f} ms = {ht['tflops']:.0f} TF/s, "
+                 f"{ht['floor_pct']:.0f}% of floor" if "us" in ht else f", {ht['error'][:60]}")
               + (f" ({xt['us'] / ht['us']:.2f}x)" if "us" in xt and "us" in ht else "")
               + f"; temporaries {mb['x']:.0f} vs {mb['h']:.0f} MB", flush=True)
     if "hopper_wgrad" in row:

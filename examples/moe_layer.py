@@ -1,22 +1,22 @@
-"""A Mixture-of-Experts feed-forward block on jax_hopper.ragged_dot, against the same block on
-jax.lax.ragged_dot: forward and training step timed side by side, both checked against the
+"""A Mixture-of-Experts feed-forward block on jax_hopper's grouped GEMMs (hopper_ragged_glu and
+ragged_dot), against the same block on jax.lax.ragged_dot: forward and training step timed side by side, both checked against the
 block in float32.
 
     python examples/moe_layer.py [--tokens 4096] [--d-model 4096] [--d-ff 14336]
                                  [--experts 8] [--top-k 2] [--reps 5]
 
 The block: a router (softmax over experts, top-k, weights renormalised), the token copies
-sorted by expert, one grouped GEMM for every expert's gate and up projections, SwiGLU, one
+sorted by expert, every expert's gate and up projections and SwiGLU in one launch
+(hopper_ragged_glu; the lax version: one grouped GEMM into (rows, 2F), SwiGLU in jnp), one
 grouped GEMM for the down projections, then the copies unsorted and combined with their
 router weights, plus the residual. The group sizes come from the router on the device: nothing
 is synchronised with the host. bf16 weights and activations, float32 accumulation. Defaults
 are Mixtral-8x7B's expert sizes; without the kernels it runs small, both versions are XLA, and
 it says so. Exit status 1 if a version's output differs from float32 by more than the bound.
 
-NOTES: the gate and up projections run as one grouped GEMM into (rows, 2F) and SwiGLU in jnp;
-a fused grouped GLU is not built yet. The training step's weight gradients go through
-jax.lax.ragged_dot's transpose (XLA) in both versions: jax_hopper has no grouped-contraction
-kernel yet.
+NOTES: in the training step the jax_hopper version's weight gradients run on the grouped
+contraction kernel (hopper_ragged_contract) and its GLU forward unfused (the backward needs gate
+and up: hopper_ragged_glu's notes); the lax version's through jax.lax.ragged_dot's transpose.
 """
 
 from __future__ import annotations
@@ -49,8 +49,9 @@ def init_params(key, d_model, d_ff, experts, dtype=jnp.bfloat16):
                 w_down=w(k3, experts, d_ff, d_model))
 
 
-def make_block(ragged, top_k):
-    """(params, x (T, d)) -> x + MoE(x), with `ragged` as the grouped GEMM (lhs, rhs, sizes)."""
+def make_block(ragged, top_k, glu=None):
+    """(params, x (T, d)) -> x + MoE(x), with `ragged` as the grouped GEMM (lhs, rhs, sizes) and
+    `glu` (lhs, w (E, d, 2, F), sizes) -> SwiGLU as the gated one (None: ragged, then jnp)."""
     def moe(p, x):
         tokens, experts = x.shape[0], p["router"].shape[1]
         probs = jax.nn.softmax(jnp.dot(x, p["router"], preferred_element_type=F32))
@@ -60,9 +61,13 @@ def make_block(ragged, top_k):
         order = jnp.argsort(flat, stable=True)  # token copies sorted by expert
         sizes = jnp.bincount(flat, length=experts).astype(jnp.int32)
         rows = x[order // top_k]
-        h = ragged(rows, p["w_gate_up"], sizes)
-        gate, up = jnp.split(h.astype(F32), 2, axis=-1)
-        y = ragged((jax.nn.silu(gate) * up).astype(x.dtype), p["w_down"], sizes)
+        if glu is None:
+            gate, up = jnp.split(ragged(rows, p["w_gate_up"], sizes).astype(F32), 2, axis=-1)
+            a = (jax.nn.silu(gate) * up).astype(x.dtype)
+        else:  # (E, d, 2F) [gate | up] is (E, d, 2, F) in memory
+            w = p["w_gate_up"]
+            a = glu(rows, w.reshape(*w.shape[:2], 2, w.shape[2] // 2), sizes)
+        y = ragged(a, p["w_down"], sizes)
         y = jnp.zeros_like(y).at[order].set(y).reshape(tokens, top_k, -1)
         out = jnp.einsum("tkd,tk->td", y.astype(F32), weights)
         return (x.astype(F32) + out).astype(x.dtype)
@@ -103,7 +108,8 @@ def main(argv=None) -> int:
                           ).astype(jnp.bfloat16)
     target = jax.random.normal(jax.random.key(2), x.shape, F32)
 
-    versions = {"jax_hopper": make_block(jax_hopper.ragged_dot, args.top_k),
+    versions = {"jax_hopper": make_block(jax_hopper.ragged_dot, args.top_k,
+                                         glu=jax_hopper.hopper_ragged_glu),
                 "lax": make_block(lax_ragged, args.top_k)}
     exact = make_block(lambda l, r, s: jax.lax.ragged_dot(l.astype(F32), r.astype(F32), s),
                        args.top_k)(jax.tree.map(lambda w: w.astype(F32), params), x.astype(F32))

@@ -48,6 +48,7 @@ NB_MODULE(_jax_hopper, m) {
     d["jax_hopper_gemm_matmul"] = capsule(jax_hopper::MatmulHandler);
     d["jax_hopper_gemm_glu"] = capsule(jax_hopper::GluHandler);
     d["jax_hopper_gemm_grouped"] = capsule(jax_hopper::GroupedHandler);
+    d["jax_hopper_gemm_grouped_glu"] = capsule(jax_hopper::GroupedGluHandler);
     d["jax_hopper_gemm_grouped_contraction"] = capsule(jax_hopper::GroupedContractionHandler);
     d["jax_hopper_tma_copy"] = capsule(jax_hopper::TmaCopyHandler);
     d["jax_hopper_tma_smem_bytes"] = capsule(jax_hopper::TmaSmemBytesHandler);

@@ -5,6 +5,7 @@
     h = hopper_glu(x, w_gate_up)              # silu(x @ w[:, 0]) * (x @ w[:, 1]), fused
     y = hopper_ragged_dot(x, w_experts, group_sizes)  # MoE grouped GEMM, sizes on the device
     dw = hopper_ragged_contract(x, dy, group_sizes)   # its weight gradient, (G, K, N)
+    h = hopper_ragged_glu(x, w_gate_up, group_sizes)  # experts' SwiGLU, w (G, K, 2, F)
 
 On a machine without a Hopper GPU (or in a package built without the CUDA toolkit) every op
 lowers to a pure-JAX reference with the same result; kernels_available() says which runs.
@@ -18,6 +19,7 @@ from jax_hopper.gemm.dot_general import dot_general
 from jax_hopper.gemm.glu import hopper_glu
 from jax_hopper.gemm.ragged import hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm.ragged_contract import hopper_ragged_contract
+from jax_hopper.gemm.ragged_glu import hopper_ragged_glu
 from jax_hopper.tma.ops import tma_copy, tma_multicast, tma_reduce_add, tma_smem_bytes
 
 _ffi.register_targets()
@@ -29,6 +31,7 @@ __all__ = [
     "hopper_glu",
     "hopper_matmul",
     "hopper_ragged_contract",
+    "hopper_ragged_glu",
     "hopper_ragged_dot",
     "kernels_available",
     "layout",

@@ -229,6 +229,8 @@ class RaggedCase:
     residual: bool = False
     # hopper_ragged_contract instead: x (m, k) and y (m, n) ("lhs", "rhs"), out (G, k, n).
     contract: bool = False
+    # hopper_ragged_glu instead: rhs the gated weights (G, k, 2, n), out (m, n), SwiGLU.
+    glu: bool = False
     cluster_m: int = 1
 
     @property
@@ -242,7 +244,8 @@ class RaggedCase:
         tile = self.tile.tag if self.tile is not None else "auto"
         epi = ",".join(x for x in (self.activation, "bias" if self.bias else None,
                                    "res" if self.residual else None) if x)
-        op = "contract" if self.contract else "gnk" if self.transpose_rhs else "gkn"
+        op = ("contract" if self.contract else "glu" if self.glu else
+              "gnk" if self.transpose_rhs else "gkn")
         return (f"ragged {self.dtype}->{self.out_dtype or self.dtype} {tile} cluster"
                 f"{self.cluster_m}x{self.cluster_n} {op} {self.m}x{self.n}x"
                 f"{self.k} G={len(self.sizes)} sizes={list(self.sizes)[:6]}"
@@ -270,6 +273,17 @@ def ragged_groups(quick: bool) -> list[list[RaggedCase]]:
         RaggedCase(257, 136, 72, (-1, 200), dtype="float16", activation="gelu", bias=True),
         RaggedCase(600, 64, 64, tuple(int(s) for s in rng.integers(0, 4, 300))),
     ])
+    # The grouped GLU: every tile, with and without the cluster, the same sizes.
+    for i, tile in enumerate(catalog.FAMILIES["grouped_glu"].tiles):
+        cases = []
+        for j, (name, sizes) in enumerate(RAGGED_SIZES.items()):
+            if quick and j % 2:
+                continue
+            sizes = tuple(int(s) for s in (rng.multinomial(300, np.ones(7) / 7)
+                                           if sizes is None else sizes))
+            cases.append(RaggedCase(300, 264, 136, sizes, tile=tile, cluster_n=1 + (i + j) % 2,
+                                    glu=True))
+        groups.append(cases)
     # The grouped contraction (the weight gradient): every tile and cluster, the same sizes.
     for i, tile in enumerate(catalog.FAMILIES["grouped_contraction"].tiles):
         cases = []
@@ -292,7 +306,8 @@ def ragged_inputs(c: RaggedCase, rng) -> dict:
         return rng.standard_normal(shape, dtype=np.float32).astype(jnp.dtype(dtype))
 
     g = len(c.sizes)
-    rhs_shape = (c.m, c.n) if c.contract else (g, c.n, c.k) if c.transpose_rhs else (g, c.k, c.n)
+    rhs_shape = ((c.m, c.n) if c.contract else (g, c.k, 2, c.n) if c.glu else
+                 (g, c.n, c.k) if c.transpose_rhs else (g, c.k, c.n))
     arrays = {"lhs": normal((c.m, c.k), c.dtype), "rhs": normal(rhs_shape, c.dtype),
               "sizes": np.asarray(c.sizes, np.int32)}
     if c.bias:
@@ -303,7 +318,10 @@ def ragged_inputs(c: RaggedCase, rng) -> dict:
 
 
 def ragged_call(c: RaggedCase, arrays: dict):
-    from jax_hopper import hopper_ragged_contract, hopper_ragged_dot
+    from jax_hopper import hopper_ragged_contract, hopper_ragged_dot, hopper_ragged_glu
+    if c.glu:
+        return hopper_ragged_glu(arrays["lhs"], arrays["rhs"], arrays["sizes"],
+                                 out_dtype=c.out_dtype, config=c.config)
     if c.contract:
         return hopper_ragged_contract(arrays["lhs"], arrays["rhs"], arrays["sizes"],
                                       out_dtype=c.out_dtype, config=c.config)
@@ -315,7 +333,10 @@ def ragged_call(c: RaggedCase, arrays: dict):
 
 def ragged_check(c: RaggedCase, arrays: dict, out) -> str | None:
     """None when out matches the float64 reference (sizes made valid as documented)."""
-    from gemm_helpers import contract_reference64, ragged_reference64
+    from gemm_helpers import contract_reference64, ragged_glu_reference64, ragged_reference64
+    if c.glu:
+        return matches64(out, ragged_glu_reference64(arrays["lhs"], arrays["rhs"], c.sizes),
+                         c.out_dtype or c.dtype)
     if c.contract:
         return matches64(out, contract_reference64(arrays["lhs"], arrays["rhs"], c.sizes),
                          c.out_dtype or c.dtype)

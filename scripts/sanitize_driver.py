@@ -4,8 +4,8 @@ scripts/sanitize.sh runs this once per tool (memcheck, racecheck, synccheck, ini
 process covers: every compiled GEMM instance (jax_hopper.kernels.catalog: input dtype x tile shape x
 operand majors), every cluster shape and raster with every tile and layout (bfloat16), every
 activation and output dtype with bias/residual/alpha/beta, a batched and a shared-operand
-problem, the grouped GEMM and its weight gradient, the grouped contraction (every tile, both
-rhs layouts, every contraction cluster, adversarial device-side group sizes:
+problem, the grouped GEMM, the grouped GLU and the grouped contraction (the weight gradient;
+every tile, both rhs layouts, every cluster, adversarial device-side group sizes:
 negative, 2^31 - 1, sums above and below M), and the four TMA ops in every swizzle mode
 (multicast with clusters of 2 and 4).
 

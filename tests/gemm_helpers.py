@@ -125,6 +125,26 @@ def ragged_reference64(lhs, rhs, group_sizes, *, transpose_rhs=False, bias=None,
     return x
 
 
+def ragged_glu_reference64(x, w, group_sizes, *, activation="silu", bias=None, residual=None,
+                           alpha=1.0, beta=1.0):
+    """hopper_ragged_glu in float64: rows of group g get act(alpha x w[g,:,0] + bias[g,0]) *
+    (alpha x w[g,:,1] + bias[g,1]) + beta residual; rows past every group act(0) * 0 + beta
+    residual. Host arrays only."""
+    x64, w64 = np.asarray(x).astype(np.float64), np.asarray(w).astype(np.float64)
+    m, f = x64.shape[0], w64.shape[3]
+    gate, up, row = np.zeros((m, f)), np.zeros((m, f)), 0
+    for g, size in enumerate(sizes64(group_sizes, m)):
+        rows = slice(row, row + size)
+        gate[rows] = alpha * x64[rows] @ w64[g, :, 0]
+        up[rows] = alpha * x64[rows] @ w64[g, :, 1]
+        if bias is not None:
+            gate[rows] += np.asarray(bias, np.float64)[g, 0]
+            up[rows] += np.asarray(bias, np.float64)[g, 1]
+        row += size
+    out = act64(gate, activation) * up
+    return out if residual is None else out + beta * np.asarray(residual).astype(np.float64)
+
+
 def contract_reference64(x, y, group_sizes):
     """hopper_ragged_contract in float64: out[g] = x_g^T y_g over group g's rows (sizes made
     valid as sizes64 says), (G, P, Q). Host arrays only."""

@@ -39,10 +39,12 @@ def _undecoded(family, attrs, out_cols):
 
 def _undecoded_on_default_device(family, attrs, out_cols):
     a = jnp.ones((1, 256, 128), jnp.bfloat16)
-    b = jnp.ones((128, 2, out_cols) if family == "glu" else (1, 128, out_cols), jnp.bfloat16)
+    gated = family in ("glu", "grouped_glu")  # (K, 2, N) or (G K, 2, N) weights
+    b = jnp.ones((128, 2, out_cols) if gated else (1, 128, out_cols), jnp.bfloat16)
     # The grouped handlers take a fifth input: the tile table (ragged_primitive.py) or the
     # group ends (ragged_contract.py).
-    extra = {"grouped": [jnp.zeros((1 + catalog.GROUP_TILE_FIELDS,), jnp.int32)],
+    table = [jnp.zeros((1 + catalog.GROUP_TILE_FIELDS,), jnp.int32)]
+    extra = {"grouped": table, "grouped_glu": table,
              "grouped_contraction": [jnp.zeros((1,), jnp.int32)]}.get(family, [])
     call = jax.ffi.ffi_call(f"jax_hopper_gemm_{family}",
                             (jax.ShapeDtypeStruct((1, 256, out_cols), jnp.bfloat16),

@@ -1,6 +1,6 @@
-"""examples/moe_layer.py: the MoE block runs its grouped GEMMs on jax_hopper.ragged_dot, both
-versions match float32 within the bound, and a block that multiplies the wrong experts fails
-the check."""
+"""examples/moe_layer.py: the MoE block runs its grouped GEMMs on jax_hopper (hopper_ragged_glu,
+ragged_dot), both versions match float32 within the bound, and a block that multiplies the
+wrong experts fails the check."""
 
 from unittest import mock
 
@@ -18,11 +18,14 @@ def example():
     return load_example("moe_layer.py")
 
 
-def test_runs_on_ragged_dot_and_matches_float32(example, capsys):
+def test_runs_on_the_grouped_kernels_and_matches_float32(example, capsys):
     with mock.patch.object(example.jax_hopper, "ragged_dot",
-                           wraps=jax_hopper.ragged_dot) as spy:
+                           wraps=jax_hopper.ragged_dot) as spy, \
+            mock.patch.object(example.jax_hopper, "hopper_ragged_glu",
+                              wraps=jax_hopper.hopper_ragged_glu) as glu_spy:
         assert example.main(SMALL) == 0
-    assert spy.call_count >= 2  # gate/up and down, traced per compiled function
+    # The down projection and the gated gate/up, traced once per compiled function.
+    assert spy.call_count >= 2 and glu_spy.call_count >= 2
     printed = capsys.readouterr().out
     assert "numerical check: passed" in printed
     assert ("lax speed-up" in printed) == bool(jax_hopper.kernels_available())

@@ -110,3 +110,19 @@ def test_errors_name_the_argument(rng, call, match):
     y = random_operand(rng, (64, 32), "bfloat16")
     with pytest.raises(ValueError, match=match):
         call(x, y, jnp.asarray([20, 20, 24], jnp.int32))
+
+
+def test_grad_under_vmap_equals_lax(rng):
+    """jax.grad inside jax.vmap: the weight gradient's contraction per batch entry."""
+    x = random_operand(rng, (3, 60, 16), "bfloat16")
+    w = random_operand(rng, (4, 16, 8), "bfloat16")
+    sizes = jnp.asarray([[10, 20, 20, 10], [0, 60, 0, 0], [30, 0, -1, 30]], jnp.int32)
+
+    def loss(ragged):
+        return lambda x, w, s: jnp.sum(ragged(x, w, s, preferred_element_type=jnp.float32) ** 2)
+
+    got = jax.jit(jax.vmap(jax.grad(loss(hopper_ragged_dot), (0, 1)), (0, None, 0)))(x, w, sizes)
+    for i in range(3):
+        want = jax.grad(loss(jax.lax.ragged_dot), (0, 1))(x[i], w, jnp.maximum(sizes[i], 0))
+        assert rel_frob(got[0][i], to64(want[0])) < 1e-2
+        assert rel_frob(got[1][i], to64(want[1])) < 1e-2

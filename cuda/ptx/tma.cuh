@@ -1,5 +1,5 @@
 // Tensor Memory Accelerator (bulk tensor copy) wrappers: one instruction each (3-D: the
-// GEMM and the TMA ops view every array as (batch, rows, cols)).
+// GEMM and the TMA ops view every array as (batch, rows, cols); 4-D for the gated weights).
 // Coordinates are in elements, innermost first, and may run past the tensor's edge: loads fill
 // zeros there and stores skip it.
 // PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/#data-movement-and-conversion-instructions-cp-async-bulk-tensor
@@ -42,6 +42,28 @@ __device__ __forceinline__ void tma_load_3d_multicast(const CUtensorMap* map, ui
       ".multicast::cluster [%0], [%1, {%3, %4, %5}], [%2], %6;"
       ::"r"(smem_addr(dst)), "l"(gmem_addr(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1),
         "r"(c2), "h"(cta_mask)
+      : "memory");
+}
+
+// 4-D (the grouped GLU's per-expert gated weights: columns, k, half, expert).
+__device__ __forceinline__ void tma_load_4d(const CUtensorMap* map, uint64_t* bar, void* dst,
+                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6}], [%2];"
+      ::"r"(smem_addr(dst)), "l"(gmem_addr(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2),
+        "r"(c3)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load_4d_multicast(const CUtensorMap* map, uint64_t* bar,
+                                                      void* dst, int32_t c0, int32_t c1,
+                                                      int32_t c2, int32_t c3, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%3, %4, %5, %6}], [%2], %7;"
+      ::"r"(smem_addr(dst)), "l"(gmem_addr(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1),
+        "r"(c2), "r"(c3), "h"(cta_mask)
       : "memory");
 }
 

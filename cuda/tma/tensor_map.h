@@ -26,25 +26,30 @@ struct TensorMapSpec {
 // CUDA_ERROR_INVALID_VALUE) and encodes it. Returns "" on success, else why it failed.
 std::string encode_tensor_map(const TensorMapSpec& spec, CUtensorMap* out);
 
-// A rank-3 map with the 128B swizzle over `base`: extents d0 (innermost) to d2, the byte strides
-// of dims 1 and 2, and a box of box0 x box1 x 1 elements (the GEMM's every map).
+// A map with the 128B swizzle over `base`: extents d[0] (innermost) to d[rank - 1], the byte
+// strides of dims 1.., and a box of box0 x box1 x 1 x ... elements (the GEMM's every map).
+inline std::string encode_sw128(CUtensorMapDataType dtype, void* base, int rank,
+                                const uint64_t* d, const uint64_t* strides, uint32_t box0,
+                                uint32_t box1, CUtensorMap* out) {
+  TensorMapSpec s = {};
+  s.dtype = dtype;
+  s.rank = rank;
+  s.base = base;
+  for (int i = 0; i < rank; ++i) {
+    s.dims[i] = d[i];
+    s.strides_bytes[i] = i > 0 ? strides[i - 1] : 0;
+    s.box[i] = i == 0 ? box0 : i == 1 ? box1 : 1;
+  }
+  s.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  return encode_tensor_map(s, out);
+}
+
+// Rank 3: extents d0 to d2, the byte strides of dims 1 and 2.
 inline std::string encode_sw128_3d(CUtensorMapDataType dtype, void* base, uint64_t d0,
                                    uint64_t d1, uint64_t d2, uint64_t stride1, uint64_t stride2,
                                    uint32_t box0, uint32_t box1, CUtensorMap* out) {
-  TensorMapSpec s = {};
-  s.dtype = dtype;
-  s.rank = 3;
-  s.base = base;
-  s.dims[0] = d0;
-  s.dims[1] = d1;
-  s.dims[2] = d2;
-  s.strides_bytes[1] = stride1;
-  s.strides_bytes[2] = stride2;
-  s.box[0] = box0;
-  s.box[1] = box1;
-  s.box[2] = 1;
-  s.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
-  return encode_tensor_map(s, out);
+  const uint64_t d[3] = {d0, d1, d2}, strides[2] = {stride1, stride2};
+  return encode_sw128(dtype, base, 3, d, strides, box0, box1, out);
 }
 
 // Tensor-map element type for TMA. Copies only move bytes, so any element type maps to the

@@ -1,6 +1,7 @@
-// XLA FFI handler of hopper_ragged_dot (the grouped kernel family): out rows of group g =
-// act(alpha * lhs rows @ rhs[g] + bias[g]) + beta * residual, the groups' row ranges given by
-// the tile table the wrapper builds on the device (cuda/gemm/scheduler/grouped.cuh).
+// XLA FFI handlers of hopper_ragged_dot (the grouped kernel family): out rows of group g =
+// act(alpha * lhs rows @ rhs[g] + bias[g]) + beta * residual, and of hopper_ragged_glu (the
+// grouped_glu family: act(gate) * up of expert g's gated weight), the groups' row ranges given
+// by the tile table the wrapper builds on the device (cuda/gemm/scheduler/grouped.cuh).
 #include <string>
 
 #include "ffi/gemm/gemm_call.h"
@@ -23,27 +24,52 @@ ffi::Error grouped_shapes(const GemmKernelInfo& kernel, const GemmArgs& g, GemmS
   return ffi::Error::Success();
 }
 
-ffi::Error grouped_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
-                        ffi::AnyBuffer bias, ffi::AnyBuffer residual, ffi::AnyBuffer tiles,
-                        ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
-                        GemmAttrs attrs) {
+// The grouped GLU: lhs (1, M, K); the experts' gated weights (G K, 2, N), expert g's (K, 2, N)
+// the g-th; bias (G, 2, N) or none; out and residual (1, M, N).
+ffi::Error grouped_glu_shapes(const GemmKernelInfo&, const GemmArgs& g, GemmShape* s) {
+  const int64_t k = g.a.cols, n = g.out.cols;
+  if (g.a.batch != 1 || g.out.batch != 1 || g.a.rows != g.out.rows || k == 0 ||
+      g.b.batch % k != 0 || g.b.rows != 2 || g.b.cols != n || n % 8 != 0)
+    return invalid("hopper_ragged_glu: lhs (1, M, K), the weights (G K, 2, N) with N a "
+                   "multiple of 8 and the output (1, M, N) disagree");
+  const int64_t groups = g.b.batch / k;
+  if (2 * n > INT32_MAX) return invalid("hopper_ragged_glu: a dimension is beyond 2^31 - 1");
+  *s = GemmShape{g.out.rows, n, k, groups, groups * 2 * n, "(G, 2, N)"};
+  return ffi::Error::Success();
+}
+
+// The tile table (cuda/gemm/scheduler/grouped.cuh) into `preset`, or why it is malformed.
+ffi::Error read_tile_table(const char* op, const ffi::AnyBuffer& tiles, GemmArgs* preset) {
   const int64_t entries = static_cast<int64_t>(tiles.element_count());
   if (tiles.element_type() != ffi::DataType::S32 || tiles.dimensions().size() != 1 ||
       entries < 1 + kGroupTileFields || (entries - 1) % kGroupTileFields != 0 ||
       (entries - 1) / kGroupTileFields > INT32_MAX)
-    return invalid("hopper_ragged_dot: the tile table must be int32 (1 + " +
+    return invalid(std::string(op) + ": the tile table must be int32 (1 + " +
                    std::to_string(kGroupTileFields) + " * slots,)");
+  preset->group_tiles = static_cast<const int32_t*>(tiles.untyped_data());
+  preset->tile_slots = static_cast<int32_t>((entries - 1) / kGroupTileFields);
+  return ffi::Error::Success();
+}
+
+template <GemmFamily kFamily>
+ffi::Error grouped_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                        ffi::AnyBuffer bias, ffi::AnyBuffer residual, ffi::AnyBuffer tiles,
+                        ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
+                        GemmAttrs attrs) {
+  constexpr bool kGated = kFamily == GemmFamily::kGroupedGlu;
+  const char* op = kGated ? "hopper_ragged_glu" : "hopper_ragged_dot";
   GemmArgs preset = {};
-  preset.group_tiles = static_cast<const int32_t*>(tiles.untyped_data());
-  preset.tile_slots = static_cast<int32_t>((entries - 1) / kGroupTileFields);
-  return run_gemm(GemmFamily::kGrouped, "hopper_ragged_dot", grouped_shapes, stream, a, b, bias,
+  JH_RETURN_IF_ERROR(read_tile_table(op, tiles, &preset));
+  return run_gemm(kFamily, op, kGated ? grouped_glu_shapes : grouped_shapes, stream, a, b, bias,
                   residual, out, workspace, attrs, &preset);
 }
 
 }  // namespace
 
 // The gemm binding with the tile table as a fifth input.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedHandler, grouped_impl, gemm_binding<1>(),
-                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedHandler, grouped_impl<GemmFamily::kGrouped>,
+                              gemm_binding<1>(), {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedGluHandler, grouped_impl<GemmFamily::kGroupedGlu>,
+                              gemm_binding<1>(), {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jax_hopper

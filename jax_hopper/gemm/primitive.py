@@ -113,7 +113,7 @@ def launch(a, b, bias, res, **params):
 def _pad_columns(b, bias, res, axis, pad):
     """`pad` zero output columns more: b along `axis`, bias and residual along their last axis.
     Costs one copy of b; the caller slices the padded columns off the result."""
-    b = jnp.pad(b, [(0, pad if i == axis else 0) for i in range(3)])
+    b = jnp.pad(b, [(0, pad if i == axis else 0) for i in range(b.ndim)])
     if bias.size:
         bias = jnp.pad(bias, [(0, 0)] * (bias.ndim - 1) + [(0, pad)])
     if res.size:

@@ -97,7 +97,7 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
     config.validate(lhs.dtype.name, False, b_mn_major, family="grouped")
 
     params = freeze(dict(b_mn_major=b_mn_major, out_dtype=out_dtype, activation=act,
-                         alpha=alpha, beta=beta, config=config))
+                         alpha=alpha, beta=beta, config=config, family="grouped"))
     gs = group_sizes.astype(jnp.int32)
     lhs3 = lhs[None]
     if m == 0 or n == 0 or groups == 0 or k == 0:  # a zero product: nothing to launch
@@ -175,7 +175,7 @@ def _bwd(params, has_residual, saved, dout):
     # d lhs = dP @ rhs[g]^T: rhs read through the other layout flag; N and K trade places.
     dlhs = launch(dp, rhs, gs, jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), lhs3.dtype),
                   b_mn_major=not p["b_mn_major"], out_dtype=lhs3.dtype, activation=0,
-                  alpha=1.0, beta=0.0,
+                  alpha=1.0, beta=0.0, family="grouped",
                   config=choose_grouped_config(m, lhs3.shape[2], rhs.shape[0]))
     # d rhs[g] = lhs_g^T dP_g, or dP_g^T lhs_g for rhs stored (G, N, K): the grouped
     # contraction kernel, the groups splitting the rows.

@@ -5,6 +5,9 @@
     lhs: o m k,  rhs: g k n (or g n k),  group_sizes: g,  bias: g n,  residual: o m n
       -> out: o m n
 
+(the grouped GLU's gated weights: rhs g k h n and bias g h n, h the gate/up halves; its N
+split gives every device matching gate and up columns, as hopper_glu's).
+
 Only N is split (the experts' columns, tensor parallelism): each device multiplies every row
 by its columns of every expert, with no communication. The other factors need replication:
 rows (M) split over devices would give each device groups that start at another device's rows,
@@ -53,17 +56,19 @@ def _partitioned(params, shapes, lhs3, rhs, gs, bias, res):
 def _rule(params, shapes, mesh, value_types, result_types):
     del mesh, value_types, result_types
     *_, bias_shape, res_shape = shapes
-    rhs = "g k n" if dict(params)["b_mn_major"] else "g n k"
-    bias = "g n" if bias_shape[0] else "z"
+    p = dict(params)
+    gated = p["family"] == "grouped_glu"
+    rhs = "g k h n" if gated else "g k n" if p["b_mn_major"] else "g n k"
+    bias = ("g h n" if gated else "g n") if bias_shape[0] else "z"
     res = "o m n" if res_shape[0] else "r1 r2 r3"
     return (f"o m k, {rhs}, g, {bias}, {res} -> o m n",
-            {"need_replication_factors": ("o", "m", "k", "g")})
+            {"need_replication_factors": ("o", "m", "k", "g") + (("h",) if gated else ())})
 
 
 def _partition(params, shapes, mesh, arg_shapes, result_shape):
     p = dict(params)
     lhs, rhs, gs, bias, res = arg_shapes
-    rhs_n = 2 if p["b_mn_major"] else 1
+    rhs_n = rhs.ndim - 1 if p["b_mn_major"] else 1
     s_rhs = spec_of(rhs)
     _, spec = assign_factors(mesh, {"n": [s_rhs[rhs_n], spec_of(result_shape)[2]], "k": []},
                                 lhs.shape[2])
@@ -74,8 +79,8 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
         warnings.warn(f"hopper_ragged_dot: {', '.join(gathered)} gathered to every device (only "
                       "rhs's N axis is split without communication; shard experts with "
                       "shard_map)", stacklevel=2)
-    rhs_sh = spec(None, None, "n") if p["b_mn_major"] else spec(None, "n", None)
-    bias_sh = spec(None, "n") if bias.shape[0] else spec(None)
+    rhs_sh = spec(*[("n" if i == rhs_n else None) for i in range(rhs.ndim)])
+    bias_sh = (spec(*[None] * (bias.ndim - 1), "n") if bias.shape[0] else spec(None))
     res_sh = spec(None, None, "n") if res.shape[0] else spec(None, None, None)
     return (mesh, lambda *args: launch(*args, **p), spec(None, None, "n"),
             (spec(None, None, None), rhs_sh, spec(None), bias_sh, res_sh))

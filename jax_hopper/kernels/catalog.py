@@ -153,6 +153,15 @@ FAMILIES = {
                        TileShape(64, 256, 64, 4, "pingpong")),
                       ((False, False), (False, True)), "_grouped", "the grouped GEMM",
                       scheduler="GroupedScheduler<{bm}, {bn}>", clusters=((1, 1), (1, 2))),
+    # hopper_ragged_glu: the grouped GEMM with each expert's gated weight (K, 2, F), loaded
+    # and paired as hopper_glu's (GatedWeightLoad with the expert as batch entry, GatedOps),
+    # storing its group's rows (GroupedOutput).
+    "grouped_glu": Family(
+        "grouped_glu", "kGroupedGlu", _SS16.replace("{b_load}", "GatedWeightLoad"),
+        "TmaStoreEpilogue<{bn}, GatedOps, GroupedOutput>",
+        (TileShape(128, 256, 64, 4), TileShape(64, 256, 64, 4, "pingpong")), ((False, True),),
+        "_grouped_glu", "the grouped GLU", scheduler="GroupedScheduler<{bm}, {bn}>",
+        clusters=((1, 1), (1, 2))),
     # hopper_ragged_contract (hopper_ragged_dot's weight gradient): out[g] = x_g^T y_g, the
     # groups splitting the contracted rows of x (R, P) and y (R, Q), both read MN-major; one
     # output entry per group (GroupedContractionScheduler), the plain linear epilogue.

@@ -47,6 +47,11 @@ struct OperandLoad {
   // First mn coordinate of tile `block` of `rows` rows.
   __device__ static int32_t origin(int32_t block, int rows) { return block * rows; }
 
+  // One operand per batch entry, or one shared by the batch.
+  static bool batched(const GemmArgs& args, const Array3& x) {
+    return x.batch == args.batch && args.batch > 1;
+  }
+
   // `rows_per_cta`: the tile's rows over the CTAs that share it (K-major: one box of them).
   static std::string make_map(const GemmArgs&, const Array3& x, uint32_t rows_per_cta,
                               CUtensorMap* out) {
@@ -69,27 +74,41 @@ struct OperandLoad {
   }
 };
 
-// hopper_glu's (K, 2, n) weight (gate, then up), MN-major: a tile's first rows/2 rows are gate
-// columns mn0.. and the next rows/2 the up columns with the same indices, so one tile holds
-// both factors of rows/2 output columns (the gated epilogue pairs them). The map views the
-// weight as (n, K, half): one box coordinate picks the half.
+// The gated weight (gate, then up), MN-major: hopper_glu's (K, 2, n), or the grouped GLU's
+// (G K, 2, n), one (K, 2, n) per expert (its batch entry). A tile's first rows/2 rows are gate
+// columns mn0.. and the next rows/2 the up columns with the same indices, so one tile holds both
+// factors of rows/2 output columns (the gated epilogue pairs them). The map views the weight as
+// (n, K, half, expert), so a k-block past K is zeros, never the next expert's rows.
 struct GatedWeightLoad {
   static constexpr bool kMnMajor = true;
 
   __device__ static int32_t origin(int32_t block, int rows) { return block * (rows / 2); }
 
+  // One weight per batch entry (the grouped GLU's experts) or one shared (hopper_glu's).
+  static bool batched(const GemmArgs& args, const Array3& w) { return w.batch > args.k; }
+
   static std::string make_map(const GemmArgs& args, const Array3& w, uint32_t, CUtensorMap* out) {
-    // (ffi/gemm/glu.cc checked that w is (K, 2, N) with N a multiple of 8.)
-    return encode_sw128_3d(CU_TENSOR_MAP_DATA_TYPE_UINT16, w.data, args.n, args.k, 2,
-                           2 * args.n * 2, args.n * 2, kBoxElems, kBoxElems, out);
+    // (The handlers checked that w is (E K, 2, N) with N a multiple of 8.)
+    const uint64_t n = args.n, k = args.k;
+    const uint64_t dims[4] = {n, k, 2, static_cast<uint64_t>(w.batch) / k};
+    const uint64_t strides[3] = {2 * n * 2, n * 2, k * 2 * n * 2};
+    return encode_sw128(CU_TENSOR_MAP_DATA_TYPE_UINT16, w.data, 4, dims, strides, kBoxElems,
+                        kBoxElems, out);
   }
 
   __device__ static void load(const CUtensorMap* map, uint64_t* bar, uint8_t* dst, int rows,
-                              int32_t mn0, int32_t k0, int32_t, uint32_t share, uint32_t rank) {
+                              int32_t mn0, int32_t k0, int32_t expert, uint32_t share,
+                              uint32_t rank) {
     const int half_boxes = rows / kBoxElems / 2;
-    for (int j = share > 1 ? rank : 0; j < 2 * half_boxes; j += share)
-      tma_load_shared(map, bar, dst + j * kBoxBytes, mn0 + (j % half_boxes) * kBoxElems, k0,
-                      j / half_boxes, share);
+    for (int j = share > 1 ? rank : 0; j < 2 * half_boxes; j += share) {
+      const int32_t col = mn0 + (j % half_boxes) * kBoxElems, half = j / half_boxes;
+      uint8_t* box = dst + j * kBoxBytes;
+      if (share > 1)
+        ptx::tma_load_4d_multicast(map, bar, box, col, k0, half, expert,
+                                   static_cast<uint16_t>((1u << share) - 1));
+      else
+        ptx::tma_load_4d(map, bar, box, col, k0, half, expert);
+    }
   }
 };
 

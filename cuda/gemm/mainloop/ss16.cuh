@@ -52,7 +52,7 @@ struct MainloopSS16 {
 
   struct Params {
     CUtensorMap a, b;
-    int32_t a_batched, b_batched;  // 0: the operand is shared by every batch entry
+    int32_t a_batched, b_batched;  // 0: one operand for every batch entry (Load::batched)
   };
 
   struct Shared {
@@ -81,8 +81,8 @@ struct MainloopSS16 {
     // A is shared by the CTAs of a cluster along N, B by those along M.
     std::string e = ALoad::make_map(g, g.a, BM / g.cluster_n, &p->a);
     if (e.empty()) e = BLoad::make_map(g, g.b, BN / g.cluster_m, &p->b);
-    p->a_batched = g.a.batch == g.batch && g.batch > 1;
-    p->b_batched = g.b.batch == g.batch && g.batch > 1;
+    p->a_batched = ALoad::batched(g, g.a);
+    p->b_batched = BLoad::batched(g, g.b);
     return e;
   }
 

@@ -1,0 +1,132 @@
+"""hopper_ragged_glu: the grouped gated linear unit of Mixture-of-Experts up-projections, gate
+and up of every expert in one launch.
+
+w (G, K, 2, F) holds each expert's gate and up projections, hopper_glu's (K, 2, F) weight per
+expert. Rows of group g get act(x @ w[g, :, 0]) * (x @ w[g, :, 1]); the (M, 2F) product never
+reaches memory (the grouped_glu kernel family: the grouped scheduler, GatedWeightLoad with the
+expert as batch entry, GatedOps storing only the group's rows). Group sizes as
+hopper_ragged_dot takes them (ragged_tiles.py); rows past every group are the unit of a zero
+product (0, plus beta * residual).
+
+Layers: hopper_ragged_glu checks its arguments -> _glu (custom VJP) ->
+ragged_sharding.partitioned (sharded jit: F split locally, gate and up columns together;
+vmap one launch per entry) -> ragged_primitive.launch (family "grouped_glu") -> hopper_ragged_p.
+
+NOTES:
+- Autodiff, as hopper_glu: the backward needs gate and up, and recomputing them costs the whole
+  forward product again, so under differentiation the forward runs `_unfused`:
+  hopper_ragged_dot writes the (M, 2F) product in x's dtype (kept for the backward) and jnp
+  applies the unit; the gradients then flow through hopper_ragged_dot's VJP (the grouped
+  kernel for d x, the grouped contraction for d w). The fused kernel serves the forward pass
+  without a gradient (inference).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_hopper.gemm import api
+from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.epilogue import activation_code, apply_gated
+from jax_hopper.gemm.primitive import freeze
+from jax_hopper.gemm.ragged import hopper_ragged_dot
+from jax_hopper.gemm.ragged_primitive import epilogue
+from jax_hopper.gemm.ragged_sharding import partitioned
+from jax_hopper.kernels import catalog
+
+_F32 = jnp.dtype(jnp.float32)
+_FAMILY = "grouped_glu"
+
+
+def hopper_ragged_glu(x, w, group_sizes, *, activation="silu", bias=None, residual=None,
+                      alpha=1.0, beta=1.0, out_dtype=None, preferred_element_type=None,
+                      config=None):
+    """out[rows of group g] = act(alpha x @ w[g,:,0] + bias[g,0]) * (alpha x @ w[g,:,1] +
+    bias[g,1]) + beta * residual
+
+    x: (M, K); w: (G, K, 2, F), each expert's gate then up projection, the same dtype as x
+    (bfloat16 or float16); group_sizes: (G,) integer, a device array. activation: "silu"
+    (SwiGLU), "gelu", "gelu_tanh", "relu" or None (bilinear). bias: (G, 2, F), added in float32;
+    residual: broadcastable to (M, F). out_dtype (alias preferred_element_type): bfloat16,
+    float16 or float32, default x's dtype. config: a GemmConfig of the grouped_glu family (for
+    the (M, 2F) product); default choose_grouped_glu_config.
+    """
+    x, w, group_sizes = jnp.asarray(x), jnp.asarray(w), jnp.asarray(group_sizes)
+    out_dtype = api.out_dtype_arg(out_dtype, preferred_element_type)
+    api.check_dtypes(x, w, out_dtype, names=("x", "w"), fn="hopper_ragged_glu")
+    out_dtype = out_dtype if out_dtype is not None else x.dtype
+    act = activation_code(activation)
+    alpha, beta = api.static_scalar("alpha", alpha), api.static_scalar("beta", beta)
+    if x.ndim != 2:
+        raise ValueError(f"x.shape={x.shape} must be (M, K)")
+    if w.ndim != 4 or w.shape[2] != 2 or w.shape[1] != x.shape[1]:
+        raise ValueError(f"w.shape={w.shape} must be (G, K, 2, F) with K = x's {x.shape[1]}: "
+                         "each expert's gate and up projections")
+    (m, k), (groups, _, _, f) = x.shape, w.shape
+    if group_sizes.shape != (groups,) or not jnp.issubdtype(group_sizes.dtype, jnp.integer):
+        raise ValueError(f"group_sizes must be an integer array of shape (G,) = ({groups},), "
+                         f"one size per expert; got {group_sizes.dtype} {group_sizes.shape}")
+    bias3 = api.prepare_bias(bias, (groups, 2, f), "(G, 2, F)", ": gate and up rows per expert")
+    res3 = (jnp.zeros((0, 0, 0), out_dtype) if residual is None else
+            jnp.broadcast_to(api.checked_residual(residual, (m, f), out_dtype), (m, f))[None])
+    if config is None:
+        config = choose_grouped_glu_config(m, f, groups)
+    elif not isinstance(config, GemmConfig):
+        raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
+    config.validate(x.dtype.name, False, True, family=_FAMILY)
+    params = freeze(dict(b_mn_major=True, out_dtype=out_dtype, activation=act, alpha=alpha,
+                         beta=beta, config=config, family=_FAMILY))
+    gs = group_sizes.astype(jnp.int32)
+    if m == 0 or f == 0 or groups == 0 or k == 0:  # a zero product: nothing to launch
+        out = epilogue(jnp.zeros((m, 2 * f), _F32), gs, bias3, res3, activation=act, beta=beta,
+                       out_dtype=out_dtype, family=_FAMILY)
+    else:
+        out = _glu(x[None], w, gs, bias3, res3, params)
+    return out[0]
+
+
+def choose_grouped_glu_config(m: int, f: int, groups: int) -> GemmConfig:
+    """choose_grouped_config's rule for the (M, 2F) gated product: 64 x 256 ping-pong for 64
+    rows per expert or fewer (decode), else 128 x 256; 2-CTA clusters along N wherever the
+    product has two column tiles."""
+    tiles = {(t.block_m, t.schedule): t for t in catalog.FAMILIES[_FAMILY].tiles}
+    tile = tiles[64, "pingpong"] if m <= 64 * groups else tiles[128, "cooperative"]
+    return GemmConfig.for_tile(tile, stream_k=False, cluster_n=2 if 2 * f > tile.block_n else 1)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _glu(lhs3, w, gs, bias, res, params):
+    return partitioned(params, lhs3, w, gs, bias, res)
+
+
+def _unfused(lhs3, w, gs, bias, res, params):
+    """The same unit through hopper_ragged_dot (product in x's dtype) and jnp."""
+    p = dict(params)
+    groups, k, _, f = w.shape
+    h = hopper_ragged_dot(lhs3[0], w.reshape(groups, k, 2 * f), gs,
+                          bias=bias.reshape(groups, 2 * f) if bias.size else None,
+                          alpha=p["alpha"], out_dtype=lhs3.dtype)
+    z = apply_gated(h.astype(_F32), p["activation"])
+    if res.size:
+        z = z + p["beta"] * res[0].astype(_F32)
+    return z.astype(p["out_dtype"])[None]
+
+
+def _fwd(lhs3, w, gs, bias, res, params):
+    out, vjp = jax.vjp(lambda *a: _unfused(a[0], a[1], gs, a[2], a[3], params),
+                       lhs3, w, bias, res)
+    return out, (vjp, gs)
+
+
+def _bwd(params, saved, dout):
+    del params
+    vjp, gs = saved
+    dlhs, dw, dbias, dres = vjp(dout)
+    return dlhs, dw, np.zeros(gs.shape, jax.dtypes.float0), dbias, dres
+
+
+_glu.defvjp(_fwd, _bwd)

@@ -1,0 +1,101 @@
+"""hopper_ragged_glu without a GPU: the reference lowering against float64 (every activation,
+bias, residual, adversarial sizes), gradients against jax.grad of the same unit in jnp, vmap,
+empty problems, the config choice and the argument errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gemm_helpers import REL_FROB_BOUND, ragged_glu_reference64, random_operand, rel_frob, to64
+from jax_hopper import GemmConfig, hopper_ragged_glu
+from jax_hopper.gemm.ragged_glu import choose_grouped_glu_config
+from jax_hopper.kernels import catalog
+
+
+@pytest.mark.parametrize("activation", [a for a, _ in catalog.ACTIVATIONS])
+@pytest.mark.parametrize("sizes", [[30, 0, -2, 50], [2**31 - 1, 5, 0, 0], [0, 0, 0, 0]], ids=str)
+def test_reference_against_float64(rng, activation, sizes):
+    x = random_operand(rng, (100, 32), "bfloat16")
+    w = random_operand(rng, (4, 32, 2, 24), "bfloat16")
+    bias = jnp.asarray(rng.standard_normal((4, 2, 24)), jnp.float32)
+    res = random_operand(rng, (100, 24), "float32")
+    got = jax.jit(lambda *a: hopper_ragged_glu(*a[:3], bias=a[3], residual=a[4], alpha=0.5,
+                                               beta=-1.0, activation=activation,
+                                               out_dtype=jnp.float32))(
+        x, w, jnp.asarray(sizes, jnp.int32), bias, res)
+    want = ragged_glu_reference64(x, w, sizes, activation=activation, bias=bias, residual=res,
+                                  alpha=0.5, beta=-1.0)
+    assert got.shape == (100, 24) and rel_frob(got, want) < REL_FROB_BOUND["float32"]
+
+
+def test_grads_equal_the_jnp_unit(rng):
+    m, k, f, g = 90, 16, 8, 3
+    x, w = random_operand(rng, (m, k), "float16"), random_operand(rng, (g, k, 2, f), "float16")
+    bias = jnp.asarray(rng.standard_normal((g, 2, f)), jnp.float32)
+    sizes = jnp.asarray([30, 0, 40], jnp.int32)  # 20 rows past every group
+    dy = random_operand(rng, (m, f), "float32")
+
+    def jnp_unit(x, w, bias):
+        rows = jnp.repeat(jnp.arange(g + 1), np.array([30, 0, 40, 20]), total_repeat_length=m)
+        wp = jnp.concatenate([w, jnp.zeros((1, k, 2, f), w.dtype)])[rows].astype(jnp.float32)
+        bp = jnp.concatenate([bias, jnp.zeros((1, 2, f))])[rows]
+        valid = (rows < g)[:, None]
+        gate = jnp.einsum("mk,mkf->mf", x.astype(jnp.float32), wp[:, :, 0]) + bp[:, 0] * valid
+        up = jnp.einsum("mk,mkf->mf", x.astype(jnp.float32), wp[:, :, 1]) + bp[:, 1] * valid
+        return jax.nn.silu(gate) * up
+
+    got = jax.grad(lambda *a: jnp.sum(hopper_ragged_glu(
+        *a[:2], sizes, bias=a[2], out_dtype=jnp.float32) * dy), (0, 1, 2))(x, w, bias)
+    want = jax.grad(lambda *a: jnp.sum(jnp_unit(*a) * dy), (0, 1, 2))(x, w, bias)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        assert rel_frob(a, to64(b)) < 1e-2
+
+
+def test_vmap_over_tokens(rng):
+    x = random_operand(rng, (2, 60, 16), "bfloat16")
+    w = random_operand(rng, (3, 16, 2, 8), "bfloat16")
+    sizes = np.array([[20, 20, 20], [0, 60, 0]])
+    out = jax.vmap(lambda x, s: hopper_ragged_glu(x, w, s, out_dtype=jnp.float32))(
+        x, jnp.asarray(sizes, jnp.int32))
+    for i in range(2):
+        assert rel_frob(out[i], ragged_glu_reference64(x[i], w, sizes[i])) < 1e-4
+
+
+@pytest.mark.parametrize("m,k,f,groups", [(0, 8, 8, 2), (8, 0, 8, 2), (8, 8, 0, 2), (8, 8, 8, 0)])
+def test_empty_problems(rng, m, k, f, groups):
+    out = hopper_ragged_glu(random_operand(rng, (m, k), "bfloat16"),
+                            random_operand(rng, (groups, k, 2, f), "bfloat16"),
+                            jnp.full((groups,), 4, jnp.int32))
+    assert out.shape == (m, f) and not np.any(np.asarray(out, np.float32))
+
+
+def test_config_choice():
+    decode = choose_grouped_glu_config(256, 2048, 64)
+    assert (decode.block_m, decode.schedule, decode.cluster_n) == (64, "pingpong", 2)
+    prefill = choose_grouped_glu_config(16384, 14336, 8)
+    assert (prefill.block_m, prefill.schedule, prefill.cluster_n) == (128, "cooperative", 2)
+    for cfg in (decode, prefill):
+        cfg.validate("bfloat16", False, True, family="grouped_glu")
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda x, w, g: hopper_ragged_glu(x[0], w, g), r"x.shape=\(16,\) must be \(M, K\)"),
+    (lambda x, w, g: hopper_ragged_glu(x, w[:, :, 0], g), r"must be \(G, K, 2, F\)"),
+    (lambda x, w, g: hopper_ragged_glu(x, w[:, :8], g), r"must be \(G, K, 2, F\)"),
+    (lambda x, w, g: hopper_ragged_glu(x, w, g[:2]), r"\(G,\) = \(3,\)"),
+    (lambda x, w, g: hopper_ragged_glu(x, w.astype(jnp.float16), g), "differ"),
+    (lambda x, w, g: hopper_ragged_glu(x, w, g, bias=jnp.ones((3, 24))),
+     r"bias.shape=.* \(G, 2, F\)"),
+    (lambda x, w, g: hopper_ragged_glu(x, w, g, residual=jnp.ones((3, 24))), "residual"),
+    (lambda x, w, g: hopper_ragged_glu(x, w, g, activation="tanh"), "activation"),
+    (lambda x, w, g: hopper_ragged_glu(
+        x, w, g, config=GemmConfig(block_n=128, stream_k=False)),
+     "not compiled for the grouped GLU"),
+])
+def test_errors_name_the_argument(rng, call, match):
+    x = random_operand(rng, (64, 16), "bfloat16")
+    w = random_operand(rng, (3, 16, 2, 24), "bfloat16")
+    with pytest.raises(ValueError, match=match):
+        call(x, w, jnp.asarray([20, 20, 24], jnp.int32))

@@ -1,0 +1,129 @@
+"""hopper_ragged_glu (the grouped_glu kernel family: every expert's gate and up in one launch)
+on an sm_90 GPU against float64: every compiled tile with and without the 2-CTA cluster, both
+dtypes, every activation with bias, residual, alpha and beta, group boundaries at every offset
+of a tile, adversarial sizes, F not a multiple of 8, gradients, CUDA graphs."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gemm_helpers import (REL_FROB_BOUND, poisoned_call, ragged_glu_reference64, random_operand,
+                          rel_frob, run_in_command_buffer, sizes64, to64)
+from jax_hopper import GemmConfig, hopper_ragged_glu
+from jax_hopper.kernels import catalog
+
+pytestmark = pytest.mark.gpu
+
+FAMILY = catalog.FAMILIES["grouped_glu"]
+
+
+def _check(rng, m, k, f, group_sizes, *, dtype="bfloat16", out_dtype=None, config=None,
+           bias=False, residual=False, activation="silu", alpha=1.0, beta=1.0):
+    groups = len(group_sizes)
+    x = random_operand(rng, (m, k), dtype)
+    w = (random_operand(rng, (groups, k, 2, f), dtype).astype(jnp.float32) / np.sqrt(k)
+         ).astype(dtype)
+    gs = jnp.asarray(group_sizes, jnp.int32)
+    out_dtype = out_dtype or dtype
+    arrays = {}
+    if bias:
+        arrays["bias"] = jnp.asarray(rng.standard_normal((groups, 2, f)), jnp.float32)
+    if residual:
+        arrays["residual"] = random_operand(rng, (m, f), out_dtype)
+
+    def fn(x, w, gs, *extra):
+        return hopper_ragged_glu(x, w, gs, out_dtype=out_dtype, config=config,
+                                 activation=activation, alpha=alpha, beta=beta,
+                                 **dict(zip(arrays, extra)))
+
+    out = poisoned_call(fn, (m, f), out_dtype, x, w, gs, *arrays.values())
+    ref = ragged_glu_reference64(x, w, group_sizes, activation=activation, alpha=alpha,
+                                 beta=beta, **arrays)
+    assert out.dtype == jnp.dtype(out_dtype)
+    err = rel_frob(out, ref)
+    assert err < REL_FROB_BOUND[jnp.dtype(out_dtype).name], (m, k, f, group_sizes, err)
+    if not residual:  # rows past every group: act(0) * 0
+        assert np.all(to64(out)[sum(sizes64(group_sizes, m)):] == 0)
+    return out
+
+
+@pytest.mark.parametrize("cluster_n", [c[1] for c in FAMILY.clusters], ids=lambda c: f"c1x{c}")
+@pytest.mark.parametrize("tile", FAMILY.tiles, ids=lambda t: t.tag)
+@pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
+def test_every_tile_and_cluster(rng, dtype, tile, cluster_n):
+    sizes = rng.multinomial(1200, np.ones(6) / 6)
+    _check(rng, 1200, 320, 392, list(sizes), dtype=dtype,
+           config=GemmConfig.for_tile(tile, stream_k=False, cluster_n=cluster_n))
+
+
+@pytest.mark.parametrize("tile", FAMILY.tiles, ids=lambda t: t.tag)
+def test_boundary_at_every_offset(rng, tile):
+    sizes = [1 + (7 * i) % (tile.block_m + 3) for i in range(40)]
+    _check(rng, sum(sizes) + 5, 128, 136, sizes, config=GemmConfig.for_tile(tile, stream_k=False))
+
+
+@pytest.mark.parametrize("activation", [a for a, _ in catalog.ACTIVATIONS])
+@pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)
+def test_epilogue_options(rng, activation, out_dtype):
+    _check(rng, 640, 256, 264, [100, 0, 313, 227], out_dtype=out_dtype, bias=True,
+           residual=True, alpha=0.5, beta=-2.0, activation=activation)
+
+
+@pytest.mark.parametrize("case", ["empty_groups", "negative", "sum_above_m", "sum_below_m"])
+def test_adversarial_sizes(rng, case):
+    sizes = {"empty_groups": [0, 0, 350, 0, 350, 0],
+             "negative": [-5, 300, -2**31, 400, 7],
+             "sum_above_m": [500, 2**31 - 1, 2**31 - 1, 9],
+             "sum_below_m": [100, 0, 250]}[case]
+    _check(rng, 700, 192, 136, sizes)
+
+
+# F not a multiple of 8 (padded), decode-like few rows per expert, one expert.
+@pytest.mark.parametrize("m,k,f,groups", [(333, 64, 100, 3), (256, 512, 1024, 64),
+                                          (500, 128, 256, 1)])
+def test_shapes(rng, m, k, f, groups):
+    _check(rng, m, k, f, list(rng.multinomial(m, np.ones(groups) / groups)))
+
+
+def test_grads_against_float64(rng):
+    m, k, f, g = 600, 256, 192, 4
+    x = random_operand(rng, (m, k), "bfloat16")
+    w = (random_operand(rng, (g, k, 2, f), "bfloat16").astype(jnp.float32) / 16
+         ).astype(jnp.bfloat16)
+    sizes = [200, 0, 250, 100]  # 50 rows past every group
+    gs = jnp.asarray(sizes, jnp.int32)
+    dy = random_operand(rng, (m, f), "float32")
+    got = jax.jit(jax.grad(lambda x, w: jnp.sum(
+        hopper_ragged_glu(x, w, gs, activation=None, out_dtype=jnp.float32) * dy), (0, 1)))(x, w)
+    # The bilinear unit: d gate = dy * up, d up = dy * gate, per group.
+    x64, w64, d64 = to64(x), to64(w), to64(dy)
+    want_x, want_w, row = np.zeros((m, k)), np.zeros((g, k, 2, f)), 0
+    for e, s in enumerate(sizes):
+        rows = slice(row, row + s)
+        gate, up = x64[rows] @ w64[e, :, 0], x64[rows] @ w64[e, :, 1]
+        dgate, dup = d64[rows] * up, d64[rows] * gate
+        want_x[rows] = dgate @ w64[e, :, 0].T + dup @ w64[e, :, 1].T
+        want_w[e, :, 0], want_w[e, :, 1] = x64[rows].T @ dgate, x64[rows].T @ dup
+        row += s
+    assert rel_frob(got[0], want_x) < 2e-2 and rel_frob(got[1], want_w) < 2e-2
+
+
+_GRAPH_CHILD = r"""
+import jax, jax.numpy as jnp, numpy as np, sys
+sys.path.insert(0, {tests!r})
+from gemm_helpers import ragged_glu_reference64, rel_frob
+from jax_hopper import hopper_ragged_glu
+x = jax.random.normal(jax.random.key(0), (512, 256), jnp.float32).astype(jnp.bfloat16)
+w = (jax.random.normal(jax.random.key(1), (4, 256, 2, 192), jnp.float32) / 16).astype(jnp.bfloat16)
+f = jax.jit(lambda x, w, g: hopper_ragged_glu(jnp.sin(x), w, g + 1, out_dtype=jnp.float32))
+for sizes in ([99, 100, 200, 109], [0, 511, -1, 0], [10, 20, 30, 40]):
+    g = jnp.asarray(sizes, jnp.int32)
+    want = ragged_glu_reference64(jnp.sin(x), w, np.asarray(sizes) + 1)
+    print("ERR", rel_frob(f(x, w, g), want), flush=True)
+"""
+
+
+def test_runs_inside_an_xla_command_buffer():
+    errors = run_in_command_buffer(_GRAPH_CHILD, "hopper_ragged_dot", "jax_hopper_gemm_grouped_glu")
+    assert len(errors) == 3 and max(errors) < REL_FROB_BOUND["bfloat16"], errors
