@@ -227,3 +227,14 @@ def test_grouped_bench_on_cpu(tmp_path, monkeypatch):
     assert row["error_vs_xla"] < 1e-2 and row["wgrad_error_vs_xla"] < 1e-2
     assert "temp_bytes" in row["hopper_train"]
     assert row["best_pallas"] is None and "GPU" in row["pallas_skipped"]
+
+
+def test_grouped_memory_bench_on_cpu(tmp_path):
+    """bench_grouped_memory.py end to end on a tiny shape: both implementations run in their
+    own process and report a time (the numbers mean nothing on a CPU)."""
+    import bench_grouped_memory  # noqa: PLC0415
+    assert bench_grouped_memory.main(["--shape", "128x3x32x16", "--reps", "1", "--out-dir",
+                                      str(tmp_path), "--tag", "t"]) == 0
+    rows = json.loads((tmp_path / "grouped_memory_t.json").read_text())["rows"]
+    assert [r["impl"] for r in rows] == list(bench_grouped_memory.IMPLS)
+    assert all(r["ms"] > 0 and "error" not in r for r in rows), rows

@@ -84,12 +84,14 @@ def test_empty_problems(rng, m, p, q, groups):
 
 
 def test_config_choice():
-    long_groups = choose_contraction_config(16384, 4096, 14336, 8)
-    assert (long_groups.block_n, long_groups.schedule, long_groups.cluster_n) == \
-        (256, "cooperative", 2)
-    short_groups = choose_contraction_config(4096, 4096, 4096, 64)
-    assert (short_groups.block_n, short_groups.schedule) == (128, "pingpong")
-    for cfg in (long_groups, short_groups):
+    big = choose_contraction_config(16384, 4096, 14336, 8)
+    assert (big.block_n, big.schedule, big.cluster_m, big.cluster_n) == \
+        (256, "cooperative", 2, 1)
+    one_row_tile = choose_contraction_config(4096, 128, 4096, 64)
+    assert (one_row_tile.cluster_m, one_row_tile.cluster_n) == (1, 2)
+    small = choose_contraction_config(4096, 64, 256, 4)
+    assert (small.cluster_m, small.cluster_n) == (1, 1)
+    for cfg in (big, one_row_tile, small):
         cfg.validate("bfloat16", True, True, family="grouped_contraction")
 
 

@@ -68,15 +68,21 @@ def hopper_ragged_contract(x, y, group_sizes, *, preferred_element_type=None, ou
 
 
 def choose_contraction_config(m: int, p: int, q: int, groups: int) -> GemmConfig:
-    """A compiled grouped_contraction tile for M rows over `groups` groups, out (G, P, Q):
-    128 x 256 cooperative, each tile contracting its group's rows; with few rows per group
-    (a short mainloop per tile) 128 x 128 ping-pong, whose epilogue runs under the other
-    warpgroup's mainloop. 2-CTA clusters along N (the CTAs share x's tile) wherever a group
-    has two column tiles."""
-    tiles = {(t.block_m, t.block_n, t.schedule): t for t in catalog.FAMILIES[_FAMILY].tiles}
-    few_rows = m < 512 * max(groups, 1)
-    tile = tiles[128, 128, "pingpong"] if few_rows else tiles[128, 256, "cooperative"]
-    return GemmConfig.for_tile(tile, stream_k=False, cluster_n=2 if q > tile.block_n else 1)
+    """A compiled grouped_contraction config for M rows over `groups` groups, out (G, P, Q):
+    128 x 256 cooperative tiles, each contracting its group's rows, in 2-CTA clusters along M
+    (the CTAs share y's tile by multicast) where a group has two row tiles, else along N.
+
+    NOTES: H100, bf16, 2026-11-23 (benchmarks/results/grouped_h100_20261123_wgrad.json), the
+    weight gradient of the Mixtral up, DeepSeek up and DeepSeek down cases (512-2048 rows per
+    group), TFLOP/s: 128 x 256 in clusters 1x1 / 2x1 / 1x2: 554 / 568 / 560, 546 / 573 / 558,
+    432 / 454 / 454; ping-pong 128 x 128 (same clusters) 371-462, slower in every case. Groups of
+    a few rows (short mainloops, where ping-pong's overlap of the epilogue could pay) are not
+    measured yet; m and groups are kept for that rule."""
+    del m, groups
+    tile = next(t for t in catalog.FAMILIES[_FAMILY].tiles
+                if (t.block_m, t.block_n, t.schedule) == (128, 256, "cooperative"))
+    cluster = (2, 1) if p > tile.block_m else (1, 2) if q > tile.block_n else (1, 1)
+    return GemmConfig.for_tile(tile, stream_k=False, cluster_m=cluster[0], cluster_n=cluster[1])
 
 
 def launch(x, y, group_sizes, *, out_dtype, config):
