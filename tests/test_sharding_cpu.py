@@ -24,7 +24,8 @@ import pytest
 CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", "auto_mesh",
          "output_sharding", "grad_data_parallel", "vmap", "shard_map", "glu_rows", "glu_f",
          "glu_k", "glu_grad", "k_scatter_m", "k_scatter_n", "glu_k_scatter", "ragged_n",
-         "ragged_n_k_major", "ragged_rows_gathered", "ragged_experts_shard_map"]
+         "ragged_n_k_major", "ragged_rows_gathered", "ragged_experts_shard_map",
+         "ragged_k_split", "ragged_n_grad", "ragged_glu_f", "contract_columns"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -282,11 +283,45 @@ def _cases():
                                    preferred_element_type=f32) for d in range(n_dev)]
         np.testing.assert_array_equal(np.asarray(got), np.concatenate(want))
 
+    def ragged_k_split():
+        # K split on lhs and rhs alike: float32 partials summed (psum), the epilogue after.
+        _compare(ragged(activation="gelu"),
+                 (_rand(rng, (rows, k)), _rand(rng, (groups, k, n)),
+                  _rand(rng, (groups, n), f32), _rand(rng, (rows, n), f32)),
+                 (named(None, "x"), named(None, "x"), None, None), all_reduce=True)
+
+    def ragged_n_grad():
+        # Tensor-parallel training: rhs split along N. d rhs (the grouped contraction) stays
+        # local; d lhs contracts over the split N: psum, no gather.
+        def grads(x, w, dy):  # dy split along N, as the layer's output is
+            return jax.grad(lambda x, w: jnp.sum(ragged()(x, w) * dy), (0, 1))(x, w)
+
+        got = _compare(grads, (_rand(rng, (rows, k)), _rand(rng, (groups, k, n)),
+                               _rand(rng, (rows, n), f32)),
+                       (None, named(None, None, "x"), named(None, "x")), all_reduce=True,
+                       bound=1e-2)
+        assert tuple(got[1].sharding.spec) == (None, None, "x"), got[1].sharding.spec
+
+    def ragged_glu_f():
+        from jax_hopper import hopper_ragged_glu
+        _compare(lambda x, w, b: hopper_ragged_glu(x, w, sizes, bias=b, out_dtype=f32),
+                 (_rand(rng, (rows, k)), _rand(rng, (groups, k, 2, n)),
+                  _rand(rng, (groups, 2, n), f32)),
+                 (None, named(None, None, None, "x"), named(None, None, "x")), all_reduce=False)
+
+    def contract_columns():
+        from jax_hopper import hopper_ragged_contract
+        got = _compare(lambda x, y: hopper_ragged_contract(x, y, sizes, out_dtype=f32),
+                       (_rand(rng, (rows, k)), _rand(rng, (rows, n))),
+                       (named(None, "x"), None), all_reduce=False)
+        assert tuple(got.sharding.spec) == (None, "x"), got.sharding.spec
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
                             k_scatter_n, glu_k_scatter, ragged_n, ragged_n_k_major,
-                            ragged_rows_gathered, ragged_experts_shard_map]))
+                            ragged_rows_gathered, ragged_experts_shard_map, ragged_k_split,
+                            ragged_n_grad, ragged_glu_f, contract_columns]))
 
 
 def main():

@@ -20,9 +20,10 @@ NOTES:
   custom_partitioning in ragged_sharding and on the primitive for the backward launches); the
   weights, when not mapped, are shared. A single launch over every entry (the groups of all entries in one tile
   table) would serve small entries better.
-- Sharding (ragged_sharding.py): rhs split along N runs without communication; any other
-  split is gathered, with a warning; experts split over devices is shard_map's. The backward
-  launches are not partitioned (XLA gathers their operands).
+- Sharding (ragged_sharding.py): rhs split along N runs without communication, K split on both
+  operands sums partials (psum); any other split is gathered, with a warning; experts split over
+  devices is shard_map's. The backward launches are partitioned too: with rhs split along N,
+  d lhs is a K split (psum) and d rhs (ragged_contract.partitioned) stays local.
 - Not yet: the gated (GLU) form, 2-CTA clusters along M.
 """
 
@@ -41,8 +42,8 @@ from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code, apply_activation
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged_contract import choose_contraction_config
-from jax_hopper.gemm.ragged_contract import launch as contract
-from jax_hopper.gemm.ragged_primitive import epilogue, launch
+from jax_hopper.gemm.ragged_contract import partitioned as contract
+from jax_hopper.gemm.ragged_primitive import epilogue
 from jax_hopper.gemm.ragged_sharding import partitioned
 from jax_hopper.kernels import catalog
 
@@ -168,20 +169,22 @@ def _bwd(params, has_residual, saved, dout):
     m = lhs3.shape[1]
     dz = dout.astype(_F32)
     if p["activation"]:
-        pre = launch(lhs3, rhs, gs, bias, jnp.zeros((0, 0, 0), _F32),
-                     **{**p, "activation": 0, "beta": 0.0, "out_dtype": _F32})
+        pre = partitioned(freeze({**p, "activation": 0, "beta": 0.0, "out_dtype": _F32}),
+                          lhs3, rhs, gs, bias, jnp.zeros((0, 0, 0), _F32))
         dz = jax.vjp(lambda z: apply_activation(z, p["activation"]), pre)[1](dz)[0]
     dp = (p["alpha"] * dz).astype(lhs3.dtype)
-    # d lhs = dP @ rhs[g]^T: rhs read through the other layout flag; N and K trade places.
-    dlhs = launch(dp, rhs, gs, jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), lhs3.dtype),
-                  b_mn_major=not p["b_mn_major"], out_dtype=lhs3.dtype, activation=0,
-                  alpha=1.0, beta=0.0, family="grouped",
-                  config=choose_grouped_config(m, lhs3.shape[2], rhs.shape[0]))
+    # d lhs = dP @ rhs[g]^T: rhs read through the other layout flag; N and K trade places
+    # (under sharding, rhs's N split is this product's K split: partial sums, psum).
+    dlhs_params = freeze(dict(b_mn_major=not p["b_mn_major"], out_dtype=lhs3.dtype,
+                              activation=0, alpha=1.0, beta=0.0, family="grouped",
+                              config=choose_grouped_config(m, lhs3.shape[2], rhs.shape[0])))
+    dlhs = partitioned(dlhs_params, dp, rhs, gs, jnp.zeros((0,), _F32),
+                       jnp.zeros((0, 0, 0), lhs3.dtype))
     # d rhs[g] = lhs_g^T dP_g, or dP_g^T lhs_g for rhs stored (G, N, K): the grouped
-    # contraction kernel, the groups splitting the rows.
+    # contraction kernel, the groups splitting the rows (dP's N split stays local).
     x, y = (lhs3[0], dp[0]) if p["b_mn_major"] else (dp[0], lhs3[0])
-    drhs = contract(x, y, gs, out_dtype=rhs.dtype,
-                    config=choose_contraction_config(m, x.shape[1], y.shape[1], rhs.shape[0]))
+    config = choose_contraction_config(m, x.shape[1], y.shape[1], rhs.shape[0])
+    drhs = contract(freeze(dict(out_dtype=jnp.dtype(rhs.dtype), config=config)), x, y, gs)
     dbias = bias
     if bias.size:
         dbias = jax.ops.segment_sum(dz[0], ragged_tiles.row_groups(gs, m),

@@ -9,25 +9,28 @@ family (cuda/gemm/scheduler/grouped_contraction.cuh) with no (G, M, ...) interme
 empty group's entry is zero.
 
 Layers: hopper_ragged_contract checks its arguments -> _contract (custom VJP: both cotangents
-are grouped GEMMs, hopper_ragged_dot) -> launch -> hopper_ragged_contract_p. vmap is one launch
-per entry (ragged_primitive.per_entry); under a sharded jit XLA gathers the operands.
+are grouped GEMMs, hopper_ragged_dot) -> partitioned (sharded jit: the columns of x and y split
+run locally; vmap one launch per entry) -> launch -> hopper_ragged_contract_p.
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
+from jax.experimental.custom_partitioning import custom_partitioning
 from jax.interpreters import batching, mlir
 
 from jax_hopper import _ffi
 from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.primitive import _KERNELS, call_attrs, freeze
-from jax_hopper.gemm.ragged_primitive import per_entry
+from jax_hopper.gemm.ragged_primitive import per_entry, vmapped_per_entry
+from jax_hopper.gemm.sharding import assign_factors, spec_of
 from jax_hopper.kernels import catalog
 
 hopper_ragged_contract_p = Primitive("hopper_ragged_contract")
@@ -104,7 +107,47 @@ def launch(x, y, group_sizes, *, out_dtype, config):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
 def _contract(x, y, gs, params):
+    return partitioned(params, x, y, gs)
+
+
+def partitioned(params: tuple, x, y, gs):
+    """launch(x, y, gs, **dict(params)) on local shards under a sharded jit: P (x's columns)
+    and Q (y's) split run locally, with no communication, the output split the same way; rows
+    (M) or groups split are gathered first, with a warning. Under vmap once per entry."""
+    return _vmappable(params)(x, y, gs)
+
+
+@functools.lru_cache(maxsize=None)
+def _vmappable(params):
+    return vmapped_per_entry(functools.partial(_partitioned, params))
+
+
+@functools.partial(custom_partitioning, static_argnums=(0,))
+def _partitioned(params, x, y, gs):
     return launch(x, y, gs, **dict(params))
+
+
+def _rule(params, mesh, value_types, result_types):
+    del params, mesh, value_types, result_types
+    return "m p, m q, g -> g p q", {"need_replication_factors": ("m", "g")}
+
+
+def _partition(params, mesh, arg_shapes, result_shape):
+    x, y, gs = arg_shapes
+    out = spec_of(result_shape)
+    axes, spec = assign_factors(mesh, {"p": [spec_of(x)[1], out[1]], "q": [spec_of(y)[1], out[2]],
+                                       "k": []}, 0)
+    gathered = [name for name, s in (("x", spec_of(x)[0]), ("y", spec_of(y)[0]),
+                                     ("group_sizes", spec_of(gs)[0])) if s is not None]
+    if gathered:
+        warnings.warn(f"hopper_ragged_contract: {', '.join(gathered)} gathered to every device "
+                      "(only the columns of x and y are split without communication)",
+                      stacklevel=2)
+    return (mesh, lambda x, y, gs: launch(x, y, gs, **dict(params)), spec(None, "p", "q"),
+            (spec(None, "p"), spec(None, "q"), spec(None)))
+
+
+_partitioned.def_partition(partition=_partition, sharding_rule=_rule)
 
 
 def _fwd(x, y, gs, params):

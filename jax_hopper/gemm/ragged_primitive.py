@@ -21,6 +21,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_batching import custom_vmap
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
@@ -128,6 +129,14 @@ def per_entry(fn, batched, args):
         return fn(*[next(entry) if is_batched else a for a, is_batched in zip(args, batched)])
 
     return jax.lax.map(one, xs)
+
+
+def vmapped_per_entry(one):
+    """`one` (a function of arrays) with per_entry as its vmap rule: for functions wrapped in
+    custom_partitioning, which has no batching rule of its own."""
+    fn = custom_vmap(one)
+    fn.def_vmap(lambda axis_size, in_batched, *args: (per_entry(one, in_batched, args), True))
+    return fn
 
 
 def _batch_rule(args, dims, **params):
