@@ -252,20 +252,29 @@ class RaggedCase:
                 + (f" [{epi}]" if epi else ""))
 
 
-def ragged_groups(quick: bool) -> list[list[RaggedCase]]:
+def _family_groups(rng, quick: bool, family: str, **kind) -> list[list[RaggedCase]]:
+    """One group per compiled tile of a grouped `family`: every entry of RAGGED_SIZES (half of
+    them with quick), the family's clusters in rotation; the grouped family alternates its rhs
+    layouts too. `kind`: the RaggedCase fields that pick the op (glu, contract)."""
     from jax_hopper.kernels import catalog
-    rng = np.random.default_rng(1)
-    groups = []
-    for i, tile in enumerate(catalog.FAMILIES["grouped"].tiles):
+    fam, groups = catalog.FAMILIES[family], []
+    for i, tile in enumerate(fam.tiles):
         cases = []
-        for j, (name, sizes) in enumerate(RAGGED_SIZES.items()):
+        for j, sizes in enumerate(RAGGED_SIZES.values()):
             if quick and j % 2:
                 continue
             sizes = tuple(int(s) for s in (rng.multinomial(300, np.ones(7) / 7)
                                            if sizes is None else sizes))
-            cases.append(RaggedCase(300, 264, 136, sizes, tile=tile, cluster_n=1 + (i + j) % 2,
-                                    transpose_rhs=bool(j % 2)))
+            cm, cn = fam.clusters[(i + j) % len(fam.clusters)]
+            cases.append(RaggedCase(300, 264, 136, sizes, tile=tile, cluster_m=cm, cluster_n=cn,
+                                    transpose_rhs=family == "grouped" and bool(j % 2), **kind))
         groups.append(cases)
+    return groups
+
+
+def ragged_groups(quick: bool) -> list[list[RaggedCase]]:
+    rng = np.random.default_rng(1)
+    groups = _family_groups(rng, quick, "grouped")
     # The epilogue with bias per group, residual and an activation, both dtypes; 300 groups.
     groups.append([
         RaggedCase(257, 136, 72, (60, 0, 101, 50), out_dtype="float32", activation="silu",
@@ -273,30 +282,9 @@ def ragged_groups(quick: bool) -> list[list[RaggedCase]]:
         RaggedCase(257, 136, 72, (-1, 200), dtype="float16", activation="gelu", bias=True),
         RaggedCase(600, 64, 64, tuple(int(s) for s in rng.integers(0, 4, 300))),
     ])
-    # The grouped GLU: every tile, with and without the cluster, the same sizes.
-    for i, tile in enumerate(catalog.FAMILIES["grouped_glu"].tiles):
-        cases = []
-        for j, (name, sizes) in enumerate(RAGGED_SIZES.items()):
-            if quick and j % 2:
-                continue
-            sizes = tuple(int(s) for s in (rng.multinomial(300, np.ones(7) / 7)
-                                           if sizes is None else sizes))
-            cases.append(RaggedCase(300, 264, 136, sizes, tile=tile, cluster_n=1 + (i + j) % 2,
-                                    glu=True))
-        groups.append(cases)
-    # The grouped contraction (the weight gradient): every tile and cluster, the same sizes.
-    for i, tile in enumerate(catalog.FAMILIES["grouped_contraction"].tiles):
-        cases = []
-        for j, (name, sizes) in enumerate(RAGGED_SIZES.items()):
-            if quick and j % 2:
-                continue
-            sizes = tuple(int(s) for s in (rng.multinomial(300, np.ones(7) / 7)
-                                           if sizes is None else sizes))
-            cluster = catalog.FAMILIES["grouped_contraction"].clusters[(i + j) % 3]
-            cases.append(RaggedCase(300, 264, 136, sizes, tile=tile, cluster_m=cluster[0],
-                                    cluster_n=cluster[1], contract=True))
-        groups.append(cases)
-    return groups
+    # The grouped GLU, and the grouped contraction (the weight gradient).
+    return (groups + _family_groups(rng, quick, "grouped_glu", glu=True)
+            + _family_groups(rng, quick, "grouped_contraction", contract=True))
 
 
 def ragged_inputs(c: RaggedCase, rng) -> dict:

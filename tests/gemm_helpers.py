@@ -156,6 +156,28 @@ def contract_reference64(x, y, group_sizes):
     return out
 
 
+def contract_grads64(x, y, dout, group_sizes):
+    """The float64 gradients of sum(hopper_ragged_contract(x, y) * dout): d x_g = y_g dout[g]^T
+    and d y_g = x_g dout[g] over each group's rows, 0 for rows past every group."""
+    x64, y64, d64 = (np.asarray(a).astype(np.float64) for a in (x, y, dout))
+    dx, dy, row = np.zeros(x64.shape), np.zeros(y64.shape), 0
+    for g, size in enumerate(sizes64(group_sizes, x64.shape[0])):
+        rows = slice(row, row + size)
+        dx[rows], dy[rows] = y64[rows] @ d64[g].T, x64[rows] @ d64[g]
+        row += size
+    return dx, dy
+
+
+# Group sizes that stress the grouped kernels' bookkeeping, for 700 rows.
+ADVERSARIAL_SIZES = {"empty_groups": [0, 0, 350, 0, 350, 0],
+                     "one_group_all_rows": [0, 0, 700, 0],
+                     "single_rows": [1] * 16 + [684],
+                     "negative": [-5, 300, -2**31, 400, 7],
+                     "sum_above_m": [500, 2**31 - 1, 2**31 - 1, 9],
+                     "sum_below_m": [100, 0, 250],
+                     "all_zero": [0, 0, 0]}
+
+
 def run_in_command_buffer(child: str, *custom_call: str) -> list[float]:
     """Runs the script `child` (formatted with tests=this folder; it prints "ERR <error>" lines)
     in a process whose XLA puts custom calls into CUDA-graph command buffers, asserts that the

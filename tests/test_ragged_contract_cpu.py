@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import REL_FROB_BOUND, contract_reference64, random_operand, rel_frob, to64
+from gemm_helpers import (REL_FROB_BOUND, contract_grads64, contract_reference64,
+                          random_operand, rel_frob, to64)
 from jax_hopper import GemmConfig, hopper_ragged_contract, hopper_ragged_dot
 from jax_hopper.gemm.ragged_contract import choose_contraction_config
 from jax_hopper.kernels import catalog
@@ -33,12 +34,7 @@ def test_grads_against_float64(rng):
     dout = random_operand(rng, (3, p, q), "float32")
     got = jax.grad(lambda x, y: jnp.sum(hopper_ragged_contract(
         x, y, jnp.asarray(sizes), out_dtype=jnp.float32) * dout), (0, 1))(x, y)
-    d64, x64, y64 = to64(dout), to64(x), to64(y)
-    want_x, want_y, row = np.zeros((m, p)), np.zeros((m, q)), 0
-    for g, s in enumerate(sizes):
-        want_x[row:row + s] = y64[row:row + s] @ d64[g].T
-        want_y[row:row + s] = x64[row:row + s] @ d64[g]
-        row += s
+    want_x, want_y = contract_grads64(x, y, dout, sizes)
     assert got[0].dtype == x.dtype and got[1].dtype == y.dtype
     assert rel_frob(got[0], want_x) < 5e-3 and rel_frob(got[1], want_y) < 5e-3
 

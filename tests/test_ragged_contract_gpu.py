@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (REL_FROB_BOUND, contract_reference64, poisoned_call, random_operand,
+from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, contract_grads64,
+                          contract_reference64, poisoned_call, random_operand,
                           rel_frob, run_in_command_buffer, to64)
 from jax_hopper import GemmConfig, hopper_ragged_contract, hopper_ragged_dot
 from jax_hopper.kernels import catalog
@@ -59,16 +60,9 @@ def test_boundary_at_every_offset(rng, tile):
            config=GemmConfig.for_tile(tile, stream_k=False))
 
 
-@pytest.mark.parametrize("case", ["empty_groups", "one_group_all_rows", "single_rows",
-                                  "negative", "sum_above_m", "sum_below_m", "all_zero"])
+@pytest.mark.parametrize("case", list(ADVERSARIAL_SIZES))
 def test_adversarial_sizes(rng, case):
-    sizes = {"empty_groups": [0, 0, 350, 0, 350, 0],
-             "one_group_all_rows": [0, 0, 700, 0],
-             "single_rows": [1] * 16 + [684],
-             "negative": [-5, 300, -2**31, 400, 7],
-             "sum_above_m": [500, 2**31 - 1, 2**31 - 1, 9],
-             "sum_below_m": [100, 0, 250],
-             "all_zero": [0, 0, 0]}[case]
+    sizes = ADVERSARIAL_SIZES[case]
     _check(rng, 700, 256, 384, sizes)
 
 
@@ -117,12 +111,7 @@ def test_grad_of_contraction(rng):
     dout = random_operand(rng, (4, p, q), "float32")
     got = jax.jit(jax.grad(lambda x, y: jnp.sum(
         hopper_ragged_contract(x, y, gs, out_dtype=jnp.float32) * dout), (0, 1)))(x, y)
-    d64, x64, y64 = to64(dout), to64(x), to64(y)
-    want_x, want_y, row = np.zeros((m, p)), np.zeros((m, q)), 0
-    for g, s in enumerate(sizes):
-        want_x[row:row + s] = y64[row:row + s] @ d64[g].T
-        want_y[row:row + s] = x64[row:row + s] @ d64[g]
-        row += s
+    want_x, want_y = contract_grads64(x, y, dout, sizes)
     assert rel_frob(got[0], want_x) < 2e-2 and rel_frob(got[1], want_y) < 2e-2
 
 

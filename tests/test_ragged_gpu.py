@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (REL_FROB_BOUND, poisoned_call, ragged_reference64, random_operand,
-                          rel_frob, run_in_command_buffer, sizes64, to64)
+from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, poisoned_call, ragged_reference64,
+                          random_operand, rel_frob, run_in_command_buffer, sizes64, to64)
 from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
 from jax_hopper.kernels import catalog
 
@@ -74,17 +74,10 @@ def test_boundary_at_every_offset(rng, tile):
            config=GemmConfig.for_tile(tile, stream_k=False))
 
 
-@pytest.mark.parametrize("case", ["empty_groups", "one_group_all_rows", "single_rows",
-                                  "negative", "sum_above_m", "sum_below_m", "all_zero"])
+@pytest.mark.parametrize("case", list(ADVERSARIAL_SIZES))
 def test_adversarial_sizes(rng, case):
     m = 700
-    sizes = {"empty_groups": [0, 0, 350, 0, 350, 0],
-             "one_group_all_rows": [0, 0, 700, 0],
-             "single_rows": [1] * 16 + [684],
-             "negative": [-5, 300, -2**31, 400, 7],
-             "sum_above_m": [500, 2**31 - 1, 2**31 - 1, 9],
-             "sum_below_m": [100, 0, 250],
-             "all_zero": [0, 0, 0]}[case]
+    sizes = ADVERSARIAL_SIZES[case]
     _check(rng, m, 192, 136, sizes)
 
 

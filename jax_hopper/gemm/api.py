@@ -42,11 +42,8 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     """
     a = jnp.asarray(a)
     b = jnp.asarray(b)
-    out_dtype = out_dtype_arg(out_dtype, preferred_element_type)
-    check_dtypes(a, b, out_dtype)
-    out_dtype = out_dtype if out_dtype is not None else a.dtype
-    act = activation_code(activation)
-    alpha, beta = static_scalar("alpha", alpha), static_scalar("beta", beta)
+    out_dtype, act, alpha, beta = epilogue_args(a, b, out_dtype, preferred_element_type,
+                                                activation, alpha, beta)
     if a.ndim < 1 or b.ndim < 1:
         raise ValueError(f"a and b must have at least 1 dimension; got a.ndim={a.ndim}, "
                          f"b.ndim={b.ndim}")
@@ -152,6 +149,17 @@ def parse_dtype(name, value):
         return jnp.dtype(value)
     except TypeError:
         raise ValueError(f"{name}={value!r} is not a dtype (e.g. jnp.bfloat16)") from None
+
+
+def epilogue_args(a, b, out_dtype, preferred_element_type, activation, alpha, beta,
+                  names=("a", "b"), fn="hopper_matmul"):
+    """The checked dtypes and epilogue of a GEMM call: (out dtype, default a's; activation code;
+    alpha; beta), or ValueError naming the argument."""
+    out_dtype = out_dtype_arg(out_dtype, preferred_element_type)
+    check_dtypes(a, b, out_dtype, names=names, fn=fn)
+    out_dtype = out_dtype if out_dtype is not None else a.dtype
+    return (out_dtype, activation_code(activation), static_scalar("alpha", alpha),
+            static_scalar("beta", beta))
 
 
 def static_scalar(name, value) -> float:

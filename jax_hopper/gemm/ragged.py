@@ -39,7 +39,7 @@ import numpy as np
 
 from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import GemmConfig
-from jax_hopper.gemm.epilogue import activation_code, apply_activation
+from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged_contract import choose_contraction_config
 from jax_hopper.gemm.ragged_contract import partitioned as contract
@@ -67,11 +67,9 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
     grouped family (stream_k=False, clusters along N only); default: choose_grouped_config.
     """
     lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
-    out_dtype = api.out_dtype_arg(out_dtype, preferred_element_type)
-    api.check_dtypes(lhs, rhs, out_dtype, names=("lhs", "rhs"), fn="hopper_ragged_dot")
-    out_dtype = out_dtype if out_dtype is not None else lhs.dtype
-    act = activation_code(activation)
-    alpha, beta = api.static_scalar("alpha", alpha), api.static_scalar("beta", beta)
+    out_dtype, act, alpha, beta = api.epilogue_args(
+        lhs, rhs, out_dtype, preferred_element_type, activation, alpha, beta,
+        names=("lhs", "rhs"), fn="hopper_ragged_dot")
     if lhs.ndim != 2:
         raise ValueError(f"lhs.shape={lhs.shape} must be (M, K)")
     if rhs.ndim != 3:
@@ -84,12 +82,9 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
         raise ValueError(f"lhs.shape={lhs.shape} and rhs.shape={rhs.shape}: lhs's K "
                          f"({lhs.shape[1]}) must be rhs's {'last' if transpose_rhs else 'second'}"
                          f" dimension ({k}){' (transpose_rhs=True)' if transpose_rhs else ''}")
-    if group_sizes.shape != (groups,) or not jnp.issubdtype(group_sizes.dtype, jnp.integer):
-        raise ValueError(f"group_sizes must be an integer array of shape (G,) = ({groups},), "
-                         f"one size per rhs group; got {group_sizes.dtype} {group_sizes.shape}")
+    check_group_sizes(group_sizes, groups, "rhs group")
     bias2 = api.prepare_bias(bias, (groups, n), "(G, N)", ": one row per group")
-    res3 = (jnp.zeros((0, 0, 0), out_dtype) if residual is None else
-            jnp.broadcast_to(api.checked_residual(residual, (m, n), out_dtype), (m, n))[None])
+    res3 = residual3(residual, (m, n), out_dtype)
     b_mn_major = not transpose_rhs
     if config is None:
         config = choose_grouped_config(m, n, groups)
@@ -107,6 +102,20 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
     else:
         out = _ragged(lhs3, rhs, gs, bias2, res3, params, res3.size > 0)
     return out[0]
+
+
+def check_group_sizes(group_sizes, groups: int, what: str) -> None:
+    """ValueError unless group_sizes is an integer array (G,), one size per `what`."""
+    if group_sizes.shape != (groups,) or not jnp.issubdtype(group_sizes.dtype, jnp.integer):
+        raise ValueError(f"group_sizes must be an integer array of shape (G,) = ({groups},), "
+                         f"one size per {what}; got {group_sizes.dtype} {group_sizes.shape}")
+
+
+def residual3(residual, shape: tuple, out_dtype):
+    """The residual as the grouped kernels add it: (1, M, N) in out_dtype, or (0, 0, 0)."""
+    if residual is None:
+        return jnp.zeros((0, 0, 0), out_dtype)
+    return jnp.broadcast_to(api.checked_residual(residual, shape, out_dtype), shape)[None]
 
 
 def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None,

@@ -23,13 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
 from jax.experimental.custom_partitioning import custom_partitioning
-from jax.interpreters import batching, mlir
+from jax.interpreters import mlir
 
 from jax_hopper import _ffi
 from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import GemmConfig
-from jax_hopper.gemm.primitive import _KERNELS, call_attrs, freeze
-from jax_hopper.gemm.ragged_primitive import per_entry, vmapped_per_entry
+from jax_hopper.gemm.primitive import call_attrs, freeze
+from jax_hopper.gemm.ragged_primitive import register, vmapped_per_entry
 from jax_hopper.gemm.sharding import assign_factors, spec_of
 from jax_hopper.kernels import catalog
 
@@ -205,21 +205,4 @@ def _cuda_lowering(ctx, x3, y3, ends, *, out_dtype, config):
     return [out]
 
 
-def _batch_rule(args, dims, **params):
-    batched = [d is not None for d in dims]
-    moved = [jnp.moveaxis(a, d, 0) if b else a for a, d, b in zip(args, dims, batched)]
-    return per_entry(lambda *a: hopper_ragged_contract_p.bind(*a, **params), batched, moved), 0
-
-
-@functools.lru_cache(maxsize=None)
-def _jitted_bind(params: tuple):
-    return jax.jit(lambda *args: hopper_ragged_contract_p.bind(*args, **dict(params)))
-
-
-hopper_ragged_contract_p.def_impl(lambda *args, **params: _jitted_bind(freeze(params))(*args))
-hopper_ragged_contract_p.def_abstract_eval(_abstract_eval)
-batching.primitive_batchers[hopper_ragged_contract_p] = _batch_rule
-_reference_lowering = mlir.lower_fun(reference, multiple_results=False)
-mlir.register_lowering(hopper_ragged_contract_p, _reference_lowering, platform="cpu")
-mlir.register_lowering(hopper_ragged_contract_p,
-                       _cuda_lowering if _KERNELS else _reference_lowering, platform="cuda")
+register(hopper_ragged_contract_p, _abstract_eval, reference, _cuda_lowering)

@@ -31,9 +31,9 @@ import numpy as np
 
 from jax_hopper.gemm import api
 from jax_hopper.gemm.config import GemmConfig
-from jax_hopper.gemm.epilogue import activation_code, apply_gated
+from jax_hopper.gemm.epilogue import apply_gated
 from jax_hopper.gemm.primitive import freeze
-from jax_hopper.gemm.ragged import hopper_ragged_dot
+from jax_hopper.gemm.ragged import check_group_sizes, hopper_ragged_dot, residual3
 from jax_hopper.gemm.ragged_primitive import epilogue
 from jax_hopper.gemm.ragged_sharding import partitioned
 from jax_hopper.kernels import catalog
@@ -56,23 +56,18 @@ def hopper_ragged_glu(x, w, group_sizes, *, activation="silu", bias=None, residu
     the (M, 2F) product); default choose_grouped_glu_config.
     """
     x, w, group_sizes = jnp.asarray(x), jnp.asarray(w), jnp.asarray(group_sizes)
-    out_dtype = api.out_dtype_arg(out_dtype, preferred_element_type)
-    api.check_dtypes(x, w, out_dtype, names=("x", "w"), fn="hopper_ragged_glu")
-    out_dtype = out_dtype if out_dtype is not None else x.dtype
-    act = activation_code(activation)
-    alpha, beta = api.static_scalar("alpha", alpha), api.static_scalar("beta", beta)
+    out_dtype, act, alpha, beta = api.epilogue_args(
+        x, w, out_dtype, preferred_element_type, activation, alpha, beta, names=("x", "w"),
+        fn="hopper_ragged_glu")
     if x.ndim != 2:
         raise ValueError(f"x.shape={x.shape} must be (M, K)")
     if w.ndim != 4 or w.shape[2] != 2 or w.shape[1] != x.shape[1]:
         raise ValueError(f"w.shape={w.shape} must be (G, K, 2, F) with K = x's {x.shape[1]}: "
                          "each expert's gate and up projections")
     (m, k), (groups, _, _, f) = x.shape, w.shape
-    if group_sizes.shape != (groups,) or not jnp.issubdtype(group_sizes.dtype, jnp.integer):
-        raise ValueError(f"group_sizes must be an integer array of shape (G,) = ({groups},), "
-                         f"one size per expert; got {group_sizes.dtype} {group_sizes.shape}")
+    check_group_sizes(group_sizes, groups, "expert")
     bias3 = api.prepare_bias(bias, (groups, 2, f), "(G, 2, F)", ": gate and up rows per expert")
-    res3 = (jnp.zeros((0, 0, 0), out_dtype) if residual is None else
-            jnp.broadcast_to(api.checked_residual(residual, (m, f), out_dtype), (m, f))[None])
+    res3 = residual3(residual, (m, f), out_dtype)
     if config is None:
         config = choose_grouped_glu_config(m, f, groups)
     elif not isinstance(config, GemmConfig):

@@ -139,21 +139,26 @@ def vmapped_per_entry(one):
     return fn
 
 
-def _batch_rule(args, dims, **params):
-    batched = [d is not None for d in dims]  # None: not mapped
-    moved = [jnp.moveaxis(a, d, 0) if b else a for a, d, b in zip(args, dims, batched)]
-    return per_entry(lambda *a: hopper_ragged_p.bind(*a, **params), batched, moved), 0
+def register(primitive, abstract_eval, reference_fn, cuda_lowering) -> None:
+    """A grouped primitive's rules: eager binds through a cached jit (lowered once per parameter
+    set), vmap as one launch per entry (per_entry), the reference lowering on the CPU and, where
+    the kernels are built, the custom call on CUDA."""
+    @functools.lru_cache(maxsize=None)
+    def jitted_bind(params: tuple):
+        return jax.jit(lambda *args: primitive.bind(*args, **dict(params)))
+
+    def batch_rule(args, dims, **params):
+        batched = [d is not None for d in dims]  # None: not mapped
+        moved = [jnp.moveaxis(a, d, 0) if b else a for a, d, b in zip(args, dims, batched)]
+        return per_entry(lambda *a: primitive.bind(*a, **params), batched, moved), 0
+
+    primitive.def_impl(lambda *args, **params: jitted_bind(freeze(params))(*args))
+    primitive.def_abstract_eval(abstract_eval)
+    batching.primitive_batchers[primitive] = batch_rule
+    reference_lowering = mlir.lower_fun(reference_fn, multiple_results=False)
+    mlir.register_lowering(primitive, reference_lowering, platform="cpu")
+    mlir.register_lowering(primitive, cuda_lowering if _KERNELS else reference_lowering,
+                           platform="cuda")
 
 
-@functools.lru_cache(maxsize=None)
-def _jitted_bind(params: tuple):
-    return jax.jit(lambda *args: hopper_ragged_p.bind(*args, **dict(params)))
-
-
-hopper_ragged_p.def_impl(lambda *args, **params: _jitted_bind(freeze(params))(*args))
-hopper_ragged_p.def_abstract_eval(_abstract_eval)
-batching.primitive_batchers[hopper_ragged_p] = _batch_rule
-_reference_lowering = mlir.lower_fun(reference, multiple_results=False)
-mlir.register_lowering(hopper_ragged_p, _reference_lowering, platform="cpu")
-mlir.register_lowering(hopper_ragged_p, _cuda_lowering if _KERNELS else _reference_lowering,
-                       platform="cuda")
+register(hopper_ragged_p, _abstract_eval, reference, _cuda_lowering)
