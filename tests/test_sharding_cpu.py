@@ -24,8 +24,9 @@ import pytest
 CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", "auto_mesh",
          "output_sharding", "grad_data_parallel", "vmap", "shard_map", "glu_rows", "glu_f",
          "glu_k", "glu_grad", "k_scatter_m", "k_scatter_n", "glu_k_scatter", "ragged_n",
-         "ragged_n_k_major", "ragged_rows_gathered", "ragged_experts_shard_map",
-         "ragged_k_split", "ragged_n_grad", "ragged_glu_f", "contract_columns"]
+         "ragged_n_k_major", "ragged_experts_gathered", "ragged_experts_shard_map",
+         "ragged_k_split", "ragged_n_grad", "ragged_glu_f", "contract_columns", "ragged_rows",
+         "ragged_dp_grad", "contract_rows"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -249,18 +250,24 @@ def _cases():
         _compare(ragged(transpose_rhs=True), (_rand(rng, (rows, k)), _rand(rng, (groups, n, k))),
                  (None, named(None, "x")), all_reduce=False)
 
-    def ragged_rows_gathered():
+    def ragged_experts_gathered():  # groups split under jit: gathered, with a warning
         import warnings
-        x, w = _rand(rng, (rows, k)), _rand(rng, (groups, k, n))
-        placed = jax.device_put(x, named("x"))
+        sizes8 = jnp.asarray(rng.multinomial(rows, np.ones(8) / 8), jnp.int32)
+        x, w = _rand(rng, (rows, k)), _rand(rng, (8, k, n))
+        placed = jax.device_put(w, named("x"))
+
+        def f(x, w):
+            return hopper_ragged_dot(x, w, sizes8, out_dtype=f32)
+
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            jf = jax.jit(ragged())
-            got, hlo = jf(placed, w), jf.lower(placed, w).compile().as_text()
-        assert any("lhs gathered" in str(c.message) for c in caught), [str(c.message)
-                                                                       for c in caught]
+            jf = jax.jit(f)
+            got, hlo = jf(x, placed), jf.lower(x, placed).compile().as_text()
+        messages = [str(c.message) for c in caught]
+        assert any(m.startswith("hopper_ragged_dot: rhs") and "gathered" in m
+                   for m in messages), messages
         assert "all-gather" in hlo
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.jit(ragged())(x, w)))
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.jit(f)(x, w)))
 
     def ragged_experts_shard_map():
         # Expert parallelism: each device holds its experts and the rows routed to them.
@@ -316,12 +323,38 @@ def _cases():
                        (named(None, "x"), None), all_reduce=False)
         assert tuple(got.sharding.spec) == (None, "x"), got.sharding.spec
 
+    def ragged_rows():
+        # Data parallelism: each device its shard of the rows, the sizes cut to it; no
+        # communication (the bias per group and the residual follow the rows).
+        got = _compare(ragged(activation="silu"),
+                       (_rand(rng, (rows, k)), _rand(rng, (groups, k, n)),
+                        _rand(rng, (groups, n), f32), _rand(rng, (rows, n), f32)),
+                       (named("x"), None, None, named("x")), all_reduce=False)
+        assert tuple(got.sharding.spec)[:1] == ("x",), got.sharding.spec
+
+    def ragged_dp_grad():
+        # Data-parallel training: rows and dy split, the weights replicated; d rhs is each
+        # shard's contraction summed (one all-reduce), d lhs stays local.
+        def grads(x, w, dy):
+            return jax.grad(lambda x, w: jnp.sum(ragged()(x, w) * dy), (0, 1))(x, w)
+
+        _compare(grads, (_rand(rng, (rows, k)), _rand(rng, (groups, k, n)),
+                         _rand(rng, (rows, n), f32)),
+                 (named("x"), None, named("x")), all_reduce=True, bound=1e-2)
+
+    def contract_rows():
+        from jax_hopper import hopper_ragged_contract
+        _compare(lambda x, y: hopper_ragged_contract(x, y, sizes, out_dtype=f32),
+                 (_rand(rng, (rows, k)), _rand(rng, (rows, n))), (named("x"), named("x")),
+                 all_reduce=True)
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
                             k_scatter_n, glu_k_scatter, ragged_n, ragged_n_k_major,
-                            ragged_rows_gathered, ragged_experts_shard_map, ragged_k_split,
-                            ragged_n_grad, ragged_glu_f, contract_columns]))
+                            ragged_experts_gathered, ragged_experts_shard_map, ragged_k_split,
+                            ragged_n_grad, ragged_glu_f, contract_columns, ragged_rows,
+                            ragged_dp_grad, contract_rows]))
 
 
 def main():

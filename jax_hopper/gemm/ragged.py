@@ -20,10 +20,11 @@ NOTES:
   custom_partitioning in ragged_sharding and on the primitive for the backward launches); the
   weights, when not mapped, are shared. A single launch over every entry (the groups of all entries in one tile
   table) would serve small entries better.
-- Sharding (ragged_sharding.py): rhs split along N runs without communication, K split on both
-  operands sums partials (psum); any other split is gathered, with a warning; experts split over
-  devices is shard_map's. The backward launches are partitioned too: with rhs split along N,
-  d lhs is a K split (psum) and d rhs (ragged_contract.partitioned) stays local.
+- Sharding (ragged_sharding.py): rhs split along N and lhs's rows split evenly run without
+  communication, K split on both operands sums partials (psum); groups split are gathered, with
+  a warning; experts split over devices is shard_map's. The backward launches are partitioned
+  too: with rhs split along N, d lhs is a K split (psum) and d rhs (ragged_contract.partitioned)
+  stays local; with the rows split, d lhs stays local and d rhs is one psum.
 - Not yet: the gated (GLU) form, 2-CTA clusters along M.
 """
 

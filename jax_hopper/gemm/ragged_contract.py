@@ -30,6 +30,7 @@ from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.primitive import call_attrs, freeze
 from jax_hopper.gemm.ragged_primitive import register, vmapped_per_entry
+from jax_hopper.gemm.ragged_sharding import gathered_operands, shard_sizes, split_rows
 from jax_hopper.gemm.sharding import assign_factors, spec_of
 from jax_hopper.kernels import catalog
 
@@ -112,8 +113,10 @@ def _contract(x, y, gs, params):
 
 def partitioned(params: tuple, x, y, gs):
     """launch(x, y, gs, **dict(params)) on local shards under a sharded jit: P (x's columns)
-    and Q (y's) split run locally, with no communication, the output split the same way; rows
-    (M) or groups split are gathered first, with a warning. Under vmap once per entry."""
+    and Q (y's) split run locally, with no communication, the output split the same way; the
+    rows (M) split evenly contract each device's shard of every group (the sizes cut to it) and
+    sum the partial results (psum: data parallelism's gradient all-reduce); groups split, or
+    rows unevenly, are gathered first, with a warning. Under vmap once per entry."""
     return _vmappable(params)(x, y, gs)
 
 
@@ -129,22 +132,36 @@ def _partitioned(params, x, y, gs):
 
 def _rule(params, mesh, value_types, result_types):
     del params, mesh, value_types, result_types
-    return "m p, m q, g -> g p q", {"need_replication_factors": ("m", "g")}
+    return "m p, m q, g -> g p q", {"reduction_factors": ("m",),
+                                    "need_replication_factors": ("g",)}
 
 
 def _partition(params, mesh, arg_shapes, result_shape):
     x, y, gs = arg_shapes
     out = spec_of(result_shape)
-    axes, spec = assign_factors(mesh, {"p": [spec_of(x)[1], out[1]], "q": [spec_of(y)[1], out[2]],
+    axes, spec = assign_factors(mesh, {"m": [spec_of(x)[0], spec_of(y)[0]],
+                                       "p": [spec_of(x)[1], out[1]], "q": [spec_of(y)[1], out[2]],
                                        "k": []}, 0)
-    gathered = [name for name, s in (("x", spec_of(x)[0]), ("y", spec_of(y)[0]),
-                                     ("group_sizes", spec_of(gs)[0])) if s is not None]
+    rows = x.shape[0]
+    m_axes = split_rows(mesh, axes, rows)
+    gathered = gathered_operands(axes, (("x", x, ("m", "p")), ("y", y, ("m", "q")),
+                                        ("group_sizes", gs, (None,))))
     if gathered:
         warnings.warn(f"hopper_ragged_contract: {', '.join(gathered)} gathered to every device "
-                      "(only the columns of x and y are split without communication)",
-                      stacklevel=2)
-    return (mesh, lambda x, y, gs: launch(x, y, gs, **dict(params)), spec(None, "p", "q"),
-            (spec(None, "p"), spec(None, "q"), spec(None)))
+                      "(the columns of x and y, and their rows split evenly, are split without "
+                      "gathering)", stacklevel=2)
+
+    def lower_fn(x, y, gs):
+        gs = shard_sizes(gs, m_axes, rows, x.shape[0])
+        if not m_axes:
+            return launch(x, y, gs, **dict(params))
+        # Each row shard's partial result in float32, summed over the shards, one rounding.
+        p = dict(params)
+        partial = launch(x, y, gs, **{**p, "out_dtype": jnp.dtype(jnp.float32)})
+        return jax.lax.psum(partial, m_axes).astype(p["out_dtype"])
+
+    return (mesh, lower_fn, spec(None, "p", "q"),
+            (spec("m", "p"), spec("m", "q"), spec(None)))
 
 
 _partitioned.def_partition(partition=_partition, sharding_rule=_rule)

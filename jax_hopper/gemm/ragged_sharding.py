@@ -9,19 +9,21 @@
 split gives every device matching gate and up columns, as hopper_glu's).
 
 N split (the experts' columns, tensor parallelism) runs locally: each device multiplies every
-row by its columns of every expert, with no communication. K split the same way on lhs and rhs
-(the d lhs of a call whose rhs is split along N, in the backward pass) sums float32 partial
-products over the K axes (psum) and applies the epilogue after the sum, as hopper_matmul does.
-The other factors need replication: rows (M) split over devices would give each device groups
-that start at another device's rows, and groups (G) split would move rows between devices. An
-operand split along either is gathered (all-gather) before the launch, with a warning that
-names it. Expert parallelism (each device its own experts and their tokens) is written with
-shard_map: there the call is the plain launch on each device's arrays.
+row by its columns of every expert, with no communication. M split (the rows, data
+parallelism) runs locally too: each device takes its shard of the rows with the group sizes cut
+to them (ragged_tiles.local_sizes, from its shard index), when the shards are equal. K split the
+same way on lhs and rhs (the d lhs of a call whose rhs is split along N, in the backward pass)
+sums float32 partial products over the K axes (psum) and applies the epilogue after the sum, as
+hopper_matmul does. Groups (G) split would move rows between devices: an operand split along G,
+or along M unevenly, is gathered (all-gather) before the launch, with a warning that names it.
+Expert parallelism (each device its own experts and their tokens) is written with shard_map:
+there the call is the plain launch on each device's arrays.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 
 import jax
@@ -30,7 +32,8 @@ import jax.numpy as jnp
 from jax.experimental.custom_partitioning import custom_partitioning
 
 from jax_hopper.gemm.ragged_primitive import epilogue, launch, vmapped_per_entry
-from jax_hopper.gemm.sharding import assign_factors, spec_of
+from jax_hopper.gemm.ragged_tiles import local_sizes
+from jax_hopper.gemm.sharding import assign_factors, mesh_axes, spec_of
 
 
 def partitioned(params: tuple, lhs3, rhs, gs, bias, res):
@@ -70,29 +73,54 @@ def _rule(params, shapes, mesh, value_types, result_types):
     res = "o m n" if res_shape[0] else "r1 r2 r3"
     return (f"o m k, {rhs}, g, {bias}, {res} -> o m n",
             {"reduction_factors": ("k",),
-             "need_replication_factors": ("o", "m", "g") + (("h",) if gated else ())})
+             "need_replication_factors": ("o", "g") + (("h",) if gated else ())})
+
+
+def split_rows(mesh, axes: dict, rows: int) -> tuple:
+    """The mesh axes that split the M rows, dropped from `axes` (so the rows are gathered)
+    unless they split them evenly: a shard's group sizes come from its index."""
+    if axes["m"] and rows % math.prod(mesh.shape[name] for name in axes["m"]):
+        axes["m"] = ()
+    return axes["m"]
+
+
+def gathered_operands(axes: dict, operands) -> list:
+    """Names of the (name, shape, factor per dimension) operands split along a dimension other
+    than as `axes` assigns it: those are gathered."""
+    return [name for name, x, factors in operands
+            if any(e is not None and mesh_axes(e) != axes.get(f, ())
+                   for e, f in zip(spec_of(x), factors))]
+
+
+def shard_sizes(gs, m_axes, rows: int, local_rows: int):
+    """The group sizes of this device's rows (inside the partitioned function)."""
+    if not m_axes:
+        return gs
+    offset = jax.lax.axis_index(m_axes) * local_rows
+    return local_sizes(gs, rows, offset, local_rows)
 
 
 def _partition(params, shapes, mesh, arg_shapes, result_shape):
     p = dict(params)
     lhs, rhs, gs, bias, res = arg_shapes
     rhs_n, rhs_k = _rhs_dims(p, len(rhs.shape))
-    s_lhs, s_rhs = spec_of(lhs), spec_of(rhs)
-    axes, spec = assign_factors(mesh, {"n": [s_rhs[rhs_n], spec_of(result_shape)[2]],
+    s_lhs, s_rhs, s_out = spec_of(lhs), spec_of(rhs), spec_of(result_shape)
+    axes, spec = assign_factors(mesh, {"m": [s_lhs[1], s_out[1]], "n": [s_rhs[rhs_n], s_out[2]],
                                        "k": [s_lhs[2], s_rhs[rhs_k]]}, lhs.shape[2])
-    gathered = [name for name, x, keep in (("lhs", lhs, (2,)), ("rhs", rhs, (rhs_n, rhs_k)),
-                                           ("group_sizes", gs, ()))
-                if any(e is not None for i, e in enumerate(spec_of(x)) if i not in keep)]
+    rows = lhs.shape[1]
+    m_axes, k_axes = split_rows(mesh, axes, rows), axes["k"]
+    rhs_factors = [{rhs_n: "n", rhs_k: "k"}.get(i) for i in range(len(rhs.shape))]
+    gathered = gathered_operands(axes, (("lhs", lhs, (None, "m", "k")),
+                                        ("rhs", rhs, rhs_factors), ("group_sizes", gs, (None,))))
     if gathered:
-        warnings.warn(f"hopper_ragged_dot: {', '.join(gathered)} gathered to every device (only "
-                      "rhs's N axis, and K on both operands, are split without gathering; shard "
-                      "experts with shard_map)", stacklevel=2)
-    rhs_sh = spec(*[{rhs_n: "n", rhs_k: "k"}.get(i) for i in range(len(rhs.shape))])
+        warnings.warn(f"hopper_ragged_dot: {', '.join(gathered)} gathered to every device (rows "
+                      "split evenly, rhs's N, and K on both operands are split without "
+                      "gathering; shard experts with shard_map)", stacklevel=2)
     bias_sh = (spec(*[None] * (len(bias.shape) - 1), "n") if bias.shape[0] else spec(None))
-    res_sh = spec(None, None, "n") if res.shape[0] else spec(None, None, None)
-    k_axes = axes["k"]
+    res_sh = spec(None, "m", "n") if res.shape[0] else spec(None, None, None)
 
     def lower_fn(lhs, rhs, gs, bias, res):
+        gs = shard_sizes(gs, m_axes, rows, lhs.shape[1])
         if not k_axes:
             return launch(lhs, rhs, gs, bias, res, **p)
         # The plain grouped product (gated: of the [gate | up] columns) of this device's K
@@ -107,8 +135,8 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
         return epilogue(z, gs, bias, res, activation=p["activation"], beta=p["beta"],
                         out_dtype=p["out_dtype"], family=p["family"])
 
-    return (mesh, lower_fn, spec(None, None, "n"),
-            (spec(None, None, "k"), rhs_sh, spec(None), bias_sh, res_sh))
+    return (mesh, lower_fn, spec(None, "m", "n"),
+            (spec(None, "m", "k"), spec(*rhs_factors), spec(None), bias_sh, res_sh))
 
 
 _partitioned.def_partition(partition=_partition, sharding_rule=_rule)

@@ -54,6 +54,14 @@ def valid_sizes(group_sizes, m: int):
     return ends - _starts(ends)
 
 
+def local_sizes(group_sizes, m: int, offset, rows: int):
+    """(G,) int32: the group sizes of rows [offset, offset + rows) of the M rows (one device's
+    shard of them), the sizes made valid over all M first; the shard's rows past every group
+    stay past every group."""
+    ends = jnp.clip(group_ends(group_sizes, m) - offset, 0, rows)
+    return ends - _starts(ends)
+
+
 def row_groups(group_sizes, m: int):
     """(M,) int32: each row's group, G for the rows past every group."""
     return _searchsorted_right(group_ends(group_sizes, m), jnp.arange(m, dtype=jnp.int32))
