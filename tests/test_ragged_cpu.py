@@ -226,3 +226,22 @@ def test_drop_in_falls_back_to_lax_where_the_kernel_does_not_apply(rng):
                                   np.asarray(jax.lax.ragged_dot(lhs, rhs, sizes)))
     assert sum(ragged.FALLBACKS.values()) == before + 1
     assert any("float32" in why for why in ragged.FALLBACKS)
+
+
+@pytest.mark.parametrize("kind", ["random", "uniform", "huge", "one_group"])
+def test_local_sizes_cut_the_groups_to_a_shard(rng, kind):
+    """A row shard's group sizes (sharded jit): each group's rows inside the shard, the sizes
+    made valid over all M first, so the shards' sizes add up to the whole."""
+    for _ in range(8):
+        groups, shards = int(rng.integers(1, 20)), int(rng.integers(1, 5))
+        m = shards * int(rng.integers(1, 200))
+        sizes = _sizes(rng, kind, groups, m)
+        rows = m // shards
+        per_shard = [np.asarray(ragged_tiles.local_sizes(jnp.asarray(sizes, jnp.int32), m,
+                                                         s * rows, rows)) for s in range(shards)]
+        want = np.asarray(ragged_tiles.valid_sizes(jnp.asarray(sizes, jnp.int32), m))
+        np.testing.assert_array_equal(sum(per_shard), want)
+        for s, local in enumerate(per_shard):  # every shard's groups in row order, inside it
+            starts = np.concatenate([[0], np.cumsum(want)[:-1]]) - s * rows
+            expect = np.clip(starts + want, 0, rows) - np.clip(starts, 0, rows)
+            np.testing.assert_array_equal(local, expect)
