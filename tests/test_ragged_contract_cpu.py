@@ -124,3 +124,19 @@ def test_grad_under_vmap_equals_lax(rng):
         want = jax.grad(loss(jax.lax.ragged_dot), (0, 1))(x[i], w, jnp.maximum(sizes[i], 0))
         assert rel_frob(got[0][i], to64(want[0])) < 1e-2
         assert rel_frob(got[1][i], to64(want[1])) < 1e-2
+
+
+def test_grads_with_the_cotangent_as_is(rng):
+    """bf16 out, no activation, alpha 1: the cotangent goes to both backward products as it is
+    (no copy), and the gradients still match jax.grad of jax.lax.ragged_dot."""
+    x, w = random_operand(rng, (80, 16), "bfloat16"), random_operand(rng, (3, 16, 24), "bfloat16")
+    sizes = jnp.asarray([30, 0, 40], jnp.int32)
+    dy = random_operand(rng, (80, 24), "bfloat16")
+
+    def loss(ragged):
+        return lambda x, w: jnp.sum((ragged(x, w, sizes) * dy).astype(jnp.float32))
+
+    got = jax.grad(loss(hopper_ragged_dot), (0, 1))(x, w)
+    want = jax.grad(loss(jax.lax.ragged_dot), (0, 1))(x, w)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and rel_frob(a, to64(b)) < 1e-2
