@@ -69,6 +69,8 @@ def run_one(shape: tuple, impl: str, reps: int, timeout: float) -> dict:
     return dict(error=f"process exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
 
 
+# The parent imports neither jax_hopper nor bench_grouped (whose parse_case this repeats):
+# importing jax_hopper starts the GPU backend, and its preallocation would starve the children.
 def parse_shape(text: str) -> tuple:
     dims = tuple(int(d) for d in text.lower().split("x"))
     if len(dims) != 4 or min(dims) <= 0:

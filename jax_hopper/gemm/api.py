@@ -155,11 +155,18 @@ def epilogue_args(a, b, out_dtype, preferred_element_type, activation, alpha, be
                   names=("a", "b"), fn="hopper_matmul"):
     """The checked dtypes and epilogue of a GEMM call: (out dtype, default a's; activation code;
     alpha; beta), or ValueError naming the argument."""
+    return (checked_out_dtype(a, b, out_dtype, preferred_element_type, names, fn),
+            activation_code(activation), static_scalar("alpha", alpha),
+            static_scalar("beta", beta))
+
+
+def checked_out_dtype(a, b, out_dtype, preferred_element_type, names=("a", "b"),
+                      fn="hopper_matmul"):
+    """The out dtype asked for by either name (default a's), with a's and b's dtypes checked,
+    or ValueError naming the argument."""
     out_dtype = out_dtype_arg(out_dtype, preferred_element_type)
     check_dtypes(a, b, out_dtype, names=names, fn=fn)
-    out_dtype = out_dtype if out_dtype is not None else a.dtype
-    return (out_dtype, activation_code(activation), static_scalar("alpha", alpha),
-            static_scalar("beta", beta))
+    return out_dtype if out_dtype is not None else a.dtype
 
 
 def static_scalar(name, value) -> float:

@@ -195,7 +195,7 @@ def _bwd(params, has_residual, saved, dout):
     # d rhs[g] = lhs_g^T dP_g, or dP_g^T lhs_g for rhs stored (G, N, K): the grouped
     # contraction kernel, the groups splitting the rows (dP's N split stays local).
     x, y = (lhs3[0], dp[0]) if p["b_mn_major"] else (dp[0], lhs3[0])
-    config = choose_contraction_config(m, x.shape[1], y.shape[1], rhs.shape[0])
+    config = choose_contraction_config(x.shape[1], y.shape[1])
     drhs = contract(freeze(dict(out_dtype=jnp.dtype(rhs.dtype), config=config)), x, y, gs)
     dbias = bias
     if bias.size:

@@ -50,9 +50,8 @@ def hopper_ragged_contract(x, y, group_sizes, *, preferred_element_type=None, ou
     Differentiable in x and y.
     """
     x, y, group_sizes = jnp.asarray(x), jnp.asarray(y), jnp.asarray(group_sizes)
-    out_dtype = api.out_dtype_arg(out_dtype, preferred_element_type)
-    api.check_dtypes(x, y, out_dtype, names=("x", "y"), fn="hopper_ragged_contract")
-    out_dtype = out_dtype if out_dtype is not None else x.dtype
+    out_dtype = api.checked_out_dtype(x, y, out_dtype, preferred_element_type, names=("x", "y"),
+                                      fn="hopper_ragged_contract")
     if x.ndim != 2 or y.ndim != 2 or x.shape[0] != y.shape[0]:
         raise ValueError(f"x.shape={x.shape} and y.shape={y.shape} must be (M, P) and (M, Q) "
                          "with the same rows M (the contracted, grouped dimension)")
@@ -61,7 +60,7 @@ def hopper_ragged_contract(x, y, group_sizes, *, preferred_element_type=None, ou
                          f"got {group_sizes.dtype} {group_sizes.shape}")
     (m, p), q, groups = x.shape, y.shape[1], group_sizes.shape[0]
     if config is None:
-        config = choose_contraction_config(m, p, q, groups)
+        config = choose_contraction_config(p, q)
     elif not isinstance(config, GemmConfig):
         raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
     config.validate(x.dtype.name, True, True, family=_FAMILY)
@@ -71,18 +70,17 @@ def hopper_ragged_contract(x, y, group_sizes, *, preferred_element_type=None, ou
     return _contract(x, y, group_sizes.astype(jnp.int32), params)
 
 
-def choose_contraction_config(m: int, p: int, q: int, groups: int) -> GemmConfig:
-    """A compiled grouped_contraction config for M rows over `groups` groups, out (G, P, Q):
-    128 x 256 cooperative tiles, each contracting its group's rows, in 2-CTA clusters along M
-    (the CTAs share y's tile by multicast) where a group has two row tiles, else along N.
+def choose_contraction_config(p: int, q: int) -> GemmConfig:
+    """A compiled grouped_contraction config for an output (G, P, Q): 128 x 256 cooperative
+    tiles, each contracting its group's rows, in 2-CTA clusters along M (the CTAs share y's tile
+    by multicast) where a group has two row tiles, else along N.
 
     NOTES: H100, bf16, 2026-11-23 (benchmarks/results/grouped_h100_20261123_wgrad.json), the
     weight gradient of the Mixtral up, DeepSeek up and DeepSeek down cases (512-2048 rows per
     group), TFLOP/s: 128 x 256 in clusters 1x1 / 2x1 / 1x2: 554 / 568 / 560, 546 / 573 / 558,
     432 / 454 / 454; ping-pong 128 x 128 (same clusters) 371-462, slower in every case. Groups of
     a few rows (short mainloops, where ping-pong's overlap of the epilogue could pay) are not
-    measured yet; m and groups are kept for that rule."""
-    del m, groups
+    measured yet."""
     tile = next(t for t in catalog.FAMILIES[_FAMILY].tiles
                 if (t.block_m, t.block_n, t.schedule) == (128, 256, "cooperative"))
     cluster = (2, 1) if p > tile.block_m else (1, 2) if q > tile.block_n else (1, 1)
