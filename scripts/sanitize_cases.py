@@ -366,14 +366,17 @@ def tma_groups(quick: bool) -> list[list[TmaCase]]:
         shapes = [(1, 1), (37, 25 * unit), (3, 65, 17 * unit)]
         if quick:
             shapes = shapes[1:2]
-        copy_boxes = [(64, wide)] if quick else [(64, wide), (5, unit)]
+        # A swizzled box is exactly one swizzle span wide (ops.py); the narrowest box, one
+        # 16-byte chunk, exists only without a swizzle.
+        narrow = unit if mode == "none" else wide
+        copy_boxes = [(64, wide)] if quick else [(64, wide), (5, narrow)]
         group = [TmaCase("copy", mode, dtype, box, s) for box in copy_boxes for s in shapes]
         group += [TmaCase("smem_bytes", mode, dtype, box, s)
-                  for box in [(8, wide), (8, unit)][: 1 if quick else 2] for s in shapes]
+                  for box in [(8, wide), (8, narrow)][: 1 if quick else 2] for s in shapes]
         for cs in (2, 4):
             # (1, 1) cannot be multicast: its copies would sit itemsize bytes apart.
             group += [TmaCase("multicast", mode, dtype, box, s, cs)
-                      for box in [(16 * cs, wide), (cs, unit)][: 1 if quick else 2]
+                      for box in [(16 * cs, wide), (cs, narrow)][: 1 if quick else 2]
                       for s in shapes if s != (1, 1)]
         if dtype in ("bfloat16", "float32"):
             group += [TmaCase("reduce_add", mode, dtype, box, s)

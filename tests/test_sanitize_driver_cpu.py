@@ -25,3 +25,11 @@ def test_ragged_check_rejects_a_wrong_result():
     wrong = good.copy()
     wrong[10:] = 0  # the second nonempty group left unwritten
     assert "error" in sanitize_cases.ragged_check(case, arrays, wrong)
+
+
+def test_full_tma_list_runs_and_checks_on_cpu(capsys):
+    # Every TMA case of the full list must pass the ops' argument checks and the driver's bitwise
+    # check through the reference path: a case the ops refuse would fail the GPU run instead
+    # (2026-11-24, H100: twelve narrow swizzled boxes did).
+    assert sanitize_driver.main(["--only", "tma", "--allow-cpu"]) == 0
+    assert ", 0 failures" in capsys.readouterr().out
