@@ -42,6 +42,8 @@ inline bool to_dtype(ffi::DataType t, DType* out) {
     case ffi::DataType::BF16: *out = DType::kBF16; return true;
     case ffi::DataType::F16:  *out = DType::kF16;  return true;
     case ffi::DataType::F32:  *out = DType::kF32;  return true;
+    case ffi::DataType::F8E4M3FN: *out = DType::kE4M3; return true;
+    case ffi::DataType::F8E5M2:   *out = DType::kE5M2; return true;
     default: return false;
   }
 }
@@ -51,6 +53,7 @@ inline bool tma_float_type(DType t, CUtensorMapDataType* out) {
     case DType::kBF16: *out = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; return true;
     case DType::kF16:  *out = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;  return true;
     case DType::kF32:  *out = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;  return true;
+    default: return false;  // fp8: TMA has no fp8 arithmetic type
   }
   return false;
 }

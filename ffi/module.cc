@@ -50,6 +50,7 @@ NB_MODULE(_jax_hopper, m) {
     d["jax_hopper_gemm_grouped"] = capsule(jax_hopper::GroupedHandler);
     d["jax_hopper_gemm_grouped_glu"] = capsule(jax_hopper::GroupedGluHandler);
     d["jax_hopper_gemm_grouped_contraction"] = capsule(jax_hopper::GroupedContractionHandler);
+    d["jax_hopper_gemm_fp8"] = capsule(jax_hopper::Fp8Handler);
     d["jax_hopper_tma_copy"] = capsule(jax_hopper::TmaCopyHandler);
     d["jax_hopper_tma_smem_bytes"] = capsule(jax_hopper::TmaSmemBytesHandler);
     d["jax_hopper_tma_multicast"] = capsule(jax_hopper::TmaMulticastHandler);
@@ -63,6 +64,7 @@ NB_MODULE(_jax_hopper, m) {
       d["name"] = k->name;
       d["family"] = static_cast<int>(k->family);
       d["dtype"] = static_cast<int>(k->dtype);
+      d["b_dtype"] = static_cast<int>(k->b_dtype);
       d["schedule"] = static_cast<int>(k->schedule);
       d["block_m"] = k->block_m;
       d["block_n"] = k->block_n;

@@ -6,6 +6,7 @@
     y = hopper_ragged_dot(x, w_experts, group_sizes)  # MoE grouped GEMM, sizes on the device
     dw = hopper_ragged_contract(x, dy, group_sizes)   # its weight gradient, (G, K, N)
     h = hopper_ragged_glu(x, w_gate_up, group_sizes)  # experts' SwiGLU, w (G, K, 2, F)
+    y = hopper_fp8_matmul(a8, b8, a_scale, b_scale)   # fp8 (N, K) weight, per-tensor scales
 
 On a machine without a Hopper GPU (or in a package built without the CUDA toolkit) every op
 lowers to a pure-JAX reference with the same result; kernels_available() says which runs.
@@ -16,6 +17,7 @@ from jax_hopper._ffi import KernelStatus, kernels_available
 from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.dot_general import dot_general
+from jax_hopper.gemm.fp8 import hopper_fp8_matmul
 from jax_hopper.gemm.glu import hopper_glu
 from jax_hopper.gemm.ragged import hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm.ragged_contract import hopper_ragged_contract
@@ -28,6 +30,7 @@ __all__ = [
     "GemmConfig",
     "KernelStatus",
     "dot_general",
+    "hopper_fp8_matmul",
     "hopper_glu",
     "hopper_matmul",
     "hopper_ragged_contract",

@@ -79,6 +79,22 @@ def poisoned_call(fn, out_shape, out_dtype, *args):
         return call(poison, *args)
 
 
+def fp8_operand(rng, shape, dtype):
+    """Random-normal values scaled into the fp8 range and rounded to `dtype`."""
+    return jnp.asarray(rng.standard_normal(shape, dtype=np.float32) * 4).astype(dtype)
+
+
+def fp8_reference64(a, b, a_scale, b_scale, *, bias=None, activation=None, residual=None,
+                    alpha=1.0, beta=1.0):
+    x = alpha * a_scale * b_scale * np.matmul(to64(a), np.swapaxes(to64(b), -1, -2))
+    if bias is not None:
+        x = x + to64(bias)
+    x = act64(x, activation)
+    if residual is not None:
+        x = x + beta * to64(residual)
+    return x
+
+
 def glu_reference64(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, beta=1.0):
     """act(alpha x w[:, 0] + bias[0]) * (alpha x w[:, 1] + bias[1]) + beta residual, float64."""
     x64, w64 = to64(x), to64(w)

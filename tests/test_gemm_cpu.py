@@ -30,7 +30,7 @@ def test_extension_compiles_exactly_the_catalog():
     for name, d in built.items():
         inst = listed[name]
         assert families[d["family"]] == inst.family
-        assert d["dtype"] == catalog.DTYPES[inst.dtype].code
+        assert (d["dtype"], d["b_dtype"]) == tuple(catalog.DTYPES[t].code for t in inst.dtypes)
         assert catalog.TileShape(d["block_m"], d["block_n"], d["block_k"], d["stages"],
                                  list(catalog.SCHEDULES)[d["schedule"]]) == inst.tile
         assert (d["a_mn_major"], d["b_mn_major"]) == (inst.a_mn_major, inst.b_mn_major)

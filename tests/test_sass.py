@@ -1,5 +1,6 @@
-"""The built extension's machine code: every GEMM instance's mainloop uses wgmma (HGMMA) fed by
-TMA loads (UTMALDG), stores through TMA (UTMASTG), and uses no local memory (no spills).
+"""The built extension's machine code: every GEMM instance's mainloop uses wgmma (HGMMA; QGMMA for
+fp8) fed by TMA loads (UTMALDG), stores through TMA (UTMASTG), and uses no local memory (no
+spills).
 
 Needs cuobjdump (CUDA toolkit), not a GPU; the build already treats ptxas warnings (spills,
 "wgmma serialized") as errors, this reads the result back."""
@@ -44,8 +45,12 @@ def test_every_gemm_instance_uses_hgmma_and_tma(extension_path):
     gemm = {name: body for name, body in _functions(sass).items() if "sm90_gemm_kernel" in name}
     assert len(gemm) == len(catalog.compiled_instances())
     for name, body in gemm.items():
-        for opcode in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS"):
+        # wgmma is HGMMA for 16-bit inputs, QGMMA for fp8.
+        for opcode in ("GMMA", "UTMALDG", "UTMASTG", "SYNCS"):
             assert opcode in body, f"{opcode} missing from {name}"
+    fp8 = [i for i in catalog.compiled_instances() if i.dtype in catalog.FP8_DTYPES]
+    assert sum("QGMMA" in body for body in gemm.values()) == len(fp8)
+    assert sum("HGMMA" in body for body in gemm.values()) == len(gemm) - len(fp8)
     tma_ops = {n: b for n, b in _functions(sass).items() if re.search(r"tma_\w+_kernel", n)}
     assert tma_ops and all("UTMALDG" in b for b in tma_ops.values())
 

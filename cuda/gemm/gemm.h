@@ -45,6 +45,9 @@ struct GemmArgs {
   // The grouped contraction: where each group's rows end (prefix sums, (batch,) int32;
   // cuda/gemm/scheduler/grouped_contraction.cuh).
   const int32_t* group_ends;
+  // The fp8 family: a's and b's per-tensor scales (one float32 each, device memory).
+  const float* a_scale;
+  const float* b_scale;
   int device;
   cudaStream_t stream;
 };
@@ -64,7 +67,7 @@ struct GemmStatus {
 struct GemmKernelInfo {
   const char* name;
   GemmFamily family;
-  DType dtype;
+  DType dtype, b_dtype;  // of a and of b
   GemmSchedule schedule;
   int32_t block_m, block_n, block_k, stages;
   bool a_mn_major, b_mn_major;

@@ -14,7 +14,7 @@
 #include "cuda/gemm/epilogue/store.cuh"
 #include "cuda/gemm/gemm.h"
 #include "cuda/gemm/kernel.cuh"
-#include "cuda/gemm/mainloop/ss16.cuh"
+#include "cuda/gemm/mainloop/ss.cuh"
 #include "cuda/gemm/schedule/cooperative.cuh"
 #include "cuda/gemm/schedule/pingpong.cuh"
 #include "cuda/gemm/scheduler/grouped.cuh"
@@ -119,11 +119,12 @@ GemmStatus launch_gemm(const GemmArgs& g) {
 }
 
 template <class Kernel>
-constexpr GemmKernelInfo gemm_kernel_info(const char* name, GemmFamily family, DType dtype,
-                                          GemmSchedule schedule, bool a_mn_major,
+constexpr GemmKernelInfo gemm_kernel_info(const char* name, GemmFamily family, DType a_dtype,
+                                          DType b_dtype, GemmSchedule schedule, bool a_mn_major,
                                           bool b_mn_major) {
   using M = typename Kernel::Mainloop;
-  return GemmKernelInfo{name, family, dtype, schedule, M::BM, M::BN, M::BK, M::STAGES, a_mn_major,
+  return GemmKernelInfo{name, family, a_dtype, b_dtype, schedule, M::BM, M::BN, M::BK, M::STAGES,
+                        a_mn_major,
                         b_mn_major, Kernel::kSmemBytes, Kernel::Scheduler::kSlotBytes,
                         &gemm_product_cols<Kernel>, &gemm_resident_clusters<Kernel>,
                         &launch_gemm<Kernel>};

@@ -1,4 +1,5 @@
-// wgmma wrappers: fences, group commit/wait, and m64nNk16 with both operands in shared memory.
+// wgmma wrappers: fences, group commit/wait, and m64nNk16 (16-bit) / m64nNk32 (fp8) with both
+// operands in shared memory.
 // PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/#asynchronous-warpgroup-level-matrix-instructions
 // Only the shapes the GEMM instantiates are spelled out (CUTLASS lists every N; we do not).
 #pragma once
@@ -28,9 +29,10 @@ __device__ __forceinline__ void wgmma_wait_group() {
 // Keeps the compiler from moving accumulator reads/writes across an in-flight wgmma.
 __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
-// D(64xN, f32) (+)= A(64x16) * B(16xN). TRANS_A/TRANS_B: 1 when that operand is MN-major in
-// shared memory (the transpose bits exist only for 16-bit inputs). scale_d == 0 overwrites D.
-template <int N, DType T, int TRANS_A, int TRANS_B>
+// D(64xN, f32) (+)= A(64xK) * B(KxN), K = 32 bytes of the input types (k16 for 16-bit, k32 for
+// 8-bit). TRANS_A/TRANS_B: 1 when that operand is MN-major in shared memory (the transpose bits
+// exist only for 16-bit inputs: fp8 operands must be K-major). scale_d == 0 overwrites D.
+template <int N, DType TA, DType TB, int TRANS_A, int TRANS_B>
 struct WgmmaSS;
 
 // The accumulators' asm placeholders and operands in blocks of 32 fp32 registers; an
@@ -75,12 +77,13 @@ struct WgmmaSS;
 #define JH_WGMMA_N256_REGS JH_WGMMA_N192_REGS ", " JH_WGMMA_REGS_96_127
 #define JH_WGMMA_N256_OPERANDS JH_WGMMA_N192_OPERANDS, JH_WGMMA_OPERANDS_96_127
 
-// One specialisation per (N, input type); the asm string differs only in the type suffix.
+// One specialisation per (N, input types); the asm strings differ only in the shape and types.
 // DA, DB, SCALE, TA, TB: the asm operand numbers following the N/2 accumulators.
-#define JH_DEFINE_WGMMA_SS(N, DTYPE, PTX_TYPE, DA, DB, SCALE, TA, TB)                      \
+#define JH_DEFINE_WGMMA_SS16(N, DTYPE, PTX_TYPE, DA, DB, SCALE, TA, TB)                     \
   template <int TRANS_A, int TRANS_B>                                                      \
-  struct WgmmaSS<N, DTYPE, TRANS_A, TRANS_B> {                                             \
+  struct WgmmaSS<N, DTYPE, DTYPE, TRANS_A, TRANS_B> {                                      \
     static constexpr int kRegs = N / 2;                                                    \
+    static constexpr int kK = 16;                                                          \
     __device__ __forceinline__ static void mma(uint64_t desc_a, uint64_t desc_b, float* d, \
                                                uint32_t scale_d) {                         \
       asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %" SCALE ", 0;\n\t"                \
@@ -92,13 +95,38 @@ struct WgmmaSS;
     }                                                                                      \
   };
 
-JH_DEFINE_WGMMA_SS(128, DType::kBF16, "bf16", "64", "65", "66", "67", "68")
-JH_DEFINE_WGMMA_SS(128, DType::kF16, "f16", "64", "65", "66", "67", "68")
-JH_DEFINE_WGMMA_SS(192, DType::kBF16, "bf16", "96", "97", "98", "99", "100")
-JH_DEFINE_WGMMA_SS(192, DType::kF16, "f16", "96", "97", "98", "99", "100")
-JH_DEFINE_WGMMA_SS(256, DType::kBF16, "bf16", "128", "129", "130", "131", "132")
-JH_DEFINE_WGMMA_SS(256, DType::kF16, "f16", "128", "129", "130", "131", "132")
+JH_DEFINE_WGMMA_SS16(128, DType::kBF16, "bf16", "64", "65", "66", "67", "68")
+JH_DEFINE_WGMMA_SS16(128, DType::kF16, "f16", "64", "65", "66", "67", "68")
+JH_DEFINE_WGMMA_SS16(192, DType::kBF16, "bf16", "96", "97", "98", "99", "100")
+JH_DEFINE_WGMMA_SS16(192, DType::kF16, "f16", "96", "97", "98", "99", "100")
+JH_DEFINE_WGMMA_SS16(256, DType::kBF16, "bf16", "128", "129", "130", "131", "132")
+JH_DEFINE_WGMMA_SS16(256, DType::kF16, "f16", "128", "129", "130", "131", "132")
 
-#undef JH_DEFINE_WGMMA_SS
+// fp8 (e4m3, e5m2, mixed): k32, no transpose operands (K-major only).
+#define JH_DEFINE_WGMMA_SS8(N, DTA, DTB, PTX_TA, PTX_TB, DA, DB, SCALE)                      \
+  template <>                                                                              \
+  struct WgmmaSS<N, DTA, DTB, 0, 0> {                                                      \
+    static constexpr int kRegs = N / 2;                                                    \
+    static constexpr int kK = 32;                                                          \
+    __device__ __forceinline__ static void mma(uint64_t desc_a, uint64_t desc_b, float* d, \
+                                               uint32_t scale_d) {                         \
+      asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %" SCALE ", 0;\n\t"                \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." PTX_TA "." PTX_TB     \
+                   " {" JH_WGMMA_N##N##_REGS "}, %" DA ", %" DB ", p, 1, 1;\n\t}"           \
+                   : JH_WGMMA_N##N##_OPERANDS                                              \
+                   : "l"(desc_a), "l"(desc_b), "r"(scale_d));                              \
+    }                                                                                      \
+  };
+#define JH_DEFINE_WGMMA_SS8_ALL_N(DTA, DTB, PTX_TA, PTX_TB)                                 \
+  JH_DEFINE_WGMMA_SS8(128, DTA, DTB, PTX_TA, PTX_TB, "64", "65", "66")                     \
+  JH_DEFINE_WGMMA_SS8(256, DTA, DTB, PTX_TA, PTX_TB, "128", "129", "130")
+
+JH_DEFINE_WGMMA_SS8_ALL_N(DType::kE4M3, DType::kE4M3, "e4m3", "e4m3")
+JH_DEFINE_WGMMA_SS8_ALL_N(DType::kE5M2, DType::kE4M3, "e5m2", "e4m3")
+JH_DEFINE_WGMMA_SS8_ALL_N(DType::kE4M3, DType::kE5M2, "e4m3", "e5m2")
+
+#undef JH_DEFINE_WGMMA_SS8_ALL_N
+#undef JH_DEFINE_WGMMA_SS8
+#undef JH_DEFINE_WGMMA_SS16
 
 }  // namespace jax_hopper::ptx

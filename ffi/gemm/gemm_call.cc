@@ -45,10 +45,10 @@ ffi::Error run_gemm(GemmFamily family, const char* op, GemmShapeCheck check, cud
 
   DType tin, tb, tout;
   if (!to_dtype(a.element_type(), &tin) || tin != kernel->dtype ||
-      !to_dtype(b.element_type(), &tb) || tb != tin)
-    return invalid(o + ": a and b must both be of the kernel's input dtype (" + kernel->name +
-                   ")");
-  if (!to_dtype(out->element_type(), &tout)) return invalid(o + ": unsupported out dtype");
+      !to_dtype(b.element_type(), &tb) || tb != kernel->b_dtype)
+    return invalid(o + ": a and b must be of the kernel's input dtypes (" + kernel->name + ")");
+  if (!to_dtype(out->element_type(), &tout) || dtype_bytes(tout) < 2)
+    return invalid(o + ": unsupported out dtype (bfloat16, float16 or float32)");
   if (a.dimensions().size() != 3 || b.dimensions().size() != 3 || out->dimensions().size() != 3)
     return invalid(o + ": the handler expects rank-3 operands and output");
 

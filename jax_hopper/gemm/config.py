@@ -54,9 +54,9 @@ class GemmConfig:
                                  self.schedule)
 
     def validate(self, dtype: str, a_mn_major: bool, b_mn_major: bool,
-                 family: str = "matmul") -> None:
+                 family: str = "matmul", b_dtype: str | None = None) -> None:
         """Raises ValueError naming the field and the rule when no compiled kernel of `family`
-        (jax_hopper.kernels.catalog.FAMILIES) runs this."""
+        (jax_hopper.kernels.catalog.FAMILIES) runs this; dtype is a's, b_dtype b's (None: a's)."""
         if self.schedule not in catalog.SCHEDULES:
             raise ValueError(f"config: schedule={self.schedule!r} must be one of "
                              f"{tuple(catalog.SCHEDULES)}")
@@ -92,17 +92,21 @@ class GemmConfig:
             raise ValueError(f"config: swizzle={self.swizzle!r}; compiled kernels use "
                              f"{catalog.SWIZZLES} (one 128-byte row of 16-bit elements per "
                              "k-block)")
-        if dtype not in catalog.INPUT_DTYPES:
-            raise ValueError(f"config: input dtype {dtype} not compiled ({catalog.INPUT_DTYPES})")
+        pairs = catalog.FAMILIES[family].dtypes
+        if (dtype, b_dtype or dtype) not in pairs:
+            raise ValueError(f"config: input dtypes (a, b) = ({dtype}, {b_dtype or dtype}) are not "
+                             f"compiled for {catalog.FAMILIES[family].what}: {pairs}")
         for field, want, got in (("a_mn_major", a_mn_major, self.a_mn_major),
                                  ("b_mn_major", b_mn_major, self.b_mn_major)):
             if got is not None and got != want:
                 raise ValueError(f"config: {field}={got} contradicts the call, whose operand "
                                  f"layout makes it {want} (set by transpose_a / transpose_b)")
 
-    def kernel(self, family: str, dtype: str, a_mn_major: bool, b_mn_major: bool) -> str:
+    def kernel(self, family: str, dtype: str, a_mn_major: bool, b_mn_major: bool,
+               b_dtype: str = "") -> str:
         """The catalog name of the compiled kernel that runs this config (validate first)."""
-        return catalog.KernelInstance(family, dtype, self.tile, a_mn_major, b_mn_major).name
+        return catalog.KernelInstance(family, dtype, self.tile, a_mn_major, b_mn_major,
+                                      b_dtype).name
 
     def plan(self, kernel: str, batch: int, m: int, n: int, k: int,
              resident_clusters: int) -> dict:

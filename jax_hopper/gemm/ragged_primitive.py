@@ -140,7 +140,7 @@ def vmapped_per_entry(one):
 
 
 def register(primitive, abstract_eval, reference_fn, cuda_lowering) -> None:
-    """A grouped primitive's rules: eager binds through a cached jit (lowered once per parameter
+    """A grouped (or fp8) primitive's rules: eager binds through a cached jit (lowered once per parameter
     set), vmap as one launch per entry (per_entry), the reference lowering on the CPU and, where
     the kernels are built, the custom call on CUDA."""
     @functools.lru_cache(maxsize=None)

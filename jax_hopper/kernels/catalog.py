@@ -40,9 +40,19 @@ DTYPES = {
     "bfloat16": DTypeInfo(0, 2, "kBF16", "bf16"),
     "float16": DTypeInfo(1, 2, "kF16", "f16"),
     "float32": DTypeInfo(2, 4, "kF32", "f32"),
+    "float8_e4m3fn": DTypeInfo(3, 1, "kE4M3", "e4m3"),
+    "float8_e5m2": DTypeInfo(4, 1, "kE5M2", "e5m2"),
 }
+# The 16-bit families' inputs (a and b of one type).
 INPUT_DTYPES = ("bfloat16", "float16")
 OUTPUT_DTYPES = ("bfloat16", "float16", "float32")
+# fp8 inputs and the (a, b) pairs the fp8 family multiplies: e4m3 both (forward), e5m2 with
+# e4m3 either way (gradients in e5m2 times weights or activations in e4m3).
+FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+FP8_PAIRS = (("float8_e4m3fn", "float8_e4m3fn"), ("float8_e5m2", "float8_e4m3fn"),
+             ("float8_e4m3fn", "float8_e5m2"))
+# fp8's largest finite values (saturating casts).
+FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
 
 # Epilogue activations: the name users pass, and the C++ enumerator; the code is the position.
 ACTIVATIONS = ((None, "kNone"), ("relu", "kRelu"), ("gelu_tanh", "kGeluTanh"),
@@ -121,6 +131,8 @@ class Family:
     what: str                      # in messages: "... is not compiled for <what>"
     scheduler: str | None = None   # C++ tile scheduler, instead of the schedule's
     clusters: tuple[tuple[int, int], ...] = CLUSTER_SHAPES  # (cluster_m, cluster_n) it runs
+    # (a, b) input dtypes it is compiled for
+    dtypes: tuple[tuple[str, str], ...] = tuple((d, d) for d in INPUT_DTYPES)
 
     @property
     def stream_k(self) -> bool:
@@ -128,12 +140,12 @@ class Family:
         return self.scheduler is None
 
 
-_SS16 = ("MainloopSS16<DType::{dtype}, {bm}, {bn}, {bk}, {stages}, {tile_wgs}, "
-         "OperandLoad<{a_mn}>, {b_load}>")
+_SS16 = ("MainloopSS<DType::{a_dtype}, DType::{b_dtype}, {bm}, {bn}, {bk}, {stages}, "
+         "{tile_wgs}, OperandLoad<{a_mn}, {a_bytes}>, {b_load}, NoScaling>")
 
 FAMILIES = {
     # hopper_matmul: any operand majors, linear epilogue (alpha, bias, activation, residual).
-    "matmul": Family("matmul", "kMatmul", _SS16.replace("{b_load}", "OperandLoad<{b_mn}>"),
+    "matmul": Family("matmul", "kMatmul", _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>"),
                      "TmaStoreEpilogue<{bn}, LinearOps>", TILE_SHAPES,
                      OPERAND_MAJORS, "", "hopper_matmul"),
     # hopper_glu: x (M, K) K-major, the (K, 2, F) weight MN-major and loaded as gate and up
@@ -147,7 +159,7 @@ FAMILIES = {
     # follow the groups' rows (GroupedScheduler) and store only their group's rows
     # (GroupedOutput). 64 x 256 ping-pong for a few rows per group (decode), 128-row tiles
     # otherwise.
-    "grouped": Family("grouped", "kGrouped", _SS16.replace("{b_load}", "OperandLoad<{b_mn}>"),
+    "grouped": Family("grouped", "kGrouped", _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>"),
                       "TmaStoreEpilogue<{bn}, LinearOps, GroupedOutput>",
                       (TileShape(128, 256, 64, 4), TileShape(128, 128, 64, 6, "pingpong"),
                        TileShape(64, 256, 64, 4, "pingpong")),
@@ -167,33 +179,57 @@ FAMILIES = {
     # output entry per group (GroupedContractionScheduler), the plain linear epilogue.
     "grouped_contraction": Family(
         "grouped_contraction", "kGroupedContraction",
-        _SS16.replace("{b_load}", "OperandLoad<{b_mn}>"), "TmaStoreEpilogue<{bn}, LinearOps>",
+        _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>"), "TmaStoreEpilogue<{bn}, LinearOps>",
         (TileShape(128, 256, 64, 4), TileShape(128, 128, 64, 6, "pingpong")), ((True, True),),
         "_contract", "the grouped contraction",
         scheduler="GroupedContractionScheduler<{bm}, {bn}, {bk}>"),
+    # hopper_fp8_matmul: fp8 operands, both K-major (fp8 wgmma has no transpose), one float32
+    # scale per tensor applied to the accumulators (TensorScaling), the linear epilogue. A
+    # k-block is 128 fp8 elements (one 128-byte swizzle row), so the ring holds the same bytes
+    # as the 16-bit tiles'.
+    "fp8": Family(
+        "fp8", "kFp8",
+        _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>")
+             .replace("NoScaling", "TensorScaling"),
+        "TmaStoreEpilogue<{bn}, LinearOps>",
+        (TileShape(128, 256, 128, 4), TileShape(128, 128, 128, 6),
+         TileShape(128, 128, 128, 6, "pingpong")),
+        ((False, False),), "_fp8", "the fp8 GEMM", dtypes=FP8_PAIRS),
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class KernelInstance:
     family: str
-    dtype: str
+    dtype: str          # a's input dtype
     tile: TileShape
     a_mn_major: bool
     b_mn_major: bool
+    b_dtype: str = ""   # b's input dtype; "" when it is a's
+
+    def __post_init__(self):
+        if self.b_dtype == self.dtype:  # one spelling per instance (hashing, lookups)
+            object.__setattr__(self, "b_dtype", "")
+
+    @property
+    def dtypes(self) -> tuple[str, str]:
+        return self.dtype, self.b_dtype or self.dtype
 
     @property
     def name(self) -> str:
         """The key the FFI handler looks the kernel up by (and its SASS function's name part)."""
         majors = ("m" if self.a_mn_major else "k") + ("n" if self.b_mn_major else "k")
-        return (f"sm90_gemm_{DTYPES[self.dtype].short}_{self.tile.tag}_{majors}"
-                f"{FAMILIES[self.family].suffix}")
+        types = DTYPES[self.dtype].short + (f"x{DTYPES[self.b_dtype].short}" if self.b_dtype
+                                            else "")
+        return f"sm90_gemm_{types}_{self.tile.tag}_{majors}{FAMILIES[self.family].suffix}"
 
     def policies(self) -> dict[str, str]:
         """The family's C++ policy types for this instance, and its schedule's."""
         fam, t = FAMILIES[self.family], self.tile
         sched = SCHEDULES[t.schedule]
-        fields = dict(dtype=DTYPES[self.dtype].cpp, bm=t.block_m, bn=t.block_n, bk=t.block_k,
+        a_type, b_type = (DTYPES[d] for d in self.dtypes)
+        fields = dict(a_dtype=a_type.cpp, b_dtype=b_type.cpp, a_bytes=a_type.nbytes,
+                      b_bytes=b_type.nbytes, bm=t.block_m, bn=t.block_n, bk=t.block_k,
                       stages=t.stages, tile_wgs=sched.tile_warpgroups,
                       a_mn=str(self.a_mn_major).lower(), b_mn=str(self.b_mn_major).lower())
         return dict(mainloop=fam.mainloop.format(**fields), epilogue=fam.epilogue.format(**fields),
@@ -202,14 +238,14 @@ class KernelInstance:
 
 
 def compiled_instances() -> tuple[KernelInstance, ...]:
-    return tuple(KernelInstance(fam.name, d, t, am, bm) for fam in FAMILIES.values()
-                 for d in INPUT_DTYPES for t in fam.tiles for am, bm in fam.majors)
+    return tuple(KernelInstance(fam.name, da, t, am, bm, db) for fam in FAMILIES.values()
+                 for da, db in fam.dtypes for t in fam.tiles for am, bm in fam.majors)
 
 
 def instance(family: str, dtype: str, tile: TileShape, a_mn_major: bool,
-             b_mn_major: bool) -> KernelInstance | None:
-    """The compiled instance with these properties, or None."""
-    want = KernelInstance(family, dtype, tile, a_mn_major, b_mn_major)
+             b_mn_major: bool, b_dtype: str = "") -> KernelInstance | None:
+    """The compiled instance with these properties (b_dtype: "" when it is dtype), or None."""
+    want = KernelInstance(family, dtype, tile, a_mn_major, b_mn_major, b_dtype)
     return want if want in _COMPILED else None
 
 

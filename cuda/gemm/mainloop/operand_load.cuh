@@ -1,10 +1,12 @@
-// How the mainloop's producer brings one operand tile (`rows` x 64 k of 16-bit elements) into
+// How the mainloop's producer brings one operand tile (`rows` x one k-block of 128 bytes) into
 // shared memory, and the tensor map that makes it possible (host side). Tiles are stored as
-// 64-element-wide boxes of 8 KB (64 x 128 bytes, 128B swizzle):
-//   K-major  (A as (M,K), B as (N,K)):  box j holds rows 64j..64j+63 of the tile, all 64 k;
-//                                       the boxes stack into one K-major SW128 layout.
+// boxes of 8 KB (64 rows x 128 bytes, 128B swizzle); a k-block is 64 16-bit or 128 8-bit
+// elements:
+//   K-major  (A as (M,K), B as (N,K)):  box j holds rows 64j..64j+63 of the tile, the whole
+//                                       k-block; the boxes stack into one K-major SW128 layout.
 //   MN-major (A as (K,M), B as (K,N)):  box j holds columns 64j..64j+63, all 64 k rows;
-//                                       wgmma reads it with the transpose bit set.
+//                                       wgmma reads it with the transpose bit set (16-bit only:
+//                                       fp8 wgmma has no transpose).
 // With a cluster sharing the operand, CTA `rank` loads 1/share of the tile and multicasts it
 // to the whole cluster.
 #pragma once
@@ -21,13 +23,19 @@
 namespace jax_hopper {
 
 constexpr int kBoxElems = 64;        // 64 x 16-bit = 128 bytes: one 128B swizzle row
-constexpr int kBoxBytes = 64 * 128;  // one 64 x 64 box of 16-bit elements
+constexpr int kBoxBytes = 64 * 128;  // one box: 64 rows of one 128-byte swizzle row
 
-// 3-D tensor map over a row-major (batch, rows, cols) array of 16-bit elements.
-inline std::string map_16bit(const Array3& x, uint32_t box_cols, uint32_t box_rows,
+// The elements of one 128-byte swizzle row (a k-block) of `bytes`-wide elements.
+constexpr int k_block_elems(int bytes) { return 128 / bytes; }
+
+// 3-D tensor map over a row-major (batch, rows, cols) array of `bytes`-wide elements (TMA only
+// moves them: an unsigned type of that width).
+inline std::string map_sw128(const Array3& x, int bytes, uint32_t box_cols, uint32_t box_rows,
                              CUtensorMap* out) {
-  return encode_sw128_3d(CU_TENSOR_MAP_DATA_TYPE_UINT16, x.data, x.cols, x.rows, x.batch,
-                         x.cols * 2, x.rows * x.cols * 2, box_cols, box_rows, out);
+  return encode_sw128_3d(bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                    : CU_TENSOR_MAP_DATA_TYPE_UINT16,
+                         x.data, x.cols, x.rows, x.batch, x.cols * bytes,
+                         x.rows * x.cols * bytes, box_cols, box_rows, out);
 }
 
 __device__ __forceinline__ void tma_load_shared(const CUtensorMap* map, uint64_t* bar, void* dst,
@@ -39,10 +47,14 @@ __device__ __forceinline__ void tma_load_shared(const CUtensorMap* map, uint64_t
     ptx::tma_load_3d(map, bar, dst, c0, c1, c2);
 }
 
-// A plain operand of the product, as stored (batch, mn, k) or, MN_MAJOR, (batch, k, mn).
-template <bool MN_MAJOR>
+// A plain operand of the product, as stored (batch, mn, k) or, MN_MAJOR, (batch, k, mn), of
+// BYTES-wide elements.
+template <bool MN_MAJOR, int BYTES>
 struct OperandLoad {
   static constexpr bool kMnMajor = MN_MAJOR;
+  static constexpr int kBytes = BYTES;
+  static_assert(BYTES == 2 || (BYTES == 1 && !MN_MAJOR),
+                "16-bit operands either way; 8-bit ones K-major (wgmma has no fp8 transpose)");
 
   // First mn coordinate of tile `block` of `rows` rows.
   __device__ static int32_t origin(int32_t block, int rows) { return block * rows; }
@@ -55,8 +67,8 @@ struct OperandLoad {
   // `rows_per_cta`: the tile's rows over the CTAs that share it (K-major: one box of them).
   static std::string make_map(const GemmArgs&, const Array3& x, uint32_t rows_per_cta,
                               CUtensorMap* out) {
-    return MN_MAJOR ? map_16bit(x, kBoxElems, kBoxElems, out)
-                    : map_16bit(x, kBoxElems, rows_per_cta, out);
+    return MN_MAJOR ? map_sw128(x, BYTES, kBoxElems, kBoxElems, out)
+                    : map_sw128(x, BYTES, k_block_elems(BYTES), rows_per_cta, out);
   }
 
   __device__ static void load(const CUtensorMap* map, uint64_t* bar, uint8_t* dst, int rows,
@@ -81,6 +93,7 @@ struct OperandLoad {
 // (n, K, half, expert), so a k-block past K is zeros, never the next expert's rows.
 struct GatedWeightLoad {
   static constexpr bool kMnMajor = true;
+  static constexpr int kBytes = 2;
 
   __device__ static int32_t origin(int32_t block, int rows) { return block * (rows / 2); }
 

@@ -1,6 +1,10 @@
-// Mainloop policy for 16-bit operands (bf16, fp16), both from shared memory ("SS"): the
-// producer's TMA loads of A and B tiles into a STAGES-deep ring, and a consumer warpgroup's
-// wgmma m64nBNk16 over its rows of the BM x BN tile, fp32 accumulators in registers.
+// Mainloop policy for operands both from shared memory ("SS"): 16-bit (bf16, fp16; either
+// major) or fp8 (e4m3, e5m2, mixed; K-major). The producer's TMA loads of A and B tiles into a
+// STAGES-deep ring, and a consumer warpgroup's wgmma m64nBNk16 (k32 for fp8) over its rows of
+// the BM x BN tile, fp32 accumulators in registers. A k-block is one 128-byte swizzle row either
+// way (64 16-bit or 128 8-bit elements), so the ring's layout and the descriptors' byte steps
+// are the same for both; Scaling (cuda/gemm/mainloop/scaling.cuh) applies fp8's per-tensor
+// scales to the accumulators.
 // TILE_WARPGROUPS consumer warpgroups share a tile (the kernel's consumer schedule): 2 in the
 // cooperative schedule (a 64-row slice each, one wgmma per k16 step), 1 in ping-pong (all BM
 // rows, BM / 64 wgmmas per k16 step on the same B descriptor).
@@ -10,6 +14,7 @@
 // gated weight of hopper_glu is a B loader, not a flag.
 // jax_hopper/layout/ derives the same descriptor numbers; tests/test_layout_smem.py checks the
 // model against the constants used below (LBO 16 / 8192, SBO 1024, k-steps 32 / 2048 bytes).
+// For fp8, a K-major k32 step is 32 bytes as well.
 #pragma once
 
 #include <cuda.h>
@@ -19,6 +24,7 @@
 
 #include "cuda/gemm/gemm.h"
 #include "cuda/gemm/mainloop/operand_load.cuh"
+#include "cuda/gemm/mainloop/scaling.cuh"
 #include "cuda/gemm/named_barriers.cuh"
 #include "cuda/gemm/scheduler/tile_order.cuh"
 #include "cuda/ptx/cluster.cuh"
@@ -29,9 +35,9 @@
 
 namespace jax_hopper {
 
-template <DType T, int BM_, int BN_, int BK_, int STAGES_, int TILE_WARPGROUPS, class ALoad,
-          class BLoad>
-struct MainloopSS16 {
+template <DType TA, DType TB, int BM_, int BN_, int BK_, int STAGES_, int TILE_WARPGROUPS,
+          class ALoad, class BLoad, class Scaling>
+struct MainloopSS {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_;
   static_assert(TILE_WARPGROUPS == 1 || TILE_WARPGROUPS == 2, "one or two warpgroups per tile");
   // Rows of the tile one consumer warpgroup computes, in 64-row wgmma slices (A is loaded in
@@ -39,13 +45,16 @@ struct MainloopSS16 {
   static constexpr int kSlices = BM / 64 / TILE_WARPGROUPS;
   static_assert(kSlices >= 1 && kSlices * 64 * TILE_WARPGROUPS == BM,
                 "each consumer warpgroup of a tile takes whole 64-row slices");
-  static_assert(BK == kBoxElems, "one 128B swizzle row of 16-bit elements per k-block");
-  static_assert(dtype_bytes(T) == 2, "16-bit operands");
-  using Mma = ptx::WgmmaSS<BN, T, ALoad::kMnMajor ? 1 : 0, BLoad::kMnMajor ? 1 : 0>;
+  static constexpr int kBytes = dtype_bytes(TA);
+  static_assert(dtype_bytes(TB) == kBytes && ALoad::kBytes == kBytes && BLoad::kBytes == kBytes,
+                "both operands and their loaders of one element width");
+  static_assert(BK == k_block_elems(kBytes), "one 128B swizzle row of elements per k-block");
+  using Mma = ptx::WgmmaSS<BN, TA, TB, ALoad::kMnMajor ? 1 : 0, BLoad::kMnMajor ? 1 : 0>;
+  static constexpr int kKSteps = BK / Mma::kK;           // wgmmas per k-block, 32 bytes apart
   static constexpr int kSliceRegs = Mma::kRegs;          // accumulators of one 64-row slice
   static constexpr int kAccRegs = kSlices * kSliceRegs;  // per consumer thread
-  static constexpr int kABytes = BM * BK * 2;
-  static constexpr int kBBytes = BN * BK * 2;
+  static constexpr int kABytes = BM * BK * kBytes;
+  static constexpr int kBBytes = BN * BK * kBytes;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kSmemBytes = STAGES * kStageBytes;  // 1024-aligned: stages stay aligned
   static constexpr int kBarriers = 2 * STAGES;
@@ -53,6 +62,7 @@ struct MainloopSS16 {
   struct Params {
     CUtensorMap a, b;
     int32_t a_batched, b_batched;  // 0: one operand for every batch entry (Load::batched)
+    typename Scaling::Params scale;
   };
 
   struct Shared {
@@ -83,6 +93,7 @@ struct MainloopSS16 {
     if (e.empty()) e = BLoad::make_map(g, g.b, BN / g.cluster_m, &p->b);
     p->a_batched = ALoad::batched(g, g.a);
     p->b_batched = BLoad::batched(g, g.b);
+    if (e.empty()) e = Scaling::host_params(g, &p->scale);
     return e;
   }
 
@@ -120,8 +131,8 @@ struct MainloopSS16 {
     }
   }
 
-  // wgmma descriptor of a 64-row (A) or BN-row (B) slice at k-block offset kk*16.
-  //   K-major SW128:  SBO = 8 rows x 128 B = 1024, LBO unused (1), +32 B per k16 step.
+  // wgmma descriptor of a 64-row (A) or BN-row (B) slice at the kk-th wgmma k-step.
+  //   K-major SW128:  SBO = 8 rows x 128 B = 1024, LBO unused (1), +32 B per k16 (k32) step.
   //   MN-major SW128: LBO = 8192 (next 64-column box), SBO = 1024 (next 8 k rows),
   //                   +16 rows x 128 B = 2048 B per k16 step.
   template <bool MN_MAJOR>
@@ -174,9 +185,11 @@ struct MainloopSS16 {
   }
 
   // The consumer warpgroup with rows [part * kSlices * 64, +kSlices * 64) of the tile: acc =
-  // those rows over unit u's k-blocks; slice i's accumulators at acc[i * kSliceRegs].
-  __device__ static void mma(const Shared& s, Pipe& pipe, const WorkUnit& u, uint32_t part,
-                             uint32_t wg_thread, uint32_t cluster_size, float* acc) {
+  // those rows over unit u's k-blocks (scaled); slice i's accumulators at acc[i * kSliceRegs].
+  __device__ static void mma(const Params& p, const Shared& s, Pipe& pipe, const WorkUnit& u,
+                             uint32_t part, uint32_t wg_thread, uint32_t cluster_size,
+                             float* acc) {
+    const typename Scaling::Value scale = Scaling::load(p.scale);
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
     int prev_stage = -1;
@@ -194,7 +207,7 @@ struct MainloopSS16 {
       for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
       ptx::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk) {
+      for (int kk = 0; kk < kKSteps; ++kk) {
         const uint64_t b_desc = desc<BLoad::kMnMajor>(b_tile, kk);
 #pragma unroll
         for (int i = 0; i < kSlices; ++i)
@@ -218,6 +231,7 @@ struct MainloopSS16 {
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
     if (prev_stage >= 0) release(s, prev_stage, cluster_size, wg_thread);
+    Scaling::template apply<kAccRegs>(scale, acc);
   }
 };
 

@@ -7,7 +7,7 @@
 // Tiles are PersistentScheduler's over G batch entries (a group's tiles run together, sharing
 // its rows of A and B in L2); the unit of tile (g, ...) covers the group's rows, so its k-blocks
 // start at the group's first row (k_offset: TMA boxes start at any row) and its last block's
-// rows past the group are zeroed in shared memory (k_tail_rows, MainloopSS16::clear_k_tail).
+// rows past the group are zeroed in shared memory (k_tail_rows, MainloopSS::clear_k_tail).
 // An empty group has no k-blocks: its tiles store zeros. Ends are clamped to [0, K] and made
 // non-decreasing here, so whatever the array holds no access leaves the operands.
 #pragma once

@@ -1,0 +1,160 @@
+"""hopper_fp8_matmul: an fp8 GEMM with one float32 scale per operand, fp32 accumulation and the
+fused epilogue, and its JAX primitive (the fp8 kernel family, catalog.FAMILIES["fp8"]).
+
+    out = act(alpha * (a_scale * a) @ (b_scale * b)^T + bias) + beta * residual
+
+a (..., M, K) and b (..., N, K) are float8_e4m3fn or float8_e5m2 (e4m3 both, or e5m2 with
+e4m3 either way: catalog.FP8_PAIRS), both K-major: fp8 wgmma has no transpose bits, so the
+kernel reads fp8 operands only with K contiguous. The scales are arrays (traced values: a new
+scale never recompiles the call); the kernel multiplies its fp32 accumulators by
+a_scale * b_scale before the epilogue (cuda/gemm/mainloop/scaling.cuh, TensorScaling).
+
+The primitive's operands, as stored: a (Ba, M, K), b (Bb, N, K) with Ba, Bb 1 (shared) or the
+batch; bias (N,) float32 or (0,); residual (1 or batch, M, N) in the out dtype or (0, 0, 0);
+a_scale and b_scale (1,) float32. The result is (batch, M, N). vmap launches once per entry
+(ragged_primitive.register); there is no differentiation rule (fp8 operands carry no useful
+gradient; a differentiable fp8 matmul quantizes high-precision operands around this op) and
+no sharding rule yet (XLA gathers the operands).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Primitive
+
+from jax_hopper import _ffi
+from jax_hopper.gemm.api import (SUPPORTED_OUTPUTS, _as_batched_3d, _prepare_residual,
+                                 out_dtype_arg, prepare_bias, static_scalar)
+from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.epilogue import activation_code
+from jax_hopper.gemm.primitive import _pad_columns, apply_epilogue, call_attrs
+from jax_hopper.gemm.ragged_primitive import register
+from jax_hopper.gemm.tuned import default_config
+from jax_hopper.kernels import catalog
+
+hopper_fp8_gemm_p = Primitive("hopper_fp8_gemm")
+_F32 = jnp.dtype(jnp.float32)
+# TMA addresses rows 16 bytes apart: K a multiple of 16 fp8 elements.
+_K_MULTIPLE = 16
+
+
+def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_element_type=None,
+                      bias=None, activation=None, residual=None, alpha=1.0, beta=1.0,
+                      transpose_b=True, config=None):
+    """act(alpha * (a_scale * a) @ (b_scale * op(b)) + bias) + beta * residual.
+
+    a: (..., M, K) fp8. b: (..., N, K) fp8 (transpose_b=True, the default: the layout the kernel
+    reads); b as (..., K, N) (transpose_b=False) is refused with the rule, never transposed
+    behind your back. Leading dimensions broadcast as in jnp.matmul. a_scale, b_scale: float
+    scalars or (1,) arrays, traced. out_dtype (alias preferred_element_type): bfloat16
+    (default), float16 or float32. bias (N,), activation, residual, alpha and beta as in
+    hopper_matmul. K must be a multiple of 16 (TMA's 16-byte row pitch).
+    """
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    pair = (a.dtype.name, b.dtype.name)
+    if pair not in catalog.FP8_PAIRS:
+        raise ValueError(f"hopper_fp8_matmul: (a.dtype, b.dtype) = {pair} is not one of the "
+                         f"compiled fp8 pairs {catalog.FP8_PAIRS} (quantize first; for 16-bit "
+                         "inputs use hopper_matmul)")
+    out_dtype = out_dtype_arg(out_dtype, preferred_element_type) or jnp.dtype(jnp.bfloat16)
+    if out_dtype not in SUPPORTED_OUTPUTS:
+        raise ValueError(f"hopper_fp8_matmul: out_dtype={out_dtype} must be one of "
+                         f"{', '.join(d.name for d in SUPPORTED_OUTPUTS)}")
+    act = activation_code(activation)
+    alpha, beta = static_scalar("alpha", alpha), static_scalar("beta", beta)
+    if a.ndim < 2 or b.ndim < 2:
+        raise ValueError(f"hopper_fp8_matmul: a and b must be at least 2-D; got a.ndim={a.ndim}, "
+                         f"b.ndim={b.ndim}")
+    if not transpose_b:
+        raise ValueError("hopper_fp8_matmul: b as (..., K, N) is MN-major, which fp8 wgmma cannot "
+                         "read (no transpose for 8-bit operands); pass b as (..., N, K) with "
+                         "transpose_b=True")
+    (m, k), (n, kb) = a.shape[-2:], b.shape[-2:]
+    if k != kb:
+        raise ValueError(f"hopper_fp8_matmul: contraction dimensions differ: a is (..., {m}, {k}) "
+                         f"and b is (..., {n}, {kb})")
+    if k % _K_MULTIPLE:
+        raise ValueError(f"hopper_fp8_matmul: K={k} must be a multiple of {_K_MULTIPLE} (TMA reads "
+                         "rows 16 bytes apart)")
+    try:
+        batch_shape = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError as e:
+        raise ValueError(f"hopper_fp8_matmul: batch dimensions of a {a.shape[:-2]} and b "
+                         f"{b.shape[:-2]} do not broadcast: {e}") from None
+    scales = [_scale(name, s) for name, s in (("a_scale", a_scale), ("b_scale", b_scale))]
+    bias_arr = prepare_bias(bias, (n,), "(N,)")
+    res_arr = _prepare_residual(residual, batch_shape, m, n, out_dtype)
+    batch = math.prod(batch_shape)
+    if config is None:
+        config = default_config("fp8", pair[0], False, False, batch, m, n, k)
+    elif not isinstance(config, GemmConfig):
+        raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
+    config.validate(pair[0], False, False, family="fp8", b_dtype=pair[1])
+
+    a3, b3 = _as_batched_3d(a, batch_shape), _as_batched_3d(b, batch_shape)
+    params = dict(out_dtype=out_dtype, activation=act, alpha=alpha, beta=beta, config=config)
+    if batch == 0 or m == 0 or n == 0 or k == 0:
+        out = reference(a3, b3, bias_arr, res_arr, *scales, **params)  # nothing to launch
+    else:
+        out = launch(a3, b3, bias_arr, res_arr, *scales, **params)
+    return out.reshape(*batch_shape, m, n)
+
+
+def _scale(name, s):
+    s = jnp.asarray(s)
+    if s.shape not in ((), (1,)) or not jnp.issubdtype(s.dtype, jnp.floating):
+        raise ValueError(f"hopper_fp8_matmul: {name} must be a float scalar or a (1,) array "
+                         f"(one scale per tensor); got shape {s.shape}, dtype {s.dtype}")
+    return s.astype(jnp.float32).reshape(1)
+
+
+def launch(a, b, bias, res, a_scale, b_scale, **params):
+    """One device's call. TMA stores need a 16-byte output pitch: N is padded with zero rows
+    of b (a copy of b) and sliced off."""
+    n = b.shape[1]
+    pad = -n % (16 // np.dtype(params["out_dtype"]).itemsize)
+    if pad:
+        b, bias, res = _pad_columns(b, bias, res, 1, pad)
+    out = hopper_fp8_gemm_p.bind(a, b, bias, res, a_scale, b_scale, **params)
+    return out[..., :n] if pad else out
+
+
+def reference(a, b, bias, res, a_scale, b_scale, *, out_dtype, activation, alpha, beta,
+              config=None):
+    """What the kernel computes, in jnp: exact fp8 products summed in fp32, scaled, then the
+    epilogue in fp32 and one rounding."""
+    del config
+    x = jnp.matmul(a.astype(_F32), jnp.swapaxes(b.astype(_F32), 1, 2),
+                   precision=jax.lax.Precision.HIGHEST)
+    x = x * (a_scale[0] * b_scale[0]) * alpha
+    return apply_epilogue(x, bias, res, activation=activation, beta=beta, out_dtype=out_dtype,
+                          family="matmul")
+
+
+def _abstract_eval(a, b, bias, residual, a_scale, b_scale, *, out_dtype, **_):
+    return jax.core.ShapedArray((max(a.shape[0], b.shape[0]), a.shape[1], b.shape[1]),
+                                out_dtype)
+
+
+def _cuda_lowering(ctx, a, b, bias, residual, a_scale, b_scale, *, out_dtype, activation, alpha,
+                   beta, config):
+    # As the dense GEMM's lowering (primitive.py): the plan made once, the workspace a second
+    # result; the scales are the call's fifth and sixth inputs.
+    del out_dtype
+    a_aval, b_aval = ctx.avals_in[:2]
+    kernel = config.kernel("fp8", a_aval.dtype.name, False, False, b_aval.dtype.name)
+    batch, m, n = ctx.avals_out[0].shape
+    resident = _ffi.resident_clusters(kernel, config.cluster_m * config.cluster_n)
+    plan = config.plan(kernel, batch, m, n, a_aval.shape[2], resident)
+    workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
+    out, _ = jax.ffi.ffi_lowering("jax_hopper_gemm_fp8")(
+        ctx.replace(avals_out=[*ctx.avals_out, workspace]), a, b, bias, residual, a_scale,
+        b_scale, **call_attrs(kernel, config, plan, activation, alpha, beta))
+    return [out]
+
+
+register(hopper_fp8_gemm_p, _abstract_eval, reference, _cuda_lowering)

@@ -1,0 +1,103 @@
+"""hopper_fp8_matmul without a GPU: the reference lowering against float64, argument checks that
+name the rule, traced scales, and the fp8 catalog entries."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gemm_helpers import fp8_operand, fp8_reference64, rel_frob
+from jax_hopper import GemmConfig, hopper_fp8_matmul
+from jax_hopper.kernels import catalog
+
+CPU = jax.devices("cpu")[0]
+E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2
+
+
+@pytest.mark.parametrize("pair", catalog.FP8_PAIRS)
+def test_reference_matches_float64(pair):
+    rng = np.random.default_rng()
+    a = fp8_operand(rng, (2, 40, 96), pair[0])
+    b = fp8_operand(rng, (24, 96), pair[1])
+    bias = jnp.asarray(rng.standard_normal(24), jnp.float32)
+    res = jnp.asarray(rng.standard_normal((2, 40, 24)), jnp.float32)
+    sa, sb = float(rng.uniform(0.01, 2)), float(rng.uniform(0.01, 2))
+    with jax.default_device(CPU):
+        out = hopper_fp8_matmul(a, b, sa, jnp.float32(sb), bias=bias, residual=res,
+                                activation="gelu_tanh", alpha=0.5, beta=2.0,
+                                out_dtype=jnp.float32)
+    ref = fp8_reference64(a, b, sa, sb, bias=bias, residual=res, activation="gelu_tanh",
+                          alpha=0.5, beta=2.0)
+    assert out.dtype == jnp.float32 and out.shape == (2, 40, 24)
+    assert rel_frob(out, ref) < 1e-5
+
+
+def test_default_out_dtype_is_bfloat16_and_odd_n():
+    rng = np.random.default_rng()
+    a, b = fp8_operand(rng, (5, 32), E4M3), fp8_operand(rng, (13, 32), E4M3)
+    with jax.default_device(CPU):
+        out = hopper_fp8_matmul(a, b, 1.0, 1.0)
+    assert out.dtype == jnp.bfloat16 and out.shape == (5, 13)
+    assert rel_frob(out, fp8_reference64(a, b, 1.0, 1.0)) < 6e-3
+
+
+def test_scales_are_traced_not_compiled_in():
+    rng = np.random.default_rng()
+    a, b = fp8_operand(rng, (8, 32), E4M3), fp8_operand(rng, (16, 32), E4M3)
+    traces = []
+
+    @jax.jit
+    def f(sa, sb):
+        traces.append(None)
+        return hopper_fp8_matmul(a, b, sa, sb, out_dtype=jnp.float32)
+
+    with jax.default_device(CPU):
+        for sa, sb in ((1.0, 2.0), (0.25, 3.0)):
+            out = f(jnp.float32(sa), jnp.asarray([sb], jnp.float32))
+            assert rel_frob(out, fp8_reference64(a, b, sa, sb)) < 1e-5
+    assert len(traces) == 1
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(a_dtype=jnp.bfloat16), r"not one of the compiled fp8 pairs"),
+    (dict(a_dtype=E5M2, b_dtype=E5M2), r"\('float8_e5m2', 'float8_e5m2'\) is not one"),
+    (dict(transpose_b=False), r"MN-major, which fp8 wgmma cannot read"),
+    (dict(k=24), r"K=24 must be a multiple of 16"),
+    (dict(a_scale=jnp.ones((2,))), r"a_scale must be a float scalar or a \(1,\) array"),
+    (dict(b_scale=jnp.int32(1)), r"b_scale must be a float scalar"),
+    (dict(out_dtype=E4M3), r"out_dtype=float8_e4m3fn must be one of"),
+    (dict(bias=jnp.ones((3,))), r"bias.shape=\(3,\) must be \(N,\)"),
+    (dict(alpha=jnp.ones((2,))), r"alpha=.* must be a real Python or NumPy scalar"),
+    (dict(config=GemmConfig()), r"not compiled for the fp8 GEMM"),
+    (dict(config=GemmConfig(block_k=128, stages=6, block_n=128, cluster_m=4)), r"cluster"),
+])
+def test_bad_arguments_name_the_rule(kwargs, match):
+    call = dict(a_scale=1.0, b_scale=1.0) | kwargs
+    k = call.pop("k", 32)
+    a = jnp.zeros((8, k), call.pop("a_dtype", E4M3))
+    b = jnp.zeros((16, k), call.pop("b_dtype", E4M3))
+    with pytest.raises(ValueError, match=match):
+        hopper_fp8_matmul(a, b, call.pop("a_scale"), call.pop("b_scale"), **call)
+
+
+def test_catalog_fp8_family():
+    fam = catalog.FAMILIES["fp8"]
+    assert fam.majors == ((False, False),)  # fp8 wgmma reads K-major operands only
+    names = {i.name for i in catalog.compiled_instances() if i.family == "fp8"}
+    assert len(names) == len(fam.dtypes) * len(fam.tiles)
+    assert "sm90_gemm_e5m2xe4m3_128x256x128_s4_kk_fp8" in names
+    # One 128-byte swizzle row per k-block: 128 fp8 elements.
+    assert all(t.block_k == 128 for t in fam.tiles)
+    inst = catalog.instance("fp8", "float8_e4m3fn", fam.tiles[0], False, False, "float8_e4m3fn")
+    assert inst is not None and inst.b_dtype == ""
+
+
+def test_vmap_matches_the_loop():
+    rng = np.random.default_rng()
+    a = fp8_operand(rng, (3, 16, 32), E4M3)
+    b = fp8_operand(rng, (24, 32), E4M3)
+    sa = jnp.asarray([0.5, 1.0, 2.0], jnp.float32)
+    with jax.default_device(CPU):
+        out = jax.vmap(lambda x, s: hopper_fp8_matmul(x, b, s, 1.0, out_dtype=jnp.float32))(a, sa)
+    for i in range(3):
+        assert rel_frob(out[i], fp8_reference64(a[i], b, float(sa[i]), 1.0)) < 1e-5

@@ -1,0 +1,104 @@
+"""hopper_fp8_matmul on an sm_90 GPU against float64: every compiled fp8 instance (dtype pair x
+tile), every out dtype, the fused epilogue, edge shapes, clusters, split tiles, traced scales."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gemm_helpers import REL_FROB_BOUND, fp8_operand, fp8_reference64, poisoned_call, rel_frob
+from jax_hopper import GemmConfig, hopper_fp8_matmul
+from jax_hopper.kernels import catalog
+
+pytestmark = pytest.mark.gpu
+
+FAM = catalog.FAMILIES["fp8"]
+
+
+def _check(rng, m, n, k, *, pair=("float8_e4m3fn", "float8_e4m3fn"), out_dtype="bfloat16",
+           batch=(), b_batch=(), config=None, activation=None, alpha=1.0, beta=1.0,
+           with_bias=False, with_residual=False):
+    a = fp8_operand(rng, (*batch, m, k), pair[0])
+    b = fp8_operand(rng, (*b_batch, n, k), pair[1])
+    sa, sb = (jnp.asarray(rng.uniform(0.05, 0.5), jnp.float32) for _ in range(2))
+    extra = {}
+    if with_bias:
+        extra["bias"] = jnp.asarray(rng.standard_normal(n), jnp.float32)
+    if with_residual:
+        extra["residual"] = jnp.asarray(rng.standard_normal((*batch, m, n)), jnp.float32)
+    scalars = dict(activation=activation, alpha=alpha, beta=beta)
+
+    def fn(a, b, sa, sb, *arrays):
+        return hopper_fp8_matmul(a, b, sa, sb, out_dtype=out_dtype, config=config,
+                                 **dict(zip(extra, arrays)), **scalars)
+
+    out_shape = (*jnp.broadcast_shapes(tuple(batch), tuple(b_batch)), m, n)
+    out = poisoned_call(fn, out_shape, out_dtype, a, b, sa, sb, *extra.values())
+    ref = fp8_reference64(a, b, float(sa), float(sb), **extra, **scalars)
+    err = rel_frob(out, ref)
+    assert err < REL_FROB_BOUND[out_dtype], (err, m, n, k, pair, config)
+
+
+@pytest.mark.parametrize("pair", catalog.FP8_PAIRS)
+@pytest.mark.parametrize("tile", FAM.tiles, ids=lambda t: t.tag)
+def test_every_instance(pair, tile):
+    # K not a multiple of the 128-element k-block (TMA zero-fills the last one), M and N no
+    # multiple of the tile.
+    config = GemmConfig.for_tile(tile, stream_k=False)
+    _check(np.random.default_rng(), 300, 264, 400, pair=pair, config=config)
+
+
+@pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)
+def test_out_dtypes_and_epilogue(out_dtype):
+    _check(np.random.default_rng(), 257, 520, 1024, out_dtype=out_dtype, activation="gelu_tanh",
+           alpha=0.75, beta=-0.5, with_bias=True, with_residual=True)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 8, 16), (7, 13, 48), (65, 4096, 4096),
+                                   (8192, 256, 512)])
+def test_edge_shapes(m, n, k):
+    _check(np.random.default_rng(), m, n, k)
+
+
+@pytest.mark.parametrize("cluster", [(2, 1), (1, 2)])
+@pytest.mark.parametrize("tile", FAM.tiles, ids=lambda t: t.tag)
+def test_clusters(cluster, tile):
+    config = GemmConfig.for_tile(tile, cluster_m=cluster[0], cluster_n=cluster[1])
+    _check(np.random.default_rng(), 640, 768, 512, config=config)
+
+
+def test_split_k_and_stream_k():
+    # Fewer tiles than SMs with a long K: the tiles are split along K and summed in fp32; each
+    # piece is scaled before the sum.
+    tile = FAM.tiles[0]
+    _check(np.random.default_rng(), 256, 512, 8192,
+           config=GemmConfig.for_tile(tile, stream_k=True))
+    _check(np.random.default_rng(), 2048, 3072, 1024,
+           config=GemmConfig.for_tile(tile, stream_k=True, cluster_m=2))
+
+
+def test_batched_with_shared_weight():
+    _check(np.random.default_rng(), 96, 200, 256, batch=(3,), with_residual=True)
+    _check(np.random.default_rng(), 96, 200, 256, batch=(2,), b_batch=(2,))
+
+
+def test_scale_changes_without_recompiling():
+    rng = np.random.default_rng()
+    a = fp8_operand(rng, (256, 512), jnp.float8_e4m3fn)
+    b = fp8_operand(rng, (384, 512), jnp.float8_e4m3fn)
+    f = jax.jit(lambda sa, sb: hopper_fp8_matmul(a, b, sa, sb, out_dtype=jnp.float32))
+    for sa, sb in ((1.0, 1.0), (2.0 ** -7, 3.5), (100.0, 0.01)):
+        out = f(jnp.float32(sa), jnp.float32(sb))
+        assert rel_frob(out, fp8_reference64(a, b, sa, sb)) < REL_FROB_BOUND["float32"]
+    assert f._cache_size() == 1
+
+
+def test_vmap_runs_one_launch_per_entry():
+    rng = np.random.default_rng()
+    a = fp8_operand(rng, (3, 64, 128), jnp.float8_e4m3fn)
+    b = fp8_operand(rng, (96, 128), jnp.float8_e4m3fn)
+    sa = jnp.asarray([0.5, 1.0, 2.0], jnp.float32)
+    out = jax.vmap(lambda x, s: hopper_fp8_matmul(x, b, s, 1.0, out_dtype=jnp.float32))(a, sa)
+    for i in range(3):
+        ref = fp8_reference64(a[i], b, float(sa[i]), 1.0)
+        assert rel_frob(out[i], ref) < REL_FROB_BOUND["float32"]
