@@ -40,6 +40,7 @@ class GemmCase:
     n: int
     k: int
     dtype: str = "bfloat16"
+    b_dtype: str | None = None     # fp8: b's dtype when it is not a's
     tile: object = None            # catalog.TileShape; None lets the heuristic choose
     cluster: tuple = (1, 1)
     raster: str = "m"
@@ -53,6 +54,11 @@ class GemmCase:
     residual: bool = False
     alpha: float = 1.0
     beta: float = 1.0
+    scales: tuple = (1.0, 1.0)     # fp8: a_scale, b_scale
+
+    @property
+    def fp8(self) -> bool:
+        return self.dtype.startswith("float8")
 
     @property
     def config(self):
@@ -69,7 +75,8 @@ class GemmCase:
         batch = f"{self.batch}x" if self.batch else ""
         epi = ",".join(x for x in (self.activation, "bias" if self.bias else None,
                                    "res" if self.residual else None) if x)
-        return (f"gemm {self.dtype}->{self.out_dtype or self.dtype} {tile} "
+        types = self.dtype + (f"x{self.b_dtype}" if self.b_dtype else "")
+        return (f"gemm {types}->{self.out_dtype or self.dtype} {tile} "
                 f"cluster{self.cluster[0]}x{self.cluster[1]} raster={self.raster} {lay} "
                 f"{batch}{self.m}x{self.n}x{self.k}" + (f" [{epi}]" if epi else ""))
 
@@ -136,6 +143,28 @@ def gemm_groups(quick: bool) -> list[list[GemmCase]]:
     # 66 clusters: each takes 2-3, so both consumer warpgroups run and alternate.
     groups.append([GemmCase(2300, 2200, 200, tile=t, cluster=(2, 1), bias=True, residual=True,
                             activation="relu") for t in tiles if t.schedule == "pingpong"])
+    return groups + fp8_groups(quick)
+
+
+def fp8_groups(quick: bool) -> list[list[GemmCase]]:
+    """The fp8 family: every dtype pair x tile (b as (N, K): the only layout it reads), the
+    clusters rotated; K past the 128-wide k-block; an epilogue; split tiles (scaled pieces)."""
+    from jax_hopper.kernels import catalog
+    fam = catalog.FAMILIES["fp8"]
+    shapes = [(300, 520, 272)] if quick else [(1, 16, 16), (129, 136, 144), (300, 520, 272)]
+    groups = []
+    for i, ((da, db), tile) in enumerate(itertools.product(fam.dtypes, fam.tiles)):
+        if quick and i % len(fam.tiles) != i // len(fam.tiles):
+            continue  # quick: each pair and each tile once
+        groups.append([GemmCase(*s, dtype=da, b_dtype=db if db != da else None, tile=tile,
+                                cluster=fam.clusters[(i + j) % len(fam.clusters)],
+                                transpose_b=True, out_dtype="bfloat16", scales=(0.5, 0.25))
+                       for j, s in enumerate(shapes)])
+    fp8 = dict(dtype="float8_e4m3fn", transpose_b=True, scales=(0.125, 2.0))
+    groups.append([GemmCase(129, 131, 144, tile=fam.tiles[0], out_dtype="float32",
+                            activation="gelu_tanh", bias=True, residual=True, alpha=0.5,
+                            beta=-1.5, **fp8),
+                   GemmCase(256, 4096, 4096, tile=fam.tiles[1], out_dtype="bfloat16", **fp8)])
     return groups
 
 
@@ -150,7 +179,7 @@ def gemm_inputs(c: GemmCase, rng) -> dict:
     arrays = {
         "a": normal((*lead, c.k, c.m) if c.transpose_a else (*lead, c.m, c.k), c.dtype),
         "b": normal(((() if c.shared_b else lead)) + ((c.n, c.k) if c.transpose_b else (c.k, c.n)),
-                    c.dtype),
+                    c.b_dtype or c.dtype),
     }
     if c.bias:
         arrays["bias"] = normal((c.n,), "float32")
@@ -160,7 +189,12 @@ def gemm_inputs(c: GemmCase, rng) -> dict:
 
 
 def gemm_call(c: GemmCase, arrays: dict):
-    from jax_hopper import hopper_matmul
+    from jax_hopper import hopper_fp8_matmul, hopper_matmul
+    if c.fp8:
+        return hopper_fp8_matmul(arrays["a"], arrays["b"], *c.scales, bias=arrays.get("bias"),
+                                 residual=arrays.get("residual"), activation=c.activation,
+                                 alpha=c.alpha, beta=c.beta, out_dtype=c.out_dtype,
+                                 config=c.config)
     return hopper_matmul(arrays["a"], arrays["b"], bias=arrays.get("bias"),
                          residual=arrays.get("residual"), activation=c.activation,
                          alpha=c.alpha, beta=c.beta, out_dtype=c.out_dtype, config=c.config,
@@ -173,19 +207,19 @@ def gemm_check(c: GemmCase, arrays: dict, out) -> str | None:
     f64 = {k: np.asarray(v).astype(np.float64) for k, v in arrays.items()}
     a = np.swapaxes(f64["a"], -1, -2) if c.transpose_a else f64["a"]
     b = np.swapaxes(f64["b"], -1, -2) if c.transpose_b else f64["b"]
-    ref = c.alpha * np.matmul(a, b)
+    ref = c.alpha * np.matmul(a, b) * (c.scales[0] * c.scales[1] if c.fp8 else 1.0)
     if c.bias:
         ref = ref + f64["bias"]
     ref = act64(ref, c.activation)
     if c.residual:
         ref = ref + c.beta * f64["residual"]
-    return matches64(out, ref, c.out_dtype or c.dtype)
+    return matches64(out, ref, c.out_dtype or c.dtype, fp8=c.fp8)
 
 
-def matches64(out, ref, out_dtype) -> str | None:
+def matches64(out, ref, out_dtype, fp8=False) -> str | None:
     """None when out has the reference's shape and `out_dtype`, is finite, and is within the
-    test suite's relative Frobenius bound of the float64 reference."""
-    from gemm_helpers import REL_FROB_BOUND
+    test suite's relative Frobenius bound of the float64 reference (fp8 products: their own)."""
+    from gemm_helpers import REL_FROB_BOUND, REL_FROB_BOUND_FP8
     out = np.asarray(out)
     want_dtype = np.dtype(out_dtype)
     if out.shape != ref.shape or out.dtype != want_dtype:
@@ -194,7 +228,7 @@ def matches64(out, ref, out_dtype) -> str | None:
     if not np.all(np.isfinite(out64)):
         return f"{np.sum(~np.isfinite(out64))} non-finite outputs"
     err = np.linalg.norm(out64 - ref) / max(np.linalg.norm(ref), 1e-30)
-    bound = REL_FROB_BOUND[want_dtype.name]
+    bound = (REL_FROB_BOUND_FP8 if fp8 else REL_FROB_BOUND)[want_dtype.name]
     return None if err < bound else f"relative Frobenius error {err:.2e} >= {bound:.0e}"
 
 

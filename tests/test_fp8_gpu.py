@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import REL_FROB_BOUND, fp8_operand, fp8_reference64, poisoned_call, rel_frob
+from gemm_helpers import REL_FROB_BOUND_FP8 as REL_FROB_BOUND, fp8_operand, fp8_reference64, poisoned_call, rel_frob
 from jax_hopper import GemmConfig, hopper_fp8_matmul
 from jax_hopper.kernels import catalog
 

@@ -33,3 +33,12 @@ def test_full_tma_list_runs_and_checks_on_cpu(capsys):
     # (2026-11-24, H100: twelve narrow swizzled boxes did).
     assert sanitize_driver.main(["--only", "tma", "--allow-cpu"]) == 0
     assert ", 0 failures" in capsys.readouterr().out
+
+
+def test_fp8_cases_run_and_check_on_cpu():
+    # The fp8 family's cases through the reference lowering: inputs, call and float64 check agree.
+    rng = np.random.default_rng(0)
+    for group in sanitize_cases.fp8_groups(quick=False):
+        assert sanitize_driver.run_group(group, sanitize_cases.gemm_inputs,
+                                         sanitize_cases.gemm_call, sanitize_cases.gemm_check,
+                                         rng) == []
