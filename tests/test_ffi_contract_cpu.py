@@ -38,14 +38,16 @@ def _undecoded(family, attrs, out_cols):
 
 
 def _undecoded_on_default_device(family, attrs, out_cols):
-    a = jnp.ones((1, 256, 128), jnp.bfloat16)
+    a_dtype, b_dtype = catalog.FAMILIES[family].dtypes[0]
+    a = jnp.ones((1, 256, 128), a_dtype)
     gated = family in ("glu", "grouped_glu")  # (K, 2, N) or (G K, 2, N) weights
-    b = jnp.ones((128, 2, out_cols) if gated else (1, 128, out_cols), jnp.bfloat16)
+    b = jnp.ones((128, 2, out_cols) if gated else (1, 128, out_cols), b_dtype)
     # The grouped handlers take a fifth input: the tile table (ragged_primitive.py) or the
-    # group ends (ragged_contract.py).
+    # group ends (ragged_contract.py); the fp8 handler two, the scales (fp8.py).
     table = [jnp.zeros((1 + catalog.GROUP_TILE_FIELDS,), jnp.int32)]
     extra = {"grouped": table, "grouped_glu": table,
-             "grouped_contraction": [jnp.zeros((1,), jnp.int32)]}.get(family, [])
+             "grouped_contraction": [jnp.zeros((1,), jnp.int32)],
+             "fp8": [jnp.ones((1,), jnp.float32)] * 2}.get(family, [])
     call = jax.ffi.ffi_call(f"jax_hopper_gemm_{family}",
                             (jax.ShapeDtypeStruct((1, 256, out_cols), jnp.bfloat16),
                              jax.ShapeDtypeStruct((0,), jnp.uint8)))
@@ -59,9 +61,10 @@ def _undecoded_on_default_device(family, attrs, out_cols):
 
 @pytest.mark.parametrize("family", list(catalog.FAMILIES))
 def test_the_lowering_s_attributes_decode(family):
-    config = (GemmConfig(stream_k=False, cluster_n=2) if catalog.FAMILIES[family].scheduler
-              else GemmConfig(cluster_m=2))
-    kernel = config.kernel(family, "bfloat16", *catalog.FAMILIES[family].majors[-1])
+    fam = catalog.FAMILIES[family]
+    config = (GemmConfig.for_tile(fam.tiles[0], stream_k=False, cluster_n=2) if fam.scheduler
+              else GemmConfig.for_tile(fam.tiles[0], cluster_m=2))
+    kernel = config.kernel(family, fam.dtypes[0][0], *fam.majors[-1], fam.dtypes[0][1])
     plan = config.plan(kernel, 1, 256, 128, 128, 66)
     plan.pop("workspace_bytes")
     attrs = call_attrs(kernel, config, plan, activation=4, alpha=0.5, beta=1.0)
