@@ -88,15 +88,9 @@ def fp8_operand(rng, shape, dtype):
     return jnp.asarray(rng.standard_normal(shape, dtype=np.float32) * 4).astype(dtype)
 
 
-def fp8_reference64(a, b, a_scale, b_scale, *, bias=None, activation=None, residual=None,
-                    alpha=1.0, beta=1.0):
-    x = alpha * a_scale * b_scale * np.matmul(to64(a), np.swapaxes(to64(b), -1, -2))
-    if bias is not None:
-        x = x + to64(bias)
-    x = act64(x, activation)
-    if residual is not None:
-        x = x + beta * to64(residual)
-    return x
+def fp8_reference64(a, b, a_scale, b_scale, *, alpha=1.0, **epilogue):
+    """hopper_fp8_matmul in float64: b is (..., N, K); the scales fold into alpha."""
+    return reference64(a, b, transpose_b=True, alpha=alpha * a_scale * b_scale, **epilogue)
 
 
 def glu_reference64(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, beta=1.0):
