@@ -74,7 +74,7 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     batch = math.prod(batch_shape)
 
     bias_arr = prepare_bias(bias, (n,), "(N,)")
-    res_arr = _prepare_residual(residual, batch_shape, m, n, out_dtype)
+    res_arr = prepare_residual(residual, batch_shape, m, n, out_dtype)
 
     a_mn_major, b_mn_major = bool(transpose_a), not transpose_b
     if config is None:
@@ -83,8 +83,8 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
         raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
     config.validate(a.dtype.name, a_mn_major, b_mn_major)
 
-    a3 = _as_batched_3d(a, batch_shape)
-    b3 = _as_batched_3d(b, batch_shape)
+    a3 = as_batched_3d(a, batch_shape)
+    b3 = as_batched_3d(b, batch_shape)
     params = dict(family="matmul", a_mn_major=a_mn_major, b_mn_major=b_mn_major,
                   out_dtype=out_dtype, activation=act, alpha=alpha, beta=beta, config=config)
 
@@ -197,7 +197,7 @@ def check_dtypes(a, b, out_dtype, names=("a", "b"), fn="hopper_matmul"):
                          f"{', '.join(d.name for d in SUPPORTED_OUTPUTS)}")
 
 
-def _prepare_residual(residual, batch_shape, m, n, out_dtype):
+def prepare_residual(residual, batch_shape, m, n, out_dtype):
     if residual is None:
         return jnp.zeros((0, 0, 0), out_dtype)
     full = (*batch_shape, m, n)
@@ -209,7 +209,7 @@ def _prepare_residual(residual, batch_shape, m, n, out_dtype):
     return jnp.broadcast_to(residual, full).reshape(-1, m, n)
 
 
-def _as_batched_3d(x, batch_shape):
+def as_batched_3d(x, batch_shape):
     """(..., r, c) -> (1 or batch, r, c) without copying when x's batch dims are all 1 or absent."""
     lead = x.shape[:-2]
     if math.prod(lead) == 1 or not lead:

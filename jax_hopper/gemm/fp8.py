@@ -27,7 +27,7 @@ import numpy as np
 from jax.extend.core import Primitive
 
 from jax_hopper import _ffi
-from jax_hopper.gemm.api import (SUPPORTED_OUTPUTS, _as_batched_3d, _prepare_residual,
+from jax_hopper.gemm.api import (SUPPORTED_OUTPUTS, as_batched_3d, prepare_residual,
                                  out_dtype_arg, prepare_bias, static_scalar)
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code
@@ -87,7 +87,7 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
                          f"{b.shape[:-2]} do not broadcast: {e}") from None
     scales = [_scale(name, s) for name, s in (("a_scale", a_scale), ("b_scale", b_scale))]
     bias_arr = prepare_bias(bias, (n,), "(N,)")
-    res_arr = _prepare_residual(residual, batch_shape, m, n, out_dtype)
+    res_arr = prepare_residual(residual, batch_shape, m, n, out_dtype)
     batch = math.prod(batch_shape)
     if config is None:
         config = default_config("fp8", pair[0], False, False, batch, m, n, k)
@@ -95,7 +95,7 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
         raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
     config.validate(pair[0], False, False, family="fp8", b_dtype=pair[1])
 
-    a3, b3 = _as_batched_3d(a, batch_shape), _as_batched_3d(b, batch_shape)
+    a3, b3 = as_batched_3d(a, batch_shape), as_batched_3d(b, batch_shape)
     params = dict(out_dtype=out_dtype, activation=act, alpha=alpha, beta=beta, config=config)
     if batch == 0 or m == 0 or n == 0 or k == 0:
         out = reference(a3, b3, bias_arr, res_arr, *scales, **params)  # nothing to launch
