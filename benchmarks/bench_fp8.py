@@ -1,23 +1,34 @@
-"""fp8 GEMMs side by side in one process: hopper_fp8_matmul against XLA's fp8 dot.
+"""fp8 GEMMs side by side in one process: hopper_fp8_matmul against XLA.
 
-    python benchmarks/bench_fp8.py [--shapes MxNxK ...] [--sweep] [--out-dir DIR] [--tag TAG]
+    python benchmarks/bench_fp8.py [--scaling tensor|block] [--shapes MxNxK ...] [--sweep]
+                                   [--out-dir DIR] [--tag TAG]
 
-Operands are random-normal, quantized once to float8_e4m3fn with per-tensor scales, a as
-(M, K) and b as (N, K) (both K-major, the layout fp8 wgmma reads); bf16 output. Variants:
-    hopper       hopper_fp8_matmul(a, b, a_scale, b_scale), the default config
-    hopper_best  the fastest compiled fp8 config (--sweep: every tile x cluster)
-    xla_fp8      XLA at its best of two spellings: lax.dot_general on the fp8 operands with a
-                 bf16 result, scaled after; and the dequantize-then-dot pattern XLA's GEMM
-                 rewriter turns into cuBLASLt's scaled fp8 GEMM
-Rotating input sets larger than L2, medians of interleaved runs (jax_hopper.timing). The
-floor is max(FLOPs at the H100's dense fp8 peak, 1979 TFLOP/s; operand and output bytes at
-3.0 TB/s). Writes fp8_<tag>.json; exit status 1 when a variant's result is wrong.
+Operands are random-normal, quantized once to float8_e4m3fn, a as (M, K) and b as (N, K) (both
+K-major, the layout fp8 wgmma reads); bf16 output. --scaling tensor (per-tensor scales):
+    hopper           hopper_fp8_matmul(a, b, a_scale, b_scale), the default config
+    cfg ...          each compiled fp8 config (--sweep: every tile x cluster)
+    xla_fp8          XLA at its best of two spellings: lax.dot_general on the fp8 operands with
+                     a bf16 result, scaled after; and the dequantize-then-dot pattern XLA's GEMM
+                     rewriter turns into cuBLASLt's scaled fp8 GEMM
+--scaling block (DeepSeek-V3's recipe: a scale per row of a and 128 of K, one per 128 x 128
+block of b):
+    hopper           hopper_fp8_matmul with the block scales (the fp8_block family)
+    cfg ...          each compiled fp8_block config (--sweep)
+    jax_dequant      the block scales written in JAX: dequantise both operands to bf16, then
+                     XLA's bf16 dot (no fast path exists for this in XLA)
+    hopper_tensor    our per-tensor kernel on the same fp8 data (speed only: its product is
+                     another one, unchecked), for the cost of promoting each k-block
+Rotating input sets larger than L2 (scales rotate with their operands), medians of interleaved
+runs (jax_hopper.timing). The floor is max(FLOPs at the H100's dense fp8 peak, 1979 TFLOP/s;
+operand and output bytes at 3.0 TB/s). Writes fp8_<tag>.json (fp8_block_<tag>.json); exit
+status 1 when a checked variant's result is wrong.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import sys
@@ -51,68 +62,119 @@ def _quantize(x):
     return (x / scale).astype(E4M3), scale.astype(jnp.float32)
 
 
-def fp8_sets(key, m, n, k, n_sets):
-    """n_sets ((a, b), scales): a (M, K), b (N, K) e4m3 quantized per tensor."""
+@functools.partial(jax.jit, static_argnums=1)
+def _quantize_blocks(x, rows_per_scale):
+    """x (R, K) to e4m3 with one scale per rows_per_scale rows and 128 of K (ceil)."""
+    blk = catalog.FP8_SCALE_BLOCK
+    r, k = x.shape
+    rb, kb = -(-r // rows_per_scale), -(-k // blk)
+    xp = jnp.pad(x, ((0, rb * rows_per_scale - r), (0, kb * blk - k)))
+    xp = xp.reshape(rb, rows_per_scale, kb, blk)
+    scale = jnp.max(jnp.abs(xp), axis=(1, 3)) / catalog.FP8_MAX["float8_e4m3fn"]
+    scale = jnp.where(scale > 0, scale, 1.0)
+    q = (xp / scale[:, None, :, None]).reshape(rb * rows_per_scale, kb * blk)[:r, :k]
+    return q.astype(E4M3), scale.astype(jnp.float32)
+
+
+def dequantize(x, scale, rows_per_scale):
+    """x (R, K) e4m3 times its block scales, float32."""
+    s = jnp.repeat(jnp.repeat(scale, catalog.FP8_SCALE_BLOCK, axis=1), rows_per_scale, axis=0)
+    return x.astype(jnp.float32) * s[:x.shape[0], :x.shape[1]]
+
+
+def fp8_sets(key, m, n, k, n_sets, scaling):
+    """n_sets (a, b) pairs, each operand an (fp8 array, scale) pair: a (M, K), b (N, K) e4m3
+    quantized per tensor, or per block (a: a row and 128 of K; b: 128 x 128)."""
     sets = []
     for kk in jax.random.split(key, n_sets):
         ka, kb = jax.random.split(kk)
-        a, sa = _quantize(jax.random.normal(ka, (m, k), jnp.float32))
-        b, sb = _quantize(jax.random.normal(kb, (n, k), jnp.float32))
-        sets.append(((a, b), (sa, sb)))
+        xa = jax.random.normal(ka, (m, k), jnp.float32)
+        xb = jax.random.normal(kb, (n, k), jnp.float32)
+        if scaling == "block":
+            sets.append((_quantize_blocks(xa, 1), _quantize_blocks(xb, catalog.FP8_SCALE_BLOCK)))
+        else:
+            sets.append((_quantize(xa), _quantize(xb)))
     jax.block_until_ready(sets)
     return sets
 
 
-def variants(scales, configs):
-    sa, sb = scales
+def reference(a, b, scaling):
+    """float32 product of the dequantised operands (each an (fp8 array, scale) pair)."""
+    if scaling == "block":
+        x, y = dequantize(*a, 1), dequantize(*b, catalog.FP8_SCALE_BLOCK)
+    else:
+        x, y = a[0].astype(jnp.float32) * a[1], b[0].astype(jnp.float32) * b[1]
+    return jax.lax.dot_general(x, y, NT, precision=jax.lax.Precision.HIGHEST)
 
-    def xla_fp8_dot(a, b):
-        return (jax.lax.dot_general(a, b, NT, preferred_element_type=BF16) * (sa * sb)).astype(BF16)
 
-    def xla_fp8_dequant(a, b):
-        return jax.lax.dot_general(a.astype(BF16) * sa.astype(BF16), b.astype(BF16) *
-                                   sb.astype(BF16), NT, preferred_element_type=BF16)
+def block_variants(configs):
+    def jax_dequant(a, b):
+        x = dequantize(*a, 1).astype(BF16)
+        y = dequantize(*b, catalog.FP8_SCALE_BLOCK).astype(BF16)
+        return jax.lax.dot_general(x, y, NT, preferred_element_type=BF16)
 
-    out = {"xla_fp8_dot": xla_fp8_dot, "xla_fp8_dequant": xla_fp8_dequant,
-           "hopper": lambda a, b: hopper_fp8_matmul(a, b, sa, sb)}
+    one = jnp.float32(1.0)
+    out = {"jax_dequant": jax_dequant,
+           "hopper": lambda a, b: hopper_fp8_matmul(a[0], b[0], a[1], b[1]),
+           "hopper_tensor": lambda a, b: hopper_fp8_matmul(a[0], b[0], one, one)}
     for name, config in configs.items():
-        out[name] = lambda a, b, c=config: hopper_fp8_matmul(a, b, sa, sb, config=c)
+        out[name] = lambda a, b, c=config: hopper_fp8_matmul(a[0], b[0], a[1], b[1], config=c)
     return out
 
 
-def sweep_configs():
-    fam = catalog.FAMILIES["fp8"]
+def tensor_variants(configs):
+
+    def xla_fp8_dot(a, b):
+        return (jax.lax.dot_general(a[0], b[0], NT, preferred_element_type=BF16) *
+                (a[1] * b[1])).astype(BF16)
+
+    def xla_fp8_dequant(a, b):
+        return jax.lax.dot_general(a[0].astype(BF16) * a[1].astype(BF16), b[0].astype(BF16) *
+                                   b[1].astype(BF16), NT, preferred_element_type=BF16)
+
+    out = {"xla_fp8_dot": xla_fp8_dot, "xla_fp8_dequant": xla_fp8_dequant,
+           "hopper": lambda a, b: hopper_fp8_matmul(a[0], b[0], a[1], b[1])}
+    for name, config in configs.items():
+        out[name] = lambda a, b, c=config: hopper_fp8_matmul(a[0], b[0], a[1], b[1], config=c)
+    return out
+
+
+# The peers each mode is compared with (the best of them), and variants timed for speed only.
+PEERS = {"tensor": ("xla_fp8_dot", "xla_fp8_dequant"), "block": ("jax_dequant",)}
+UNCHECKED = ("hopper_tensor",)
+
+
+def sweep_configs(scaling):
+    fam = catalog.FAMILIES["fp8_block" if scaling == "block" else "fp8"]
     return {f"cfg {t.tag} c{cm}x{cn}": GemmConfig.for_tile(t, cluster_m=cm, cluster_n=cn)
             for t in fam.tiles for cm, cn in fam.clusters}
 
 
-def bench_shape(key, m, n, k, reps, configs):
+def bench_shape(key, m, n, k, reps, configs, scaling):
     n_calls, _ = timing.call_plan(m, n, k)
     n_sets = min(n_calls, timing.n_sets_for(m * k + n * k))
-    sets = fp8_sets(key, m, n, k, n_sets)
-    (a0, b0), (sa, sb) = sets[0]
-    ref = jax.jit(lambda a, b: jax.lax.dot_general(a.astype(jnp.float32), b.astype(jnp.float32),
-                                                   NT) * (sa * sb))(a0, b0)
-    # Every variant closes over set 0's scales: the rotation's other sets differ only in data.
-    pairs = timing.rotation([p for p, _ in sets], n_calls)
-    runs = {name: (timing.chained(f), pairs) for name, f in variants((sa, sb), configs).items()}
+    sets = fp8_sets(key, m, n, k, n_sets, scaling)
+    ref = jax.jit(reference, static_argnums=2)(*sets[0], scaling)
+    pairs = timing.rotation(sets, n_calls)
+    fns = (block_variants if scaling == "block" else tensor_variants)(configs)
+    runs = {name: (timing.chained(f), pairs) for name, f in fns.items()}
     timed = timing.time_interleaved(runs, reps)
     rows = {}
     for name, r in timed.items():
         if isinstance(r, Exception):
             rows[name] = dict(error=f"{type(r).__name__}: {str(r)[:200]}")
             continue
-        err = float(timing.rel_fro_error(r["out"], ref))
         rows[name] = dict(us=r["median_s"] * 1e6, tflops=timing.tflops(m, n, k, r["median_s"]),
-                          floor_pct=100 * floor_s(m, n, k) / r["median_s"], rel_err=err,
-                          wrong=not err <= ERR_LIMIT)
-    ok = {n: r for n, r in rows.items() if "us" in r and not r["wrong"]}
+                          floor_pct=100 * floor_s(m, n, k) / r["median_s"])
+        if name not in UNCHECKED:
+            err = float(timing.rel_fro_error(r["out"], ref))
+            rows[name].update(rel_err=err, wrong=not err <= ERR_LIMIT)
+    ok = {n: r for n, r in rows.items() if "us" in r and not r.get("wrong")}
     best_cfg = min((n for n in ok if n.startswith("cfg ")), key=lambda n: ok[n]["us"],
                    default=None)
-    xla_best = min((n for n in ("xla_fp8_dot", "xla_fp8_dequant") if n in ok),
-                   key=lambda n: ok[n]["us"], default=None)
+    peer = min((n for n in PEERS[scaling] if n in ok), key=lambda n: ok[n]["us"], default=None)
     return dict(shape=[m, n, k], floor_us=floor_s(m, n, k) * 1e6, variants=rows,
-                best_config=best_cfg, xla_fp8_best=xla_best)
+                best_config=best_cfg, peer_best=peer)
 
 
 def main():
@@ -121,30 +183,35 @@ def main():
     timing.add_output_args(parser)
     parser.add_argument("--shapes", nargs="*", type=timing.parse_shape, default=list(SHAPES))
     parser.add_argument("--sweep", action="store_true", help="time every compiled fp8 config")
+    parser.add_argument("--scaling", choices=("tensor", "block"), default="tensor")
     args = parser.parse_args()
     timing.require_kernels(jax_hopper)
-    configs = sweep_configs() if args.sweep else {}
+    configs = sweep_configs(args.scaling) if args.sweep else {}
     results = []
     key = jax.random.key(0)
-    hdr = (f"{'M x N x K':>20s} {'floor us':>9s} {'hopper':>8s} {'best cfg':>9s} {'xla fp8':>8s} "
-           f"{'hop/xla8':>9s} {'hop %floor':>10s}  (TFLOP/s)")
+    block = args.scaling == "block"
+    peer = "dequant" if block else "xla fp8"
+    hdr = (f"{'M x N x K':>20s} {'floor us':>9s} {'hopper':>8s} {'best cfg':>9s} {peer:>8s} "
+           f"{'hop/peer':>9s} {'hop %floor':>10s}" + ("  hop/tensor" if block else "") +
+           "  (TFLOP/s)")
     print(hdr, flush=True)
     for i, (m, n, k) in enumerate(args.shapes):
-        r = bench_shape(jax.random.fold_in(key, i), m, n, k, args.reps, configs)
+        r = bench_shape(jax.random.fold_in(key, i), m, n, k, args.reps, configs, args.scaling)
         results.append(r)
         v = r["variants"]
 
         def tf(name):
             return v[name]["tflops"] if name and "tflops" in v.get(name, {}) else float("nan")
 
-        hop, xla8 = tf("hopper"), tf(r["xla_fp8_best"])
+        hop, other = tf("hopper"), tf(r["peer_best"])
         print(f"{f'{m}x{n}x{k}':>20s} {r['floor_us']:9.1f} {hop:8.0f} {tf(r['best_config']):9.0f} "
-              f"{xla8:8.0f} {hop / xla8:8.2f}x "
-              f"{v['hopper'].get('floor_pct', float('nan')):9.0f}%", flush=True)
+              f"{other:8.0f} {hop / other:8.2f}x "
+              f"{v['hopper'].get('floor_pct', float('nan')):9.0f}%" +
+              (f"  {hop / tf('hopper_tensor'):9.2f}x" if block else ""), flush=True)
     env = dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
                date=datetime.date.today().isoformat(), argv=sys.argv[1:])
     os.makedirs(args.out_dir, exist_ok=True)
-    path = os.path.join(args.out_dir, f"fp8_{args.tag}.json")
+    path = os.path.join(args.out_dir, f"fp8_{'block_' if block else ''}{args.tag}.json")
     with open(path, "w") as f:
         json.dump(dict(environment=env, results=results), f, indent=1)
     print(f"wrote {path}")

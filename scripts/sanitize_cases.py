@@ -55,6 +55,7 @@ class GemmCase:
     alpha: float = 1.0
     beta: float = 1.0
     scales: tuple = (1.0, 1.0)     # fp8: a_scale, b_scale
+    block_scaled: bool = False     # fp8: random block scales (the fp8_block family) instead
 
     @property
     def fp8(self) -> bool:
@@ -75,7 +76,8 @@ class GemmCase:
         batch = f"{self.batch}x" if self.batch else ""
         epi = ",".join(x for x in (self.activation, "bias" if self.bias else None,
                                    "res" if self.residual else None) if x)
-        types = self.dtype + (f"x{self.b_dtype}" if self.b_dtype else "")
+        types = (self.dtype + (f"x{self.b_dtype}" if self.b_dtype else "") +
+                 (" block-scaled" if self.block_scaled else ""))
         return (f"gemm {types}->{self.out_dtype or self.dtype} {tile} "
                 f"cluster{self.cluster[0]}x{self.cluster[1]} raster={self.raster} {lay} "
                 f"{batch}{self.m}x{self.n}x{self.k}" + (f" [{epi}]" if epi else ""))
@@ -165,6 +167,17 @@ def fp8_groups(quick: bool) -> list[list[GemmCase]]:
                             activation="gelu_tanh", bias=True, residual=True, alpha=0.5,
                             beta=-1.5, **fp8),
                    GemmCase(256, 4096, 4096, tile=fam.tiles[1], out_dtype="bfloat16", **fp8)])
+    # Block scales (fp8_block): every tile, the clusters rotated, partial scale blocks of M, N
+    # and K (rows and columns past them read no scale); an epilogue on a batch; split tiles.
+    block = catalog.FAMILIES["fp8_block"]
+    fp8b = dict(dtype="float8_e4m3fn", transpose_b=True, block_scaled=True)
+    groups.append([GemmCase(300, 520, 272, tile=t, cluster=block.clusters[i % 3],
+                            out_dtype="bfloat16", **fp8b)
+                   for i, t in enumerate(block.tiles)])
+    groups.append([GemmCase(129, 136, 144, batch=2, tile=block.tiles[1], out_dtype="float32",
+                            activation="silu", bias=True, residual=True, alpha=0.5, **fp8b),
+                   GemmCase(256, 4096, 4096, tile=block.tiles[1], out_dtype="bfloat16",
+                            **fp8b)])
     return groups
 
 
@@ -185,13 +198,19 @@ def gemm_inputs(c: GemmCase, rng) -> dict:
         arrays["bias"] = normal((c.n,), "float32")
     if c.residual:
         arrays["residual"] = normal((*lead, c.m, c.n), out_dtype)
+    if c.block_scaled:
+        blocks = lambda x: -(-x // 128)  # noqa: E731
+        arrays["a_scale"] = rng.uniform(0.25, 4.0, (*lead, c.m, blocks(c.k))).astype(np.float32)
+        arrays["b_scale"] = rng.uniform(0.25, 4.0, ((() if c.shared_b else lead)) +
+                                        (blocks(c.n), blocks(c.k))).astype(np.float32)
     return arrays
 
 
 def gemm_call(c: GemmCase, arrays: dict):
     from jax_hopper import hopper_fp8_matmul, hopper_matmul
     if c.fp8:
-        return hopper_fp8_matmul(arrays["a"], arrays["b"], *c.scales, bias=arrays.get("bias"),
+        scales = (arrays["a_scale"], arrays["b_scale"]) if c.block_scaled else c.scales
+        return hopper_fp8_matmul(arrays["a"], arrays["b"], *scales, bias=arrays.get("bias"),
                                  residual=arrays.get("residual"), activation=c.activation,
                                  alpha=c.alpha, beta=c.beta, out_dtype=c.out_dtype,
                                  config=c.config)
@@ -203,11 +222,15 @@ def gemm_call(c: GemmCase, arrays: dict):
 
 def gemm_check(c: GemmCase, arrays: dict, out) -> str | None:
     """None when out matches the float64 reference within the test suite's bound."""
-    from gemm_helpers import act64
+    from gemm_helpers import act64, dequantize_blocks64
     f64 = {k: np.asarray(v).astype(np.float64) for k, v in arrays.items()}
+    if c.block_scaled:  # fp8 operands are K-major: a (M, K), b (N, K)
+        f64["a"] = dequantize_blocks64(f64["a"], f64["a_scale"], rows_per_scale=1)
+        f64["b"] = dequantize_blocks64(f64["b"], f64["b_scale"], rows_per_scale=128)
     a = np.swapaxes(f64["a"], -1, -2) if c.transpose_a else f64["a"]
     b = np.swapaxes(f64["b"], -1, -2) if c.transpose_b else f64["b"]
-    ref = c.alpha * np.matmul(a, b) * (c.scales[0] * c.scales[1] if c.fp8 else 1.0)
+    tensor_scale = c.scales[0] * c.scales[1] if c.fp8 and not c.block_scaled else 1.0
+    ref = c.alpha * np.matmul(a, b) * tensor_scale
     if c.bias:
         ref = ref + f64["bias"]
     ref = act64(ref, c.activation)

@@ -19,6 +19,9 @@ REL_FROB_BOUND = {"bfloat16": 6e-3, "float16": 1.5e-3, "float32": 1e-4}
 # puts it near 14 on the H800), so a float32 output is as accurate as that sum: 5.4e-4 measured
 # at K = 1024 (H100, 2026-11-24). The 16-bit outputs' own rounding dominates theirs.
 REL_FROB_BOUND_FP8 = {"bfloat16": 6e-3, "float16": 2e-3, "float32": 2e-3}
+# Block-scaled fp8 (the fp8_block family) sums each 128-wide k-block on the tensor cores and
+# adds the scaled block sums in fp32, so the narrow sum spans one k-block, not all of K.
+REL_FROB_BOUND_FP8_BLOCK = {"bfloat16": 6e-3, "float16": 1.5e-3, "float32": 2e-4}
 
 
 def random_operand(rng, shape, dtype):
@@ -27,6 +30,9 @@ def random_operand(rng, shape, dtype):
 
 
 def to64(x):
+    """float64 values of x (through float32, where x is no float64 array already)."""
+    if isinstance(x, np.ndarray) and x.dtype == np.float64:
+        return x
     return np.asarray(jnp.asarray(x).astype(jnp.float32), dtype=np.float64)
 
 
@@ -91,6 +97,25 @@ def fp8_operand(rng, shape, dtype):
 def fp8_reference64(a, b, a_scale, b_scale, *, alpha=1.0, **epilogue):
     """hopper_fp8_matmul in float64: b is (..., N, K); the scales fold into alpha."""
     return reference64(a, b, transpose_b=True, alpha=alpha * a_scale * b_scale, **epilogue)
+
+
+def block_scales(rng, shape, spread=4.0):
+    """Positive float32 block scales spanning 2^-spread .. 2^spread (each block its own)."""
+    return jnp.asarray(2.0 ** rng.uniform(-spread, spread, shape), jnp.float32)
+
+
+def dequantize_blocks64(x, scale, *, rows_per_scale):
+    """x (..., R, K) times its block scales (..., R / rows_per_scale, K / 128) (ceil), float64."""
+    s = np.repeat(to64(scale), 128, axis=-1)[..., :x.shape[-1]]
+    s = np.repeat(s, rows_per_scale, axis=-2)[..., :x.shape[-2], :]
+    return to64(x) * s
+
+
+def fp8_block_reference64(a, b, a_scale, b_scale, **epilogue):
+    """hopper_fp8_matmul with block scales in float64: the dequantised a @ b^T, the epilogue."""
+    a64 = dequantize_blocks64(a, a_scale, rows_per_scale=1)
+    b64 = dequantize_blocks64(b, b_scale, rows_per_scale=128)
+    return reference64(a64, b64, transpose_b=True, **epilogue)
 
 
 def glu_reference64(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, beta=1.0):

@@ -43,11 +43,14 @@ def _undecoded_on_default_device(family, attrs, out_cols):
     gated = family in ("glu", "grouped_glu")  # (K, 2, N) or (G K, 2, N) weights
     b = jnp.ones((128, 2, out_cols) if gated else (1, 128, out_cols), b_dtype)
     # The grouped handlers take a fifth input: the tile table (ragged_primitive.py) or the
-    # group ends (ragged_contract.py); the fp8 handler two, the scales (fp8.py).
+    # group ends (ragged_contract.py); the fp8 handlers two, the scales (fp8.py): per tensor
+    # (1,), per block (1, M, K/128) and (1, N/128, K/128).
     table = [jnp.zeros((1 + catalog.GROUP_TILE_FIELDS,), jnp.int32)]
     extra = {"grouped": table, "grouped_glu": table,
              "grouped_contraction": [jnp.zeros((1,), jnp.int32)],
-             "fp8": [jnp.ones((1,), jnp.float32)] * 2}.get(family, [])
+             "fp8": [jnp.ones((1,), jnp.float32)] * 2,
+             "fp8_block": [jnp.ones((1, 256, 1), jnp.float32),
+                           jnp.ones((1, -(-out_cols // 128), 1), jnp.float32)]}.get(family, [])
     call = jax.ffi.ffi_call(f"jax_hopper_gemm_{family}",
                             (jax.ShapeDtypeStruct((1, 256, out_cols), jnp.bfloat16),
                              jax.ShapeDtypeStruct((0,), jnp.uint8)))

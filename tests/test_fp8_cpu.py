@@ -59,7 +59,7 @@ def test_scales_are_traced_not_compiled_in():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(a_dtype=jnp.bfloat16), r"not one of the compiled fp8 pairs"),
+    (dict(a_dtype=jnp.bfloat16), r"not one of the pairs compiled for tensor scaling"),
     (dict(a_dtype=E5M2, b_dtype=E5M2), r"\('float8_e5m2', 'float8_e5m2'\) is not one"),
     (dict(transpose_b=False), r"MN-major, which fp8 wgmma cannot read"),
     (dict(k=24), r"K=24 must be a multiple of 16"),

@@ -41,10 +41,20 @@ struct GemmKernel {
                 "a scheduler whose k-ranges end mid-block needs a mainloop that zeroes the tail");
 
   static constexpr int kThreads = 384;    // producer warpgroup + two consumer warpgroups
-  // The register split between the producer and the consumer warpgroups is the schedule's.
-  static constexpr int kProducerRegs = Schedule::kProducerRegs;
-  static constexpr int kConsumerRegs = Schedule::kConsumerRegs;
-  static_assert(128 * (kProducerRegs + 2 * kConsumerRegs) <= 65536, "the register file");
+  // The register split between the producer and the consumer warpgroups is the schedule's,
+  // unless the mainloop needs more per consumer thread (kMinConsumerRegs): the producer then
+  // gets what is left. setmaxnreg.inc only redistributes the CTA's own registers, those of its
+  // launch: 168 per thread (65536 / 384, in steps of 8), so 504 per producer-consumer-consumer
+  // triple (more would leave a consumer's setmaxnreg.inc waiting forever).
+  static constexpr int kTripleRegs = 3 * 168;
+  static constexpr int kConsumerRegs = Mainloop::kMinConsumerRegs > Schedule::kConsumerRegs
+                                           ? Mainloop::kMinConsumerRegs
+                                           : Schedule::kConsumerRegs;
+  static constexpr int kProducerRegs = Schedule::kProducerRegs < kTripleRegs - 2 * kConsumerRegs
+                                           ? Schedule::kProducerRegs
+                                           : kTripleRegs - 2 * kConsumerRegs;
+  static_assert(kProducerRegs >= 40 && kProducerRegs + 2 * kConsumerRegs <= kTripleRegs,
+                "the launch's registers");
   // Shared memory: the mainloop's ring, the epilogue's staging, then every barrier; + 1024 so
   // the base can be rounded up to the 1024-byte alignment the 128B swizzle needs.
   static constexpr int kEpilogueOffset = Mainloop::kSmemBytes;

@@ -15,6 +15,7 @@
 #include "cuda/gemm/gemm.h"
 #include "cuda/gemm/kernel.cuh"
 #include "cuda/gemm/mainloop/ss.cuh"
+#include "cuda/gemm/mainloop/ss_promoted.cuh"
 #include "cuda/gemm/schedule/cooperative.cuh"
 #include "cuda/gemm/schedule/pingpong.cuh"
 #include "cuda/gemm/scheduler/grouped.cuh"

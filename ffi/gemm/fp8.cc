@@ -1,5 +1,8 @@
-// XLA FFI handler of hopper_fp8_matmul (the fp8 kernel family): out = act(alpha * a_scale *
-// b_scale * A B^T + bias) + beta * residual, A (Ba, M, K) and B (Bb, N, K) fp8, both K-major.
+// XLA FFI handlers of hopper_fp8_matmul: out = act(alpha * (A scaled) (B scaled)^T + bias) +
+// beta * residual, A (Ba, M, K) and B (Bb, N, K) fp8, both K-major. Family fp8: one float32
+// scale per tensor; family fp8_block: a_scale (Ba', M, ceil(K/128)) and b_scale
+// (Bb', ceil(N/128), ceil(K/128)) (cuda/gemm/mainloop/scaling.cuh checks them against the
+// problem). The scales are the call's fifth and sixth inputs.
 #include <string>
 
 #include "ffi/gemm/gemm_call.h"
@@ -18,29 +21,38 @@ ffi::Error fp8_shapes(const GemmKernelInfo&, const GemmArgs& g, GemmShape* s) {
   return ffi::Error::Success();
 }
 
-// A per-tensor scale: one float32 in device memory (read by the kernel, never by the host).
-ffi::Error read_scale(const char* name, const ffi::AnyBuffer& x, const float** out) {
-  if (x.element_type() != ffi::DataType::F32 || x.element_count() != 1)
-    return invalid(std::string("hopper_fp8_matmul: ") + name + " must be one float32");
-  *out = static_cast<const float*>(x.untyped_data());
+// A scale array: float32 in device memory (read by the kernel, never by the host); `rank` 1
+// (per tensor: one element) or 3 (per block: its shape is checked against the problem).
+ffi::Error read_scales(const char* name, const ffi::AnyBuffer& x, int rank, Array3* out) {
+  const auto d = x.dimensions();
+  const bool ok = x.element_type() == ffi::DataType::F32 &&
+                  static_cast<int>(d.size()) == rank && (rank == 3 || x.element_count() == 1);
+  if (!ok)
+    return invalid(std::string("hopper_fp8_matmul: ") + name + " must be " +
+                   (rank == 1 ? "one float32" : "a rank-3 float32 array"));
+  *out = rank == 1 ? Array3{x.untyped_data(), 1, 1, 1} : array3(x);
   return ffi::Error::Success();
 }
 
+template <GemmFamily kFamily>
 ffi::Error fp8_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer bias,
                     ffi::AnyBuffer residual, ffi::AnyBuffer a_scale, ffi::AnyBuffer b_scale,
                     ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
                     GemmAttrs attrs) {
+  constexpr int kRank = kFamily == GemmFamily::kFp8Block ? 3 : 1;
   GemmArgs preset = {};
-  JH_RETURN_IF_ERROR(read_scale("a_scale", a_scale, &preset.a_scale));
-  JH_RETURN_IF_ERROR(read_scale("b_scale", b_scale, &preset.b_scale));
-  return run_gemm(GemmFamily::kFp8, "hopper_fp8_matmul", fp8_shapes, stream, a, b, bias,
-                  residual, out, workspace, attrs, &preset);
+  JH_RETURN_IF_ERROR(read_scales("a_scale", a_scale, kRank, &preset.a_scale));
+  JH_RETURN_IF_ERROR(read_scales("b_scale", b_scale, kRank, &preset.b_scale));
+  return run_gemm(kFamily, "hopper_fp8_matmul", fp8_shapes, stream, a, b, bias, residual, out,
+                  workspace, attrs, &preset);
 }
 
 }  // namespace
 
-// The gemm binding with the two scales as fifth and sixth inputs.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Fp8Handler, fp8_impl, gemm_binding<2>(),
+// The gemm binding with the two scale arrays as fifth and sixth inputs.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Fp8Handler, fp8_impl<GemmFamily::kFp8>, gemm_binding<2>(),
                               {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Fp8BlockHandler, fp8_impl<GemmFamily::kFp8Block>,
+                              gemm_binding<2>(), {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jax_hopper

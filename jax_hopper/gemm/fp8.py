@@ -1,20 +1,26 @@
-"""hopper_fp8_matmul: an fp8 GEMM with one float32 scale per operand, fp32 accumulation and the
-fused epilogue, and its JAX primitive (the fp8 kernel family, catalog.FAMILIES["fp8"]).
+"""hopper_fp8_matmul: an fp8 GEMM with float32 scales, fp32 accumulation and the fused
+epilogue, and its JAX primitive (kernel families catalog.FAMILIES["fp8"] and ["fp8_block"]).
 
-    out = act(alpha * (a_scale * a) @ (b_scale * b)^T + bias) + beta * residual
+    out = act(alpha * (a_scale . a) @ (b_scale . b)^T + bias) + beta * residual
 
-a (..., M, K) and b (..., N, K) are float8_e4m3fn or float8_e5m2 (e4m3 both, or e5m2 with
-e4m3 either way: catalog.FP8_PAIRS), both K-major: fp8 wgmma has no transpose bits, so the
-kernel reads fp8 operands only with K contiguous. The scales are arrays (traced values: a new
-scale never recompiles the call); the kernel multiplies its fp32 accumulators by
-a_scale * b_scale before the epilogue (cuda/gemm/mainloop/scaling.cuh, TensorScaling).
+a (..., M, K) and b (..., N, K) are float8_e4m3fn or float8_e5m2, both K-major: fp8 wgmma has no
+transpose bits, so the kernel reads fp8 operands only with K contiguous. Two scaling modes,
+told apart by the scales' rank:
+- per tensor: a_scale and b_scale are scalars (or (1,)); the kernel multiplies its fp32
+  accumulators by a_scale * b_scale before the epilogue (TensorScaling). Pairs: FP8_PAIRS.
+- per block (DeepSeek-V3's fine-grained recipe): a_scale (..., M, ceil(K/128)), one per row and
+  128-wide k-block, b_scale (..., ceil(N/128), ceil(K/128)), one per 128 x 128 block; each
+  k-block's product is scaled and added in fp32 (MainloopSSPromoted, BlockScaling), as accurate
+  as dequantising first. e4m3 x e4m3.
+The scales are arrays (traced values: a new scale never recompiles the call).
 
 The primitive's operands, as stored: a (Ba, M, K), b (Bb, N, K) with Ba, Bb 1 (shared) or the
 batch; bias (N,) float32 or (0,); residual (1 or batch, M, N) in the out dtype or (0, 0, 0);
-a_scale and b_scale (1,) float32. The result is (batch, M, N). vmap launches once per entry
-(ragged_primitive.register); there is no differentiation rule (fp8 operands carry no useful
-gradient; a differentiable fp8 matmul quantizes high-precision operands around this op) and
-no sharding rule yet (XLA gathers the operands).
+a_scale and b_scale float32, (1,) per tensor or (Ba, M, KB) and (Bb, NB, KB) per block. The
+result is (batch, M, N). vmap launches once per entry (ragged_primitive.register); there is no
+differentiation rule (fp8 operands carry no useful gradient; a differentiable fp8 matmul
+quantizes high-precision operands around this op) and no sharding rule yet (XLA gathers the
+operands).
 """
 
 from __future__ import annotations
@@ -49,17 +55,24 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
 
     a: (..., M, K) fp8. b: (..., N, K) fp8 (transpose_b=True, the default: the layout the kernel
     reads); b as (..., K, N) (transpose_b=False) is refused with the rule, never transposed
-    behind your back. Leading dimensions broadcast as in jnp.matmul. a_scale, b_scale: float
-    scalars or (1,) arrays, traced. out_dtype (alias preferred_element_type): bfloat16
+    behind your back. Leading dimensions broadcast as in jnp.matmul. a_scale, b_scale, traced:
+    float scalars or (1,) arrays (per tensor), or per 128-wide block (DeepSeek-V3's recipe)
+    a_scale (..., M, ceil(K/128)) and b_scale (..., ceil(N/128), ceil(K/128)), the leading
+    dimensions those of a and of b; scale [i, j] multiplies the operand's rows i (per 128 of
+    them for b) over k in [128 j, 128 j + 128). out_dtype (alias preferred_element_type): bfloat16
     (default), float16 or float32. bias (N,), activation, residual, alpha and beta as in
     hopper_matmul. K must be a multiple of 16 (TMA's 16-byte row pitch).
     """
     a, b = jnp.asarray(a), jnp.asarray(b)
+    a_scale, b_scale = jnp.asarray(a_scale), jnp.asarray(b_scale)
+    scaling = "tensor" if a_scale.ndim <= 1 else "block"
+    family = _FAMILY[scaling]
     pair = (a.dtype.name, b.dtype.name)
-    if pair not in catalog.FP8_PAIRS:
+    pairs = catalog.FAMILIES[family].dtypes
+    if pair not in pairs:
         raise ValueError(f"hopper_fp8_matmul: (a.dtype, b.dtype) = {pair} is not one of the "
-                         f"compiled fp8 pairs {catalog.FP8_PAIRS} (quantize first; for 16-bit "
-                         "inputs use hopper_matmul)")
+                         f"pairs compiled for {scaling} scaling {pairs} (quantize first; for "
+                         "16-bit inputs use hopper_matmul)")
     out_dtype = out_dtype_arg(out_dtype, preferred_element_type) or jnp.dtype(jnp.bfloat16)
     if out_dtype not in SUPPORTED_OUTPUTS:
         raise ValueError(f"hopper_fp8_matmul: out_dtype={out_dtype} must be one of "
@@ -85,18 +98,30 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
     except ValueError as e:
         raise ValueError(f"hopper_fp8_matmul: batch dimensions of a {a.shape[:-2]} and b "
                          f"{b.shape[:-2]} do not broadcast: {e}") from None
-    scales = [_scale(name, s) for name, s in (("a_scale", a_scale), ("b_scale", b_scale))]
+    if scaling == "tensor":
+        scales = [_tensor_scale(name, s) for name, s in (("a_scale", a_scale),
+                                                         ("b_scale", b_scale))]
+    else:
+        blocks = -(-k // catalog.FP8_SCALE_BLOCK)
+        scales = [_block_scale("a_scale", a_scale, (*a.shape[:-2], m, blocks),
+                               "(..., M, ceil(K/128)) with a's leading dimensions"),
+                  _block_scale("b_scale", b_scale,
+                               (*b.shape[:-2], -(-n // catalog.FP8_SCALE_BLOCK), blocks),
+                               "(..., ceil(N/128), ceil(K/128)) with b's leading dimensions")]
     bias_arr = prepare_bias(bias, (n,), "(N,)")
     res_arr = prepare_residual(residual, batch_shape, m, n, out_dtype)
     batch = math.prod(batch_shape)
     if config is None:
-        config = default_config("fp8", pair[0], False, False, batch, m, n, k)
+        config = default_config(family, pair[0], False, False, batch, m, n, k)
     elif not isinstance(config, GemmConfig):
         raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-    config.validate(pair[0], False, False, family="fp8", b_dtype=pair[1])
+    config.validate(pair[0], False, False, family=family, b_dtype=pair[1])
 
     a3, b3 = as_batched_3d(a, batch_shape), as_batched_3d(b, batch_shape)
-    params = dict(out_dtype=out_dtype, activation=act, alpha=alpha, beta=beta, config=config)
+    if scaling == "block":  # the scales' batch entries follow their operands'
+        scales = [as_batched_3d(scales[0], batch_shape), as_batched_3d(scales[1], batch_shape)]
+    params = dict(out_dtype=out_dtype, activation=act, alpha=alpha, beta=beta, config=config,
+                  scaling=scaling)
     if batch == 0 or m == 0 or n == 0 or k == 0:
         out = reference(a3, b3, bias_arr, res_arr, *scales, **params)  # nothing to launch
     else:
@@ -104,12 +129,24 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
     return out.reshape(*batch_shape, m, n)
 
 
-def _scale(name, s):
-    s = jnp.asarray(s)
+# The kernel family of each scaling mode.
+_FAMILY = {"tensor": "fp8", "block": "fp8_block"}
+
+
+def _tensor_scale(name, s):
     if s.shape not in ((), (1,)) or not jnp.issubdtype(s.dtype, jnp.floating):
         raise ValueError(f"hopper_fp8_matmul: {name} must be a float scalar or a (1,) array "
-                         f"(one scale per tensor); got shape {s.shape}, dtype {s.dtype}")
+                         f"(one scale per tensor; both scales per tensor or both per block); "
+                         f"got shape {s.shape}, dtype {s.dtype}")
     return s.astype(jnp.float32).reshape(1)
+
+
+def _block_scale(name, s, shape, rule):
+    if s.shape != shape or not jnp.issubdtype(s.dtype, jnp.floating):
+        raise ValueError(f"hopper_fp8_matmul: block scaling needs {name} of shape {rule}, here "
+                         f"{shape}, floating (float32 in the kernel); got shape {s.shape}, dtype "
+                         f"{s.dtype} (both scales per tensor or both per block)")
+    return s.astype(jnp.float32)
 
 
 def launch(a, b, bias, res, a_scale, b_scale, **params):
@@ -124,15 +161,27 @@ def launch(a, b, bias, res, a_scale, b_scale, **params):
 
 
 def reference(a, b, bias, res, a_scale, b_scale, *, out_dtype, activation, alpha, beta,
-              config=None):
-    """What the kernel computes, in jnp: exact fp8 products summed in fp32, scaled, then the
-    epilogue in fp32 and one rounding."""
+              scaling="tensor", config=None):
+    """What the kernel computes, in jnp: exact fp8 products summed in fp32 and scaled (per
+    block: of the dequantised operands), then the epilogue in fp32 and one rounding."""
     del config
-    x = jnp.matmul(a.astype(_F32), jnp.swapaxes(b.astype(_F32), 1, 2),
-                   precision=jax.lax.Precision.HIGHEST)
-    x = x * (a_scale[0] * b_scale[0]) * alpha
+    a, b = a.astype(_F32), b.astype(_F32)
+    if scaling == "block":
+        a = a * _expand_blocks(a_scale, a.shape, rows=False)
+        b = b * _expand_blocks(b_scale, b.shape, rows=True)
+    x = jnp.matmul(a, jnp.swapaxes(b, 1, 2), precision=jax.lax.Precision.HIGHEST)
+    if scaling == "tensor":
+        x = x * (a_scale[0] * b_scale[0])
+    x = x * alpha
     return apply_epilogue(x, bias, res, activation=activation, beta=beta, out_dtype=out_dtype,
                           family="matmul")
+
+
+def _expand_blocks(scale, shape, *, rows):
+    """A (B, R or R/128, K/128) scale array repeated over its 128-wide blocks to `shape`."""
+    block = catalog.FP8_SCALE_BLOCK
+    x = jnp.repeat(scale, block, axis=2)[:, :, :shape[2]]
+    return jnp.repeat(x, block, axis=1)[:, :shape[1]] if rows else x
 
 
 def _abstract_eval(a, b, bias, residual, a_scale, b_scale, *, out_dtype, **_):
@@ -141,17 +190,18 @@ def _abstract_eval(a, b, bias, residual, a_scale, b_scale, *, out_dtype, **_):
 
 
 def _cuda_lowering(ctx, a, b, bias, residual, a_scale, b_scale, *, out_dtype, activation, alpha,
-                   beta, config):
+                   beta, config, scaling):
     # As the dense GEMM's lowering (primitive.py): the plan made once, the workspace a second
     # result; the scales are the call's fifth and sixth inputs.
     del out_dtype
     a_aval, b_aval = ctx.avals_in[:2]
-    kernel = config.kernel("fp8", a_aval.dtype.name, False, False, b_aval.dtype.name)
+    family = _FAMILY[scaling]
+    kernel = config.kernel(family, a_aval.dtype.name, False, False, b_aval.dtype.name)
     batch, m, n = ctx.avals_out[0].shape
     resident = _ffi.resident_clusters(kernel, config.cluster_m * config.cluster_n)
     plan = config.plan(kernel, batch, m, n, a_aval.shape[2], resident)
     workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
-    out, _ = jax.ffi.ffi_lowering("jax_hopper_gemm_fp8")(
+    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{family}")(
         ctx.replace(avals_out=[*ctx.avals_out, workspace]), a, b, bias, residual, a_scale,
         b_scale, **call_attrs(kernel, config, plan, activation, alpha, beta))
     return [out]

@@ -53,6 +53,9 @@ FP8_PAIRS = (("float8_e4m3fn", "float8_e4m3fn"), ("float8_e5m2", "float8_e4m3fn"
              ("float8_e4m3fn", "float8_e5m2"))
 # fp8's largest finite values (saturating casts).
 FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
+# Block scaling (the fp8_block family): one scale per row of a and FP8_SCALE_BLOCK elements of K,
+# one per FP8_SCALE_BLOCK x FP8_SCALE_BLOCK block of b (cuda/gemm/mainloop/scaling.cuh).
+FP8_SCALE_BLOCK = 128
 
 # Epilogue activations: the name users pass, and the C++ enumerator; the code is the position.
 ACTIVATIONS = ((None, "kNone"), ("relu", "kRelu"), ("gelu_tanh", "kGeluTanh"),
@@ -195,6 +198,20 @@ FAMILIES = {
         (TileShape(128, 256, 128, 4), TileShape(128, 128, 128, 6),
          TileShape(128, 128, 128, 6, "pingpong")),
         ((False, False),), "_fp8", "the fp8 GEMM", dtypes=FP8_PAIRS),
+    # hopper_fp8_matmul with block scales (DeepSeek-V3's recipe: a (M, K/128), b (N/128, K/128)
+    # float32): each 128-wide k-block's product scaled and added in fp32 (MainloopSSPromoted,
+    # BlockScaling). A unit of 64 x 128 products is promoted at a time, so a 128 x 256 tile's
+    # warpgroup holds 128 + 64 accumulators. e4m3 both ways: the recipe quantizes gradients
+    # to e4m3 as well.
+    "fp8_block": Family(
+        "fp8_block", "kFp8Block",
+        "MainloopSSPromoted<DType::{a_dtype}, DType::{b_dtype}, {bm}, {bn}, {bk}, {stages}, "
+        "{tile_wgs}, OperandLoad<{a_mn}, {a_bytes}>, OperandLoad<{b_mn}, {b_bytes}>>",
+        "TmaStoreEpilogue<{bn}, LinearOps>",
+        (TileShape(128, 256, 128, 4), TileShape(128, 128, 128, 6),
+         TileShape(128, 128, 128, 6, "pingpong")),
+        ((False, False),), "_fp8_block", "the block-scaled fp8 GEMM",
+        dtypes=(("float8_e4m3fn", "float8_e4m3fn"),)),
 }
 
 

@@ -1,11 +1,17 @@
-// How the SS mainloop scales its accumulators once a unit's k-blocks are summed: the 16-bit
-// families do not; fp8 operands carry one float32 scale per tensor (a = a_scale * A_fp8), so the
-// product is (a_scale * b_scale) * (A_fp8 B_fp8), applied to the fp32 accumulators before the
-// epilogue (alpha, bias, activation) and before a stream-K fix-up sums the pieces (each piece
-// is scaled alike). The scales are device arrays, read by the kernel: traced values, never
-// compiled into the call.
+// How fp8 operands' scales reach the product. A scaled operand is a = scale * A_fp8.
+//  - NoScaling: the 16-bit families.
+//  - TensorScaling: one float32 per tensor, so the product is (a_scale * b_scale) * (A_fp8
+//    B_fp8): MainloopSS multiplies its fp32 accumulators once, after the k-loop, before the
+//    epilogue (alpha, bias, activation) and before a stream-K fix-up sums the pieces (each
+//    piece is scaled alike).
+//  - BlockScaling (DeepSeek-V3's fine-grained recipe): one float32 per row of A and 128-wide
+//    k-block, one per 128 x 128 block of B (128 of its N rows by a k-block). The scale then
+//    varies inside the product, so each k-block's wgmma result is scaled on its own and added
+//    into the accumulators in fp32 (MainloopSSPromoted, cuda/gemm/mainloop/ss_promoted.cuh).
+// The scales are device arrays, read by the kernel: traced values, never compiled into the call.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "cuda/gemm/gemm.h"
@@ -28,9 +34,10 @@ struct TensorScaling {
   };
   using Value = float;
   static std::string host_params(const GemmArgs& g, Params* p) {
-    if (g.a_scale == nullptr || g.b_scale == nullptr)
+    if (g.a_scale.data == nullptr || g.b_scale.data == nullptr)
       return "per-tensor scaled operands need a_scale and b_scale";
-    *p = Params{g.a_scale, g.b_scale};
+    *p = Params{static_cast<const float*>(g.a_scale.data),
+                static_cast<const float*>(g.b_scale.data)};
     return {};
   }
   // Issued before the mainloop waits on its first stage, so the loads' latency is hidden.
@@ -39,6 +46,48 @@ struct TensorScaling {
   __device__ static void apply(Value s, float* acc) {
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) acc[i] *= s;
+  }
+};
+
+struct BlockScaling {
+  static constexpr int kBlock = kFp8ScaleBlock;  // K elements (and B rows) one scale covers
+
+  struct Params {
+    const float* a;  // (Ba, M, k_blocks)
+    const float* b;  // (Bb, n_blocks, k_blocks)
+    int64_t a_batch_stride, b_batch_stride;  // 0 when one scale array serves every batch entry
+    int32_t rows, n_blocks, k_blocks;
+  };
+
+  static std::string host_params(const GemmArgs& g, Params* p) {
+    const Array3 &sa = g.a_scale, &sb = g.b_scale;
+    const int64_t k_blocks = (int64_t(g.k) + kBlock - 1) / kBlock;
+    const int64_t n_blocks = (int64_t(g.n) + kBlock - 1) / kBlock;
+    if (sa.data == nullptr || sb.data == nullptr)
+      return "block-scaled operands need a_scale and b_scale";
+    if (sa.rows != g.m || sa.cols != k_blocks || (sa.batch != 1 && sa.batch != g.batch))
+      return "a_scale must be (batch or 1, M, ceil(K/128)) float32";
+    if (sb.rows != n_blocks || sb.cols != k_blocks || (sb.batch != 1 && sb.batch != g.batch))
+      return "b_scale must be (batch or 1, ceil(N/128), ceil(K/128)) float32";
+    *p = Params{static_cast<const float*>(sa.data), static_cast<const float*>(sb.data),
+                sa.batch == 1 ? 0 : sa.rows * sa.cols, sb.batch == 1 ? 0 : sb.rows * sb.cols,
+                g.m, static_cast<int32_t>(n_blocks), static_cast<int32_t>(k_blocks)};
+    return {};
+  }
+
+  // A's scale of row `row` at k-block `k_block`; 0 past the last row (those rows are computed
+  // but never stored). The addresses are computed at each load from the kernel parameters, so
+  // nothing but the tile coordinate stays live in the consumer's registers.
+  __device__ static float a_at(const Params& p, int32_t batch, int32_t row, int32_t k_block) {
+    return row < p.rows
+               ? __ldg(p.a + batch * p.a_batch_stride + int64_t(row) * p.k_blocks + k_block)
+               : 0.0f;
+  }
+  // B's scale of its 128-row block `block`; 0 past the last block.
+  __device__ static float b_at(const Params& p, int32_t batch, int32_t block, int32_t k_block) {
+    return block < p.n_blocks
+               ? __ldg(p.b + batch * p.b_batch_stride + int64_t(block) * p.k_blocks + k_block)
+               : 0.0f;
   }
 };
 

@@ -58,6 +58,7 @@ struct MainloopSS {
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kSmemBytes = STAGES * kStageBytes;  // 1024-aligned: stages stay aligned
   static constexpr int kBarriers = 2 * STAGES;
+  static constexpr int kMinConsumerRegs = 0;  // the schedule's split suffices (kernel.cuh)
 
   struct Params {
     CUtensorMap a, b;
@@ -186,9 +187,12 @@ struct MainloopSS {
 
   // The consumer warpgroup with rows [part * kSlices * 64, +kSlices * 64) of the tile: acc =
   // those rows over unit u's k-blocks (scaled); slice i's accumulators at acc[i * kSliceRegs].
+  // coord() gives the unit's TileCoord, for a mainloop that needs it (MainloopSSPromoted reads
+  // per-row scales); this one does not call it.
+  template <class CoordFn>
   __device__ static void mma(const Params& p, const Shared& s, Pipe& pipe, const WorkUnit& u,
                              uint32_t part, uint32_t wg_thread, uint32_t cluster_size,
-                             float* acc) {
+                             float* acc, const CoordFn&) {
     const typename Scaling::Value scale = Scaling::load(p.scale);
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;

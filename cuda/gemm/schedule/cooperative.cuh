@@ -35,7 +35,8 @@ struct CooperativeSchedule {
     typename K::Epilogue::State state;
     typename Scheduler::Work work(p.scheduler, cluster_id);
     for (WorkUnit u; work.next(p.scheduler, &u);) {
-      Mainloop::mma(p.mainloop, ml, pipe, u, wg, wg_thread, cluster_size, acc);
+      Mainloop::mma(p.mainloop, ml, pipe, u, wg, wg_thread, cluster_size, acc,
+                    [&] { return Scheduler::coord(p.scheduler, u, rank); });
       if (!Scheduler::template fixup<Mainloop::kAccRegs>(acc, p.scheduler, u, cluster_id,
                                                          cluster_size, rank, wg, wg_thread,
                                                          barrier_id))

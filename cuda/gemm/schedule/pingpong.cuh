@@ -59,7 +59,7 @@ struct PingPongSchedule {
       if (wg == 1 || mine > 0) ptx::mbarrier_wait(&turn[wg], (wg == 1 ? mine : mine - 1) & 1);
       ++mine;
       const TileCoord tc = Scheduler::coord(p.scheduler, u, rank);
-      Mainloop::mma(p.mainloop, ml, pipe, u, 0, wg_thread, cluster_size, acc);
+      Mainloop::mma(p.mainloop, ml, pipe, u, 0, wg_thread, cluster_size, acc, [&] { return tc; });
       ptx::mbarrier_arrive(&turn[wg ^ 1]);
       // The fix-up and the epilogue go 64-row slice by slice (the stream-K workspace and the
       // staging buffer are laid out per 64-row strip); a unit either publishes its partial

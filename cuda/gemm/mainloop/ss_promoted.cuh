@@ -1,0 +1,112 @@
+// Mainloop policy "SS, promoted": MainloopSS's ring and producer with a consumer for
+// block-scaled fp8 (BlockScaling, cuda/gemm/mainloop/scaling.cuh). A k-block is one scale block
+// (128 elements of K), and the scale of a product element varies with its row (A's scale) and
+// its 128-column block (B's), so a k-block's wgmmas cannot accumulate into the running sum:
+// each 64 x 128 unit of the warpgroup's rows (a 64-row slice by a 128-column chunk of the tile)
+// is multiplied into fresh registers (the first k32 step overwrites them), waited for, and
+// added into the fp32 accumulators times a_scale[row] * b_scale[chunk] on the CUDA cores.
+// That promotion also bounds the tensor cores' fp8 accumulation (narrower than fp32) to one
+// k-block, so the result is as accurate as dequantising first.
+// Units go one at a time: one unit's registers (64 per thread) next to the tile's accumulators
+// fit the consumer's budget where a whole second tile's worth would not. While a warpgroup
+// waits and promotes, the tile's other warpgroup (cooperative) or the other tile's
+// (ping-pong) keeps the tensor cores busy.
+// A unit's three scales are loaded after its wgmmas are issued, so the loads (L1 hits after a
+// row's first k-block: 32 k-blocks of scales share a 128-byte line) overlap the multiply.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/gemm/mainloop/scaling.cuh"
+#include "cuda/gemm/mainloop/ss.cuh"
+#include "cuda/gemm/scheduler/tile_order.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/wgmma.cuh"
+
+namespace jax_hopper {
+
+template <DType TA, DType TB, int BM_, int BN_, int BK_, int STAGES_, int TILE_WARPGROUPS,
+          class ALoad, class BLoad>
+struct MainloopSSPromoted
+    : MainloopSS<TA, TB, BM_, BN_, BK_, STAGES_, TILE_WARPGROUPS, ALoad, BLoad, BlockScaling> {
+  using Base =
+      MainloopSS<TA, TB, BM_, BN_, BK_, STAGES_, TILE_WARPGROUPS, ALoad, BLoad, BlockScaling>;
+  using typename Base::Params;
+  using typename Base::Pipe;
+  using typename Base::Shared;
+  using Base::BK;
+  using Base::BN;
+  using Base::kABytes;
+  using Base::kBBytes;
+  using Base::kSliceRegs;
+  using Base::kSlices;
+
+  static_assert(!ALoad::kMnMajor && !BLoad::kMnMajor, "block-scaled fp8 operands are K-major");
+  static_assert(BK == BlockScaling::kBlock, "a k-block is one scale block");
+  static constexpr int kUnitN = BlockScaling::kBlock;  // one B scale per unit
+  static_assert(BN % kUnitN == 0, "the tile's columns are whole scale blocks");
+  static constexpr int kChunks = BN / kUnitN;
+  using UnitMma = ptx::WgmmaSS<kUnitN, TA, TB, 0, 0>;
+  static constexpr int kUnitRegs = UnitMma::kRegs;
+  static constexpr int kKSteps = BK / UnitMma::kK;
+  static constexpr int kChunkBytes = kUnitN * 128;  // a chunk's K-major rows of B
+  // A 128 x 256 tile's warpgroup holds 128 accumulators and a 64-register unit: with the
+  // cooperative schedule's 224 registers it spilled (8 bytes, CUDA 13.0); 232 (the producer
+  // keeps 40, as in ping-pong) does not.
+  static constexpr int kMinConsumerRegs = 232;
+
+  // As MainloopSS::mma, for the same schedules: acc = rows [part * kSlices * 64, +kSlices * 64)
+  // of the tile `coord()` over unit u's k-blocks, each k-block scaled per element.
+  template <class CoordFn>
+  __device__ static void mma(const Params& p, const Shared& s, Pipe& pipe, const WorkUnit& u,
+                             uint32_t part, uint32_t wg_thread, uint32_t cluster_size,
+                             float* acc, const CoordFn& coord) {
+    const TileCoord tc = coord();
+    // This thread's first accumulator row (the wgmma m64 fragment: warp w holds rows 16 w ..
+    // +15, lane l rows l / 4 and l / 4 + 8; register r of a unit is in the second when r / 2 is
+    // odd) and the tile's first 128-column block of B.
+    const int32_t row = tc.row0 + static_cast<int32_t>(part) * kSlices * 64 +
+                        static_cast<int32_t>(wg_thread / 32) * 16 +
+                        static_cast<int32_t>(wg_thread % 32) / 4;
+    const int32_t b_block = tc.n_block * kChunks;
+#pragma unroll
+    for (int i = 0; i < Base::kAccRegs; ++i) acc[i] = 0.0f;
+    float unit[kUnitRegs];
+    for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
+      const int32_t scale_k = u.k_offset / BK + kb;
+      ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);
+      const uint8_t* a_tile = s.a + pipe.stage * kABytes + part * kSlices * kBoxBytes;
+      const uint8_t* b_tile = s.b + pipe.stage * kBBytes;
+#pragma unroll
+      for (int i = 0; i < kSlices; ++i) {
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+          for (int r = 0; r < kUnitRegs; ++r) ptx::wgmma_fence_operand(unit[r]);
+          ptx::wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < kKSteps; ++kk)
+            UnitMma::mma(Base::template desc<false>(a_tile + i * kBoxBytes, kk),
+                         Base::template desc<false>(b_tile + c * kChunkBytes, kk), unit,
+                         kk == 0 ? 0 : 1);
+          ptx::wgmma_commit_group();
+          const float sb = BlockScaling::b_at(p.scale, tc.batch, b_block + c, scale_k);
+          const float s0 = sb * BlockScaling::a_at(p.scale, tc.batch, row + i * 64, scale_k);
+          const float s1 = sb * BlockScaling::a_at(p.scale, tc.batch, row + i * 64 + 8, scale_k);
+          ptx::wgmma_wait_group<0>();
+#pragma unroll
+          for (int r = 0; r < kUnitRegs; ++r) ptx::wgmma_fence_operand(unit[r]);
+          // The stage's last reader is done: hand it back before the arithmetic.
+          if (i == kSlices - 1 && c == kChunks - 1)
+            Base::release(s, pipe.stage, cluster_size, wg_thread);
+          float* out = acc + i * kSliceRegs + c * kUnitRegs;
+#pragma unroll
+          for (int r = 0; r < kUnitRegs; ++r) out[r] += unit[r] * ((r / 2) % 2 ? s1 : s0);
+        }
+      }
+      pipe.advance();
+    }
+  }
+};
+
+}  // namespace jax_hopper
