@@ -15,6 +15,14 @@ from jax_hopper.gemm.ragged import choose_grouped_config
 from jax_hopper.kernels import catalog
 
 
+@pytest.fixture(autouse=True)
+def on_the_cpu():
+    """The reference lowering, also when the suite runs on a GPU machine (there the default
+    device would run the kernels, 1 ulp from lax.ragged_dot's own GPU lowering)."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
 def tiles_model(sizes, m, block_m):
     """(first row, rows, group) of every M tile, in order, from the documented rules."""
     ends, pos = [], 0
