@@ -13,6 +13,15 @@
 // (ping-pong) keeps the tensor cores busy.
 // A unit's three scales are loaded after its wgmmas are issued, so the loads (L1 hits after a
 // row's first k-block: 32 k-blocks of scales share a 128-byte line) overlap the multiply.
+// NOTES (H100, 2026-11-24, bench_fp8.py --scaling block --sweep): 660-800 TFLOP/s on the
+// large shapes, 0.5-0.6x our per-tensor kernel on the same data (fp8_block_h100_20261124.json);
+// 128 x 128 beat 128 x 256 on 5 of 6 shapes (804 vs 777 at 8192^3), ping-pong was slowest.
+// Tried and dropped: (1) two units in flight per warpgroup (promote one while the next
+// multiplies) makes ptxas serialise every wgmma (C7514: CUDA cores reading accumulators of a
+// wgmma between the start and end of its pipeline stage), and with 128 accumulators it
+// spilled; (2) loading the next k-block's scales one k-block ahead ran slower (686 vs 804 at
+// 8192^3, fp8_block_h100_20261124_prefetch.json). Not profiled yet: ncu is the next step
+// (where the tensor cores idle: the wait per unit, the scale loads, the promotion's FMAs).
 #pragma once
 
 #include <cstdint>
