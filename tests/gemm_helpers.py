@@ -118,6 +118,45 @@ def fp8_block_reference64(a, b, a_scale, b_scale, **epilogue):
     return reference64(a64, b64, transpose_b=True, **epilogue)
 
 
+def check_fp8(rng, m, n, k, *, block, pair=("float8_e4m3fn", "float8_e4m3fn"),
+              out_dtype="bfloat16", batch=(), b_batch=(), config=None, activation=None,
+              alpha=1.0, beta=1.0, with_bias=False, with_residual=False, spread=4.0,
+              epilogue_scale=1.0):
+    """hopper_fp8_matmul on fresh fp8 operands into a poisoned output against float64, per
+    tensor (two random scalar scales) or per block (block_scales with `spread`); bias and
+    residual random-normal times epilogue_scale. Asserts the mode's bound; returns the error."""
+    from jax_hopper import hopper_fp8_matmul  # noqa: PLC0415
+    a = fp8_operand(rng, (*batch, m, k), pair[0])
+    b = fp8_operand(rng, (*b_batch, n, k), pair[1])
+    if block:
+        sa = block_scales(rng, (*batch, m, -(-k // 128)), spread)
+        sb = block_scales(rng, (*b_batch, -(-n // 128), -(-k // 128)), spread)
+    else:
+        sa, sb = (jnp.asarray(rng.uniform(0.05, 0.5), jnp.float32) for _ in range(2))
+    extra = {}
+    if with_bias:
+        extra["bias"] = jnp.asarray(rng.standard_normal(n) * epilogue_scale, jnp.float32)
+    if with_residual:
+        extra["residual"] = jnp.asarray(rng.standard_normal((*batch, m, n)) * epilogue_scale,
+                                        out_dtype)
+    scalars = dict(activation=activation, alpha=alpha, beta=beta)
+
+    def fn(a, b, sa, sb, *arrays):
+        return hopper_fp8_matmul(a, b, sa, sb, out_dtype=out_dtype, config=config,
+                                 **dict(zip(extra, arrays)), **scalars)
+
+    out_shape = (*jnp.broadcast_shapes(tuple(batch), tuple(b_batch)), m, n)
+    out = poisoned_call(fn, out_shape, out_dtype, a, b, sa, sb, *extra.values())
+    if block:
+        ref = fp8_block_reference64(a, b, sa, sb, **extra, **scalars)
+    else:
+        ref = fp8_reference64(a, b, float(sa), float(sb), **extra, **scalars)
+    bound = REL_FROB_BOUND_FP8_BLOCK if block else REL_FROB_BOUND_FP8
+    err = rel_frob(out, ref)
+    assert err < bound[out_dtype], (err, m, n, k, pair, config)
+    return err
+
+
 def glu_reference64(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, beta=1.0):
     """act(alpha x w[:, 0] + bias[0]) * (alpha x w[:, 1] + bias[1]) + beta residual, float64."""
     x64, w64 = to64(x), to64(w)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from gemm_helpers import (REL_FROB_BOUND_FP8, REL_FROB_BOUND_FP8_BLOCK as REL_FROB_BOUND,
-                          block_scales, fp8_block_reference64, fp8_operand, fp8_reference64,
-                          poisoned_call, rel_frob)
+                          block_scales, check_fp8, fp8_block_reference64, fp8_operand,
+                          fp8_reference64, rel_frob)
 from jax_hopper import GemmConfig, hopper_fp8_matmul
 from jax_hopper.kernels import catalog
 
@@ -20,33 +20,9 @@ FAM = catalog.FAMILIES["fp8_block"]
 E4M3 = jnp.float8_e4m3fn
 
 
-def _blocks(n):
-    return -(-n // catalog.FP8_SCALE_BLOCK)
-
-
-def _check(rng, m, n, k, *, out_dtype="bfloat16", batch=(), b_batch=(), config=None,
-           activation=None, alpha=1.0, beta=1.0, with_bias=False, with_residual=False,
-           spread=4.0):
-    a = fp8_operand(rng, (*batch, m, k), E4M3)
-    b = fp8_operand(rng, (*b_batch, n, k), E4M3)
-    sa = block_scales(rng, (*batch, m, _blocks(k)), spread)
-    sb = block_scales(rng, (*b_batch, _blocks(n), _blocks(k)), spread)
-    extra = {}
-    if with_bias:
-        extra["bias"] = jnp.asarray(rng.standard_normal(n) * 100, jnp.float32)
-    if with_residual:
-        extra["residual"] = jnp.asarray(rng.standard_normal((*batch, m, n)) * 100, out_dtype)
-    scalars = dict(activation=activation, alpha=alpha, beta=beta)
-
-    def fn(a, b, sa, sb, *arrays):
-        return hopper_fp8_matmul(a, b, sa, sb, out_dtype=out_dtype, config=config,
-                                 **dict(zip(extra, arrays)), **scalars)
-
-    out_shape = (*jnp.broadcast_shapes(tuple(batch), tuple(b_batch)), m, n)
-    out = poisoned_call(fn, out_shape, out_dtype, a, b, sa, sb, *extra.values())
-    err = rel_frob(out, fp8_block_reference64(a, b, sa, sb, **extra, **scalars))
-    assert err < REL_FROB_BOUND[out_dtype], (err, m, n, k, config)
-    return err
+def _check(rng, m, n, k, **kwargs):
+    # Bias and residual of the size of block-scaled products (scales up to 2^spread each).
+    return check_fp8(rng, m, n, k, block=True, epilogue_scale=100.0, **kwargs)
 
 
 @pytest.mark.parametrize("tile", FAM.tiles, ids=lambda t: t.tag)

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import REL_FROB_BOUND_FP8 as REL_FROB_BOUND, fp8_operand, fp8_reference64, poisoned_call, rel_frob
+from gemm_helpers import REL_FROB_BOUND_FP8 as REL_FROB_BOUND, check_fp8, fp8_operand, fp8_reference64, rel_frob
 from jax_hopper import GemmConfig, hopper_fp8_matmul
 from jax_hopper.kernels import catalog
 
@@ -15,28 +15,8 @@ pytestmark = pytest.mark.gpu
 FAM = catalog.FAMILIES["fp8"]
 
 
-def _check(rng, m, n, k, *, pair=("float8_e4m3fn", "float8_e4m3fn"), out_dtype="bfloat16",
-           batch=(), b_batch=(), config=None, activation=None, alpha=1.0, beta=1.0,
-           with_bias=False, with_residual=False):
-    a = fp8_operand(rng, (*batch, m, k), pair[0])
-    b = fp8_operand(rng, (*b_batch, n, k), pair[1])
-    sa, sb = (jnp.asarray(rng.uniform(0.05, 0.5), jnp.float32) for _ in range(2))
-    extra = {}
-    if with_bias:
-        extra["bias"] = jnp.asarray(rng.standard_normal(n), jnp.float32)
-    if with_residual:
-        extra["residual"] = jnp.asarray(rng.standard_normal((*batch, m, n)), jnp.float32)
-    scalars = dict(activation=activation, alpha=alpha, beta=beta)
-
-    def fn(a, b, sa, sb, *arrays):
-        return hopper_fp8_matmul(a, b, sa, sb, out_dtype=out_dtype, config=config,
-                                 **dict(zip(extra, arrays)), **scalars)
-
-    out_shape = (*jnp.broadcast_shapes(tuple(batch), tuple(b_batch)), m, n)
-    out = poisoned_call(fn, out_shape, out_dtype, a, b, sa, sb, *extra.values())
-    ref = fp8_reference64(a, b, float(sa), float(sb), **extra, **scalars)
-    err = rel_frob(out, ref)
-    assert err < REL_FROB_BOUND[out_dtype], (err, m, n, k, pair, config)
+def _check(rng, m, n, k, **kwargs):
+    return check_fp8(rng, m, n, k, block=False, **kwargs)
 
 
 @pytest.mark.parametrize("pair", catalog.FP8_PAIRS)
