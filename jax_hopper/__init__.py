@@ -7,6 +7,8 @@
     dw = hopper_ragged_contract(x, dy, group_sizes)   # its weight gradient, (G, K, N)
     h = hopper_ragged_glu(x, w_gate_up, group_sizes)  # experts' SwiGLU, w (G, K, 2, F)
     y = hopper_fp8_matmul(a8, b8, a_scale, b_scale)   # fp8 (N, K) weight, per-tensor scales
+    xq = quantize_fp8(x, scaling="block")             # fp8 + scales (+ transposed copy)
+    y = fp8_matmul(x, w, recipe="block")              # differentiable, fp8 forward and backward
 
 On a machine without a Hopper GPU (or in a package built without the CUDA toolkit) every op
 lowers to a pure-JAX reference with the same result; kernels_available() says which runs.
@@ -18,18 +20,24 @@ from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.dot_general import dot_general
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
+from jax_hopper.gemm.fp8_matmul import fp8_dot_general, fp8_matmul
 from jax_hopper.gemm.glu import hopper_glu
 from jax_hopper.gemm.ragged import hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm.ragged_contract import hopper_ragged_contract
 from jax_hopper.gemm.ragged_glu import hopper_ragged_glu
+from jax_hopper.quantize.fp8 import Fp8Array, dequantize_fp8, quantize_fp8
 from jax_hopper.tma.ops import tma_copy, tma_multicast, tma_reduce_add, tma_smem_bytes
 
 _ffi.register_targets()
 
 __all__ = [
+    "Fp8Array",
     "GemmConfig",
     "KernelStatus",
+    "dequantize_fp8",
     "dot_general",
+    "fp8_dot_general",
+    "fp8_matmul",
     "hopper_fp8_matmul",
     "hopper_glu",
     "hopper_matmul",
@@ -38,6 +46,7 @@ __all__ = [
     "hopper_ragged_dot",
     "kernels_available",
     "layout",
+    "quantize_fp8",
     "ragged_dot",
     "tma_copy",
     "tma_multicast",

@@ -491,3 +491,62 @@ def tma_check(c: TmaCase, arrays: dict, out) -> str | None:
         return f"shape/dtype {out.shape} {out.dtype}, expected {want.shape} {want.dtype}"
     bad = int(np.sum(_bits(out) != _bits(np.ascontiguousarray(want))))
     return None if bad == 0 else f"{bad} elements differ"
+
+
+# ------------------------------------------------------------------------- quantize_fp8
+
+@dataclasses.dataclass(frozen=True)
+class QuantCase:
+    in_dtype: str
+    dtype: str        # fp8 out
+    scaling: str      # tensor | block
+    block: str        # row | tile (block scaling)
+    transpose: bool
+    transpose_block: str
+    shape: tuple
+
+    def label(self) -> str:
+        t = f" +T({self.transpose_block})" if self.transpose else ""
+        return (f"quantize_fp8 {self.in_dtype}->{self.dtype} {self.scaling}/{self.block}{t} "
+                f"x{self.shape}")
+
+
+def quant_groups(quick: bool) -> list[list[QuantCase]]:
+    # Partial tiles both ways (rows 208, cols 304: multiples of 16, so the kernel runs), one
+    # whole tile, a batch.
+    shapes = [(208, 304)] if quick else [(208, 304), (128, 128), (3, 144, 272)]
+    ins = ["bfloat16"] if quick else ["bfloat16", "float16", "float32"]
+    outs = ["float8_e4m3fn"] if quick else ["float8_e4m3fn", "float8_e5m2"]
+    modes = [("tensor", "row", "row"), ("block", "row", "row"), ("block", "row", "tile"),
+             ("block", "tile", "tile")]
+    group = [QuantCase(i, o, s, b, t, tb, shape)
+             for i, o, (s, b, tb), shape in itertools.product(ins, outs, modes, shapes)
+             for t in ((True,) if quick else (False, True))]
+    return [group]
+
+
+def quant_inputs(c: QuantCase, rng) -> dict:
+    return {"x": (3 * rng.standard_normal(c.shape)).astype(np.float32).astype(c.in_dtype)}
+
+
+def quant_call(c: QuantCase, arrays: dict):
+    from jax_hopper import quantize_fp8
+    return quantize_fp8(arrays["x"], dtype=c.dtype, scaling=c.scaling, block=c.block,
+                        transpose=c.transpose, transpose_block=c.transpose_block)
+
+
+def quant_check(c: QuantCase, arrays: dict, out) -> str | None:
+    """Bit for bit against the same op on the CPU (its jnp reference)."""
+    import jax
+    with jax.default_device(jax.devices("cpu")[0]):
+        want = quant_call(c, {"x": jax.device_put(arrays["x"], jax.devices("cpu")[0])})
+    for name, got, ref in zip(want._fields, out, want):
+        if ref is None:
+            continue
+        got, ref = np.asarray(got), np.asarray(ref)
+        if got.shape != ref.shape or got.dtype != ref.dtype:
+            return f"{name}: shape/dtype {got.shape} {got.dtype}, expected {ref.shape} {ref.dtype}"
+        bad = int(np.sum(_bits(got) != _bits(ref)))
+        if bad:
+            return f"{name}: {bad} elements differ"
+    return None

@@ -6,8 +6,9 @@ operand majors), every cluster shape and raster with every tile and layout (bflo
 activation and output dtype with bias/residual/alpha/beta, a batched and a shared-operand
 problem, the grouped GEMM, the grouped GLU and the grouped contraction (the weight gradient;
 every tile, both rhs layouts, every cluster, adversarial device-side group sizes:
-negative, 2^31 - 1, sums above and below M), and the four TMA ops in every swizzle mode
-(multicast with clusters of 2 and 4).
+negative, 2^31 - 1, sums above and below M), the four TMA ops in every swizzle mode
+(multicast with clusters of 2 and 4) and quantize_fp8 (every input and fp8 type, scaling mode and
+transposed-copy mode, partial tiles; checked bit for bit against its reference on the CPU).
 
 The cases are in scripts/sanitize_cases.py. Inputs are made on the host and copied in (cudaMemcpy, which initcheck tracks as initialising),
 every result is blocked on and copied back, and checked on the host against float64 (GEMM) or
@@ -33,8 +34,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # gemm_helpers: error bounds and activations in float64
 
 from sanitize_cases import (gemm_call, gemm_check, gemm_groups, gemm_inputs,  # noqa: E402
-                            ragged_call, ragged_check, ragged_groups, ragged_inputs, tma_call,
-                            tma_check, tma_groups, tma_inputs)
+                            quant_call, quant_check, quant_groups, quant_inputs, ragged_call,
+                            ragged_check, ragged_groups, ragged_inputs, tma_call, tma_check,
+                            tma_groups, tma_inputs)
 
 # ------------------------------------------------------------------------------- the self-test
 
@@ -113,7 +115,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="every kernel family once: for racecheck, the slowest tool")
-    parser.add_argument("--only", choices=["gemm", "ragged", "tma"], help="run one family")
+    parser.add_argument("--only", choices=["gemm", "ragged", "tma", "quantize"], help="run one family")
     parser.add_argument("--list", action="store_true", help="print the cases and exit")
     parser.add_argument("--plant-fault", action="store_true",
                         help="launch one out-of-bounds store instead (sanitizer self-test)")
@@ -134,6 +136,9 @@ def main(argv=None) -> int:
                          ragged_check))
     if args.only in (None, "tma"):
         families.append(("tma", tma_groups(args.quick), tma_inputs, tma_call, tma_check))
+    if args.only in (None, "quantize"):
+        families.append(("quantize", quant_groups(args.quick), quant_inputs, quant_call,
+                         quant_check))
     total = sum(len(g) for _, groups, *_ in families for g in groups)
     if args.list:
         for _, groups, *_ in families:

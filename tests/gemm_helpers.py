@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import jax_hopper
+
 # Relative Frobenius error bounds per out dtype. Inputs are exact in their dtype and the
 # reference uses those exact values in float64, so the error is fp32 accumulation plus one
 # rounding to the out dtype: ~2^-9/sqrt(3) for bf16, ~2^-11/sqrt(3) for fp16.
@@ -277,3 +279,28 @@ def run_in_command_buffer(child: str, *custom_call: str) -> list[float]:
     assert any(name in line for line in captured for name in custom_call), \
         "\n".join(captured) or proc.stderr[-3000:]
     return [float(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("ERR")]
+
+
+# fp8_matmul (jax_hopper/gemm/fp8_matmul.py): relative Frobenius error of each product against
+# float64 of the unquantized inputs. e4m3 keeps 3 mantissa bits (a product of two rounded
+# operands: ~3.6% rms for normal data), e5m2 (the tensor recipe's gradient) 2 bits.
+FP8_MATMUL_BOUND = {"tensor": dict(y=0.06, dx=0.09, dw=0.09),
+                    "block": dict(y=0.06, dx=0.06, dw=0.06)}
+
+
+def check_fp8_matmul(rng, lead, k, n, recipe, dtype=jnp.bfloat16, jit=False):
+    """Forward and both gradients of fp8_matmul against float64 (the helper the GPU tests share)."""
+    x = jnp.asarray(rng.standard_normal((*lead, k)), dtype)
+    w = jnp.asarray(rng.standard_normal((k, n)) / np.sqrt(k), dtype)
+    g = jnp.asarray(rng.standard_normal((*lead, n)), dtype)
+    f = lambda x, w: jax_hopper.fp8_matmul(x, w, recipe=recipe)  # noqa: E731
+    y, vjp = jax.vjp(jax.jit(f) if jit else f, x, w)
+    dx, dw = vjp(g)
+    assert (y.dtype, dx.dtype, dw.dtype) == (x.dtype, x.dtype, w.dtype)
+    x64, w64, g64 = (np.asarray(a, np.float64) for a in (x, w, g))
+    want = dict(y=x64 @ w64, dx=g64 @ w64.T,
+                dw=x64.reshape(-1, k).T @ g64.reshape(-1, n))
+    for name, got in (("y", y), ("dx", dx), ("dw", dw)):
+        assert np.all(np.isfinite(np.asarray(got, np.float32))), name
+        err = rel_frob(got, want[name])
+        assert err < FP8_MATMUL_BOUND[recipe][name], (name, err)

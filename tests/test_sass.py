@@ -63,3 +63,13 @@ def test_no_kernel_uses_local_memory(extension_path):
     assert rows, usage[:2000]
     for name, line, stack, local in rows:
         assert int(stack) == 0 and int(local) == 0, f"{name}: {line}"
+
+
+def test_quantize_kernels_use_tma_and_fp8_converts(extension_path):
+    sass = subprocess.run([CUOBJDUMP, "-sass", extension_path], check=True, capture_output=True,
+                          text=True).stdout
+    quant = {n: b for n, b in _functions(sass).items() if "quantize_fp8_kernel" in n}
+    assert len(quant) == 3 * 2  # bf16 / f16 / f32 in, e4m3 / e5m2 out (cuda/quantize/quantize.cu)
+    for name, body in quant.items():
+        for opcode in ("UTMALDG", "UTMASTG", "F2FP.SATFINITE"):
+            assert opcode in body, f"{opcode} missing from {name}"

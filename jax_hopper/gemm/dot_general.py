@@ -78,13 +78,8 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
     plan, why = _plan(lhs, rhs, dimension_numbers, preferred_element_type)
     if plan is None or out_sharding is not None:
-        why = why or "out_sharding given"
-        FALLBACKS[why] += 1
-        _LOG.debug("jax_hopper.dot_general -> lax.dot_general: %s (lhs %s %s, rhs %s %s, %s)",
-                   why, lhs.shape, lhs.dtype, rhs.shape, rhs.dtype, dimension_numbers)
-        return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
-                               preferred_element_type=preferred_element_type,
-                               out_sharding=out_sharding)
+        return fallback(why or "out_sharding given", "dot_general", lhs, rhs, dimension_numbers,
+                        precision, preferred_element_type, out_sharding)
     (a_contract_first, lfree), (b_contract_first, rfree), out_dtype = plan
     nb = len(dimension_numbers[1][0])
     batch = lhs.shape[:nb]
@@ -98,3 +93,13 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
                         transpose_b=not b_contract_first)
     return out.reshape(*batch, *(lhs.shape[d] for d in lfree), *(rhs.shape[d] for d in rfree))
 
+
+def fallback(why, op, lhs, rhs, dimension_numbers, precision, preferred_element_type,
+             out_sharding):
+    """lax.dot_general for a call `op` does not take, counted in FALLBACKS and logged."""
+    FALLBACKS[why] += 1
+    _LOG.debug("jax_hopper.%s -> lax.dot_general: %s (lhs %s %s, rhs %s %s, %s)", op, why,
+               lhs.shape, lhs.dtype, rhs.shape, rhs.dtype, dimension_numbers)
+    return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                           preferred_element_type=preferred_element_type,
+                           out_sharding=out_sharding)

@@ -56,6 +56,14 @@ FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
 # Block scaling (the fp8_block family): one scale per row of a and FP8_SCALE_BLOCK elements of K,
 # one per FP8_SCALE_BLOCK x FP8_SCALE_BLOCK block of b (cuda/gemm/mainloop/scaling.cuh).
 FP8_SCALE_BLOCK = 128
+# quantize_fp8 (cuda/quantize/): how each copy is scaled, by code: one scale per tensor, per row
+# and FP8_SCALE_BLOCK columns (the a operand's layout), per FP8_SCALE_BLOCK-square tile (b's).
+QUANT_MODES = ("tensor", "row", "tile")
+# The absolute maximum a scale is computed from is clamped to [FP8_MIN_AMAX, FP8_MAX_AMAX] (an
+# infinite or NaN one stays as it is): an all-zero block gets a finite scale, and 1 / amax stays
+# a normal float32 (no flush to zero on either side). Finite values above 2^126 saturate.
+FP8_MIN_AMAX = 2.0 ** -100
+FP8_MAX_AMAX = 2.0 ** 126
 
 # Epilogue activations: the name users pass, and the C++ enumerator; the code is the position.
 ACTIVATIONS = ((None, "kNone"), ("relu", "kRelu"), ("gelu_tanh", "kGeluTanh"),

@@ -31,6 +31,9 @@ def constants_header() -> str:
     acts = ", ".join(f"{cpp} = {code}" for code, (_, cpp) in enumerate(catalog.ACTIVATIONS))
     fams = ", ".join(f"{f.cpp} = {i}" for i, f in enumerate(catalog.FAMILIES.values()))
     scheds = ", ".join(f"k{s.cpp} = {i}" for i, s in enumerate(catalog.SCHEDULES.values()))
+    modes = ", ".join(f"k{m.capitalize()} = {i}" for i, m in enumerate(catalog.QUANT_MODES))
+    fp8_max = " : ".join(f"t == DType::{catalog.DTYPES[d].cpp} ? {v!r}f"
+                         for d, v in catalog.FP8_MAX.items())
     return (_HEADER + "#pragma once\n\n#include <cstdint>\n\nnamespace jax_hopper {\n\n"
             f"enum class DType : int32_t {{ {dtypes} }};\n"
             "constexpr int dtype_bytes(DType t) {\n  switch (t) {\n"
@@ -42,6 +45,11 @@ def constants_header() -> str:
             f"constexpr int kSmemLimitBytes = {catalog.SMEM_LIMIT_BYTES};\n"
             f"constexpr int kGroupTileFields = {catalog.GROUP_TILE_FIELDS};\n"
             f"constexpr int kFp8ScaleBlock = {catalog.FP8_SCALE_BLOCK};\n\n"
+            f"enum class QuantMode : int32_t {{ {modes} }};\n"
+            f"constexpr float kFp8MinAmax = {catalog.FP8_MIN_AMAX.hex()}f;  // exactly\n"
+            f"constexpr float kFp8MaxAmax = {catalog.FP8_MAX_AMAX.hex()}f;\n"
+            "constexpr float fp8_max(DType t) {\n"
+            f"  return {fp8_max} : 0.0f;\n}}\n\n"
             "}  // namespace jax_hopper\n")
 
 

@@ -1,0 +1,161 @@
+"""fp8_matmul: a differentiable x @ w that runs its forward and both backward GEMMs in fp8.
+
+    y = jax_hopper.fp8_matmul(x, w, recipe="block")     # x (..., K) bf16, w (K, N) as flax stores it
+    nn.Dense(features, dot_general=jax_hopper.fp8_dot_general("block"))
+
+x and w stay high precision (bf16, fp16 or fp32); each GEMM quantizes its operands with
+quantize_fp8 (one pass gives an operand and its transposed copy) and runs hopper_fp8_matmul:
+
+| GEMM | a (rows, contraction) | b (rows, contraction) |
+|---|---|---|
+| y = x w          | x (M, K)     | w^T (N, K), the transposed copy of w |
+| dx = dy w^T      | dy (M, N)    | w (K, N) |
+| dw = x^T dy      | x^T (K, M), the transposed copy of x | dy^T (N, M), that of dy |
+
+Recipes:
+- "tensor": one scale per tensor, computed from the current amax (no history); x and w e4m3, the
+  gradient dy e5m2 (range over precision), so dx and dw multiply e5m2 by e4m3.
+- "block" (DeepSeek-V3): everything e4m3; x and dy scaled per row and 128 contraction elements
+  (x^T per column of x and 128 rows), w and dy^T per 128 x 128 tile; the kernel adds each 128-wide
+  k-block's product in fp32 with its scales (hopper_fp8_matmul's block mode).
+Quantization happens once per tensor and step: x and w in the forward pass (their copies are the
+residuals, 2 bytes per element, as bf16 would be), dy in the backward pass. Dimensions are padded
+with zeros to multiples of 16 where TMA needs it (a copy of that operand; the result is sliced).
+The result's dtype is x's unless out_dtype says otherwise; dx takes x's dtype, dw w's.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from jax_hopper.gemm.dot_general import fallback
+from jax_hopper.gemm.fp8 import hopper_fp8_matmul
+from jax_hopper.quantize.fp8 import quantize_fp8
+
+# (forward operands, gradient) fp8 types and the block layouts (module docstring).
+RECIPES = {
+    "tensor": dict(fwd=jnp.float8_e4m3fn, grad=jnp.float8_e5m2, scaling="tensor"),
+    "block": dict(fwd=jnp.float8_e4m3fn, grad=jnp.float8_e4m3fn, scaling="block"),
+}
+_INPUTS = tuple(jnp.dtype(d) for d in ("bfloat16", "float16", "float32"))
+_MULTIPLE = 16  # TMA: rows of fp8 operands 16 bytes apart
+
+
+def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None):
+    """x (..., K) @ w (K, N) -> (..., N) with fp8 GEMMs forward and backward (module docstring).
+    recipe "tensor" or "block"; out_dtype bfloat16, float16 or float32 (default x.dtype)."""
+    x, w = jnp.asarray(x), jnp.asarray(w)
+    if recipe not in RECIPES:
+        raise ValueError(f"fp8_matmul: recipe={recipe!r} must be one of {tuple(RECIPES)}")
+    for name, t in (("x", x), ("w", w)):
+        if t.dtype not in _INPUTS:
+            raise ValueError(f"fp8_matmul: {name}.dtype={t.dtype} must be one of "
+                             f"{', '.join(d.name for d in _INPUTS)} (it is quantized here)")
+    if x.ndim < 1 or w.ndim != 2:
+        raise ValueError(f"fp8_matmul: x must be (..., K) and w (K, N); got x {x.shape}, "
+                         f"w {w.shape}")
+    (k, n), lead = w.shape, x.shape[:-1]
+    if x.shape[-1] != k:
+        raise ValueError(f"fp8_matmul: x's last dimension {x.shape[-1]} != w's first {k}")
+    out_dtype = jnp.dtype(out_dtype or x.dtype)
+    if out_dtype not in _INPUTS:
+        raise ValueError(f"fp8_matmul: out_dtype={out_dtype} must be one of "
+                         f"{', '.join(d.name for d in _INPUTS)}")
+    m = math.prod(lead)
+    if m == 0 or n == 0 or k == 0:
+        return jnp.zeros((*lead, n), out_dtype)  # nothing to multiply (or a sum of nothing)
+    x2 = x.reshape(m, k)
+    mp, kp, np_ = (-(-d // _MULTIPLE) * _MULTIPLE for d in (m, k, n))
+    if (mp, kp) != (m, k):
+        x2 = jnp.pad(x2, ((0, mp - m), (0, kp - k)))
+    wp = jnp.pad(w, ((0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else w
+    y = _fp8_matmul(x2, wp, recipe, out_dtype, (x.dtype, w.dtype))
+    return y[:m, :n].reshape(*lead, n)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _fp8_matmul(x, w, recipe, out_dtype, grad_dtypes):
+    return _forward(x, w, recipe, out_dtype, grad_dtypes)[0]
+
+
+def _forward(x, w, recipe, out_dtype, grad_dtypes):
+    """y and the residuals: x's and w's quantized copies (grad_dtypes: dx's and dw's dtypes)."""
+    del grad_dtypes
+    r = RECIPES[recipe]
+    if r["scaling"] == "tensor":
+        xq = quantize_fp8(x, dtype=r["fwd"], transpose=True)
+        wq = quantize_fp8(w, dtype=r["fwd"], transpose=True)
+    else:
+        xq = quantize_fp8(x, dtype=r["fwd"], scaling="block", block="row", transpose=True)
+        wq = quantize_fp8(w, dtype=r["fwd"], scaling="block", block="tile", transpose=True)
+    y = hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype)
+    return y, (xq, wq)
+
+
+def _backward(recipe, out_dtype, grad_dtypes, res, dy):
+    del out_dtype
+    (xq, wq), (x_dtype, w_dtype) = res, grad_dtypes
+    r = RECIPES[recipe]
+    if r["scaling"] == "tensor":
+        gq = quantize_fp8(dy, dtype=r["grad"], transpose=True)
+    else:
+        gq = quantize_fp8(dy, dtype=r["grad"], scaling="block", block="row", transpose=True,
+                          transpose_block="tile")
+    dx = hopper_fp8_matmul(gq.q, wq.q, gq.scale, wq.scale, out_dtype=x_dtype)
+    dw = hopper_fp8_matmul(xq.q_t, gq.q_t, xq.scale_t, gq.scale_t, out_dtype=w_dtype)
+    return dx, dw
+
+
+_fp8_matmul.defvjp(_forward, _backward)
+
+
+def fp8_dot_general(recipe="tensor"):
+    """A `lax.dot_general`-shaped callable for flax (`nn.Dense(dot_general=...)`,
+    `nnx.Linear(dot_general=...)`) that runs fp8_matmul with `recipe`. It takes the dense layer's
+    contraction: lhs (..., K...) with its last dimensions contracted against rhs's leading ones
+    (K..., N...), no batch dimensions, float inputs; anything else (and an out_sharding) goes to
+    lax.dot_general in the inputs' precision, logged and counted as in jax_hopper.dot_general."""
+    if recipe not in RECIPES:
+        raise ValueError(f"fp8_dot_general: recipe={recipe!r} must be one of {tuple(RECIPES)}")
+
+    def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,
+                    out_sharding=None):
+        lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
+        why = _dense_mismatch(lhs, rhs, dimension_numbers, preferred_element_type, out_sharding)
+        if why:
+            return fallback(why, "fp8_dot_general", lhs, rhs, dimension_numbers, precision,
+                            preferred_element_type, out_sharding)
+        nc = len(dimension_numbers[0][0])
+        k = math.prod(rhs.shape[:nc])
+        out_shape = (*lhs.shape[:lhs.ndim - nc], *rhs.shape[nc:])
+        out = fp8_matmul(lhs.reshape(*lhs.shape[:lhs.ndim - nc], k), rhs.reshape(k, -1),
+                         recipe=recipe, out_dtype=preferred_element_type)
+        return out.reshape(out_shape)
+
+    return dot_general
+
+
+def _dense_mismatch(lhs, rhs, dimension_numbers, preferred_element_type, out_sharding):
+    """Why a contraction is not a dense layer's (lhs's trailing dims against rhs's leading ones,
+    in order, no batch), or None."""
+    (lc, rc), (lb, rb) = dimension_numbers
+    lc, rc = tuple(int(d) for d in lc), tuple(int(d) for d in rc)
+    if out_sharding is not None:
+        return "out_sharding given"
+    if lb or rb:
+        return "batch dimensions"
+    if lhs.dtype not in _INPUTS or rhs.dtype not in _INPUTS:
+        return f"input dtypes {lhs.dtype}, {rhs.dtype}"
+    if preferred_element_type is not None and jnp.dtype(preferred_element_type) not in _INPUTS:
+        return f"preferred_element_type {preferred_element_type}"
+    nc = len(lc)
+    if nc == 0 or lc != tuple(range(lhs.ndim - nc, lhs.ndim)) or rc != tuple(range(nc)):
+        return "not a dense layer's contraction (lhs's last dimensions with rhs's first)"
+    if rhs.ndim == nc:
+        return "rhs has no free dimension"
+    return None
+

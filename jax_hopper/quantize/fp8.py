@@ -1,0 +1,224 @@
+"""quantize_fp8: a bf16/fp16/fp32 array to fp8 with its scales, and optionally its transposed copy,
+in one pass on the GPU (cuda/quantize/quantize.cu).
+
+    xq = quantize_fp8(x, scaling="block", transpose=True)   # x (..., R, C)
+    y = hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t)
+
+Scales dequantise: x ~= q * scale. Each scale comes from the absolute maximum (amax) of its block:
+scale = amax / fp8_max, q = saturate(x * (fp8_max / amax)), with a finite amax clamped to
+[catalog.FP8_MIN_AMAX, FP8_MAX_AMAX] = [2^-100, 2^126] (an all-zero block gets a finite scale;
+finite values above 2^126 saturate) and fp8_max 448 (e4m3) or 57344 (e5m2). The modes of one copy (catalog.QUANT_MODES):
+- "tensor": one scale for the whole array (the amax is an XLA reduction, so per-tensor scaling
+  reads x twice; XLA fuses that reduction into whatever produced x where it can);
+- "row" (scaling="block", block="row"): one per row and 128 columns, scale (..., R, ceil(C/128)):
+  the layout of hopper_fp8_matmul's a_scale (activations, DeepSeek-V3's 1 x 128);
+- "tile" (block="tile"): one per 128 x 128 tile, scale (..., ceil(R/128), ceil(C/128)): the
+  layout of b_scale (weights).
+The transposed copy q_t (..., C, R) has its own mode (transpose_block, default block): "row"
+scales it per column of x and 128 rows, (..., C, ceil(R/128)); "tile", (..., ceil(C/128),
+ceil(R/128)). So one call gives both operands a training step needs of one tensor (see
+jax_hopper.fp8_matmul).
+
+Non-finite input: a NaN makes its block's amax and scale NaN and every q of the block NaN; an Inf
+makes the scale Inf, its own q NaN and the block's finite values 0. Never a silently finite
+result. The kernel runs when the rows are 16-byte aligned for TMA (C, and R with the transposed
+copy, multiples of 16); other shapes and machines without the kernels run `reference`, which
+computes the same values.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import batching, mlir
+
+from jax_hopper.gemm.primitive import _KERNELS, freeze
+from jax_hopper.kernels import catalog
+
+quantize_fp8_p = Primitive("hopper_quantize_fp8")
+quantize_fp8_p.multiple_results = True
+
+_INPUTS = tuple(jnp.dtype(d) for d in ("bfloat16", "float16", "float32"))
+_BLOCK = catalog.FP8_SCALE_BLOCK
+# TMA addresses rows 16 bytes apart (q's rows are C bytes, q_t's R bytes).
+_ROW_MULTIPLE = 16
+
+
+class Fp8Array(NamedTuple):
+    """An fp8 array with its scales (x ~= q * scale, block by block) and optionally its
+    transposed copy: q (..., R, C), q_t (..., C, R) or None; module docstring for the shapes."""
+    q: jax.Array
+    scale: jax.Array
+    q_t: jax.Array | None = None
+    scale_t: jax.Array | None = None
+
+
+def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", transpose=False,
+                 transpose_block=None) -> Fp8Array:
+    """x (..., R, C) bfloat16, float16 or float32 -> Fp8Array of fp8 `dtype` (float8_e4m3fn or
+    float8_e5m2). scaling "tensor" or "block"; with "block", `block` ("row": 1 x 128, "tile":
+    128 x 128) scales q and `transpose_block` (default: block) scales q_t. transpose=True also
+    returns q_t = the transposed copy, quantized from x in the same pass."""
+    x = jnp.asarray(x)
+    dtype = jnp.dtype(dtype)
+    if dtype.name not in catalog.FP8_MAX:
+        raise ValueError(f"quantize_fp8: dtype={dtype} must be one of {tuple(catalog.FP8_MAX)}")
+    if x.dtype not in _INPUTS:
+        raise ValueError(f"quantize_fp8: x.dtype={x.dtype} must be one of "
+                         f"{', '.join(d.name for d in _INPUTS)}")
+    if x.ndim < 2:
+        raise ValueError(f"quantize_fp8: x must be at least 2-D (..., rows, cols); got shape "
+                         f"{x.shape}")
+    if scaling not in ("tensor", "block"):
+        raise ValueError(f"quantize_fp8: scaling={scaling!r} must be 'tensor' or 'block'")
+    transpose_block = block if transpose_block is None else transpose_block
+    for name, b in (("block", block), ("transpose_block", transpose_block)):
+        if b not in ("row", "tile"):
+            raise ValueError(f"quantize_fp8: {name}={b!r} must be 'row' (1 x {_BLOCK}) or "
+                             f"'tile' ({_BLOCK} x {_BLOCK})")
+    if not isinstance(transpose, bool):
+        raise ValueError(f"quantize_fp8: transpose must be a bool, got {transpose!r}")
+    mode, t_mode = ("tensor", "tensor") if scaling == "tensor" else (block, transpose_block)
+
+    lead, (r, c) = x.shape[:-2], x.shape[-2:]
+    x3 = x.reshape(-1, r, c)
+    if mode == "tensor":  # one amax for the whole array, every batch entry
+        amax = jnp.max(jnp.abs(x)).astype(jnp.float32) if x.size else jnp.float32(0)
+        amax3 = jnp.broadcast_to(amax, (x3.shape[0],))
+    else:
+        amax3 = jnp.zeros((0,), jnp.float32)
+    q, scale, q_t, scale_t = quantize_fp8_p.bind(x3, amax3, dtype=dtype, mode=mode,
+                                                 transpose=transpose, t_mode=t_mode)
+    if mode == "tensor":
+        scale = scales_from_amax(amax, dtype)[0]
+        scale_t = scale
+    else:
+        scale = scale.reshape(*lead, *scale.shape[1:])
+        scale_t = scale_t.reshape(*lead, *scale_t.shape[1:])
+    q = q.reshape(x.shape)
+    if not transpose:
+        return Fp8Array(q, scale)
+    return Fp8Array(q, scale, q_t.reshape(*lead, c, r), scale_t)
+
+
+def dequantize_fp8(q, scale, *, block="row", dtype=jnp.float32):
+    """q * scale expanded over its blocks: the inverse of quantize_fp8 up to fp8 rounding. A
+    scalar scale is per tensor; else `block` says how (..., R, C) was scaled."""
+    q, scale = jnp.asarray(q), jnp.asarray(scale, jnp.float32)
+    x = q.astype(jnp.float32)
+    if scale.ndim == 0:
+        return (x * scale).astype(dtype)
+    r, c = q.shape[-2:]
+    s = jnp.repeat(scale, _BLOCK, axis=-1)[..., :c]
+    if block == "tile":
+        s = jnp.repeat(s, _BLOCK, axis=-2)[..., :r, :]
+    return (x * s).astype(dtype)
+
+
+def scales_from_amax(amax, dtype):
+    """(scale, multiplier) of an amax: the arithmetic of cuda/quantize/quantize.cu (make_scale),
+    written as products with reciprocals, the form XLA rewrites divisions into, so that the
+    kernel and this reference agree bit for bit."""
+    fp8_max = np.float32(catalog.FP8_MAX[jnp.dtype(dtype).name])
+    lo, hi = np.float32(catalog.FP8_MIN_AMAX), np.float32(catalog.FP8_MAX_AMAX)
+    a = jnp.where(amax < lo, lo, jnp.where((amax > hi) & (amax != np.inf), hi, amax))  # NaN stays
+    return a * (np.float32(1) / fp8_max), fp8_max * (1 / a)
+
+
+def _quantize_copy(x, mode, amax, dtype):
+    """One copy of the reference: x (B, R, C) float32 -> (q, scale) as the kernel writes them."""
+    b, r, c = x.shape
+    rb, cb = -(-r // _BLOCK), -(-c // _BLOCK)
+    if mode == "tensor":
+        block_amax = amax.reshape(b, 1, 1)
+    else:
+        padded = jnp.pad(jnp.abs(x), ((0, 0), (0, rb * _BLOCK - r), (0, cb * _BLOCK - c)))
+        if mode == "row":
+            block_amax = padded[:, :r].reshape(b, r, cb, _BLOCK).max(axis=3)
+        else:
+            block_amax = padded.reshape(b, rb, _BLOCK, cb, _BLOCK).max(axis=(2, 4))
+    scale, mul = scales_from_amax(block_amax, dtype)
+    if mode != "tensor":
+        mul = jnp.repeat(mul, _BLOCK, axis=2)[:, :, :c]
+        if mode == "tile":
+            mul = jnp.repeat(mul, _BLOCK, axis=1)[:, :r]
+    fp8_max = catalog.FP8_MAX[dtype.name]
+    q = jnp.clip(x * mul, -fp8_max, fp8_max).astype(dtype)
+    return q, scale if mode != "tensor" else jnp.zeros((b, 0, 0), jnp.float32)
+
+
+def reference(x, amax, *, dtype, mode, transpose, t_mode):
+    """What the kernel computes, in jnp (float32 arithmetic, one rounding to fp8)."""
+    x = x.astype(jnp.float32)
+    q, scale = _quantize_copy(x, mode, amax, dtype)
+    if not transpose:
+        empty = jnp.zeros((x.shape[0], 0, 0), dtype), jnp.zeros((x.shape[0], 0, 0), jnp.float32)
+        return [q, scale, *empty]
+    return [q, scale, *_quantize_copy(jnp.swapaxes(x, 1, 2), t_mode, amax, dtype)]
+
+
+def _scale_shape(mode, b, r, c):
+    return {"tensor": (b, 0, 0), "row": (b, r, -(-c // _BLOCK)),
+            "tile": (b, -(-r // _BLOCK), -(-c // _BLOCK))}[mode]
+
+
+def _abstract_eval(x, amax, *, dtype, mode, transpose, t_mode):
+    del amax
+    b, r, c = x.shape
+    f32 = jnp.dtype(jnp.float32)
+    return [jax.core.ShapedArray((b, r, c), dtype),
+            jax.core.ShapedArray(_scale_shape(mode, b, r, c), f32),
+            jax.core.ShapedArray((b, c, r) if transpose else (b, 0, 0), dtype),
+            jax.core.ShapedArray(_scale_shape(t_mode, b, c, r) if transpose else (b, 0, 0), f32)]
+
+
+def kernel_runs(shape, transpose) -> bool:
+    """Whether quantize_fp8 of a (B, R, C) array runs the kernel (where the kernels exist)."""
+    b, r, c = shape
+    return (b * r * c > 0 and c % _ROW_MULTIPLE == 0
+            and (not transpose or r % _ROW_MULTIPLE == 0))
+
+
+_reference_lowering = mlir.lower_fun(reference, multiple_results=True)
+
+
+def _cuda_lowering(ctx, x, amax, *, dtype, mode, transpose, t_mode):
+    if not kernel_runs(ctx.avals_in[0].shape, transpose):
+        return _reference_lowering(ctx, x, amax, dtype=dtype, mode=mode, transpose=transpose,
+                                   t_mode=t_mode)
+    modes = catalog.QUANT_MODES
+    return jax.ffi.ffi_lowering("jax_hopper_quantize_fp8")(
+        ctx, x, amax, mode=np.int64(modes.index(mode)), transpose=bool(transpose),
+        t_mode=np.int64(modes.index(t_mode)))
+
+
+def _batch_rule(args, dims, **params):
+    """vmap folds into the batch the kernel already walks: one launch."""
+    x, amax = args
+    xd, ad = dims
+    v = x.shape[xd] if xd is not None else amax.shape[ad]
+    x = jnp.moveaxis(x, xd, 0) if xd is not None else jnp.broadcast_to(x, (v, *x.shape))
+    b = x.shape[1]
+    if params["mode"] == "tensor":
+        amax = (jnp.moveaxis(amax, ad, 0) if ad is not None
+                else jnp.broadcast_to(amax, (v, *amax.shape))).reshape(v * b)
+    outs = quantize_fp8_p.bind(x.reshape(v * b, *x.shape[2:]), amax, **params)
+    return [o.reshape(v, b, *o.shape[1:]) for o in outs], [0, 0, 0, 0]
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted_bind(params: tuple):
+    return jax.jit(lambda *args: quantize_fp8_p.bind(*args, **dict(params)))
+
+
+quantize_fp8_p.def_impl(lambda *args, **params: _jitted_bind(freeze(params))(*args))
+quantize_fp8_p.def_abstract_eval(_abstract_eval)
+batching.primitive_batchers[quantize_fp8_p] = _batch_rule
+mlir.register_lowering(quantize_fp8_p, _reference_lowering, platform="cpu")
+mlir.register_lowering(quantize_fp8_p, _cuda_lowering if _KERNELS else _reference_lowering,
+                       platform="cuda")

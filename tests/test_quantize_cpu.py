@@ -1,0 +1,167 @@
+"""quantize_fp8 and dequantize_fp8 through their reference (what every machine runs without the
+kernel): scale shapes per mode, the scales against numpy's block maxima, the block maximum landing
+on the fp8 maximum, the round trip within fp8 precision, the transposed copy equal to quantizing
+x^T, saturation, zeros, NaN and Inf, vmap, and bad arguments."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_hopper import dequantize_fp8, quantize_fp8
+from jax_hopper.kernels import catalog
+
+FP8 = ["float8_e4m3fn", "float8_e5m2"]
+# Relative Frobenius error of dequantize(quantize(x)) for normal data: half an ulp is 2^-4 (e4m3,
+# 3 mantissa bits) or 2^-3 (e5m2); the root mean square is about a third of that.
+ROUND_TRIP_BOUND = {"float8_e4m3fn": 0.035, "float8_e5m2": 0.07}
+MODES = [dict(scaling="tensor"), dict(scaling="block", block="row"),
+         dict(scaling="block", block="tile")]
+
+
+@pytest.fixture(autouse=True)
+def _on_cpu():
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
+def _x(rng, shape, dtype="bfloat16", spread=3.0):
+    # Rows of very different magnitudes, so a single scale would not fit them all.
+    mag = 2.0 ** rng.uniform(-spread, spread, size=shape[:-1] + (1,))
+    return jnp.asarray((rng.standard_normal(shape) * mag).astype(np.float32)).astype(dtype)
+
+
+def _bytes(a):
+    """An array's bytes (bit-exact comparison, NaN included)."""
+    return np.asarray(a).reshape(-1).view(np.uint8)
+
+
+def _np_block_amax(x, block):
+    """Block maxima in numpy (x (R, C) float64): per row and 128 columns, or per 128 x 128."""
+    r, c = x.shape
+    b = catalog.FP8_SCALE_BLOCK
+    pad = np.zeros((-(-r // b) * b, -(-c // b) * b))
+    pad[:r, :c] = np.abs(x)
+    if block == "row":
+        return pad[:r].reshape(r, -1, b).max(axis=2)
+    return pad.reshape(pad.shape[0] // b, b, -1, b).max(axis=(1, 3))
+
+
+@pytest.mark.parametrize("dtype", FP8)
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.get("block", "tensor"))
+@pytest.mark.parametrize("shape", [(200, 300), (2, 129, 40), (1, 1)])
+def test_scales_and_round_trip(rng, dtype, mode, shape):
+    x = _x(rng, shape)
+    out = quantize_fp8(x, dtype=dtype, **mode)
+    fp8_max = catalog.FP8_MAX[dtype]
+    assert out.q.shape == x.shape and out.q.dtype == jnp.dtype(dtype)
+    assert out.q_t is None and out.scale_t is None
+    x64 = np.asarray(x, np.float64).reshape(-1, *shape[-2:])
+    if mode["scaling"] == "tensor":
+        assert out.scale.shape == ()
+        np.testing.assert_allclose(out.scale, np.abs(x64).max() / fp8_max, rtol=1e-6)
+    else:
+        want = np.stack([_np_block_amax(e, mode["block"]) for e in x64]) / fp8_max
+        np.testing.assert_allclose(np.asarray(out.scale).reshape(want.shape), want, rtol=1e-6)
+        # The largest element of every block becomes +-fp8 max: the whole range is used.
+        q = np.abs(np.asarray(out.q, np.float64).reshape(x64.shape))
+        got_max = np.stack([_np_block_amax(e, mode["block"]) for e in q])
+        np.testing.assert_array_equal(got_max, fp8_max)
+    back = dequantize_fp8(out.q, out.scale, block=mode.get("block", "row"))
+    err = np.linalg.norm(np.asarray(back, np.float64) - np.asarray(x, np.float64))
+    assert err <= ROUND_TRIP_BOUND[dtype] * np.linalg.norm(np.asarray(x, np.float64))
+
+
+@pytest.mark.parametrize("block,transpose_block", [("row", "row"), ("row", "tile"),
+                                                   ("tile", "tile"), ("tile", "row")])
+@pytest.mark.parametrize("in_dtype", ["bfloat16", "float16", "float32"])
+def test_transposed_copy_is_quantized_transpose(rng, block, transpose_block, in_dtype):
+    x = _x(rng, (2, 150, 270), in_dtype)
+    out = quantize_fp8(x, scaling="block", block=block, transpose=True,
+                       transpose_block=transpose_block)
+    alone = quantize_fp8(x, scaling="block", block=block)
+    xt = quantize_fp8(jnp.swapaxes(x, -1, -2), scaling="block", block=transpose_block)
+    for got, want in ((out.q, alone.q), (out.scale, alone.scale), (out.q_t, xt.q),
+                      (out.scale_t, xt.scale)):
+        np.testing.assert_array_equal(_bytes(got), _bytes(want))
+    tensor = quantize_fp8(x, transpose=True)
+    assert tensor.scale_t is tensor.scale or np.array_equal(tensor.scale_t, tensor.scale)
+    np.testing.assert_array_equal(np.asarray(tensor.q_t, np.float32),
+                                  np.swapaxes(np.asarray(tensor.q, np.float32), -1, -2))
+
+
+def test_zeros_get_a_finite_scale():
+    out = quantize_fp8(jnp.zeros((4, 256), jnp.bfloat16), scaling="block")
+    assert np.all(np.isfinite(out.scale)) and np.all(np.asarray(out.scale) > 0)
+    assert not np.any(np.asarray(out.q, np.float32))
+
+
+@pytest.mark.parametrize("dtype", FP8)
+def test_saturation_of_extreme_values(dtype):
+    # A value near the top of float32 and one at the bottom: both quantize finite (no overflow
+    # in fp8 max / amax, no NaN from an unsaturated cast); the amax is clamped to 2^126, so the
+    # large one saturates to fp8 max and dequantises to 2^126.
+    x = jnp.asarray([[3e38, -1e-30] + [1.0] * 14], jnp.float32)
+    out = quantize_fp8(x, dtype=dtype)
+    q = np.asarray(out.q, np.float32)
+    assert np.all(np.isfinite(q)) and q[0, 0] == catalog.FP8_MAX[dtype]
+    assert float(out.scale) * q[0, 0] == catalog.FP8_MAX_AMAX
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_poisons_only_its_block(bad):
+    x = np.ones((2, 256), np.float32)
+    x[0, 5] = bad
+    out = quantize_fp8(jnp.asarray(x), scaling="block", block="row")
+    q, scale = np.asarray(out.q, np.float32), np.asarray(out.scale)
+    assert not np.isfinite(scale[0, 0])
+    assert np.isfinite(scale[0, 1]) and np.all(np.isfinite(scale[1]))
+    assert np.isnan(q[0, 5])  # never a finite value where x was not finite
+    if np.isnan(bad):
+        assert np.all(np.isnan(q[0, :128]))
+    else:  # an Inf amax: the block's finite values become 0, dequantising to NaN (Inf * 0)
+        assert np.all(q[0, :5] == 0)
+    np.testing.assert_array_equal(q[0, 128:], catalog.FP8_MAX["float8_e4m3fn"])
+    np.testing.assert_array_equal(q[1], catalog.FP8_MAX["float8_e4m3fn"])
+    tensor = quantize_fp8(jnp.asarray(x))
+    assert not np.isfinite(float(tensor.scale))
+
+
+def test_vmap_matches_a_loop(rng):
+    x = _x(rng, (3, 2, 40, 144))
+    for mode in MODES:
+        f = lambda a: quantize_fp8(a, transpose=True, **mode)  # noqa: E731
+        got = jax.vmap(f)(x)
+        for i in range(3):
+            want = f(x[i])
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(_bytes(g[i]), _bytes(w))
+
+
+def test_under_jit_equals_eager(rng):
+    x = _x(rng, (96, 160))
+    f = lambda a: quantize_fp8(a, scaling="block", transpose=True)  # noqa: E731
+    for g, w in zip(jax.jit(f)(x), f(x)):
+        np.testing.assert_array_equal(_bytes(g), _bytes(w))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(x=jnp.ones((4, 4), jnp.int32)), "x.dtype"),
+    (dict(x=jnp.ones((4,), jnp.float32)), "at least 2-D"),
+    (dict(dtype=jnp.bfloat16), "dtype=bfloat16 must be one of"),
+    (dict(scaling="channel"), "scaling='channel'"),
+    (dict(scaling="block", block="col"), "block='col'"),
+    (dict(scaling="block", transpose_block="tiles"), "transpose_block='tiles'"),
+    (dict(transpose=1), "transpose must be a bool"),
+])
+def test_bad_arguments(kwargs, match):
+    x = kwargs.pop("x", jnp.ones((4, 16), jnp.float32))
+    with pytest.raises(ValueError, match=match):
+        quantize_fp8(x, **kwargs)
+
+
+def test_catalog_generates_the_modes():
+    from jax_hopper.kernels import codegen
+    header = codegen.constants_header()
+    assert "enum class QuantMode : int32_t { kTensor = 0, kRow = 1, kTile = 2 };" in header
+    assert f"{catalog.FP8_MIN_AMAX.hex()}f" in header
