@@ -55,7 +55,8 @@ def wave_cost(m: int, n: int, batch: int, tile: catalog.TileShape, num_sms: int)
 
 
 def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_NUM_SMS,
-                  tiles: tuple[catalog.TileShape, ...] = catalog.TILE_SHAPES) -> GemmConfig:
+                  tiles: tuple[catalog.TileShape, ...] = catalog.TILE_SHAPES,
+                  multicast: bool = True) -> GemmConfig:
     """The tile of `tiles` with the least wave_cost (the largest on a tie: 128x256 unless a
     narrower tile's extra parallelism outweighs its lower efficiency), split along K
     (stream_k) when there are fewer tiles than SMs only where split_k_pays.
@@ -75,15 +76,17 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
     2-CTA clusters square and cut ncu's DRAM reads at 8192^3 from 1.54 to 1.28 GB (cuBLAS 1.20),
     yet ran 2-4% slower than 16 on all six large shapes, timed interleaved in two processes
     (H100, 2026-11-22, benchmarks/results/gemm_group_clusters_h100_20261122_*): DRAM traffic
-    is not what limits these shapes.
+    is not what limits these shapes. multicast=False never clusters: block-scaled fp8 (whose
+    consumers, not operand traffic, set the pace) ran 785 vs 843 TFLOP/s at 8192^3 with 2-CTA
+    clusters on 128 x 256 (H100, 2026-11-24, ab_h100_20261124_fp8block_order.json).
     """
     tiles = [t for t in tiles if (t.block_m, t.block_n, t.schedule) in TILE_EFFICIENCY]
     tile = min(tiles, key=lambda t: (wave_cost(m, n, batch, t, num_sms), -t.block_n))
     tiles_m = math.ceil(m / tile.block_m)
     count = tiles_m * math.ceil(n / tile.block_n) * batch
     long_k = math.ceil(k / tile.block_k) >= 64
-    cluster_m = 2 if tiles_m >= 2 and (count >= 2 * num_sms or (count <= num_sms and long_k)) \
-        else 1
+    cluster_m = 2 if multicast and tiles_m >= 2 and (
+        count >= 2 * num_sms or (count <= num_sms and long_k)) else 1
     stream_k = catalog.SCHEDULES[tile.schedule].stream_k and (
         count >= num_sms or split_k_pays(m, n, batch, tile.block_m, tile.block_n))
     return GemmConfig.for_tile(tile, cluster_m=cluster_m, cluster_n=1, raster="m",

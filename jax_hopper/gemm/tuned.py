@@ -115,7 +115,8 @@ def default_config(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, 
         if dtype in catalog.INPUT_DTYPES else None
     if tuned is not None:
         return tuned
-    return choose_config(m, n, k, batch, tiles=catalog.FAMILIES[family].tiles)
+    return choose_config(m, n, k, batch, tiles=catalog.FAMILIES[family].tiles,
+                         multicast=family != "fp8_block")
 
 
 def store(gpu: str, entries: dict, path: str | None = None) -> str:

@@ -88,7 +88,7 @@ def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", t
     lead, (r, c) = x.shape[:-2], x.shape[-2:]
     x3 = x.reshape(-1, r, c)
     if mode == "tensor":  # one amax for the whole array, every batch entry
-        amax = jnp.max(jnp.abs(x)).astype(jnp.float32) if x.size else jnp.float32(0)
+        amax = abs_max(x, axis=None) if x.size else jnp.float32(0)
         amax3 = jnp.broadcast_to(amax, (x3.shape[0],))
     else:
         amax3 = jnp.zeros((0,), jnp.float32)
@@ -130,6 +130,14 @@ def scales_from_amax(amax, dtype):
     return a * (np.float32(1) / fp8_max), fp8_max * (1 / a)
 
 
+def abs_max(x, axis):
+    """max |x| over `axis` in float32, NaN if any element is NaN: taken over the bit patterns of
+    |x| as unsigned integers (NaN's lie above Inf's), as the kernel does; XLA's float max on the
+    GPU may drop NaNs."""
+    bits = jax.lax.bitcast_convert_type(jnp.abs(x.astype(jnp.float32)), jnp.uint32)
+    return jax.lax.bitcast_convert_type(jnp.max(bits, axis=axis), jnp.float32)
+
+
 def _quantize_copy(x, mode, amax, dtype):
     """One copy of the reference: x (B, R, C) float32 -> (q, scale) as the kernel writes them."""
     b, r, c = x.shape
@@ -137,11 +145,11 @@ def _quantize_copy(x, mode, amax, dtype):
     if mode == "tensor":
         block_amax = amax.reshape(b, 1, 1)
     else:
-        padded = jnp.pad(jnp.abs(x), ((0, 0), (0, rb * _BLOCK - r), (0, cb * _BLOCK - c)))
+        padded = jnp.pad(x, ((0, 0), (0, rb * _BLOCK - r), (0, cb * _BLOCK - c)))
         if mode == "row":
-            block_amax = padded[:, :r].reshape(b, r, cb, _BLOCK).max(axis=3)
+            block_amax = abs_max(padded[:, :r].reshape(b, r, cb, _BLOCK), axis=3)
         else:
-            block_amax = padded.reshape(b, rb, _BLOCK, cb, _BLOCK).max(axis=(2, 4))
+            block_amax = abs_max(padded.reshape(b, rb, _BLOCK, cb, _BLOCK), axis=(2, 4))
     scale, mul = scales_from_amax(block_amax, dtype)
     if mode != "tensor":
         mul = jnp.repeat(mul, _BLOCK, axis=2)[:, :, :c]

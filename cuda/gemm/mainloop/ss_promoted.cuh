@@ -27,8 +27,10 @@
 #include <cstdint>
 
 #include "cuda/gemm/mainloop/scaling.cuh"
+#include "cuda/gemm/named_barriers.cuh"
 #include "cuda/gemm/mainloop/ss.cuh"
 #include "cuda/gemm/scheduler/tile_order.cuh"
+#include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
 
@@ -63,6 +65,17 @@ struct MainloopSSPromoted
   // cooperative schedule's 224 registers it spilled (8 bytes, CUDA 13.0); 232 (the producer
   // keeps 40, as in ping-pong) does not.
   static constexpr int kMinConsumerRegs = 232;
+  // With several units per k-block (128 x 256 tiles), the cooperative schedule's two
+  // warpgroups take turns issuing units (0, 1, 0, 1, ...): the tensor cores then run one
+  // warpgroup's unit after the other's instead of both interleaved, so each warpgroup's wait
+  // and promotion overlaps the other's unit instead of coinciding with it. Per work unit,
+  // warpgroup 0 starts without waiting and 1 ends without signalling, so the turns balance
+  // unit by unit (both walk the same work units).
+  // NOTES (H100, 2026-11-24, A/B against the unordered kernel in one process, 9 reps,
+  // ab_h100_20261124_fp8block_order.json): 128 x 256 +4..+12% on the four large shapes
+  // (8192^3 765 -> 843 TFLOP/s); 128 x 128 (one unit per k-block) -4..-7%: there the turns only
+  // add a hand-off, so it stays unordered.
+  static constexpr bool kOrdered = TILE_WARPGROUPS == 2 && kChunks > 1;
 
   // As MainloopSS::mma, for the same schedules: acc = rows [part * kSlices * 64, +kSlices * 64)
   // of the tile `coord()` over unit u's k-blocks, each k-block scaled per element.
@@ -92,6 +105,10 @@ struct MainloopSSPromoted
         for (int c = 0; c < kChunks; ++c) {
 #pragma unroll
           for (int r = 0; r < kUnitRegs; ++r) ptx::wgmma_fence_operand(unit[r]);
+          const bool first = kb == u.k_begin && i == 0 && c == 0;
+          const bool last = kb == u.k_end - 1 && i == kSlices - 1 && c == kChunks - 1;
+          if (kOrdered && (part == 1 || !first))
+            ptx::named_barrier_sync(kIssueTurnBarrier + part, 256);
           ptx::wgmma_fence();
 #pragma unroll
           for (int kk = 0; kk < kKSteps; ++kk)
@@ -99,6 +116,8 @@ struct MainloopSSPromoted
                          Base::template desc<false>(b_tile + c * kChunkBytes, kk), unit,
                          kk == 0 ? 0 : 1);
           ptx::wgmma_commit_group();
+          if (kOrdered && (part == 0 || !last))
+            ptx::named_barrier_arrive(kIssueTurnBarrier + (1 - part), 256);
           const float sb = BlockScaling::b_at(p.scale, tc.batch, b_block + c, scale_k);
           const float s0 = sb * BlockScaling::a_at(p.scale, tc.batch, row + i * 64, scale_k);
           const float s1 = sb * BlockScaling::a_at(p.scale, tc.batch, row + i * 64 + 8, scale_k);
