@@ -20,8 +20,15 @@
 // multiplies) makes ptxas serialise every wgmma (C7514: CUDA cores reading accumulators of a
 // wgmma between the start and end of its pipeline stage), and with 128 accumulators it
 // spilled; (2) loading the next k-block's scales one k-block ahead ran slower (686 vs 804 at
-// 8192^3, fp8_block_h100_20261124_prefetch.json). Not profiled yet: ncu is the next step
-// (where the tensor cores idle: the wait per unit, the scale loads, the promotion's FMAs).
+// 8192^3, fp8_block_h100_20261124_prefetch.json).
+// ncu (H100, 2026-11-24, 128 x 128 cooperative at 8192^3, before the turns below;
+// ncu_h100_20261124_fp8_block_vs_tensor.txt): tensor pipe 49% vs 69% for the per-tensor kernel
+// on the same tile; in the consumer loop the per-unit wgmma wait (WARPGROUP.DEPBAR) takes 28%
+// of the stall samples, the scale addressing (predicated LDG, parameter reloads, 64-bit
+// address arithmetic) most of the rest: about 1050 cycles per k-block against 512 of tensor
+// work. Next: scales staged in shared memory by the producer (one TMA load of a k-block's A
+// scales, which needs them stored (K/128, M)), fewer instructions between a unit's wait and
+// the next unit's issue.
 #pragma once
 
 #include <cstdint>
