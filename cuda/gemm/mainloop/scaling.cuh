@@ -75,19 +75,16 @@ struct BlockScaling {
     return {};
   }
 
-  // A's scale of row `row` at k-block `k_block`; 0 past the last row (those rows are computed
-  // but never stored). The addresses are computed at each load from the kernel parameters, so
-  // nothing but the tile coordinate stays live in the consumer's registers.
-  __device__ static float a_at(const Params& p, int32_t batch, int32_t row, int32_t k_block) {
-    return row < p.rows
-               ? __ldg(p.a + batch * p.a_batch_stride + int64_t(row) * p.k_blocks + k_block)
-               : 0.0f;
+  // The scales of A's row `row` over the k-blocks (index them with the k-block), and those of
+  // B's 128-row block `block`. Past the last row or block they are the last one's: rows and
+  // columns past the problem are computed but never stored, so any scale serves them, and the
+  // loads need no predicate. Taken once per work unit, so each unit's loads are a pointer plus
+  // the k-block index.
+  __device__ static const float* a_row(const Params& p, int32_t batch, int32_t row) {
+    return p.a + batch * p.a_batch_stride + int64_t(min(row, p.rows - 1)) * p.k_blocks;
   }
-  // B's scale of its 128-row block `block`; 0 past the last block.
-  __device__ static float b_at(const Params& p, int32_t batch, int32_t block, int32_t k_block) {
-    return block < p.n_blocks
-               ? __ldg(p.b + batch * p.b_batch_stride + int64_t(block) * p.k_blocks + k_block)
-               : 0.0f;
+  __device__ static const float* b_row(const Params& p, int32_t batch, int32_t block) {
+    return p.b + batch * p.b_batch_stride + int64_t(min(block, p.n_blocks - 1)) * p.k_blocks;
   }
 };
 
