@@ -3,6 +3,7 @@ against and timed beside the same block written with jnp matmuls.
 
     python examples/transformer_layer.py [--d-model 4096] [--d-ff 14336] [--heads 32]
         [--batch 4] [--seq 2048] [--reps 10] [--attention cudnn|xla] [--seed 0] [--json PATH]
+        [--fp8 tensor|block] [--train-steps 30]
 
 Block: x += W_o attn(RMSNorm(x) W_qkv); x += W_down (silu(h W_gate) * (h W_up)), h = RMSNorm(x),
 with causal attention from jax.nn.dot_product_attention. Both versions share the parameters and
@@ -12,6 +13,17 @@ forward pass and a jitted training step (fp32 mean-square loss against a random 
 jax.value_and_grad, a hand-written Adam update). Prints median times, tokens/s, the speedup of
 hopper_matmul over jnp, and the relative differences of output, loss and every parameter
 gradient between the versions; exits with status 1 when one is above its bound.
+
+--fp8 RECIPE adds two fp8 versions of the same block, timed in the same process beside the two
+above: "fp8", every projection (the gated MLP input included) through fp8_matmul(h, w,
+recipe=RECIPE), which quantizes inside and runs its forward and both backward GEMMs in fp8; and
+"XLA fp8", every projection written in jnp as per-tensor fp8 (amax scales, e4m3 operands, e5m2
+gradient, lax.dot_general on the fp8 operands with a bf16 result, times the scales: the pattern
+XLA hands to cuBLASLt's fp8 GEMM), with a custom_vjp so that it trains too. It also trains the
+jnp (bf16) and fp8 versions for --train-steps Adam steps from the same init on one fixed batch
+and reports both loss curves and the largest relative difference between them. The fp8 numbers
+are reported, not checked: their error is the recipe's, not a bug's (the exit status stays the
+bf16 check's).
 
 The defaults above (cuDNN attention) are for a Hopper GPU. Without one they shrink to d_model
 256, d_ff 512, 4 heads, 2 x 64 tokens and XLA attention, and hopper_matmul runs its pure-JAX
@@ -30,9 +42,10 @@ import jax
 import jax.numpy as jnp
 
 import jax_hopper
-from jax_hopper import hopper_glu, hopper_matmul
+from jax_hopper import fp8_matmul, hopper_glu, hopper_matmul
 
 F32 = jnp.float32
+E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2
 
 # Bounds on the hopper-vs-jnp differences. bf16 keeps 8 significant bits (unit roundoff
 # u = 2^-9 ~ 2e-3) and the two versions round at different points: a fused residual projection
@@ -56,6 +69,65 @@ def hopper_dense(h, w, residual=None):
 def jnp_dense(h, w, residual=None):
     """The same projection as a user would write it in jnp: bf16 product, then the add."""
     y = h @ w
+    return y if residual is None else residual + y
+
+
+def fp8_dense_for(recipe):
+    """dense() through fp8_matmul with `recipe`: h and w stay bf16 and are quantized inside, the
+    same bf16 result and gradients come out. The residual is a separate bf16 add (fp8_matmul has
+    no epilogue to fuse it into)."""
+    def fp8_dense(h, w, residual=None):
+        y = fp8_matmul(h, w, recipe=recipe)
+        return y if residual is None else residual + y
+    return fp8_dense
+
+
+def quantize_per_tensor(x, dtype):
+    """x -> (fp8 q, fp32 scale), x ~= q * scale, as a user writes per-tensor scaling in jnp: the
+    current amax (no history) over fp8_max, x / scale clipped to +-fp8_max (a bare astype turns
+    what rounds past it into NaN: e4m3fn has no Inf), then rounded to fp8."""
+    fp8_max = float(jnp.finfo(dtype).max)
+    amax = jnp.max(jnp.abs(x)).astype(F32)
+    scale = jnp.where(amax > 0, amax / fp8_max, 1.0)  # an all-zero tensor: any scale will do
+    return jnp.clip(x.astype(F32) / scale, -fp8_max, fp8_max).astype(dtype), scale
+
+
+def scaled_fp8_dot(a, b, a_scale, b_scale, contract):
+    """lax.dot_general on fp8 operands with a bf16 result, times the product of the scales: the
+    pattern XLA's GEMM rewriter turns into one cuBLASLt fp8 GEMM on Hopper (it adds transposes
+    of the operands where their layouts are not the K-major ones that GEMM takes)."""
+    y = jax.lax.dot_general(a, b, (contract, ((), ())), preferred_element_type=jnp.bfloat16)
+    return (y * (a_scale * b_scale)).astype(jnp.bfloat16)
+
+
+@jax.custom_vjp
+def xla_fp8_matmul(x, w):
+    """x (M, K) @ w (K, N) in per-tensor fp8 written in plain JAX: fp8_matmul's "tensor" recipe
+    (e4m3 operands, e5m2 gradient, fp8 GEMMs forward and backward) the way XLA runs it. Without
+    the custom_vjp, jax.grad would differentiate through the rounding to fp8 (zero almost
+    everywhere) and the backward GEMMs would not be fp8 ones."""
+    return _xla_fp8_forward(x, w)[0]
+
+
+def _xla_fp8_forward(x, w):
+    (xq, sx), (wq, sw) = quantize_per_tensor(x, E4M3), quantize_per_tensor(w, E4M3)
+    return scaled_fp8_dot(xq, wq, sx, sw, ((1,), (0,))), (xq, sx, wq, sw)
+
+
+def _xla_fp8_backward(res, dy):
+    xq, sx, wq, sw = res
+    gq, sg = quantize_per_tensor(dy, E5M2)  # gradients: range over precision
+    dx = scaled_fp8_dot(gq, wq, sg, sw, ((1,), (1,)))  # dy (M, N) . w (K, N) over N
+    dw = scaled_fp8_dot(xq, gq, sx, sg, ((0,), (0,)))  # x (M, K) . dy (M, N) over M
+    return dx, dw
+
+
+xla_fp8_matmul.defvjp(_xla_fp8_forward, _xla_fp8_backward)
+
+
+def xla_fp8_dense(h, w, residual=None):
+    """dense() through xla_fp8_matmul; the residual is a bf16 add, as in fp8_dense_for."""
+    y = xla_fp8_matmul(h, w)
     return y if residual is None else residual + y
 
 
@@ -150,6 +222,17 @@ def make_train_step(layer):
     return train_step
 
 
+def train_curve(train_step, params, x, target, steps):
+    """The losses of `steps` steps of the jitted train_step from params and fresh Adam moments,
+    all on the one (x, target) batch: two versions started alike then differ only by their
+    arithmetic, and any gap between their curves is what that arithmetic does to training."""
+    p, opt_state, losses = params, adam_init(params), []
+    for _ in range(steps):
+        p, opt_state, loss = train_step(p, opt_state, x, target)
+        losses.append(float(loss))
+    return losses
+
+
 def median_seconds(runs, reps, warmup=2):
     """{name: f} -> {name: median wall time of f()}, after warm-up calls (the first compiles).
 
@@ -195,9 +278,17 @@ def parse_args(argv, on_hopper):
                          "versions (default: cudnn on a Hopper GPU, else xla)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    ap.add_argument("--fp8", choices=("tensor", "block"),
+                    help="also time and train the block with fp8_matmul (this recipe) and with "
+                         "per-tensor fp8 written in jnp for XLA")
+    ap.add_argument("--train-steps", type=int, default=30,
+                    help="with --fp8: Adam steps of the bf16-vs-fp8 training run "
+                         "(default %(default)s)")
     args = ap.parse_args(argv)
     if args.d_model % args.heads:
         ap.error(f"--d-model {args.d_model} is not a multiple of --heads {args.heads}")
+    if args.train_steps < 1:
+        ap.error(f"--train-steps {args.train_steps} must be at least 1")
     return args
 
 
@@ -210,13 +301,15 @@ def run(args):
     opt_state = adam_init(params)
 
     # Every timed train step starts from the same params (the step is a pure function), so
-    # both versions time identical work.
+    # all versions time identical work.
     versions = {"hopper": (hopper_dense, hopper_swiglu), "jnp": (jnp_dense, None)}
-    outs, losses, grads, runs = {}, {}, {}, {}
+    if args.fp8:  # swiglu_from(dense): the gated MLP input goes through the fp8 dense as well
+        versions |= {"fp8": (fp8_dense_for(args.fp8), None), "xla_fp8": (xla_fp8_dense, None)}
+    outs, losses, grads, runs, train_steps = {}, {}, {}, {}, {}
     for name, (dense, swiglu) in versions.items():
         layer = make_layer(dense, args.heads, args.attention, swiglu)
         forward = jax.jit(layer)
-        train_step = jax.jit(make_train_step(layer))
+        train_step = train_steps[name] = jax.jit(make_train_step(layer))
         outs[name] = forward(params, x)
         losses[name], grads[name] = jax.jit(jax.value_and_grad(
             functools.partial(mse_loss, layer)))(params, x, target)
@@ -234,19 +327,45 @@ def run(args):
         bounds[f"grad {k}"] = GRAD_BOUND
     tokens = args.batch * args.seq
     kernels = bool(jax_hopper.kernels_available())
+    config_keys = ("d_model", "d_ff", "heads", "batch", "seq", "reps", "attention", "seed")
+    fp8 = {}
+    if args.fp8:
+        config_keys += ("fp8", "train_steps")
+        fp8 = dict(fp8=fp8_results(args, params, x, target, outs, losses, grads, times,
+                                   train_steps, kernels))
     return dict(
-        config={k: getattr(args, k) for k in
-                ("d_model", "d_ff", "heads", "batch", "seq", "reps", "attention", "seed")},
+        config={k: getattr(args, k) for k in config_keys},
         device=jax.devices()[0].device_kind, hopper=kernels,
         dtype="bfloat16", tokens=tokens, output_shape=list(outs["hopper"].shape),
-        loss={"hopper": loss_h, "jnp": loss_j},
+        loss={name: float(loss) for name, loss in losses.items()},
         times_s=times,
         tokens_per_s={n: {k: tokens / t for k, t in ts.items()} for n, ts in times.items()},
         # Without the kernels both sides are XLA: no speed-up to report.
         **({"speedup": {k: times["jnp"][k] / times["hopper"][k] for k in times["jnp"]}}
            if kernels else {}),
         errors=errors, bounds=bounds,
-        passed=all(math.isfinite(e) and e <= bounds[k] for k, e in errors.items()))
+        passed=all(math.isfinite(e) and e <= bounds[k] for k, e in errors.items()), **fp8)
+
+
+def fp8_results(args, params, x, target, outs, losses, grads, times, train_steps, kernels):
+    """--fp8's part of the results: both fp8 versions' differences from the jnp (bf16) one, the
+    bf16-vs-fp8 training run, and (with the kernels) fp8_matmul's speed-up over the others."""
+    def differences(name):
+        loss_j = float(losses["jnp"])
+        d = {"output": rel_fro(outs[name], outs["jnp"]),
+             "loss": abs(float(losses[name]) - loss_j) / abs(loss_j)}
+        return d | {f"grad {k}": rel_fro(grads[name][k], grads["jnp"][k]) for k in params}
+
+    curves = {name: train_curve(train_steps[name], params, x, target, args.train_steps)
+              for name in ("jnp", "fp8")}
+    gap = max(abs(f - j) / abs(j) for f, j in zip(curves["fp8"], curves["jnp"], strict=True))
+    return dict(
+        recipe=args.fp8, xla_fp8_differentiable=True,
+        differences_vs_jnp={name: differences(name) for name in ("fp8", "xla_fp8")},
+        training=dict(steps=args.train_steps, losses=curves, max_rel_loss_difference=gap),
+        # Without the kernels fp8_matmul runs its reference and XLA fp8 runs on the CPU.
+        **({"speedup": {other: {k: times[other][k] / times["fp8"][k] for k in times["fp8"]}
+                        for other in ("jnp", "hopper", "xla_fp8")}} if kernels else {}))
 
 
 def print_table(r):
@@ -268,6 +387,44 @@ def print_table(r):
         ok = "ok" if math.isfinite(e) and e <= r["bounds"][k] else "FAIL"
         print(f"  {k:22}{e:10.2e}   bound {r['bounds'][k]:.0e}   {ok}")
     print(f"\nnumerical check: {'passed' if r['passed'] else 'FAILED'}")
+    if "fp8" in r:
+        print_fp8_table(r)
+
+
+# The --fp8 table's columns: (results key, heading).
+FP8_COLUMNS = (("jnp", "jnp bf16"), ("hopper", "hopper_matmul"), ("fp8", "fp8_matmul"),
+               ("xla_fp8", "XLA fp8"))
+
+
+def print_fp8_table(r):
+    f = r["fp8"]
+    print(f"\nfp8: fp8_matmul, recipe {f['recipe']!r}, in every projection; XLA fp8: per-tensor "
+          "e4m3 (e5m2 gradient) in jnp, lax.dot_general on fp8 operands, custom_vjp")
+    print(f"\n{'':24}" + "".join(f"{head:>15}" for _, head in FP8_COLUMNS))
+    for key, label in (("forward_s", "forward"), ("train_step_s", "train step")):
+        print(f"{label + ' ms':24}"
+              + "".join(f"{r['times_s'][n][key] * 1e3:15.3f}" for n, _ in FP8_COLUMNS))
+        print(f"{label + ' tokens/s':24}"
+              + "".join(f"{r['tokens_per_s'][n][key]:15.4g}" for n, _ in FP8_COLUMNS))
+    if "speedup" in f:
+        others = [(n, head) for n, head in FP8_COLUMNS if n != "fp8"]
+        print(f"\nfp8_matmul speedup{'':6}" + "".join(f"{'over ' + h:>20}" for _, h in others))
+        for key, label in (("forward_s", "forward"), ("train_step_s", "train step")):
+            print(f"{label:24}" + "".join(f"{f['speedup'][n][key]:19.2f}x" for n, _ in others))
+    else:
+        print("(no Hopper kernels: XLA against XLA on this machine, no fp8 speed-up shown)")
+    print("\nfp8 vs jnp bf16: relative Frobenius difference (loss: |f - j| / |j|), reported, "
+          "not checked")
+    print(f"  {'':22}{'fp8_matmul':>12}{'XLA fp8':>12}")
+    d = f["differences_vs_jnp"]
+    for k in d["fp8"]:
+        print(f"  {k:22}{d['fp8'][k]:12.2e}{d['xla_fp8'][k]:12.2e}")
+    t = f["training"]
+    print(f"\ntraining: {t['steps']} Adam steps on one fixed batch, same init")
+    for name, label in (("jnp", "jnp bf16"), ("fp8", "fp8_matmul")):
+        print(f"  {label + ' loss':22}first {t['losses'][name][0]:.6g}   "
+              f"last {t['losses'][name][-1]:.6g}")
+    print(f"  max |fp8 - bf16| / bf16 over the run: {t['max_rel_loss_difference']:.2e}")
 
 
 def main(argv=None):
@@ -278,6 +435,10 @@ def main(argv=None):
         print(f"no Hopper kernels ({kernels.reason}): hopper_matmul runs its pure-JAX reference "
               "lowering, so the timings compare XLA with XLA (no speed-up shown; the numerical "
               "check still holds)")
+        if args.fp8:
+            print("fp8_matmul runs its reference too (fp8 rounding emulated in fp32) and XLA fp8 "
+                  "the CPU's dot: the fp8 timings mean nothing here, the differences and the "
+                  "training run do")
     results = run(args)
     print_table(results)
     if args.json:

@@ -242,3 +242,18 @@ def test_grouped_memory_bench_on_cpu(tmp_path):
     rows = json.loads((tmp_path / "grouped_memory_t.json").read_text())["rows"]
     assert [r["impl"] for r in rows] == list(bench_grouped_memory.IMPLS)
     assert all(r["ms"] > 0 and "error" not in r for r in rows), rows
+
+
+def test_quantize_bench_on_cpu(tmp_path):
+    """bench_quantize.py's documented CPU run: every mode timed for both variants, each checked
+    against the jnp version (timings meaningless on a CPU)."""
+    proc = subprocess.run(
+        [sys.executable, os.path.join(BENCH_DIR, "bench_quantize.py"), "--shapes", "256x512",
+         "--reps", "2", "--out-dir", str(tmp_path), "--tag", "t"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    rows = json.loads((tmp_path / "quantize_t.json").read_text())["results"]
+    assert {r["mode"] for r in rows} == {"tensor", "tensor+T", "row", "row+T:row", "row+T:tile",
+                                         "tile+T"}
+    for r in rows:
+        assert r["variants"]["hopper"]["us"] > 0 and not r["variants"]["hopper"]["wrong"]

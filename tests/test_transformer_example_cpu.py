@@ -1,6 +1,7 @@
 """CPU tests of examples/transformer_layer.py: the CLI end to end on a tiny layer, that every
-projection of the hopper version is a hopper_matmul (and none of the jnp version is), and that
-the numerical check fails, with exit status 1, when a projection computes the wrong thing."""
+projection of the hopper version is a hopper_matmul (and none of the jnp version is), that
+the numerical check fails, with exit status 1, when a projection computes the wrong thing, and
+--fp8: its versions, table, JSON and training run, and that their projections are fp8 GEMMs."""
 
 import collections
 import functools
@@ -64,6 +65,57 @@ def test_cli_writes_a_sane_table_and_json(example, tmp_path, capsys):
                                                   / r["times_s"]["hopper"][key])
 
 
+def test_cli_with_fp8_block_adds_the_fp8_versions(example, tmp_path, capsys):
+    """--fp8 block: four versions timed side by side, the fp8 differences and a short training
+    run in the table and the JSON; no speed-up where the kernels are not (CPU: references)."""
+    path = tmp_path / "results.json"
+    steps = 3
+    assert example.main(TINY + ["--fp8", "block", "--train-steps", str(steps),
+                                "--json", str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert "numerical check: passed" in printed and "fp8_matmul, recipe 'block'" in printed
+    assert f"training: {steps} Adam steps" in printed
+    kernels = bool(jax_hopper.kernels_available())
+    assert ("speedup" in printed) == kernels
+    r = json.loads(path.read_text())
+    assert r["passed"] is True and r["config"]["fp8"] == "block"
+    assert r["config"]["train_steps"] == steps
+    versions = ("hopper", "jnp", "fp8", "xla_fp8")
+    assert set(r["times_s"]) == set(r["loss"]) == set(versions)
+    for version in versions:
+        assert math.isfinite(r["loss"][version]) and r["loss"][version] > 0
+        assert all(0 < t < 60 for t in r["times_s"][version].values())
+    f = r["fp8"]
+    assert f["recipe"] == "block" and ("speedup" in f) == kernels
+    for name in ("fp8", "xla_fp8"):
+        d = f["differences_vs_jnp"][name]
+        assert set(d) == {"output", "loss"} | {f"grad {k}" for k in PARAMS}
+        # fp8's rounding (2^-4 relative for e4m3), not a wrong projection: well under 1.
+        assert all(math.isfinite(e) and 0 < e < 0.3 for e in d.values()), (name, d)
+    t = f["training"]
+    assert t["steps"] == steps and all(len(t["losses"][n]) == steps for n in ("jnp", "fp8"))
+    assert t["losses"]["fp8"][-1] < t["losses"]["fp8"][0]  # it trains
+    assert 0 <= t["max_rel_loss_difference"] < 1e-2
+
+
+def test_fp8_versions_run_every_projection_in_fp8(example, inputs):
+    """Every projection of the fp8 version is one fp8_matmul of a (K, N) weight (the gated MLP
+    input too, through swiglu_from), and the XLA fp8 version's forward and gradient are fp8 dots:
+    three per projection (forward, dx, dw)."""
+    params, x, target = inputs
+    m = BATCH * SEQ
+    with mock.patch.object(example, "fp8_matmul", wraps=jax_hopper.fp8_matmul) as spy:
+        jax.jit(example.make_layer(example.fp8_dense_for("block"), HEADS))(params, x)
+        calls = [(c.args[0].shape, c.args[1].shape, c.kwargs) for c in spy.call_args_list]
+    block = {"recipe": "block"}
+    assert calls == [((m, D), (D, 3 * D), block), ((m, D), (D, D), block),
+                     ((m, D), (D, 2 * D_FF), block), ((m, D_FF), (D_FF, D), block)]
+    layer = example.make_layer(example.xla_fp8_dense, HEADS)
+    grad = jax.grad(functools.partial(example.mse_loss, layer))
+    assert _count_fp8_dots(jax.make_jaxpr(layer)(params, x).jaxpr) == 4
+    assert _count_fp8_dots(jax.make_jaxpr(grad)(params, x, target).jaxpr) == 12
+
+
 def test_every_projection_calls_hopper_matmul(example, inputs):
     params, x, _ = inputs
     m = BATCH * SEQ
@@ -91,6 +143,19 @@ def _count_primitives(jaxpr, counts=None):
                 if isinstance(sub, (ClosedJaxpr, Jaxpr)):
                     _count_primitives(getattr(sub, "jaxpr", sub), counts)
     return counts
+
+
+def _count_fp8_dots(jaxpr):
+    """dot_generals with both operands fp8, in a jaxpr and every jaxpr nested in it."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += eqn.primitive.name == "dot_general" and all(
+            jnp.dtype(v.aval.dtype).name.startswith("float8") for v in eqn.invars)
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(sub, (ClosedJaxpr, Jaxpr)):
+                    count += _count_fp8_dots(getattr(sub, "jaxpr", sub))
+    return count
 
 
 def test_hopper_version_leaves_only_attention_to_xla_dots(example, inputs):
