@@ -18,10 +18,18 @@ block of b):
                      XLA's bf16 dot (no fast path exists for this in XLA)
     hopper_tensor    our per-tensor kernel on the same fp8 data (speed only: its product is
                      another one, unchecked), for the cost of promoting each k-block
+--b-layout kn (per tensor): b stored (K, N), as flax stores a weight, which fp8 wgmma cannot read:
+    hopper           from b in bf16: quantize_fp8(b, transpose=True) (one pass writing the K-major
+                     copy), then hopper_fp8_matmul; the quantization is inside the timed call
+    xla_fp8_kn       XLA on a and an fp8 b already stored (K, N): lax.dot_general, scaled after
+                     (XLA transposes where cuBLASLt needs it); no quantization timed
+    xla_fp8_kn_quant the same from b in bf16, quantized in jnp inside the call (as ours)
+    The check's reference quantizes b from float32; both variants that start from its bf16 copy
+    round twice and sit ~1e-2 from it (under the limit).
 Rotating input sets larger than L2 (scales rotate with their operands), medians of interleaved
 runs (jax_hopper.timing). The floor is max(FLOPs at the H100's dense fp8 peak, 1979 TFLOP/s;
 operand and output bytes at 3.0 TB/s). Writes fp8_<tag>.json (fp8_block_<tag>.json); exit
-status 1 when a checked variant's result is wrong.
+status 1 when a checked variant's result is wrong. Writes fp8_kn_<tag>.json with --b-layout kn.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ HBM = 3.0e12
 ERR_LIMIT = 2e-2  # bf16 output of an fp8 product against float32 of the same fp8 values
 E4M3, BF16 = jnp.float8_e4m3fn, jnp.bfloat16
 NT = (((1,), (1,)), ((), ()))  # a (M, K) . b (N, K) over K
+NN = (((1,), (0,)), ((), ()))  # a (M, K) . b (K, N) over K
 
 
 def floor_s(m, n, k):
@@ -84,13 +93,16 @@ def dequantize(x, scale, rows_per_scale):
 
 def fp8_sets(key, m, n, k, n_sets, scaling):
     """n_sets (a, b) pairs, each operand an (fp8 array, scale) pair: a (M, K), b (N, K) e4m3
-    quantized per tensor, or per block (a: a row and 128 of K; b: 128 x 128)."""
+    quantized per tensor, or per block (a: a row and 128 of K; b: 128 x 128). Scaling "kn": b
+    is (b in bf16 (K, N), its fp8 copy (K, N), the scale)."""
     sets = []
     for kk in jax.random.split(key, n_sets):
         ka, kb = jax.random.split(kk)
         xa = jax.random.normal(ka, (m, k), jnp.float32)
         xb = jax.random.normal(kb, (n, k), jnp.float32)
-        if scaling == "block":
+        if scaling == "kn":
+            sets.append((_quantize(xa), (xb.T.astype(BF16), *_quantize(xb.T))))
+        elif scaling == "block":
             sets.append((_quantize_blocks(xa, 1), _quantize_blocks(xb, catalog.FP8_SCALE_BLOCK)))
         else:
             sets.append((_quantize(xa), _quantize(xb)))
@@ -100,6 +112,9 @@ def fp8_sets(key, m, n, k, n_sets, scaling):
 
 def reference(a, b, scaling):
     """float32 product of the dequantised operands (each an (fp8 array, scale) pair)."""
+    if scaling == "kn":
+        x, y = a[0].astype(jnp.float32) * a[1], b[1].astype(jnp.float32) * b[2]
+        return jax.lax.dot_general(x, y, NN, precision=jax.lax.Precision.HIGHEST)
     if scaling == "block":
         x, y = dequantize(*a, 1), dequantize(*b, catalog.FP8_SCALE_BLOCK)
     else:
@@ -139,8 +154,28 @@ def tensor_variants(configs):
     return out
 
 
+def kn_variants(configs):
+    del configs  # the sweep is the K-major benchmark's
+
+    def xla_fp8_kn(a, b):
+        return (jax.lax.dot_general(a[0], b[1], NN, preferred_element_type=BF16) *
+                (a[1] * b[2])).astype(BF16)
+
+    def xla_fp8_kn_quant(a, b):
+        b8, sb = _quantize(b[0].astype(jnp.float32))
+        return (jax.lax.dot_general(a[0], b8, NN, preferred_element_type=BF16) *
+                (a[1] * sb)).astype(BF16)
+
+    def hopper(a, b):
+        bq = jax_hopper.quantize_fp8(b[0], transpose=True)
+        return hopper_fp8_matmul(a[0], bq.q_t, a[1], bq.scale_t)
+
+    return {"xla_fp8_kn": xla_fp8_kn, "xla_fp8_kn_quant": xla_fp8_kn_quant, "hopper": hopper}
+
+
 # The peers each mode is compared with (the best of them), and variants timed for speed only.
-PEERS = {"tensor": ("xla_fp8_dot", "xla_fp8_dequant"), "block": ("jax_dequant",)}
+PEERS = {"tensor": ("xla_fp8_dot", "xla_fp8_dequant"), "block": ("jax_dequant",),
+         "kn": ("xla_fp8_kn", "xla_fp8_kn_quant")}
 UNCHECKED = ("hopper_tensor",)
 
 
@@ -156,7 +191,7 @@ def bench_shape(key, m, n, k, reps, configs, scaling):
     sets = fp8_sets(key, m, n, k, n_sets, scaling)
     ref = jax.jit(reference, static_argnums=2)(*sets[0], scaling)
     pairs = timing.rotation(sets, n_calls)
-    fns = (block_variants if scaling == "block" else tensor_variants)(configs)
+    fns = {"block": block_variants, "tensor": tensor_variants, "kn": kn_variants}[scaling](configs)
     runs = {name: (timing.chained(f), pairs) for name, f in fns.items()}
     timed = timing.time_interleaved(runs, reps)
     rows = {}
@@ -184,7 +219,13 @@ def main():
     parser.add_argument("--shapes", nargs="*", type=timing.parse_shape, default=list(SHAPES))
     parser.add_argument("--sweep", action="store_true", help="time every compiled fp8 config")
     parser.add_argument("--scaling", choices=("tensor", "block"), default="tensor")
+    parser.add_argument("--b-layout", choices=("nk", "kn"), default="nk",
+                        help="kn: b stored (K, N) in bf16, per-tensor scaling (module docstring)")
     args = parser.parse_args()
+    if args.b_layout == "kn":
+        if args.scaling != "tensor" or args.sweep:
+            parser.error("--b-layout kn times per-tensor scaling, without --sweep")
+        args.scaling = "kn"
     timing.require_kernels(jax_hopper)
     configs = sweep_configs(args.scaling) if args.sweep else {}
     results = []
@@ -211,7 +252,8 @@ def main():
     env = dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
                date=datetime.date.today().isoformat(), argv=sys.argv[1:])
     os.makedirs(args.out_dir, exist_ok=True)
-    path = os.path.join(args.out_dir, f"fp8_{'block_' if block else ''}{args.tag}.json")
+    prefix = {"block": "block_", "kn": "kn_"}.get(args.scaling, "")
+    path = os.path.join(args.out_dir, f"fp8_{prefix}{args.tag}.json")
     with open(path, "w") as f:
         json.dump(dict(environment=env, results=results), f, indent=1)
     print(f"wrote {path}")
