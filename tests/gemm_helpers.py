@@ -304,3 +304,12 @@ def check_fp8_matmul(rng, lead, k, n, recipe, dtype=jnp.bfloat16, jit=False):
         assert np.all(np.isfinite(np.asarray(got, np.float32))), name
         err = rel_frob(got, want[name])
         assert err < FP8_MATMUL_BOUND[recipe][name], (name, err)
+
+
+def bit_pattern(a):
+    """An array's bytes for bit-for-bit comparison, every NaN as one pattern: XLA's CPU code and
+    the kernels may give NaNs different signs, and only NaN-ness is the contract."""
+    a = np.array(a).reshape(-1)
+    if a.dtype.kind == "V" or jnp.issubdtype(a.dtype, jnp.floating):
+        a[np.isnan(a.astype(np.float32))] = np.nan
+    return a.view(np.uint8)

@@ -2,6 +2,8 @@
 gradients against float64 within each recipe's fp8 bound, shapes that need padding, leading
 dimensions, jit, bad arguments, and flax's Dense / nnx Linear training with it."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -95,3 +97,17 @@ def test_flax_dense_trains_in_fp8(rng, recipe):
     layer = nnx.Linear(32, 16, dot_general=fp8_dot_general(recipe), rngs=nnx.Rngs(0))
     assert layer(x).shape == (64, 16)
     del flax
+
+
+def test_inference_skips_the_transposed_copy_of_x():
+    # Only dw needs x^T: a call that is not differentiated quantizes x without it; under vjp
+    # both operands come with their transposed copies (the residuals).
+    x, w = jnp.ones((32, 64), jnp.bfloat16), jnp.ones((64, 48), jnp.bfloat16)
+
+    def quantizations(f):
+        text = " ".join(str(jax.make_jaxpr(f)(x, w)).split())
+        return re.findall(r"hopper_quantize_fp8\[[^\]]*transpose=(\w+)", text)
+
+    assert quantizations(lambda x, w: fp8_matmul(x, w, recipe="block")) == ["False", "True"]
+    assert quantizations(lambda x, w: jax.vjp(
+        lambda x, w: fp8_matmul(x, w, recipe="block"), x, w)[0]) == ["True", "True"]

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from gemm_helpers import bit_pattern as _bytes
 
 from jax_hopper import dequantize_fp8, quantize_fp8
 from jax_hopper.kernels import catalog
@@ -29,11 +30,6 @@ def _x(rng, shape, dtype="bfloat16", spread=3.0):
     # Rows of very different magnitudes, so a single scale would not fit them all.
     mag = 2.0 ** rng.uniform(-spread, spread, size=shape[:-1] + (1,))
     return jnp.asarray((rng.standard_normal(shape) * mag).astype(np.float32)).astype(dtype)
-
-
-def _bytes(a):
-    """An array's bytes (bit-exact comparison, NaN included)."""
-    return np.asarray(a).reshape(-1).view(np.uint8)
 
 
 def _np_block_amax(x, block):

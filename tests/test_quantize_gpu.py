@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import check_fp8_matmul
+from gemm_helpers import bit_pattern as _bytes, check_fp8_matmul
 from jax_hopper import quantize_fp8
 from jax_hopper.kernels import catalog
 
@@ -18,15 +18,6 @@ MODES = [dict(scaling="tensor"), dict(scaling="block", block="row", transpose_bl
          dict(scaling="block", block="row", transpose_block="tile"),
          dict(scaling="block", block="tile", transpose_block="tile"),
          dict(scaling="block", block="tile", transpose_block="row")]
-
-
-def _bytes(a):
-    """An array's bytes, every NaN as one pattern: XLA's CPU code and the kernel's conversions may
-    give NaNs different signs, and only NaN-ness is the contract."""
-    a = np.array(a).reshape(-1)
-    if a.dtype.kind == "V" or jnp.issubdtype(a.dtype, jnp.floating):
-        a[np.isnan(a.astype(np.float32))] = np.nan
-    return a.view(np.uint8)
 
 
 def _check(x, **kwargs):

@@ -37,15 +37,13 @@ from jax_hopper.gemm.api import (SUPPORTED_OUTPUTS, as_batched_3d, prepare_resid
                                  out_dtype_arg, prepare_bias, static_scalar)
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code
-from jax_hopper.gemm.primitive import _pad_columns, apply_epilogue, call_attrs
+from jax_hopper.gemm.primitive import _pad_columns, apply_epilogue, call_attrs, pitch_pad
 from jax_hopper.gemm.ragged_primitive import register
 from jax_hopper.gemm.tuned import default_config
 from jax_hopper.kernels import catalog
 
 hopper_fp8_gemm_p = Primitive("hopper_fp8_gemm")
 _F32 = jnp.dtype(jnp.float32)
-# TMA addresses rows 16 bytes apart: K a multiple of 16 fp8 elements.
-_K_MULTIPLE = 16
 
 
 def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_element_type=None,
@@ -90,9 +88,10 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
     if k != kb:
         raise ValueError(f"hopper_fp8_matmul: contraction dimensions differ: a is (..., {m}, {k}) "
                          f"and b is (..., {n}, {kb})")
-    if k % _K_MULTIPLE:
-        raise ValueError(f"hopper_fp8_matmul: K={k} must be a multiple of {_K_MULTIPLE} (TMA reads "
-                         "rows 16 bytes apart)")
+    if pitch_pad(k, a.dtype):
+        raise ValueError(f"hopper_fp8_matmul: K={k} must be a multiple of "
+                         f"{catalog.TMA_PITCH_BYTES} (TMA reads rows {catalog.TMA_PITCH_BYTES} "
+                         "bytes apart)")
     try:
         batch_shape = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError as e:
@@ -153,7 +152,7 @@ def launch(a, b, bias, res, a_scale, b_scale, **params):
     """One device's call. TMA stores need a 16-byte output pitch: N is padded with zero rows
     of b (a copy of b) and sliced off."""
     n = b.shape[1]
-    pad = -n % (16 // np.dtype(params["out_dtype"]).itemsize)
+    pad = pitch_pad(n, params["out_dtype"])
     if pad:
         b, bias, res = _pad_columns(b, bias, res, 1, pad)
     out = hopper_fp8_gemm_p.bind(a, b, bias, res, a_scale, b_scale, **params)

@@ -19,7 +19,8 @@ Recipes:
   (x^T per column of x and 128 rows), w and dy^T per 128 x 128 tile; the kernel adds each 128-wide
   k-block's product in fp32 with its scales (hopper_fp8_matmul's block mode).
 Quantization happens once per tensor and step: x and w in the forward pass (their copies are the
-residuals, 2 bytes per element, as bf16 would be), dy in the backward pass. Dimensions are padded
+residuals, 2 bytes per element, as bf16 would be; not differentiated, x's transposed copy is
+not written), dy in the backward pass. Dimensions are padded
 with zeros to multiples of 16 where TMA needs it (a copy of that operand; the result is sliced).
 The result's dtype is x's unless out_dtype says otherwise; dx takes x's dtype, dw w's.
 """
@@ -32,17 +33,17 @@ import math
 import jax
 import jax.numpy as jnp
 
+from jax_hopper.gemm.api import SUPPORTED_OUTPUTS
 from jax_hopper.gemm.dot_general import fallback
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
-from jax_hopper.quantize.fp8 import quantize_fp8
+from jax_hopper.gemm.primitive import pitch_pad
+from jax_hopper.quantize.fp8 import INPUT_DTYPES, quantize_fp8
 
 # (forward operands, gradient) fp8 types and the block layouts (module docstring).
 RECIPES = {
     "tensor": dict(fwd=jnp.float8_e4m3fn, grad=jnp.float8_e5m2, scaling="tensor"),
     "block": dict(fwd=jnp.float8_e4m3fn, grad=jnp.float8_e4m3fn, scaling="block"),
 }
-_INPUTS = tuple(jnp.dtype(d) for d in ("bfloat16", "float16", "float32"))
-_MULTIPLE = 16  # TMA: rows of fp8 operands 16 bytes apart
 
 
 def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None):
@@ -52,9 +53,9 @@ def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None):
     if recipe not in RECIPES:
         raise ValueError(f"fp8_matmul: recipe={recipe!r} must be one of {tuple(RECIPES)}")
     for name, t in (("x", x), ("w", w)):
-        if t.dtype not in _INPUTS:
+        if t.dtype not in INPUT_DTYPES:
             raise ValueError(f"fp8_matmul: {name}.dtype={t.dtype} must be one of "
-                             f"{', '.join(d.name for d in _INPUTS)} (it is quantized here)")
+                             f"{', '.join(d.name for d in INPUT_DTYPES)} (it is quantized here)")
     if x.ndim < 1 or w.ndim != 2:
         raise ValueError(f"fp8_matmul: x must be (..., K) and w (K, N); got x {x.shape}, "
                          f"w {w.shape}")
@@ -62,14 +63,15 @@ def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None):
     if x.shape[-1] != k:
         raise ValueError(f"fp8_matmul: x's last dimension {x.shape[-1]} != w's first {k}")
     out_dtype = jnp.dtype(out_dtype or x.dtype)
-    if out_dtype not in _INPUTS:
+    if out_dtype not in SUPPORTED_OUTPUTS:
         raise ValueError(f"fp8_matmul: out_dtype={out_dtype} must be one of "
-                         f"{', '.join(d.name for d in _INPUTS)}")
+                         f"{', '.join(d.name for d in SUPPORTED_OUTPUTS)}")
     m = math.prod(lead)
     if m == 0 or n == 0 or k == 0:
         return jnp.zeros((*lead, n), out_dtype)  # nothing to multiply (or a sum of nothing)
     x2 = x.reshape(m, k)
-    mp, kp, np_ = (-(-d // _MULTIPLE) * _MULTIPLE for d in (m, k, n))
+    # Every dimension is a row pitch of some fp8 operand (x, x^T, w, w^T, dy, dy^T).
+    mp, kp, np_ = (d + pitch_pad(d, jnp.float8_e4m3fn) for d in (m, k, n))
     if (mp, kp) != (m, k):
         x2 = jnp.pad(x2, ((0, mp - m), (0, kp - k)))
     wp = jnp.pad(w, ((0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else w
@@ -79,19 +81,25 @@ def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
 def _fp8_matmul(x, w, recipe, out_dtype, grad_dtypes):
-    return _forward(x, w, recipe, out_dtype, grad_dtypes)[0]
+    # Not differentiated (inference): x's transposed copy, needed only for dw, is not written.
+    del grad_dtypes
+    xq, wq = _operands(x, w, RECIPES[recipe], transpose_x=False)
+    return hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype)
+
+
+def _operands(x, w, r, *, transpose_x):
+    """x and w quantized as the recipe `r` says: x per row (its transposed copy per column of x)
+    and w per tile with its transposed copy, the one y multiplies; per tensor (scaling "tensor")
+    the block layouts do not apply and each copy has the one scale."""
+    xq = quantize_fp8(x, dtype=r["fwd"], scaling=r["scaling"], block="row", transpose=transpose_x)
+    wq = quantize_fp8(w, dtype=r["fwd"], scaling=r["scaling"], block="tile", transpose=True)
+    return xq, wq
 
 
 def _forward(x, w, recipe, out_dtype, grad_dtypes):
     """y and the residuals: x's and w's quantized copies (grad_dtypes: dx's and dw's dtypes)."""
     del grad_dtypes
-    r = RECIPES[recipe]
-    if r["scaling"] == "tensor":
-        xq = quantize_fp8(x, dtype=r["fwd"], transpose=True)
-        wq = quantize_fp8(w, dtype=r["fwd"], transpose=True)
-    else:
-        xq = quantize_fp8(x, dtype=r["fwd"], scaling="block", block="row", transpose=True)
-        wq = quantize_fp8(w, dtype=r["fwd"], scaling="block", block="tile", transpose=True)
+    xq, wq = _operands(x, w, RECIPES[recipe], transpose_x=True)
     y = hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype)
     return y, (xq, wq)
 
@@ -100,11 +108,9 @@ def _backward(recipe, out_dtype, grad_dtypes, res, dy):
     del out_dtype
     (xq, wq), (x_dtype, w_dtype) = res, grad_dtypes
     r = RECIPES[recipe]
-    if r["scaling"] == "tensor":
-        gq = quantize_fp8(dy, dtype=r["grad"], transpose=True)
-    else:
-        gq = quantize_fp8(dy, dtype=r["grad"], scaling="block", block="row", transpose=True,
-                          transpose_block="tile")
+    # dy per row for dx (its contraction is N), its transposed copy per tile for dw (b operand).
+    gq = quantize_fp8(dy, dtype=r["grad"], scaling=r["scaling"], block="row", transpose=True,
+                      transpose_block="tile")
     dx = hopper_fp8_matmul(gq.q, wq.q, gq.scale, wq.scale, out_dtype=x_dtype)
     dw = hopper_fp8_matmul(xq.q_t, gq.q_t, xq.scale_t, gq.scale_t, out_dtype=w_dtype)
     return dx, dw
@@ -148,9 +154,10 @@ def _dense_mismatch(lhs, rhs, dimension_numbers, preferred_element_type, out_sha
         return "out_sharding given"
     if lb or rb:
         return "batch dimensions"
-    if lhs.dtype not in _INPUTS or rhs.dtype not in _INPUTS:
+    if lhs.dtype not in INPUT_DTYPES or rhs.dtype not in INPUT_DTYPES:
         return f"input dtypes {lhs.dtype}, {rhs.dtype}"
-    if preferred_element_type is not None and jnp.dtype(preferred_element_type) not in _INPUTS:
+    if (preferred_element_type is not None
+            and jnp.dtype(preferred_element_type) not in SUPPORTED_OUTPUTS):
         return f"preferred_element_type {preferred_element_type}"
     nc = len(lc)
     if nc == 0 or lc != tuple(range(lhs.ndim - nc, lhs.ndim)) or rc != tuple(range(nc)):

@@ -28,6 +28,7 @@ from jax.interpreters import mlir
 
 from jax_hopper import _ffi
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
+from jax_hopper.kernels import catalog
 
 hopper_gemm_p = Primitive("hopper_gemm")
 
@@ -87,11 +88,16 @@ def tma_unaddressable(a3, b3) -> str | None:
     """Why TMA cannot load an operand (its row pitch), or None when it can."""
     for name, x in (("a", a3), ("b", b3)):
         pitch = x.shape[-1] * x.dtype.itemsize
-        if pitch % 16:
-            return (f"{name}'s rows are {pitch} bytes apart; TMA needs a multiple of 16 "
-                    f"(its last dimension, {x.shape[-1]}, must be a multiple of "
-                    f"{16 // x.dtype.itemsize})")
+        if pitch % catalog.TMA_PITCH_BYTES:
+            return (f"{name}'s rows are {pitch} bytes apart; TMA needs a multiple of "
+                    f"{catalog.TMA_PITCH_BYTES} (its last dimension, {x.shape[-1]}, must be a "
+                    f"multiple of {catalog.TMA_PITCH_BYTES // x.dtype.itemsize})")
     return None
+
+
+def pitch_pad(n: int, dtype) -> int:
+    """Elements to add to a row of n `dtype` elements so that TMA can address its rows."""
+    return -n % (catalog.TMA_PITCH_BYTES // np.dtype(dtype).itemsize)
 
 
 def launch(a, b, bias, res, **params):
@@ -127,8 +133,7 @@ def _launch_padded(a, b, bias, res, **params):
     if params["family"] == "glu":
         return hopper_gemm_p.bind(a, b, bias, res, **params)
     _, _, n, _ = problem_shape(a.shape, b.shape, params["a_mn_major"], params["b_mn_major"])
-    step = 16 // np.dtype(params["out_dtype"]).itemsize
-    pad = -n % step
+    pad = pitch_pad(n, params["out_dtype"])
     if pad:
         b, bias, res = _pad_columns(b, bias, res, 2 if params["b_mn_major"] else 1, pad)
     out = hopper_gemm_p.bind(a, b, bias, res, **params)

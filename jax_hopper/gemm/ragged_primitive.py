@@ -139,23 +139,24 @@ def vmapped_per_entry(one):
     return fn
 
 
-def register(primitive, abstract_eval, reference_fn, cuda_lowering) -> None:
-    """A grouped (or fp8) primitive's rules: eager binds through a cached jit (lowered once per parameter
-    set), vmap as one launch per entry (per_entry), the reference lowering on the CPU and, where
-    the kernels are built, the custom call on CUDA."""
+def register(primitive, abstract_eval, reference_fn, cuda_lowering, batch_rule=None) -> None:
+    """A grouped, fp8 or quantize primitive's rules: eager binds through a cached jit (lowered
+    once per parameter set), vmap by `batch_rule` (default: one launch per entry, per_entry), the
+    reference lowering on the CPU and, where the kernels are built, the custom call on CUDA."""
     @functools.lru_cache(maxsize=None)
     def jitted_bind(params: tuple):
         return jax.jit(lambda *args: primitive.bind(*args, **dict(params)))
 
-    def batch_rule(args, dims, **params):
+    def per_entry_rule(args, dims, **params):
         batched = [d is not None for d in dims]  # None: not mapped
         moved = [jnp.moveaxis(a, d, 0) if b else a for a, d, b in zip(args, dims, batched)]
         return per_entry(lambda *a: primitive.bind(*a, **params), batched, moved), 0
 
     primitive.def_impl(lambda *args, **params: jitted_bind(freeze(params))(*args))
     primitive.def_abstract_eval(abstract_eval)
-    batching.primitive_batchers[primitive] = batch_rule
-    reference_lowering = mlir.lower_fun(reference_fn, multiple_results=False)
+    batching.primitive_batchers[primitive] = batch_rule or per_entry_rule
+    reference_lowering = mlir.lower_fun(reference_fn,
+                                        multiple_results=primitive.multiple_results)
     mlir.register_lowering(primitive, reference_lowering, platform="cpu")
     mlir.register_lowering(primitive, cuda_lowering if _KERNELS else reference_lowering,
                            platform="cuda")

@@ -115,8 +115,8 @@ def default_config(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, 
         if dtype in catalog.INPUT_DTYPES else None
     if tuned is not None:
         return tuned
-    return choose_config(m, n, k, batch, tiles=catalog.FAMILIES[family].tiles,
-                         multicast=family != "fp8_block")
+    fam = catalog.FAMILIES[family]
+    return choose_config(m, n, k, batch, tiles=fam.tiles, multicast=fam.multicast)
 
 
 def store(gpu: str, entries: dict, path: str | None = None) -> str:

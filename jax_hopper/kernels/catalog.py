@@ -20,6 +20,8 @@ import itertools
 
 # The opt-in shared memory per block on sm_90 (227 KB); kernels static_assert against it.
 SMEM_LIMIT_BYTES = 227 * 1024
+# TMA addresses a global array's rows only when they start a multiple of this many bytes apart.
+TMA_PITCH_BYTES = 16
 # H100 SXM and H200: the heuristic's SM count when no device is at hand (tracing on a CPU).
 DEFAULT_NUM_SMS = 132
 # The grouped GEMM's tile table: int32 fields per M tile (first row, rows, group) after one
@@ -144,6 +146,8 @@ class Family:
     clusters: tuple[tuple[int, int], ...] = CLUSTER_SHAPES  # (cluster_m, cluster_n) it runs
     # (a, b) input dtypes it is compiled for
     dtypes: tuple[tuple[str, str], ...] = tuple((d, d) for d in INPUT_DTYPES)
+    # Whether the default config may use 2-CTA clusters (heuristics.choose_config's multicast)
+    multicast: bool = True
 
     @property
     def stream_k(self) -> bool:
@@ -219,7 +223,8 @@ FAMILIES = {
         (TileShape(128, 256, 128, 4), TileShape(128, 128, 128, 6),
          TileShape(128, 128, 128, 6, "pingpong")),
         ((False, False),), "_fp8_block", "the block-scaled fp8 GEMM",
-        dtypes=(("float8_e4m3fn", "float8_e4m3fn"),)),
+        dtypes=(("float8_e4m3fn", "float8_e4m3fn"),),
+        multicast=False),  # slower with clusters (heuristics.choose_config's NOTES)
 }
 
 

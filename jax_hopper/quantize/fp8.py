@@ -28,25 +28,23 @@ computes the same values.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
-from jax.interpreters import batching, mlir
+from jax.interpreters import mlir
 
-from jax_hopper.gemm.primitive import _KERNELS, freeze
+from jax_hopper.gemm.ragged_primitive import register
 from jax_hopper.kernels import catalog
 
 quantize_fp8_p = Primitive("hopper_quantize_fp8")
 quantize_fp8_p.multiple_results = True
 
-_INPUTS = tuple(jnp.dtype(d) for d in ("bfloat16", "float16", "float32"))
+# What the kernel quantizes (its instances: cuda/quantize/quantize.cu).
+INPUT_DTYPES = tuple(jnp.dtype(d) for d in ("bfloat16", "float16", "float32"))
 _BLOCK = catalog.FP8_SCALE_BLOCK
-# TMA addresses rows 16 bytes apart (q's rows are C bytes, q_t's R bytes).
-_ROW_MULTIPLE = 16
 
 
 class Fp8Array(NamedTuple):
@@ -68,9 +66,9 @@ def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", t
     dtype = jnp.dtype(dtype)
     if dtype.name not in catalog.FP8_MAX:
         raise ValueError(f"quantize_fp8: dtype={dtype} must be one of {tuple(catalog.FP8_MAX)}")
-    if x.dtype not in _INPUTS:
+    if x.dtype not in INPUT_DTYPES:
         raise ValueError(f"quantize_fp8: x.dtype={x.dtype} must be one of "
-                         f"{', '.join(d.name for d in _INPUTS)}")
+                         f"{', '.join(d.name for d in INPUT_DTYPES)}")
     if x.ndim < 2:
         raise ValueError(f"quantize_fp8: x must be at least 2-D (..., rows, cols); got shape "
                          f"{x.shape}")
@@ -188,10 +186,12 @@ def _abstract_eval(x, amax, *, dtype, mode, transpose, t_mode):
 def kernel_runs(shape, transpose) -> bool:
     """Whether quantize_fp8 of a (B, R, C) array runs the kernel (where the kernels exist)."""
     b, r, c = shape
-    return (b * r * c > 0 and c % _ROW_MULTIPLE == 0
-            and (not transpose or r % _ROW_MULTIPLE == 0))
+    # TMA: q's rows are C bytes long, q_t's R bytes.
+    fp8_row = catalog.TMA_PITCH_BYTES
+    return b * r * c > 0 and c % fp8_row == 0 and (not transpose or r % fp8_row == 0)
 
 
+# The CUDA lowering's own fallback for shapes the kernel cannot address.
 _reference_lowering = mlir.lower_fun(reference, multiple_results=True)
 
 
@@ -219,14 +219,4 @@ def _batch_rule(args, dims, **params):
     return [o.reshape(v, b, *o.shape[1:]) for o in outs], [0, 0, 0, 0]
 
 
-@functools.lru_cache(maxsize=None)
-def _jitted_bind(params: tuple):
-    return jax.jit(lambda *args: quantize_fp8_p.bind(*args, **dict(params)))
-
-
-quantize_fp8_p.def_impl(lambda *args, **params: _jitted_bind(freeze(params))(*args))
-quantize_fp8_p.def_abstract_eval(_abstract_eval)
-batching.primitive_batchers[quantize_fp8_p] = _batch_rule
-mlir.register_lowering(quantize_fp8_p, _reference_lowering, platform="cpu")
-mlir.register_lowering(quantize_fp8_p, _cuda_lowering if _KERNELS else _reference_lowering,
-                       platform="cuda")
+register(quantize_fp8_p, _abstract_eval, reference, _cuda_lowering, _batch_rule)
