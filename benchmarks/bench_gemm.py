@@ -4,9 +4,12 @@ and jax_hopper.hopper_matmul (default config plus --hopper-configs variants).
     python benchmarks/bench_gemm.py                      # default shapes, ~4 min on an H100
     python benchmarks/bench_gemm.py --quick              # three shapes, one Pallas config
     python benchmarks/bench_gemm.py --transformer        # one layer's GEMMs (fwd + bwd, 11 shapes)
+    python benchmarks/bench_gemm.py --decode             # M = 1-64 against 4 weights (20 shapes)
     python benchmarks/bench_gemm.py --shapes 8192x8192x8192 4096 \\
         --hopper-configs '[{"cluster_m": 2}, {"raster": "n", "group_size": 16}]'
 
+Each shape's roofline floor is max(its FLOPs at the H100's dense bf16 peak, 989 TFLOP/s; its
+operand and output bytes at 3.0 TB/s); the table gives each time as a % of it.
 Writes gemm_<tag>.json and gemm_<tag>.png to --out-dir. Exit status 1 when hopper_matmul's
 result is wrong (relative Frobenius error > 1e-2 or NaN) for some shape.
 """
@@ -32,6 +35,10 @@ LARGE_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 12288, 4096),
                 (8192, 4096, 4096), (8192, 28672, 4096), (8192, 4096, 14336)]
 DEFAULT_SHAPES = LARGE_SHAPES + [(4000, 3000, 2056), (256, 4096, 4096), (64, 12288, 4096)]
 QUICK_SHAPES = [(4096, 4096, 4096), (8192, 4096, 14336), (256, 4096, 4096)]
+# Decode: a few tokens against the weights of a 4096-wide model with a 14336-wide MLP (N x K).
+DECODE_SHAPES = [(m, n, k) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 4096))
+                 for m in (1, 8, 16, 32, 64)]
+BF16_PEAK, HBM = 989e12, 3.0e12
 ERR_LIMIT = 1e-2
 
 # hopper_matmul_mgpu.TuningConfig fields. tile_m x tile_n is one consumer warpgroup's tile; the
@@ -198,7 +205,16 @@ def summarise(shape, n_sets, n_calls, results) -> dict:
         t = results.get(name, {}).get("tflops") if name else None
         return t / xla if t and xla else None
 
-    return dict(shape=list(shape), flops=2 * math.prod(shape), n_sets=n_sets, n_calls=n_calls,
+    m, n, k = shape
+    floor_s = max(2 * m * n * k / BF16_PEAK, 2 * (m * k + k * n + m * n) / HBM)
+
+    def of_floor(name):
+        t = results.get(name, {}).get("ms") if name else None
+        return floor_s * 1e3 / t if t else None
+
+    return dict(shape=list(shape), flops=2 * math.prod(shape), floor_us=floor_s * 1e6,
+                xla_of_floor=of_floor("xla"), hopper_of_floor=of_floor("hopper"),
+                best_hopper_of_floor=of_floor(best_hopper), n_sets=n_sets, n_calls=n_calls,
                 status=status, best_pallas=best_pallas, best_hopper=best_hopper,
                 hopper_over_xla=ratio("hopper"), best_hopper_over_xla=ratio(best_hopper),
                 best_pallas_over_xla=ratio(best_pallas), variants=results)
@@ -213,14 +229,18 @@ def _variant(row, name, field):
 
 
 def print_table(rows):
-    log(f"\n{'shape':18s} {'XLA':>7s} {'Pallas':>7s} {'hopper':>7s} {'h/XLA':>6s} {'h-best':>7s}"
-        f" {'hb/XLA':>6s} {'err':>8s} {'status':6s} best Pallas | best hopper")
+    log(f"\n{'shape':18s} {'floor us':>8s} {'XLA':>7s} {'Pallas':>7s} {'hopper':>7s} {'h/XLA':>6s}"
+        f" {'h-best':>7s} {'hb/XLA':>6s} {'x%flr':>5s} {'h%flr':>5s} {'err':>8s} {'status':6s}"
+        f" best Pallas | best hopper")
+    pct = "5.0%"
     for r in rows:
-        log(f"{shape_name(r['shape']):18s} {fmt(_variant(r, 'xla', 'tflops'), '7.1f')}"
+        log(f"{shape_name(r['shape']):18s} {r['floor_us']:8.1f}"
+            f" {fmt(_variant(r, 'xla', 'tflops'), '7.1f')}"
             f" {fmt(_variant(r, r['best_pallas'], 'tflops'), '7.1f')}"
             f" {fmt(_variant(r, 'hopper', 'tflops'), '7.1f')} {fmt(r['hopper_over_xla'], '6.2f')}"
             f" {fmt(_variant(r, r['best_hopper'], 'tflops'), '7.1f')}"
-            f" {fmt(r['best_hopper_over_xla'], '6.2f')}"
+            f" {fmt(r['best_hopper_over_xla'], '6.2f')} {fmt(r['xla_of_floor'], pct)}"
+            f" {fmt(r['hopper_of_floor'], pct)}"
             f" {fmt(_variant(r, 'hopper', 'rel_err'), '8.1e')} {r['status']:6s}"
             f" {r['best_pallas'] or '-'} | {r['best_hopper'] or '-'}")
 
@@ -259,6 +279,9 @@ def parse_args(argv=None):
                    metavar="TOKENS,D_MODEL,D_FF",
                    help="the forward and backward GEMMs of one transformer layer "
                         "(default 8192,4096,14336: examples/transformer_layer.py's size)")
+    p.add_argument("--decode", action="store_true",
+                   help="M = 1, 8, 16, 32, 64 against N x K = 4096 x 4096, 14336 x 4096, "
+                        "4096 x 14336 and 28672 x 4096")
     p.add_argument("--quick", action="store_true",
                    help=f"shapes {', '.join(map(shape_name, QUICK_SHAPES))} and one Pallas config")
     p.add_argument("--impls", default="xla,pallas,hopper", help="comma list of xla,pallas,hopper")
@@ -278,7 +301,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    shapes = (args.shapes or args.transformer or
+    shapes = (args.shapes or args.transformer or (DECODE_SHAPES if args.decode else None) or
               (QUICK_SHAPES if args.quick else DEFAULT_SHAPES))
     impls = set(args.impls.split(","))
     pallas_cfgs = args.pallas_configs or PALLAS_CONFIGS

@@ -46,6 +46,7 @@ NB_MODULE(_jax_hopper, m) {
   m.def("registrations", []() {
     nb::dict d;
     d["jax_hopper_gemm_matmul"] = capsule(jax_hopper::MatmulHandler);
+    d["jax_hopper_gemm_matmul_swap"] = capsule(jax_hopper::MatmulSwapHandler);
     d["jax_hopper_gemm_glu"] = capsule(jax_hopper::GluHandler);
     d["jax_hopper_gemm_grouped"] = capsule(jax_hopper::GroupedHandler);
     d["jax_hopper_gemm_grouped_glu"] = capsule(jax_hopper::GroupedGluHandler);

@@ -31,7 +31,7 @@ from jax_hopper.gemm import tuned
 from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.glu import hopper_glu
-from jax_hopper.gemm.heuristics import choose_config
+from jax_hopper.gemm.heuristics import heuristic_config
 from jax_hopper.kernels import catalog
 
 
@@ -54,14 +54,18 @@ class Problem:
 
 
 def candidates(p: Problem) -> list[GemmConfig]:
-    """Every compiled config worth timing for p: tile x cluster shape x stream-K."""
+    """Every compiled config worth timing for p: tile x cluster shape x stream-K, and the
+    swap-AB tiles (swap_ab) where p's family has them and its a is stored (M, K)."""
     out = []
-    for tile in catalog.FAMILIES[p.family].tiles:
-        splits = (True, False) if catalog.SCHEDULES[tile.schedule].stream_k else (False,)
-        for cm, cn in catalog.CLUSTER_SHAPES:
-            for stream_k in splits:
-                out.append(GemmConfig.for_tile(tile, cluster_m=cm, cluster_n=cn,
-                                               stream_k=stream_k))
+    swaps = (False, True) if p.family in catalog.SWAP_FAMILIES and not p.a_mn else (False,)
+    for swap in swaps:
+        fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[p.family] if swap else p.family]
+        for tile in fam.tiles:
+            splits = (True, False) if catalog.SCHEDULES[tile.schedule].stream_k else (False,)
+            for cm, cn in fam.clusters:
+                for stream_k in splits:
+                    out.append(GemmConfig.for_tile(tile, cluster_m=cm, cluster_n=cn,
+                                                   stream_k=stream_k, swap_ab=swap))
     return out
 
 
@@ -92,7 +96,7 @@ def tune_problem(p: Problem, reps: int = 5, key=None) -> dict:
     """{label: median seconds} of every candidate and the heuristic's choice ("heuristic"), and
     the fastest candidate's config."""
     pairs = _operands(p, key if key is not None else jax.random.key(0))
-    heuristic = choose_config(p.m, p.n, p.k, p.batch, tiles=catalog.FAMILIES[p.family].tiles)
+    heuristic = heuristic_config(p.family, p.a_mn, p.batch, p.m, p.n, p.k)
     configs = {"heuristic": heuristic}
     configs.update({f"c{i}": c for i, c in enumerate(candidates(p))})
     runs = {label: (timing.chained(_call(p, c)), pairs) for label, c in configs.items()}

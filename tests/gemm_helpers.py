@@ -313,3 +313,32 @@ def bit_pattern(a):
     if a.dtype.kind == "V" or jnp.issubdtype(a.dtype, jnp.floating):
         a[np.isnan(a.astype(np.float32))] = np.nan
     return a.view(np.uint8)
+
+
+def matmul_operands(rng, m, n, k, dtype, transpose_a, transpose_b, batch=()):
+    a = random_operand(rng, (*batch, k, m) if transpose_a else (*batch, m, k), dtype)
+    b = random_operand(rng, (*batch, n, k) if transpose_b else (*batch, k, n), dtype)
+    return a, b
+
+
+def check_matmul(rng, m, n, k, *, dtype="bfloat16", out_dtype=None, transpose_a=False,
+                 transpose_b=False, batch=(), config=None, activation=None, alpha=1.0, beta=1.0,
+                 **arrays):
+    """hopper_matmul on fresh random operands, its output poisoned first, against float64 within
+    the out dtype's bound; arrays: bias / residual. Returns the output."""
+    a, b = matmul_operands(rng, m, n, k, dtype, transpose_a, transpose_b, batch)
+    out_dtype = out_dtype or dtype
+    scalars = dict(activation=activation, alpha=alpha, beta=beta)
+
+    def fn(a, b, *extra):
+        return jax_hopper.hopper_matmul(a, b, out_dtype=out_dtype, transpose_a=transpose_a,
+                             transpose_b=transpose_b, config=config, strict=True,
+                             **dict(zip(arrays, extra)), **scalars)
+
+    out = poisoned_call(fn, (*batch, m, n), out_dtype, a, b, *arrays.values())
+    ref = reference64(a, b, transpose_a=transpose_a, transpose_b=transpose_b, **arrays,
+                      **scalars)
+    err = rel_frob(out, ref)
+    assert out.dtype == jnp.dtype(out_dtype)
+    assert err < REL_FROB_BOUND[jnp.dtype(out_dtype).name], (m, n, k, err)
+    return out

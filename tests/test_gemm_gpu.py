@@ -3,12 +3,11 @@
 import itertools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (REL_FROB_BOUND, poisoned_call, random_operand, reference64, rel_frob,
-                          to64)
+from gemm_helpers import (REL_FROB_BOUND, check_matmul as _check, matmul_operands as _operands,
+                          random_operand, reference64, rel_frob, to64)
 from jax_hopper import GemmConfig, hopper_matmul
 from jax_hopper.gemm import api
 from jax_hopper.kernels import catalog
@@ -16,34 +15,6 @@ from jax_hopper.kernels import catalog
 pytestmark = pytest.mark.gpu
 
 LAYOUTS = list(itertools.product((False, True), repeat=2))  # (transpose_a, transpose_b)
-
-
-def _operands(rng, m, n, k, dtype, transpose_a, transpose_b, batch=()):
-    a = random_operand(rng, (*batch, k, m) if transpose_a else (*batch, m, k), dtype)
-    b = random_operand(rng, (*batch, n, k) if transpose_b else (*batch, k, n), dtype)
-    return a, b
-
-
-def _check(rng, m, n, k, *, dtype="bfloat16", out_dtype=None, transpose_a=False,
-           transpose_b=False, batch=(), config=None, activation=None, alpha=1.0, beta=1.0,
-           **arrays):
-    """arrays: bias / residual."""
-    a, b = _operands(rng, m, n, k, dtype, transpose_a, transpose_b, batch)
-    out_dtype = out_dtype or dtype
-    scalars = dict(activation=activation, alpha=alpha, beta=beta)
-
-    def fn(a, b, *extra):
-        return hopper_matmul(a, b, out_dtype=out_dtype, transpose_a=transpose_a,
-                             transpose_b=transpose_b, config=config, strict=True,
-                             **dict(zip(arrays, extra)), **scalars)
-
-    out = poisoned_call(fn, (*batch, m, n), out_dtype, a, b, *arrays.values())
-    ref = reference64(a, b, transpose_a=transpose_a, transpose_b=transpose_b, **arrays,
-                      **scalars)
-    err = rel_frob(out, ref)
-    assert out.dtype == jnp.dtype(out_dtype)
-    assert err < REL_FROB_BOUND[jnp.dtype(out_dtype).name], (m, n, k, err)
-    return out
 
 
 @pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS)

@@ -118,10 +118,16 @@ def test_candidates_are_every_compiled_config_of_the_family():
     got = tune.candidates(PROBLEM)
     for c in got:
         c.validate("bfloat16", False, True)
-    tiles = {c.tile for c in got}
-    assert tiles == set(catalog.TILE_SHAPES)
-    assert {(c.cluster_m, c.cluster_n) for c in got} == set(catalog.CLUSTER_SHAPES)
+    plain = [c for c in got if not c.swap_ab]
+    assert {c.tile for c in plain} == set(catalog.TILE_SHAPES)
+    assert {(c.cluster_m, c.cluster_n) for c in plain} == set(catalog.CLUSTER_SHAPES)
     assert not any(c.stream_k for c in got if c.schedule == "pingpong")
+    # a stored (M, K): the swap-AB tiles too, split and whole; a stored (K, M): not.
+    swapped = [c for c in got if c.swap_ab]
+    assert {(c.tile, c.stream_k) for c in swapped} == {
+        (t, s) for t in catalog.SWAP_TILES for s in (True, False)}
+    assert not any(c.swap_ab for c in tune.candidates(
+        tune.Problem("matmul", "bfloat16", True, True, 1, 64, 256, 64)))
     glu = tune.candidates(tune.Problem("glu", "bfloat16", False, True, 1, 64, 256, 64))
     assert {c.tile for c in glu} == set(catalog.FAMILIES["glu"].tiles)
 
@@ -142,9 +148,11 @@ def test_a_winner_is_cached_only_past_the_noise(cache, best_s, cached):
 def test_the_tuner_times_every_candidate(cache):
     # On a CPU it times XLA's reference (meaningless numbers); this checks the machinery: every
     # candidate compiles, runs and is timed, and the result is a valid config.
-    r = tune.tune_problem(tune.Problem("matmul", "bfloat16", True, False, 2, 64, 128, 64), reps=1)
-    assert len(r["times"]) == len(tune.candidates(PROBLEM)) + 1
-    r["best"].validate("bfloat16", True, False)
+    for a_mn in (True, False):  # a stored (M, K) adds the swap-AB candidates
+        p = tune.Problem("matmul", "bfloat16", a_mn, False, 2, 64, 128, 64)
+        r = tune.tune_problem(p, reps=1)
+        assert len(r["times"]) == len(tune.candidates(p)) + 1
+        r["best"].validate("bfloat16", a_mn, False)
 
 
 @pytest.mark.skipif(bool(kernels_available()), reason="this machine has the kernels; the "

@@ -122,11 +122,13 @@ GemmStatus launch_gemm(const GemmArgs& g) {
 template <class Kernel>
 constexpr GemmKernelInfo gemm_kernel_info(const char* name, GemmFamily family, DType a_dtype,
                                           DType b_dtype, GemmSchedule schedule, bool a_mn_major,
-                                          bool b_mn_major) {
+                                          bool b_mn_major,
+                                          int32_t min_piece_blocks = kMinPieceBlocks) {
   using M = typename Kernel::Mainloop;
   return GemmKernelInfo{name, family, a_dtype, b_dtype, schedule, M::BM, M::BN, M::BK, M::STAGES,
                         a_mn_major,
                         b_mn_major, Kernel::kSmemBytes, Kernel::Scheduler::kSlotBytes,
+                        min_piece_blocks,
                         &gemm_product_cols<Kernel>, &gemm_resident_clusters<Kernel>,
                         &launch_gemm<Kernel>};
 }

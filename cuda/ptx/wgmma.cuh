@@ -70,6 +70,15 @@ struct WgmmaSS;
     "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
     "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 
+// The small N of the swap-AB kernels (tokens as wgmma's N): 8 and 16 registers.
+#define JH_WGMMA_N16_REGS "%0, %1, %2, %3, %4, %5, %6, %7"
+#define JH_WGMMA_N16_OPERANDS \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define JH_WGMMA_N32_REGS JH_WGMMA_N16_REGS ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define JH_WGMMA_N32_OPERANDS JH_WGMMA_N16_OPERANDS, \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define JH_WGMMA_N64_REGS JH_WGMMA_REGS_0_31
+#define JH_WGMMA_N64_OPERANDS JH_WGMMA_OPERANDS_0_31
 #define JH_WGMMA_N128_REGS JH_WGMMA_REGS_0_31 ", " JH_WGMMA_REGS_32_63
 #define JH_WGMMA_N128_OPERANDS JH_WGMMA_OPERANDS_0_31, JH_WGMMA_OPERANDS_32_63
 #define JH_WGMMA_N192_REGS JH_WGMMA_N128_REGS ", " JH_WGMMA_REGS_64_95
@@ -95,6 +104,12 @@ struct WgmmaSS;
     }                                                                                      \
   };
 
+JH_DEFINE_WGMMA_SS16(16, DType::kBF16, "bf16", "8", "9", "10", "11", "12")
+JH_DEFINE_WGMMA_SS16(16, DType::kF16, "f16", "8", "9", "10", "11", "12")
+JH_DEFINE_WGMMA_SS16(32, DType::kBF16, "bf16", "16", "17", "18", "19", "20")
+JH_DEFINE_WGMMA_SS16(32, DType::kF16, "f16", "16", "17", "18", "19", "20")
+JH_DEFINE_WGMMA_SS16(64, DType::kBF16, "bf16", "32", "33", "34", "35", "36")
+JH_DEFINE_WGMMA_SS16(64, DType::kF16, "f16", "32", "33", "34", "35", "36")
 JH_DEFINE_WGMMA_SS16(128, DType::kBF16, "bf16", "64", "65", "66", "67", "68")
 JH_DEFINE_WGMMA_SS16(128, DType::kF16, "f16", "64", "65", "66", "67", "68")
 JH_DEFINE_WGMMA_SS16(192, DType::kBF16, "bf16", "96", "97", "98", "99", "100")

@@ -68,9 +68,11 @@ ffi::Error run_gemm(GemmFamily family, const char* op, GemmShapeCheck check, cud
   g.n = static_cast<int32_t>(shape.n);
   g.k = static_cast<int32_t>(shape.k);
   g.batch = static_cast<int32_t>(shape.batch);
+  const int64_t out_rows = shape.out_transposed ? g.n : g.m;
+  const int64_t out_cols = shape.out_transposed ? g.m : g.n;
   if (residual.element_count() > 0 &&
       (residual.element_type() != out->element_type() || residual.dimensions().size() != 3 ||
-       g.residual.rows != g.m || g.residual.cols != g.n ||
+       g.residual.rows != out_rows || g.residual.cols != out_cols ||
        (g.residual.batch != 1 && g.residual.batch != g.batch)))
     return invalid(o + ": residual must be (batch or 1, M, N) in the out dtype");
   if (g.m == 0 || g.n == 0 || g.batch == 0) return ffi::Error::Success();

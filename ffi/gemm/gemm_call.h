@@ -25,11 +25,14 @@ struct GemmAttrs {
 };
 
 // The problem one family's operands pose: M, N (output columns), K, the batch, and the float32
-// bias it takes (bias_count entries, bias_rule in the message when it does not fit).
+// bias it takes (bias_count entries, bias_rule in the message when it does not fit); M and N
+// are the kernel's tile rows and columns, which out_transposed (the swap-AB family) says are
+// the output's columns and rows.
 struct GemmShape {
   int64_t m, n, k, batch;
   int64_t bias_count;
   const char* bias_rule;
+  bool out_transposed = false;
 };
 
 // A family's shape check: from the arrays run_gemm put in `g` (a, b, out, residual; `kernel`

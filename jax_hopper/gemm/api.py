@@ -35,7 +35,8 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     out_dtype.
     activation: None, "relu", "gelu_tanh", "gelu" (exact erf) or "silu".
     config: a GemmConfig; by default the tuned one for this GPU and problem (python -m
-    jax_hopper.tune), else jax_hopper.gemm.heuristics.choose_config's.
+    jax_hopper.tune), else jax_hopper.gemm.heuristics.heuristic_config's (the swap-AB kernels for
+    M <= 64 with a stored (M, K)).
     When TMA cannot address an operand (a row pitch that is not a multiple of 16 bytes, e.g.
     K=100 in bf16 row-major) the product falls back to XLA's dot with a one-time warning, or
     raises ValueError when strict=True.

@@ -24,6 +24,11 @@ class GemmConfig:
     `schedule` is how the two consumer warpgroups share the tiles: "cooperative" (both on each
     tile) or "pingpong" (alternate tiles, one's epilogue under the other's mainloop; whole
     tiles only, so stream_k=False); jax_hopper.kernels.catalog.SCHEDULES.
+    `swap_ab` (hopper_matmul with a stored (M, K)) computes out^T = op(b)^T a^T on the
+    catalog's swap-AB tiles (catalog.SWAP_TILES): block_m counts the weight's N columns, which
+    become wgmma's 64-row M, and block_n (16-64) the tokens, wgmma's N; the epilogue stores the
+    tile transposed. For decode (M <= 64), where a 64-row MMA over a few tokens would waste
+    most of its work.
     """
 
     block_m: int = 128
@@ -37,6 +42,7 @@ class GemmConfig:
     swizzle: str = "128B"
     stream_k: bool = True
     schedule: str = "cooperative"
+    swap_ab: bool = False
     a_mn_major: bool | None = None
     b_mn_major: bool | None = None
 
@@ -57,6 +63,22 @@ class GemmConfig:
                  family: str = "matmul", b_dtype: str | None = None) -> None:
         """Raises ValueError naming the field and the rule when no compiled kernel of `family`
         (jax_hopper.kernels.catalog.FAMILIES) runs this; dtype is a's, b_dtype b's (None: a's)."""
+        for field, want, got in (("a_mn_major", a_mn_major, self.a_mn_major),
+                                 ("b_mn_major", b_mn_major, self.b_mn_major)):
+            if got is not None and got != want:
+                raise ValueError(f"config: {field}={got} contradicts the call, whose operand "
+                                 f"layout makes it {want} (set by transpose_a / transpose_b)")
+        if not isinstance(self.swap_ab, bool):
+            raise ValueError(f"config: swap_ab={self.swap_ab!r} must be a bool")
+        if self.swap_ab:
+            if family not in catalog.SWAP_FAMILIES:
+                raise ValueError(f"config: swap_ab=True is compiled for hopper_matmul only, not "
+                                 f"for {catalog.FAMILIES[family].what}")
+            if a_mn_major:
+                raise ValueError("config: swap_ab=True needs a stored (M, K) (transpose_a=False): "
+                                 "the swapped kernel reads the tokens K-major as wgmma's N operand")
+            family = catalog.SWAP_FAMILIES[family]
+            a_mn_major, b_mn_major = b_mn_major, a_mn_major
         if self.schedule not in catalog.SCHEDULES:
             raise ValueError(f"config: schedule={self.schedule!r} must be one of "
                              f"{tuple(catalog.SCHEDULES)}")
@@ -96,25 +118,31 @@ class GemmConfig:
         if (dtype, b_dtype or dtype) not in pairs:
             raise ValueError(f"config: input dtypes (a, b) = ({dtype}, {b_dtype or dtype}) are not "
                              f"compiled for {catalog.FAMILIES[family].what}: {pairs}")
-        for field, want, got in (("a_mn_major", a_mn_major, self.a_mn_major),
-                                 ("b_mn_major", b_mn_major, self.b_mn_major)):
-            if got is not None and got != want:
-                raise ValueError(f"config: {field}={got} contradicts the call, whose operand "
-                                 f"layout makes it {want} (set by transpose_a / transpose_b)")
+
+    def kernel_family(self, family: str) -> str:
+        """The family whose kernel runs a `family` call with this config (its FFI target is
+        jax_hopper_gemm_<that>): the swapped one with swap_ab."""
+        return catalog.SWAP_FAMILIES[family] if self.swap_ab else family
 
     def kernel(self, family: str, dtype: str, a_mn_major: bool, b_mn_major: bool,
                b_dtype: str = "") -> str:
-        """The catalog name of the compiled kernel that runs this config (validate first)."""
-        return catalog.KernelInstance(family, dtype, self.tile, a_mn_major, b_mn_major,
-                                      b_dtype).name
+        """The catalog name of the compiled kernel that runs this config (validate first); the
+        majors are the call's (swap_ab exchanges them: the kernel's A is b)."""
+        if self.swap_ab:
+            a_mn_major, b_mn_major = b_mn_major, a_mn_major
+        return catalog.KernelInstance(self.kernel_family(family), dtype, self.tile, a_mn_major,
+                                      b_mn_major, b_dtype).name
 
     def plan(self, kernel: str, batch: int, m: int, n: int, k: int,
              resident_clusters: int) -> dict:
         """The work plan of the call (cuda/gemm/scheduler/stream_k_plan.h) on a GPU that holds
         `resident_clusters` clusters of this config at once, with the bytes of the stream-K
-        workspace it needs ('workspace_bytes', 0 when nothing is split); n counts output
-        columns. Made once, while the call is lowered; the launcher only checks it."""
+        workspace it needs ('workspace_bytes', 0 when nothing is split); m, n are the call's
+        output rows and columns (swap_ab's kernel tiles them the other way round). Made once,
+        while the call is lowered; the launcher only checks it."""
         from jax_hopper import _ffi  # noqa: PLC0415 (the extension; only lowering needs it)
+        if self.swap_ab:
+            m, n = n, m
         return _ffi.extension().gemm_plan(kernel, batch, m, n, k, self.cluster_m, self.cluster_n,
                                           self.stream_k, resident_clusters)
 

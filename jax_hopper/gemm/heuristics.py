@@ -91,3 +91,26 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
         count >= num_sms or split_k_pays(m, n, batch, tile.block_m, tile.block_n))
     return GemmConfig.for_tile(tile, cluster_m=cluster_m, cluster_n=1, raster="m",
                                stream_k=stream_k)
+
+
+# The most rows a swap-AB tile holds (its widest token tile): above it the product runs unswapped.
+SWAP_MAX_M = max(t.block_n for t in catalog.SWAP_TILES)
+
+
+def choose_swap_config(m: int) -> GemmConfig:
+    """The swap-AB config for a product of m <= SWAP_MAX_M rows: the narrowest token tile that
+    holds them all (every tile then reads its weight columns once), split along K where the
+    weight's column tiles are fewer than the SMs (the planner's small-M split: up to 4 pieces
+    of at least the family's min_piece_blocks)."""
+    tile = min((t for t in catalog.SWAP_TILES if t.block_n >= m), key=lambda t: t.block_n)
+    return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
+
+
+def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int,
+                     k: int) -> GemmConfig:
+    """The heuristic's config for a `family` call: swap-AB where the family has it, a is stored
+    (M, K) and m <= SWAP_MAX_M; otherwise choose_config over the family's tiles."""
+    if family in catalog.SWAP_FAMILIES and not a_mn_major and m <= SWAP_MAX_M:
+        return choose_swap_config(m)
+    fam = catalog.FAMILIES[family]
+    return choose_config(m, n, k, batch, tiles=fam.tiles, multicast=fam.multicast)

@@ -2,7 +2,7 @@
 
 default_config() is the config of every call that passes none (hopper_matmul, hopper_glu, the
 backward GEMMs): the cache's entry for this GPU and problem when there is one, else the
-heuristic (jax_hopper.gemm.heuristics.choose_config).
+heuristic (jax_hopper.gemm.heuristics.heuristic_config).
 
 The cache is one JSON file: $JAX_HOPPER_TUNE_CACHE, else $XDG_CACHE_HOME/jax_hopper/tune.json
 (~/.cache when XDG_CACHE_HOME is unset).
@@ -30,7 +30,7 @@ import warnings
 import jax
 
 from jax_hopper.gemm.config import GemmConfig
-from jax_hopper.gemm.heuristics import choose_config
+from jax_hopper.gemm.heuristics import heuristic_config
 from jax_hopper.kernels import catalog
 
 FORMAT = 1
@@ -115,8 +115,7 @@ def default_config(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, 
         if dtype in catalog.INPUT_DTYPES else None
     if tuned is not None:
         return tuned
-    fam = catalog.FAMILIES[family]
-    return choose_config(m, n, k, batch, tiles=fam.tiles, multicast=fam.multicast)
+    return heuristic_config(family, a_mn, batch, m, n, k)
 
 
 def store(gpu: str, entries: dict, path: str | None = None) -> str:

@@ -148,6 +148,9 @@ class Family:
     dtypes: tuple[tuple[str, str], ...] = tuple((d, d) for d in INPUT_DTYPES)
     # Whether the default config may use 2-CTA clusters (heuristics.choose_config's multicast)
     multicast: bool = True
+    # The shortest piece of a small-M split in k-blocks; None: kMinPieceBlocks
+    # (cuda/gemm/scheduler/stream_k_plan.h)
+    min_piece_blocks: int | None = None
 
     @property
     def stream_k(self) -> bool:
@@ -158,11 +161,28 @@ class Family:
 _SS16 = ("MainloopSS<DType::{a_dtype}, DType::{b_dtype}, {bm}, {bn}, {bk}, {stages}, "
          "{tile_wgs}, OperandLoad<{a_mn}, {a_bytes}>, {b_load}, NoScaling>")
 
+# The swap-AB tiles (hopper_matmul at small M, GemmConfig.swap_ab): 128 weight columns (two
+# consumer warpgroups of 64 wgmma rows) by 16, 32 or 64 tokens (wgmma's N). The operand ring
+# holds mostly weight bytes, as deep as the 227 KB allow: 10, 9 and 8 stages.
+SWAP_TILES = (TileShape(128, 16, 64, 10), TileShape(128, 32, 64, 9), TileShape(128, 64, 64, 8))
+
 FAMILIES = {
     # hopper_matmul: any operand majors, linear epilogue (alpha, bias, activation, residual).
     "matmul": Family("matmul", "kMatmul", _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>"),
                      "TmaStoreEpilogue<{bn}, LinearOps>", TILE_SHAPES,
                      OPERAND_MAJORS, "", "hopper_matmul"),
+    # hopper_matmul computed swapped, out^T = op(b)^T op(a)^T (GemmConfig.swap_ab): the kernel's
+    # A is the weight b (its N as the tile's rows, either major) and its B the tokens a (M, K),
+    # K-major (a 16- to 64-row box); the epilogue stores each strip transposed
+    # (TransposedOutput) with the bias per tile row. Decode: a few tokens against a large
+    # weight, where a 64-row wgmma over the tokens would waste most of each MMA. Nothing to
+    # multicast (one token tile); splits are weight streams, worth making short.
+    "matmul_swap": Family("matmul_swap", "kMatmulSwap",
+                          _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>"),
+                          "TmaStoreEpilogue<{bn}, LinearOps, TransposedOutput>", SWAP_TILES,
+                          ((False, False), (True, False)), "_swap",
+                          "the swap-AB GEMM (GemmConfig.swap_ab)", clusters=((1, 1),),
+                          multicast=False, min_piece_blocks=8),
     # hopper_glu: x (M, K) K-major, the (K, 2, F) weight MN-major and loaded as gate and up
     # columns side by side (GatedWeightLoad); the epilogue writes act(gate) * up, half the
     # tile's width, so only tiles whose half width is whole 64-column boxes.
@@ -226,6 +246,9 @@ FAMILIES = {
         dtypes=(("float8_e4m3fn", "float8_e4m3fn"),),
         multicast=False),  # slower with clusters (heuristics.choose_config's NOTES)
 }
+
+# The family that runs a family's product swapped (GemmConfig.swap_ab).
+SWAP_FAMILIES = {"matmul": "matmul_swap"}
 
 
 @dataclasses.dataclass(frozen=True)

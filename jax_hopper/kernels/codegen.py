@@ -68,7 +68,8 @@ def instance_source(inst: catalog.KernelInstance) -> str:
             f'    "{inst.name}", GemmFamily::{fam.cpp}, DType::{catalog.DTYPES[inst.dtypes[0]].cpp},'
             f" DType::{catalog.DTYPES[inst.dtypes[1]].cpp},"
             f" GemmSchedule::k{catalog.SCHEDULES[t.schedule].cpp},"
-            f" {str(inst.a_mn_major).lower()}, {str(inst.b_mn_major).lower()});\n\n"
+            f" {str(inst.a_mn_major).lower()}, {str(inst.b_mn_major).lower()}"
+            f"{'' if fam.min_piece_blocks is None else f', {fam.min_piece_blocks}'});\n\n"
             "}  // namespace jax_hopper\n")
 
 

@@ -43,15 +43,22 @@ struct Silu {
   __device__ float operator()(float x) const { return __fdividef(x, 1.0f + __expf(-x)); }
 };
 
-// Calls f(value, global_col) for each accumulator of this thread and stores the result back.
-// wgmma m64nN fragment: register i = 4j + 2h + e holds strip row 16*warp + lane/4 + 8h,
-// column 8j + 2*(lane%4) + e.
-template <int BN, typename F>
-__device__ __forceinline__ void for_each_accumulator(float* acc, int32_t col0, uint32_t wg_thread,
-                                                     F f) {
-  const int32_t c = col0 + 2 * (wg_thread % 4);
+// Calls f(value, index) for each accumulator of this thread and stores the result back; index
+// is the global column (index0 + the fragment column) or, kByRow, the global row (index0 + the
+// fragment row: the swap-AB kernels' output columns). wgmma m64nN fragment: register
+// i = 4j + 2h + e holds strip row 16*warp + lane/4 + 8h, column 8j + 2*(lane%4) + e.
+template <int BN, bool kByRow = false, typename F>
+__device__ __forceinline__ void for_each_accumulator(float* acc, int32_t index0,
+                                                     uint32_t wg_thread, F f) {
+  if constexpr (kByRow) {
+    const int32_t r = index0 + 16 * static_cast<int32_t>(wg_thread / 32) + (wg_thread % 32) / 4;
 #pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = f(acc[i], c + (i / 4) * 8 + i % 2);
+    for (int i = 0; i < BN / 2; ++i) acc[i] = f(acc[i], r + ((i / 2) % 2) * 8);
+  } else {
+    const int32_t c = index0 + 2 * (wg_thread % 4);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = f(acc[i], c + (i / 4) * 8 + i % 2);
+  }
 }
 
 struct Identity { __device__ float operator()(float x) const { return x; } };

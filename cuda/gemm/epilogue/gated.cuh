@@ -18,9 +18,10 @@ struct GatedOps {
   static constexpr int kOutCols = BN / 2;
   static constexpr int kBiasRows = 2;  // bias (2, n): gate, up
 
-  template <int BN, typename P>
+  template <int BN, bool kByRow, typename P>
   __device__ static void apply(float* acc, const P& p, const float* bias, int32_t col0,
                                uint32_t wg_thread) {
+    static_assert(!kByRow, "gate and up are paired along the strip's columns");
     if (p.alpha != 1.0f || bias != nullptr) {
       for_each_accumulator<BN>(acc, 0, wg_thread, [&](float x, int32_t c) {
         const int32_t half = c >= BN / 2 ? 1 : 0, col = col0 + c - half * (BN / 2);

@@ -3,6 +3,9 @@
 // it must not store.
 //   DenseOutput:   (batch, M, N) output, the tile's batch entry; bias (N,) shared by the batch;
 //                  every row of a strip inside M is the tile's (TMA clips at M).
+//   TransposedOutput: hopper_matmul computed swapped (out^T = b^T a^T, the swap-AB kernels):
+//                  the tile's rows are output columns and its columns output rows, so a strip
+//                  is stored transposed (store.cuh), and the (N,) bias is per tile row.
 //   GroupedOutput: the grouped GEMM's (1, M, N) output (cuda/gemm/scheduler/grouped.cuh): a
 //                  tile starts at its group's first row and may reach into the next group's,
 //                  so a strip stores only its first `rows`; the bias is per group
@@ -17,6 +20,7 @@ namespace jax_hopper {
 
 struct DenseOutput {
   static constexpr bool kClipRows = false;
+  static constexpr bool kTransposed = false;
 
   __device__ static int32_t batch(const TileCoord& tc) { return tc.batch; }
 
@@ -31,8 +35,13 @@ struct DenseOutput {
   }
 };
 
+struct TransposedOutput : DenseOutput {
+  static constexpr bool kTransposed = true;
+};
+
 struct GroupedOutput {
   static constexpr bool kClipRows = true;
+  static constexpr bool kTransposed = false;
 
   __device__ static int32_t batch(const TileCoord&) { return 0; }
 

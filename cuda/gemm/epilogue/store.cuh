@@ -39,6 +39,12 @@ template <> struct OutType<__nv_bfloat16> {
   __device__ static float2 load2(const uint8_t* src) {
     return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src));
   }
+  __device__ static void store1(uint8_t* dst, float a) {
+    *reinterpret_cast<__nv_bfloat16*>(dst) = __float2bfloat16_rn(a);
+  }
+  __device__ static float load1(const uint8_t* src) {
+    return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(src));
+  }
 };
 template <> struct OutType<__half> {
   __device__ static void store2(uint8_t* dst, float a, float b) {
@@ -46,6 +52,12 @@ template <> struct OutType<__half> {
   }
   __device__ static float2 load2(const uint8_t* src) {
     return __half22float2(*reinterpret_cast<const __half2*>(src));
+  }
+  __device__ static void store1(uint8_t* dst, float a) {
+    *reinterpret_cast<__half*>(dst) = __float2half_rn(a);
+  }
+  __device__ static float load1(const uint8_t* src) {
+    return __half2float(*reinterpret_cast<const __half*>(src));
   }
 };
 template <> struct OutType<float> {
@@ -55,6 +67,8 @@ template <> struct OutType<float> {
   __device__ static float2 load2(const uint8_t* src) {
     return *reinterpret_cast<const float2*>(src);
   }
+  __device__ static void store1(uint8_t* dst, float a) { *reinterpret_cast<float*>(dst) = a; }
+  __device__ static float load1(const uint8_t* src) { return *reinterpret_cast<const float*>(src); }
 };
 
 // Staging: two boxes of 64 rows x 128 bytes (16 KB) per warpgroup.
@@ -198,6 +212,68 @@ __device__ __forceinline__ void epilogue_store(const float* acc, float beta,
   }
 }
 
+// The swap-AB kernels' store (TransposedOutput): the strip's 64 rows are output columns
+// t.col0.., its BN columns output rows t.row0... Staged as output rows of one 128-byte swizzle
+// row each (kBoxCols columns: one box of BN rows for 16-bit outputs, two for float32), in the
+// layout the TMA store reads; the residual is loaded into the same bytes first, as in
+// epilogue_store. One pass: BN <= 64 rows of at most 256 bytes fit the warpgroup's staging.
+// Each thread writes single elements: a warp's 8 fragment rows are 8 adjacent columns of one
+// output row (one 16-byte chunk), its 4 column pairs 4 output rows, whose chunks the swizzle
+// puts in different banks.
+template <int BN, typename TOut, bool RESIDUAL>
+__device__ __forceinline__ void epilogue_store_transposed(const float* acc, float beta,
+                                                          const CUtensorMap* tma_d,
+                                                          const CUtensorMap* tma_r,
+                                                          const EpilogueTile& t,
+                                                          const EpilogueSync& s) {
+  uint8_t* staging = s.staging;
+  const uint32_t wg_thread = s.wg_thread;
+  constexpr int kOutBytes = sizeof(TOut);
+  constexpr int kBoxCols = 128 / kOutBytes;  // output columns per 128-byte swizzle row
+  constexpr int kBoxes = 64 / kBoxCols;
+  constexpr int kBoxBytes = BN * 128;        // BN output rows
+  static_assert(kBoxes * kBoxBytes <= kEpiBytesPerWarpgroup, "the strip fits its staging");
+  static_assert(kBoxBytes % 1024 == 0, "boxes stay aligned to the 128B swizzle's 1024 bytes");
+  if (wg_thread == 0) {
+    // The previous tile's TMA stores must have read the staging buffer.
+    ptx::bulk_wait_group_read<0>();
+    if constexpr (RESIDUAL) {
+      ptx::mbarrier_arrive_expect_tx(s.residual_loaded, kBoxes * kBoxBytes);
+#pragma unroll
+      for (int b = 0; b < kBoxes; ++b)
+        ptx::tma_load_3d(tma_r, s.residual_loaded, staging + b * kBoxBytes,
+                         t.col0 + b * kBoxCols, t.row0, t.residual_batch);
+    }
+  }
+  ptx::named_barrier_sync(s.barrier_id, 128);
+  if constexpr (RESIDUAL) {
+    ptx::mbarrier_wait(s.residual_loaded, *s.residual_phase);
+    *s.residual_phase ^= 1;
+  }
+  const int32_t warp = wg_thread / 32, lane = wg_thread % 32;
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) {
+    // Register i = 4j + 2h + e: strip row 16 warp + lane/4 + 8h (an output column), strip
+    // column 8j + 2 (lane%4) + e (an output row). The swizzle as in epilogue_store.
+    const int32_t col = warp * 16 + lane / 4 + 8 * ((i / 2) % 2);
+    const int32_t row = (i / 4) * 8 + 2 * (lane % 4) + i % 2;
+    const int32_t byte = (col % kBoxCols) * kOutBytes;
+    const int32_t off = (col / kBoxCols) * kBoxBytes + row * 128 +
+                        (((byte >> 4) ^ (row & 7)) << 4) + (byte & 15);
+    float x = acc[i];
+    if constexpr (RESIDUAL) x += beta * OutType<TOut>::load1(staging + off);
+    OutType<TOut>::store1(staging + off, x);
+  }
+  ptx::fence_proxy_async_smem();
+  ptx::named_barrier_sync(s.barrier_id, 128);
+  if (wg_thread == 0) {
+#pragma unroll
+    for (int b = 0; b < kBoxes; ++b)
+      ptx::tma_store_3d(tma_d, staging + b * kBoxBytes, t.col0 + b * kBoxCols, t.row0, t.batch);
+    ptx::bulk_commit_group();
+  }
+}
+
 template <int BN_, typename Ops, typename Output = DenseOutput>
 struct TmaStoreEpilogue {
   static constexpr int BN = BN_;                                 // product columns of a tile
@@ -212,7 +288,7 @@ struct TmaStoreEpilogue {
     float alpha, beta;
     Activation activation;
     DType out_dtype;
-    int32_t n;  // output columns
+    int32_t n;  // output columns (transposed: the tile rows)
     int32_t has_residual, residual_batched;
   };
 
@@ -227,14 +303,16 @@ struct TmaStoreEpilogue {
   };
 
   static std::string host_params(const GemmArgs& g, Params* p) {
-    // The output box is 64 rows (one consumer warpgroup's strip) by one 128-byte swizzle row;
-    // the residual is read box for box like the output it is added to.
+    // The output box is 64 rows (one consumer warpgroup's strip; transposed, the tile's BN
+    // columns) by one 128-byte swizzle row; the residual is read box for box like the output
+    // it is added to.
     const uint32_t cols = static_cast<uint32_t>(128 / dtype_bytes(g.out_dtype));
-    std::string e = map_out(g.out, g.out_dtype, cols, &p->d);
+    const uint32_t rows = Output::kTransposed ? BN : 64;
+    std::string e = map_out(g.out, g.out_dtype, cols, rows, &p->d);
     p->has_residual = g.residual.data != nullptr;
     if (e.empty()) {
       if (p->has_residual)
-        e = map_out(g.residual, g.out_dtype, cols, &p->r);
+        e = map_out(g.residual, g.out_dtype, cols, rows, &p->r);
       else
         p->r = p->d;
     }
@@ -245,7 +323,7 @@ struct TmaStoreEpilogue {
     p->beta = g.beta;
     p->activation = g.activation;
     p->out_dtype = g.out_dtype;
-    p->n = g.n;
+    p->n = Output::kTransposed ? g.m : g.n;
     p->residual_batched = p->has_residual && g.residual.batch == g.batch && g.batch > 1;
     return e;
   }
@@ -263,11 +341,26 @@ struct TmaStoreEpilogue {
   __device__ static void store(float* acc, const Params& p, const Shared& s, State& st,
                                const TileCoord& tc, int32_t row0, uint32_t wg,
                                uint32_t wg_thread, uint32_t barrier_id) {
+    if constexpr (Output::kTransposed)
+      store_transposed(acc, p, s, st, tc, row0, wg, wg_thread, barrier_id);
+    else
+      store_rows(acc, p, s, st, tc, row0, wg, wg_thread, barrier_id);
+  }
+
+  // Before the CTA exits: its last TMA stores have landed.
+  __device__ static void drain(uint32_t wg_thread) {
+    if (wg_thread == 0) ptx::bulk_wait_group<0>();
+  }
+
+ private:
+  __device__ static void store_rows(float* acc, const Params& p, const Shared& s, State& st,
+                                    const TileCoord& tc, int32_t row0, uint32_t wg,
+                                    uint32_t wg_thread, uint32_t barrier_id) {
     // The strip's rows to store: all 64 (TMA clips at M), or up to the end of the tile's rows.
     const int32_t rows = Output::kClipRows ? min(64, tc.rows - (row0 - tc.row0)) : 64;
     if (Output::kClipRows && rows <= 0) return;
     const int32_t col0 = tc.n_block * kOutCols;
-    Ops::template apply<BN>(acc, p, Output::template bias<Ops>(p, tc), col0, wg_thread);
+    Ops::template apply<BN, false>(acc, p, Output::template bias<Ops>(p, tc), col0, wg_thread);
     const EpilogueTile t{row0, col0, Output::batch(tc), Output::residual_batch(p, tc), rows};
     const EpilogueSync sync{s.staging + wg * kEpiBytesPerWarpgroup, &s.residual_loaded[wg],
                             &st.residual_phase, wg_thread, barrier_id};
@@ -292,18 +385,42 @@ struct TmaStoreEpilogue {
     }
   }
 
-  // Before the CTA exits: its last TMA stores have landed.
-  __device__ static void drain(uint32_t wg_thread) {
-    if (wg_thread == 0) ptx::bulk_wait_group<0>();
+  // TransposedOutput: the strip's rows row0.. are output columns, the tile's columns
+  // (n_block) output rows; the bias goes by strip row.
+  __device__ static void store_transposed(float* acc, const Params& p, const Shared& s, State& st,
+                                          const TileCoord& tc, int32_t row0, uint32_t wg,
+                                          uint32_t wg_thread, uint32_t barrier_id) {
+    Ops::template apply<BN, true>(acc, p, Output::template bias<Ops>(p, tc), row0, wg_thread);
+    const EpilogueTile t{tc.n_block * BN, row0, Output::batch(tc), Output::residual_batch(p, tc),
+                         BN};
+    const EpilogueSync sync{s.staging + wg * kEpiBytesPerWarpgroup, &s.residual_loaded[wg],
+                            &st.residual_phase, wg_thread, barrier_id};
+    const bool res = p.has_residual;
+    switch (p.out_dtype) {
+      case DType::kBF16:
+        res ? epilogue_store_transposed<BN, __nv_bfloat16, true>(acc, p.beta, &p.d, &p.r, t, sync)
+            : epilogue_store_transposed<BN, __nv_bfloat16, false>(acc, p.beta, &p.d, &p.r, t, sync);
+        break;
+      case DType::kF16:
+        res ? epilogue_store_transposed<BN, __half, true>(acc, p.beta, &p.d, &p.r, t, sync)
+            : epilogue_store_transposed<BN, __half, false>(acc, p.beta, &p.d, &p.r, t, sync);
+        break;
+      case DType::kF32:
+        res ? epilogue_store_transposed<BN, float, true>(acc, p.beta, &p.d, &p.r, t, sync)
+            : epilogue_store_transposed<BN, float, false>(acc, p.beta, &p.d, &p.r, t, sync);
+        break;
+      default:
+        break;
+    }
   }
 
- private:
-  static std::string map_out(const Array3& x, DType t, uint32_t cols, CUtensorMap* out) {
+  static std::string map_out(const Array3& x, DType t, uint32_t cols, uint32_t rows,
+                             CUtensorMap* out) {
     const uint64_t eb = dtype_bytes(t);
     CUtensorMapDataType bits;
     tma_bits_type(eb, &bits);
     return encode_sw128_3d(bits, x.data, x.cols, x.rows, x.batch, x.cols * eb,
-                           x.rows * x.cols * eb, cols, 64, out);
+                           x.rows * x.cols * eb, cols, rows, out);
   }
 };
 

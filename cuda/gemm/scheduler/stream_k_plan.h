@@ -38,15 +38,19 @@ struct StreamKPlan {
 // A stream-K range is at least 1/kMaxSplit of a tile, so a finishing piece waits for at most
 // kMaxSplit others; more, smaller pieces would cost more in fp32 traffic than they balance.
 constexpr int64_t kMaxSplit = 4;
-// The shortest piece a small-M split (below) makes. The fix-up (a flag memset launch, one fp32
-// round trip through L2) costs about 3 us: pieces of 16 k-blocks made 256 x 4096 x 2048 11%
-// slower, while 32 and more gained (H100, 2026-11-22, gemm_h100_20261122_splitk_configs.log).
-constexpr int64_t kMinPieceBlocks = 32;
+// The shortest piece a small-M split (below) makes, unless the kernel's family names its own
+// (catalog.Family.min_piece_blocks: the swap-AB tiles, whose k-blocks are weight reads from
+// HBM, each several times longer than a 128 x 128 tile's). The fix-up (a flag memset launch,
+// one fp32 round trip through L2) costs about 3 us: pieces of 16 k-blocks made
+// 256 x 4096 x 2048 11% slower, while 32 and more gained (H100, 2026-11-22,
+// gemm_h100_20261122_splitk_configs.log).
+constexpr int32_t kMinPieceBlocks = 32;
 
 // `tiles` in cluster units; `max_sk_clusters`: clusters with a workspace slot per CTA.
 JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
                                                 int32_t resident_clusters,
-                                                int32_t max_sk_clusters) {
+                                                int32_t max_sk_clusters,
+                                                int32_t min_piece_blocks = kMinPieceBlocks) {
   StreamKPlan s = {};
   s.k_blocks = k_blocks;
   const int64_t waves = tiles / resident_clusters;
@@ -71,13 +75,13 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
   } else if (waves == 0 && tiles > 0 && ranges_fit_i32) {
     // Fewer tiles than clusters (small M): split K, every tile in the same number of equal
     // pieces (at most kMaxSplit, a divisor of the k-blocks so no piece crosses a tile, and
-    // kMinPieceBlocks k-blocks each at least, so the fix-up stays small next to a piece);
+    // min_piece_blocks k-blocks each at least, so the fix-up stays small next to a piece);
     // each cluster gets one piece and otherwise idle SMs join in.
     const int64_t clusters =
         resident_clusters < max_sk_clusters ? resident_clusters : max_sk_clusters;
     int64_t split = clusters / tiles;
     if (split > kMaxSplit) split = kMaxSplit;
-    if (split > k_blocks / kMinPieceBlocks) split = k_blocks / kMinPieceBlocks;
+    if (split > k_blocks / min_piece_blocks) split = k_blocks / min_piece_blocks;
     while (split > 1 && k_blocks % split != 0) --split;
     // NOTES: with more than half a wave of tiles (no equal split fits), one stream-K range per
     // cluster ran 1.3-1.8x slower than whole tiles (768 x 4096 x 4096: 87 vs 57 us;

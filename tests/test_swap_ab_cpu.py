@@ -1,0 +1,74 @@
+"""The swap-AB configs (GemmConfig.swap_ab, the matmul_swap family) without a GPU: validation,
+the heuristic's choice, kernel names and the plan over the swapped tiles."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_hopper import GemmConfig, hopper_glu, hopper_matmul
+from jax_hopper.gemm import heuristics
+from jax_hopper.kernels import catalog
+
+SWAP = GemmConfig.for_tile(catalog.SWAP_TILES[0], swap_ab=True)
+
+
+def test_heuristic_swaps_up_to_the_widest_token_tile():
+    for m, bn in ((1, 16), (16, 16), (17, 32), (32, 32), (33, 64), (64, 64)):
+        cfg = heuristics.heuristic_config("matmul", False, 1, m, 4096, 4096)
+        assert cfg.swap_ab and cfg.block_n == bn and cfg.block_m == 128, (m, cfg)
+        cfg.validate("bfloat16", False, True)
+        cfg.validate("bfloat16", False, False)
+    assert not heuristics.heuristic_config("matmul", False, 1, 65, 4096, 4096).swap_ab
+    # a stored (K, M) (transpose_a), and the families without a swapped kernel
+    assert not heuristics.heuristic_config("matmul", True, 1, 16, 4096, 4096).swap_ab
+    assert not heuristics.heuristic_config("glu", False, 1, 16, 4096, 4096).swap_ab
+
+
+def test_kernel_is_the_swapped_family_with_majors_exchanged():
+    # b stored (K, N) is the kernel's A stored (K, M'): MN-major; a (M, K) its B, K-major.
+    assert SWAP.kernel("matmul", "bfloat16", False, True) == \
+        "sm90_gemm_bf16_128x16x64_s10_mk_swap"
+    assert SWAP.kernel("matmul", "float16", False, False) == \
+        "sm90_gemm_f16_128x16x64_s10_kk_swap"
+    assert SWAP.kernel_family("matmul") == "matmul_swap"
+    assert GemmConfig().kernel_family("matmul") == "matmul"
+
+
+def test_validation_names_the_rule():
+    with pytest.raises(ValueError, match="transpose_a=False"):
+        SWAP.validate("bfloat16", True, True)
+    with pytest.raises(ValueError, match="not compiled for the swap-AB GEMM"):
+        GemmConfig(swap_ab=True).validate("bfloat16", False, True)  # 128 x 256: no swap tile
+    with pytest.raises(ValueError, match="must be one of"):
+        GemmConfig.for_tile(catalog.SWAP_TILES[0], swap_ab=True, cluster_m=2).validate(
+            "bfloat16", False, True)
+    with pytest.raises(ValueError, match="hopper_matmul only"):
+        SWAP.validate("bfloat16", False, True, family="glu")
+    with pytest.raises(ValueError, match="must be a bool"):
+        GemmConfig(swap_ab=1).validate("bfloat16", False, True)
+    with pytest.raises(ValueError, match="transpose_a=False"):
+        hopper_matmul(jnp.zeros((64, 16), jnp.bfloat16), jnp.zeros((64, 64), jnp.bfloat16),
+                      transpose_a=True, config=SWAP)
+    with pytest.raises(ValueError, match="hopper_matmul only"):
+        hopper_glu(jnp.zeros((16, 64), jnp.bfloat16), jnp.zeros((64, 2, 64), jnp.bfloat16),
+                   config=SWAP)
+
+
+def test_swapped_call_matches_the_reference_on_cpu(rng):
+    a = jnp.asarray(rng.standard_normal((5, 72)), jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((72, 40)), jnp.bfloat16)
+    got = hopper_matmul(a, b, config=SWAP, preferred_element_type=jnp.float32)
+    want = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.extension
+def test_plan_tiles_the_weight_columns():
+    """The plan of a swapped call counts tiles over N (128 weight columns) and the tokens: 32 x 1
+    tiles for 1 x 4096 x 4096, split into 4 pieces of 16 k-blocks (min_piece_blocks 8)."""
+    kernel = SWAP.kernel("matmul", "bfloat16", False, True)
+    plan = SWAP.plan(kernel, 1, 1, 4096, 4096, catalog.DEFAULT_NUM_SMS)
+    assert plan["sk_clusters"] == 32 * 4 and plan["grid_clusters"] == 128
+    whole = GemmConfig.for_tile(catalog.SWAP_TILES[0], swap_ab=True, stream_k=False)
+    plan = whole.plan(kernel, 1, 1, 4096, 4096, catalog.DEFAULT_NUM_SMS)
+    assert plan["sk_clusters"] == 0 and plan["grid_clusters"] == 32

@@ -1,0 +1,114 @@
+"""hopper_matmul's swap-AB kernels (GemmConfig.swap_ab, the matmul_swap family) on an sm_90 GPU
+against float64: out^T = b^T a^T with the tokens as wgmma's N, the tile stored transposed."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gemm_helpers import check_matmul, matmul_operands, random_operand
+from jax_hopper import GemmConfig, hopper_matmul
+from jax_hopper.gemm import heuristics
+from jax_hopper.kernels import catalog
+
+pytestmark = pytest.mark.gpu
+
+
+def _swap(tile, stream_k=True):
+    return GemmConfig.for_tile(tile, swap_ab=True, stream_k=stream_k)
+
+
+@pytest.mark.parametrize("transpose_b", (False, True))
+@pytest.mark.parametrize("tile", catalog.SWAP_TILES, ids=lambda t: t.tag)
+@pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
+def test_every_tile_and_weight_layout(rng, dtype, tile, transpose_b):
+    # Tokens short of the tile, a weight edge inside a 128-column tile, a k tail.
+    check_matmul(rng, tile.block_n - 3, 328, 584, dtype=dtype, transpose_b=transpose_b,
+                 config=_swap(tile))
+
+
+# Decode-like and edge shapes: 1 token; 7, 63, 65 (one past a tile); N off the 128-column tiles;
+# K long enough to split (>= 2 x 8 k-blocks) and not.
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (7, 136, 72), (16, 1000, 1032),
+                                   (63, 264, 4104), (64, 12288, 128), (1, 8, 8), (33, 520, 2056)])
+@pytest.mark.parametrize("stream_k", (True, False))
+def test_shapes_split_and_whole(rng, m, n, k, stream_k):
+    tile = heuristics.choose_swap_config(m).tile
+    check_matmul(rng, m, n, k, config=_swap(tile, stream_k), transpose_b=True)
+
+
+@pytest.mark.parametrize("m", [65, 200])
+def test_several_token_tiles(rng, m):
+    """More tokens than one tile: the tile's columns walk the tokens (explicit config)."""
+    check_matmul(rng, m, 392, 520, config=_swap(catalog.SWAP_TILES[0]))
+
+
+@pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)
+@pytest.mark.parametrize("activation", [None, "gelu", "silu"])
+def test_epilogue_transposed(rng, out_dtype, activation):
+    """alpha, the (N,) bias (per tile row here), the activation and the residual, in every out
+    dtype (float32 stages two 128-byte boxes per strip)."""
+    m, n = 24, 392
+    bias = random_operand(rng, (n,), jnp.float32)
+    residual = random_operand(rng, (m, n), out_dtype)
+    check_matmul(rng, m, n, 264, out_dtype=out_dtype, activation=activation, alpha=0.5,
+                 beta=-1.5, bias=bias, residual=residual, config=_swap(catalog.SWAP_TILES[1]))
+
+
+def test_batched_and_shared_operands(rng):
+    cfg = _swap(catalog.SWAP_TILES[0])
+    check_matmul(rng, 5, 136, 264, batch=(3,), config=cfg)  # both batched
+    a = random_operand(rng, (3, 5, 264), jnp.bfloat16)       # one weight for every entry
+    b = random_operand(rng, (264, 136), jnp.bfloat16)
+    residual = random_operand(rng, (5, 136), jnp.bfloat16)   # one residual for every entry
+    out = hopper_matmul(a, b, residual=residual, config=cfg)
+    want = np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64)) + \
+        np.asarray(residual, np.float64)
+    err = np.linalg.norm(np.asarray(out, np.float64) - want) / np.linalg.norm(want)
+    assert err < 6e-3
+
+
+def test_split_is_reproducible_and_matches_whole(rng):
+    a, b = matmul_operands(rng, 8, 1024, 8192, "bfloat16", False, False)
+    split = jax.jit(lambda a, b: hopper_matmul(a, b, preferred_element_type=jnp.float32,
+                                               config=_swap(catalog.SWAP_TILES[0], True)))
+    whole = jax.jit(lambda a, b: hopper_matmul(a, b, preferred_element_type=jnp.float32,
+                                               config=_swap(catalog.SWAP_TILES[0], False)))
+    first = np.asarray(split(a, b))
+    assert np.array_equal(first, np.asarray(split(a, b)))
+    np.testing.assert_allclose(first, np.asarray(whole(a, b)), rtol=1e-4, atol=1e-3)
+
+
+def test_default_config_swaps_small_m_only(rng):
+    """The heuristic's choice reaches the call: the swapped target for 16 rows, not for 128, and
+    not for a stored (K, M)."""
+    b = random_operand(rng, (512, 256), jnp.bfloat16)
+
+    def target(m, transpose_a=False):
+        a = random_operand(rng, (512, m) if transpose_a else (m, 512), jnp.bfloat16)
+        text = jax.jit(lambda a, b: hopper_matmul(a, b, transpose_a=transpose_a)).lower(
+            a, b).as_text()
+        return "jax_hopper_gemm_matmul_swap" in text
+
+    assert target(16) and target(64)
+    assert not target(128) and not target(16, transpose_a=True)
+
+
+def test_grad_of_a_decode_product(rng):
+    """jax.grad at 16 tokens: the forward and dx run swapped, dw (a K-long contraction over the
+    tokens) does not; all within bf16 bounds of float64."""
+    x = random_operand(rng, (16, 1024), jnp.bfloat16)
+    w = random_operand(rng, (1024, 512), jnp.bfloat16)
+    g = random_operand(rng, (16, 512), jnp.float32)
+
+    def loss(x, w):
+        return jnp.sum(hopper_matmul(x, w, preferred_element_type=jnp.float32) * g)
+
+    dx, dw = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, w)
+    g64 = np.asarray(g, np.float64)
+    want_dx = g64 @ np.asarray(w, np.float64).T
+    want_dw = np.asarray(x, np.float64).T @ g64
+    for got, want in ((dx, want_dx), (dw, want_dw)):
+        err = np.linalg.norm(np.asarray(got, np.float64) - want) / np.linalg.norm(want)
+        assert err < 6e-3, err
+
