@@ -66,9 +66,11 @@ class GemmCase:
         from jax_hopper import GemmConfig
         if self.tile is None:
             return None
+        from jax_hopper.kernels import catalog
         t = self.tile
         return GemmConfig.for_tile(t, cluster_m=self.cluster[0], cluster_n=self.cluster[1],
-                                   raster=self.raster, group_size=3)
+                                   raster=self.raster, group_size=3,
+                                   swap_ab=t in catalog.SWAP_TILES)
 
     def label(self) -> str:
         tile = self.tile.tag if self.tile is not None else "auto"
@@ -145,7 +147,30 @@ def gemm_groups(quick: bool) -> list[list[GemmCase]]:
     # 66 clusters: each takes 2-3, so both consumer warpgroups run and alternate.
     groups.append([GemmCase(2300, 2200, 200, tile=t, cluster=(2, 1), bias=True, residual=True,
                             activation="relu") for t in tiles if t.schedule == "pingpong"])
-    return groups + fp8_groups(quick)
+    return groups + swap_groups(quick) + fp8_groups(quick)
+
+
+def swap_groups(quick: bool) -> list[list[GemmCase]]:
+    """The swap-AB kernels (GemmConfig.swap_ab): every token tile x weight layout x dtype (quick:
+    the dtypes rotated), tokens short of the tile; the transposed epilogue in every out dtype;
+    split weight streams (16 x 4096 x 4096: 32 tiles in 4 pieces) and a batch against a shared
+    weight."""
+    from jax_hopper.kernels import catalog
+    tiles = catalog.SWAP_TILES
+    groups = []
+    for i, (tile, tb, dtype) in enumerate(itertools.product(tiles, (False, True),
+                                                            catalog.INPUT_DTYPES)):
+        if quick and i % 2 != (i // 2) % 2:
+            continue
+        groups.append([GemmCase(tile.block_n - 3, 328, 584, dtype=dtype, tile=tile,
+                                transpose_b=tb)])
+    groups.append([GemmCase(24, 392, 264, tile=tiles[1], out_dtype=o, activation="gelu",
+                            bias=True, residual=True, alpha=0.5, beta=-1.5)
+                   for o in catalog.OUTPUT_DTYPES])
+    groups.append([GemmCase(16, 4096, 4096, tile=tiles[0]),
+                   GemmCase(5, 264, 136, batch=3, shared_b=True, tile=tiles[0], bias=True,
+                            residual=True)])
+    return groups
 
 
 def fp8_groups(quick: bool) -> list[list[GemmCase]]:

@@ -8,7 +8,8 @@
 // reads). Owns the staging buffers and one residual-load barrier per consumer warpgroup.
 // Output (output.cuh) says where a strip goes; a strip that may store only some of its rows (the
 // grouped GEMM's, at a group's end) is copied from the staging buffer to global memory by the
-// warpgroup's threads, row by row, instead of by TMA, which clips only at the array's edge.
+// warpgroup's threads, row by row, instead of by TMA, which clips only at the array's edge; the
+// swap-AB kernels' strips (TransposedOutput) are staged transposed (epilogue_store_transposed).
 #pragma once
 
 #include <cuda.h>
