@@ -110,7 +110,7 @@ def time_chained(run, pairs, reps: int = 7, warmup: int = 2) -> dict:
     return result
 
 
-def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2) -> dict:
+def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2, pipeline: int = 3) -> dict:
     """time_chained for several variants at once: {name: (run, pairs)} -> {name: result}, where
     a result is time_chained's dict, or the exception that variant raised.
 
@@ -118,6 +118,12 @@ def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2) -> dict:
     order rotated every round. A GPU's clock drifts with its temperature and power draw over
     seconds, by several percent at full load: timed back to back, one variant would get the
     cool GPU and the next the hot one. Interleaved, the drift falls on all of them alike.
+    One timed sample is `pipeline` runs issued back to back, then waited for: the host enqueues
+    a run's calls before the device finishes the previous run's, so the device time is what
+    is measured wherever it exceeds the host's. NOTES: enqueueing a chained program took 17-27 us
+    per call on the H100 (2026-11-24, jnp.dot and hopper_matmul alike), more than a decode
+    GEMM's 11-15 us on the device: one run waited for alone measured 28 us per call at
+    1 x 4096 x 4096 where three back to back measured 19 (jnp.dot).
     """
     results = {}
     for name, (run, pairs) in runs.items():
@@ -139,8 +145,9 @@ def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2) -> dict:
             run, pairs = runs[name]
             try:
                 t0 = time.perf_counter()
-                jax.block_until_ready(run(pairs))
-                results[name]["times_s"].append((time.perf_counter() - t0) / len(pairs))
+                jax.block_until_ready([run(pairs) for _ in range(pipeline)])
+                results[name]["times_s"].append((time.perf_counter() - t0) /
+                                                (pipeline * len(pairs)))
             except Exception as e:  # noqa: BLE001
                 results[name] = e
     for r in results.values():

@@ -177,9 +177,13 @@ def test_time_interleaved_rotates_order_and_reports_failures(sets):
 
     pairs = timing.rotation(sets, 3)
     runs = {"a": (tagged("a"), pairs), "b": (tagged("b"), pairs), "c": (tagged("c"), pairs)}
-    r = timing.time_interleaved(runs, reps=3, warmup=2)
+    r = timing.time_interleaved(runs, reps=3, warmup=2, pipeline=1)
     # Two warm-up runs each, then rounds a b c / b c a / c a b.
     assert calls == ["a", "a", "b", "b", "c", "c"] + list("abc" "bca" "cab")
+    calls.clear()
+    timing.time_interleaved(runs, reps=2, warmup=1, pipeline=2)
+    # A timed sample is `pipeline` runs back to back.
+    assert calls == ["a", "b", "c"] + list("aabbcc" "bbccaa")
     for name in "abc":
         assert len(r[name]["times_s"]) == 3 and r[name]["median_s"] > 0
         np.testing.assert_array_equal(np.asarray(r[name]["out"]), np.asarray(jnp.dot(*sets[0])))
