@@ -28,9 +28,11 @@ def test_every_tile_and_weight_layout(rng, dtype, tile, transpose_b):
 
 
 # Decode-like and edge shapes: 1 token; 7, 63, 65 (one past a tile); N off the 128-column tiles;
-# K long enough to split (>= 2 x 8 k-blocks) and not.
+# K long enough to split in equal pieces (>= 2 x 8 k-blocks) and not; more weight tiles than
+# half the SMs (no equal split: whole tiles) and a partial second wave (224 tiles on 132 SMs).
 @pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (7, 136, 72), (16, 1000, 1032),
-                                   (63, 264, 4104), (64, 12288, 128), (1, 8, 8), (33, 520, 2056)])
+                                   (63, 264, 4104), (64, 12288, 128), (1, 8, 8), (33, 520, 2056),
+                                   (16, 28672, 1032), (5, 14336, 4104)])
 @pytest.mark.parametrize("stream_k", (True, False))
 def test_shapes_split_and_whole(rng, m, n, k, stream_k):
     tile = heuristics.choose_swap_config(m).tile

@@ -40,7 +40,11 @@ struct StreamKPlan {
 constexpr int64_t kMaxSplit = 4;
 // The shortest piece a small-M split (below) makes, unless the kernel's family names its own
 // (catalog.Family.min_piece_blocks: the swap-AB tiles, whose k-blocks are weight reads from
-// HBM, each several times longer than a 128 x 128 tile's). The fix-up (a flag memset launch,
+// HBM, each several times longer than a 128 x 128 tile's). NOTES: those weight streams share
+// nothing with other tiles, yet stream-K ranges over their partial waves (112 tiles on 132
+// SMs, or 224 = 1.7 waves) measured 3-13% slower than whole tiles (H100, 2026-11-24,
+// ab_h100_20261124_swap_split.json): HBM, not the idle SMs, limits them, and the fix-up only
+// adds; they keep the rules below. The fix-up (a flag memset launch,
 // one fp32 round trip through L2) costs about 3 us: pieces of 16 k-blocks made
 // 256 x 4096 x 2048 11% slower, while 32 and more gained (H100, 2026-11-22,
 // gemm_h100_20261122_splitk_configs.log).
