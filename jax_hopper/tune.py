@@ -164,7 +164,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", type=timing.parse_shape, required=True,
                         help="MxNxK of each problem (N: output columns)")
-    parser.add_argument("--family", choices=list(catalog.FAMILIES), default="matmul")
+    parser.add_argument("--family", choices=("matmul", "glu"), default="matmul",
+                        help="hopper_matmul (with its swap-AB kernels) or hopper_glu")
     parser.add_argument("--dtype", choices=catalog.INPUT_DTYPES, default="bfloat16")
     parser.add_argument("--layout", default="nn",
                         help="two letters, n or t: transpose_a and transpose_b of the call")
