@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from gemm_helpers import glu_reference64, random_operand, rel_frob
-from jax_hopper import GemmConfig, hopper_glu
+from jax_hopper import GemmConfig, hopper_glu, tune
+from jax_hopper.gemm import heuristics
 
 
 @pytest.fixture
@@ -89,3 +90,26 @@ def test_grad_and_vmap_match_the_jnp_unit(xw, rng):
     over_w = jax.vmap(hopper_glu, in_axes=(None, 0))(x[0], jnp.stack([w, 2 * w]))
     assert over_w.shape == (2, 32, 24)
     assert rel_frob(over_w[1], glu_reference64(x[0], 2 * w)) < 1e-2
+
+
+def test_decode_rows_take_the_swapped_product(rng):
+    """At most SWAP_MAX_M rows in all (here 3 x 5, folded into one product of 15 rows): the
+    product on the swap-AB kernels in float32, the unit in XLA; more rows, or a config: the
+    fused gated kernel. Both match float64."""
+    w = random_operand(rng, (64, 2, 24), "bfloat16")
+    bias = jnp.asarray(rng.standard_normal((2, 24)), jnp.float32)
+    small = random_operand(rng, (3, 5, 64), "bfloat16")
+    res = random_operand(rng, (3, 5, 24), "bfloat16")
+    fn = lambda x, w: hopper_glu(x, w, bias=bias, residual=res, alpha=0.5)  # noqa: E731
+    p, = tune.problems_of(fn, small, w)
+    assert (p.family, p.batch, p.m, p.n, p.k) == ("matmul", 1, 15, 48, 64)
+    assert heuristics.heuristic_config("matmul", p.a_mn, p.batch, p.m, p.n, p.k).swap_ab
+    out = jax.jit(fn)(small, w)
+    assert out.shape == (3, 5, 24)
+    ref = glu_reference64(small, w, activation="silu", bias=bias, residual=res, alpha=0.5)
+    assert rel_frob(out, ref) < 6e-3
+    large = random_operand(rng, (65, 64), "bfloat16")
+    assert [p.family for p in tune.problems_of(hopper_glu, large, w)] == ["glu"]
+    cfg = GemmConfig(block_n=128, stages=6)
+    assert [p.family for p in tune.problems_of(lambda x, w: hopper_glu(x, w, config=cfg),
+                                               small, w)] == ["glu"]

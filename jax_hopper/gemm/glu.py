@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from jax_hopper.gemm import api, autodiff
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code, apply_gated
+from jax_hopper.gemm.heuristics import SWAP_MAX_M
 from jax_hopper.gemm.tuned import default_config
 from jax_hopper.gemm.primitive import freeze, reference
 
@@ -48,7 +49,9 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
     activation: "silu" (SwiGLU), "gelu" (GeGLU, exact erf), "gelu_tanh", "relu" (ReGLU) or None
     (bilinear). bias: (2, F), added in float32; residual: broadcastable to (..., F), cast to
     out_dtype (default x's dtype: bfloat16, float16 or float32). Accumulation and the unit are in
-    float32 with one rounding. config: a GemmConfig for the (rows, 2F, K) product.
+    float32 with one rounding. config: a GemmConfig for the (rows, 2F, K) product. Without one,
+    at most heuristics.SWAP_MAX_M rows in all (decode) take hopper_matmul's swap-AB kernels for
+    the product (float32) and the unit after it in XLA: the fused kernel has no swapped form.
     strict: raise instead of falling back to XLA's dot when TMA cannot address x (K not a
     multiple of 8 for 16-bit inputs), as in hopper_matmul.
     """
@@ -79,6 +82,10 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
         res3 = jnp.broadcast_to(api.checked_residual(residual, (*lead, f), out_dtype),
                                 (*lead, f)).reshape(batch, rows, f)
 
+    # Decode (a few rows, no config asked for): the product runs on the swap-AB kernels, which
+    # the gated unit has no form of, and the unit after it in XLA on a float32 (rows, 2F) that
+    # is small next to the weight the product reads.
+    decode = config is None and batch * rows <= SWAP_MAX_M
     if config is None:
         config = default_config("glu", x.dtype.name, False, True, batch, rows, 2 * f, k)
     elif not isinstance(config, GemmConfig):
@@ -93,17 +100,23 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
                          alpha=alpha, beta=beta, config=config, family="glu"))
     if batch == 0 or rows == 0 or f == 0 or k == 0:
         out = reference(x3, w, bias2, res3, **dict(params))  # nothing to launch
+    elif decode:
+        # Every row in one product (w is shared), so the weight is read once.
+        flat = (1, batch * rows, -1)
+        out = _unfused(x3.reshape(flat), w, bias2, res3.reshape(flat) if res3.size else res3,
+                       params, product_dtype=_F32)
     else:
         out = autodiff.gemm(x3, w, bias2, res3, params, res3.shape[0], _unfused)
     return out.reshape(*lead, f)
 
 
-def _unfused(x3, w, bias, res, params):
-    """The same unit from hopper_matmul's (differentiable) product in x's dtype and jnp."""
+def _unfused(x3, w, bias, res, params, product_dtype=None):
+    """The same unit from hopper_matmul's (differentiable) product in product_dtype (default
+    x's dtype) and jnp."""
     p = dict(params)
     k, _, f = w.shape
     product = freeze({**p, "family": "matmul", "activation": 0, "beta": 1.0,
-                      "out_dtype": x3.dtype,
+                      "out_dtype": jnp.dtype(product_dtype or x3.dtype),
                       "config": default_config("matmul", x3.dtype.name, False, True,
                                                x3.shape[0], x3.shape[1], 2 * f, k)})
     z = autodiff.gemm(x3, w.reshape(1, k, 2 * f), bias.reshape(-1),
