@@ -1,11 +1,12 @@
 """The swap-AB configs (GemmConfig.swap_ab, the matmul_swap family) without a GPU: validation,
 the heuristic's choice, kernel names and the plan over the swapped tiles."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_hopper import GemmConfig, hopper_glu, hopper_matmul
+from jax_hopper import GemmConfig, hopper_glu, hopper_matmul, tune
 from jax_hopper.gemm import heuristics
 from jax_hopper.kernels import catalog
 
@@ -72,3 +73,26 @@ def test_plan_tiles_the_weight_columns():
     whole = GemmConfig.for_tile(catalog.SWAP_TILES[0], swap_ab=True, stream_k=False)
     plan = whole.plan(kernel, 1, 1, 4096, 4096, catalog.DEFAULT_NUM_SMS)
     assert plan["sk_clusters"] == 0 and plan["grid_clusters"] == 32
+
+
+def test_a_batch_against_a_shared_weight_is_one_product(rng):
+    """x (8, 2, K) @ w (K, N): one product of 16 rows (swap-AB by default), the weight read once;
+    also with a batched residual. A residual shared by the batch keeps the batch (folding it
+    would copy the residual), and so does a stored (K, M) a."""
+    x = jnp.asarray(rng.standard_normal((8, 2, 64)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((64, 40)), jnp.bfloat16)
+    res = jnp.asarray(rng.standard_normal((8, 2, 40)), jnp.float32)
+
+    def shapes(fn, *args):
+        return [(p.batch, p.m, p.n, p.k) for p in tune.problems_of(fn, *args)]
+
+    assert shapes(hopper_matmul, x, w) == [(1, 16, 40, 64)]
+    with_res = lambda x, w, r: hopper_matmul(x, w, residual=r, out_dtype=jnp.float32)  # noqa: E731
+    assert shapes(with_res, x, w, res) == [(1, 16, 40, 64)]
+    got = jax.jit(with_res)(x, w, res)
+    want = np.asarray(x, np.float64) @ np.asarray(w, np.float64) + np.asarray(res, np.float64)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-3)
+    assert shapes(with_res, x, w, res[:1]) == [(8, 2, 40, 64)]
+    x_km = jnp.asarray(rng.standard_normal((8, 64, 8)), jnp.bfloat16)  # (K, M): rows of 16 B
+    assert shapes(lambda x, w: hopper_matmul(x, w, transpose_a=True), x_km, w) == \
+        [(8, 8, 40, 64)]

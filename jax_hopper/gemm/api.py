@@ -78,14 +78,24 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     res_arr = prepare_residual(residual, batch_shape, m, n, out_dtype)
 
     a_mn_major, b_mn_major = bool(transpose_a), not transpose_b
+    a3 = as_batched_3d(a, batch_shape)
+    b3 = as_batched_3d(b, batch_shape)
+    # A batch against one shared b is one product of batch * M rows (a free reshape of a K-major
+    # a, and of a batched residual): b is read once, not once per entry, and the config fits
+    # the whole product (a decode step's (B, 1, K) tokens are B rows).
+    folded = (b3.shape[0] == 1 and a3.shape[0] > 1 and not a_mn_major and
+              res_arr.shape[0] != 1 and not explicitly_sharded(a3))
+    if folded:
+        a3 = a3.reshape(1, batch * m, k)
+        if res_arr.size:
+            res_arr = res_arr.reshape(1, batch * m, n)
     if config is None:
-        config = default_config("matmul", a.dtype.name, a_mn_major, b_mn_major, batch, m, n, k)
+        config = default_config("matmul", a.dtype.name, a_mn_major, b_mn_major,
+                                1 if folded else batch, batch * m if folded else m, n, k)
     elif not isinstance(config, GemmConfig):
         raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
     config.validate(a.dtype.name, a_mn_major, b_mn_major)
 
-    a3 = as_batched_3d(a, batch_shape)
-    b3 = as_batched_3d(b, batch_shape)
     params = dict(family="matmul", a_mn_major=a_mn_major, b_mn_major=b_mn_major,
                   out_dtype=out_dtype, activation=act, alpha=alpha, beta=beta, config=config)
 
@@ -107,6 +117,14 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     if squeeze_n:
         out = out[..., 0]
     return out
+
+
+def explicitly_sharded(x) -> bool:
+    """Whether x's type carries a sharding (jax's explicit sharding mode): a reshape that merges
+    a sharded axis would then need its output sharding spelled out, so such a batch stays a
+    batch (the sharding rule splits it)."""
+    spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None)
+    return spec is not None and any(p is not None for p in spec)
 
 
 def out_dtype_arg(out_dtype, preferred_element_type):

@@ -84,8 +84,10 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
 
     # Decode (a few rows, no config asked for): the product runs on the swap-AB kernels, which
     # the gated unit has no form of, and the unit after it in XLA on a float32 (rows, 2F) that
-    # is small next to the weight the product reads.
-    decode = config is None and batch * rows <= SWAP_MAX_M
+    # is small next to the weight the product reads. (Not with explicitly sharded operands:
+    # the reshapes would need their output shardings spelled out.)
+    decode = (config is None and batch * rows <= SWAP_MAX_M and
+              not (api.explicitly_sharded(x) or api.explicitly_sharded(w)))
     if config is None:
         config = default_config("glu", x.dtype.name, False, True, batch, rows, 2 * f, k)
     elif not isinstance(config, GemmConfig):
