@@ -29,7 +29,8 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     a: (..., M, K) or, with transpose_a, (..., K, M) -- read in place through wgmma's transpose
        bit, never transposed in memory. b: (..., K, N) or, with transpose_b, (..., N, K).
     Leading (batch) dimensions broadcast as in jnp.matmul; an operand without them is shared by
-    every batch entry without being copied. bfloat16 or float16 inputs (both the same);
+    every batch entry without being copied (a batch of K-major a against one b runs as a single
+    product of batch x M rows, b read once). bfloat16 or float16 inputs (both the same);
     out_dtype (alias preferred_element_type) bfloat16, float16 or float32, default the input
     dtype. bias: (N,), added in float32; residual: broadcastable to the output, cast to
     out_dtype.
