@@ -106,7 +106,8 @@ def test_problems_of_a_function_forward_and_backward():
             hopper_glu(x, wg).astype(jnp.float32).sum()
 
     forward = tune.problems_of(f, x, w, wg)
-    assert tune.Problem("matmul", "bfloat16", False, True, 4, 32, 96, 64) in forward
+    # The batch of x against the shared w is one product of 4 x 32 rows.
+    assert tune.Problem("matmul", "bfloat16", False, True, 1, 128, 96, 64) in forward
     assert tune.Problem("glu", "bfloat16", False, True, 4, 32, 80, 64) in forward
     backward = tune.problems_of(jax.grad(lambda w: f(x, w, wg)), w)
     # dW = x^T dY: K is the 4 x 32 rows, N the 96 columns.
