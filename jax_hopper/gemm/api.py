@@ -79,17 +79,9 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     res_arr = prepare_residual(residual, batch_shape, m, n, out_dtype)
 
     a_mn_major, b_mn_major = bool(transpose_a), not transpose_b
-    a3 = as_batched_3d(a, batch_shape)
     b3 = as_batched_3d(b, batch_shape)
-    # A batch against one shared b is one product of batch * M rows (a free reshape of a K-major
-    # a, and of a batched residual): b is read once, not once per entry, and the config fits
-    # the whole product (a decode step's (B, 1, K) tokens are B rows).
-    folded = (b3.shape[0] == 1 and a3.shape[0] > 1 and not a_mn_major and
-              res_arr.shape[0] != 1 and not explicitly_sharded(a3))
-    if folded:
-        a3 = a3.reshape(1, batch * m, k)
-        if res_arr.size:
-            res_arr = res_arr.reshape(1, batch * m, n)
+    a3, res_arr, folded = fold_shared_batch(as_batched_3d(a, batch_shape), b3, res_arr,
+                                            a_mn_major)
     if config is None:
         config = default_config("matmul", a.dtype.name, a_mn_major, b_mn_major,
                                 1 if folded else batch, batch * m if folded else m, n, k)
@@ -118,6 +110,20 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     if squeeze_n:
         out = out[..., 0]
     return out
+
+
+def fold_shared_batch(a3, b3, res3, a_mn_major: bool):
+    """(a3, res3, whether folded) with a batch of K-major a against one shared b made one product of batch x M
+    rows (free reshapes of a and of a batched residual): b is then read once, not once per
+    entry, and the config fits the whole product (a decode step's (B, 1, K) tokens are B rows).
+    Unchanged where b is batched, a is MN-major, a residual is shared by the batch (folding
+    would copy it) or a is explicitly sharded."""
+    if (b3.shape[0] != 1 or a3.shape[0] < 2 or a_mn_major or res3.shape[0] == 1 or
+            explicitly_sharded(a3)):
+        return a3, res3, False
+    rows = a3.shape[0] * a3.shape[1]
+    return (a3.reshape(1, rows, a3.shape[2]),
+            res3.reshape(1, rows, res3.shape[2]) if res3.size else res3, True)
 
 
 def explicitly_sharded(x) -> bool:

@@ -84,10 +84,9 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
 
     # Decode (a few rows, no config asked for): the product runs on the swap-AB kernels, which
     # the gated unit has no form of, and the unit after it in XLA on a float32 (rows, 2F) that
-    # is small next to the weight the product reads. (Not with explicitly sharded operands:
-    # the reshapes would need their output shardings spelled out.)
-    decode = (config is None and batch * rows <= SWAP_MAX_M and
-              not (api.explicitly_sharded(x) or api.explicitly_sharded(w)))
+    # is small next to the weight the product reads. (Not with an explicitly sharded w: its
+    # reshape into the product's b would need its output sharding spelled out.)
+    decode = config is None and batch * rows <= SWAP_MAX_M and not api.explicitly_sharded(w)
     if config is None:
         config = default_config("glu", x.dtype.name, False, True, batch, rows, 2 * f, k)
     elif not isinstance(config, GemmConfig):
@@ -103,10 +102,7 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
     if batch == 0 or rows == 0 or f == 0 or k == 0:
         out = reference(x3, w, bias2, res3, **dict(params))  # nothing to launch
     elif decode:
-        # Every row in one product (w is shared), so the weight is read once.
-        flat = (1, batch * rows, -1)
-        out = _unfused(x3.reshape(flat), w, bias2, res3.reshape(flat) if res3.size else res3,
-                       params, product_dtype=_F32)
+        out = _unfused(x3, w, bias2, res3, params, product_dtype=_F32)
     else:
         out = autodiff.gemm(x3, w, bias2, res3, params, res3.shape[0], _unfused)
     return out.reshape(*lead, f)
@@ -117,12 +113,15 @@ def _unfused(x3, w, bias, res, params, product_dtype=None):
     x's dtype) and jnp."""
     p = dict(params)
     k, _, f = w.shape
+    b3 = w.reshape(1, k, 2 * f)
+    # The batch of x against the shared weight as one product (api.fold_shared_batch).
+    xf, _, _ = api.fold_shared_batch(x3, b3, jnp.zeros((0, 0, 0), x3.dtype), False)
     product = freeze({**p, "family": "matmul", "activation": 0, "beta": 1.0,
                       "out_dtype": jnp.dtype(product_dtype or x3.dtype),
                       "config": default_config("matmul", x3.dtype.name, False, True,
-                                               x3.shape[0], x3.shape[1], 2 * f, k)})
-    z = autodiff.gemm(x3, w.reshape(1, k, 2 * f), bias.reshape(-1),
-                      jnp.zeros((0, 0, 0), x3.dtype), product, 0)
+                                               xf.shape[0], xf.shape[1], 2 * f, k)})
+    z = autodiff.gemm(xf, b3, bias.reshape(-1), jnp.zeros((0, 0, 0), x3.dtype), product,
+                      0).reshape(*x3.shape[:2], 2 * f)
     y = apply_gated(z.astype(_F32), p["activation"])
     if res.size:
         y = y + p["beta"] * res.astype(_F32)
