@@ -104,18 +104,16 @@ struct WgmmaSS;
     }                                                                                      \
   };
 
-JH_DEFINE_WGMMA_SS16(16, DType::kBF16, "bf16", "8", "9", "10", "11", "12")
-JH_DEFINE_WGMMA_SS16(16, DType::kF16, "f16", "8", "9", "10", "11", "12")
-JH_DEFINE_WGMMA_SS16(32, DType::kBF16, "bf16", "16", "17", "18", "19", "20")
-JH_DEFINE_WGMMA_SS16(32, DType::kF16, "f16", "16", "17", "18", "19", "20")
-JH_DEFINE_WGMMA_SS16(64, DType::kBF16, "bf16", "32", "33", "34", "35", "36")
-JH_DEFINE_WGMMA_SS16(64, DType::kF16, "f16", "32", "33", "34", "35", "36")
-JH_DEFINE_WGMMA_SS16(128, DType::kBF16, "bf16", "64", "65", "66", "67", "68")
-JH_DEFINE_WGMMA_SS16(128, DType::kF16, "f16", "64", "65", "66", "67", "68")
-JH_DEFINE_WGMMA_SS16(192, DType::kBF16, "bf16", "96", "97", "98", "99", "100")
-JH_DEFINE_WGMMA_SS16(192, DType::kF16, "f16", "96", "97", "98", "99", "100")
-JH_DEFINE_WGMMA_SS16(256, DType::kBF16, "bf16", "128", "129", "130", "131", "132")
-JH_DEFINE_WGMMA_SS16(256, DType::kF16, "f16", "128", "129", "130", "131", "132")
+#define JH_DEFINE_WGMMA_SS16_ALL_TYPES(N, DA, DB, SCALE, TA, TB)             \
+  JH_DEFINE_WGMMA_SS16(N, DType::kBF16, "bf16", DA, DB, SCALE, TA, TB)       \
+  JH_DEFINE_WGMMA_SS16(N, DType::kF16, "f16", DA, DB, SCALE, TA, TB)
+
+JH_DEFINE_WGMMA_SS16_ALL_TYPES(16, "8", "9", "10", "11", "12")
+JH_DEFINE_WGMMA_SS16_ALL_TYPES(32, "16", "17", "18", "19", "20")
+JH_DEFINE_WGMMA_SS16_ALL_TYPES(64, "32", "33", "34", "35", "36")
+JH_DEFINE_WGMMA_SS16_ALL_TYPES(128, "64", "65", "66", "67", "68")
+JH_DEFINE_WGMMA_SS16_ALL_TYPES(192, "96", "97", "98", "99", "100")
+JH_DEFINE_WGMMA_SS16_ALL_TYPES(256, "128", "129", "130", "131", "132")
 
 // fp8 (e4m3, e5m2, mixed): k32, no transpose operands (K-major only).
 #define JH_DEFINE_WGMMA_SS8(N, DTA, DTB, PTX_TA, PTX_TB, DA, DB, SCALE)                      \
@@ -141,6 +139,7 @@ JH_DEFINE_WGMMA_SS8_ALL_N(DType::kE5M2, DType::kE4M3, "e5m2", "e4m3")
 JH_DEFINE_WGMMA_SS8_ALL_N(DType::kE4M3, DType::kE5M2, "e4m3", "e5m2")
 
 #undef JH_DEFINE_WGMMA_SS8_ALL_N
+#undef JH_DEFINE_WGMMA_SS16_ALL_TYPES
 #undef JH_DEFINE_WGMMA_SS8
 #undef JH_DEFINE_WGMMA_SS16
 

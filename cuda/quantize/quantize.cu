@@ -44,24 +44,24 @@ struct In<float> {
   __device__ static float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
   __device__ static float load1(const float* p) { return *p; }
 };
-template <>
-struct In<__nv_bfloat16> {
-  __device__ static float4 load4(const __nv_bfloat16* p) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(p);
-    const float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
+// The 16-bit inputs: pairs converted by the overloads below.
+__device__ __forceinline__ float2 to_float2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
+__device__ __forceinline__ float2 to_float2(__half2 h) { return __half22float2(h); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 h) { return __bfloat162float(h); }
+__device__ __forceinline__ float to_float(__half h) { return __half2float(h); }
+template <typename T, typename T2>
+struct In16 {
+  __device__ static float4 load4(const T* p) {
+    const T2* h = reinterpret_cast<const T2*>(p);
+    const float2 a = to_float2(h[0]), b = to_float2(h[1]);
     return make_float4(a.x, a.y, b.x, b.y);
   }
-  __device__ static float load1(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+  __device__ static float load1(const T* p) { return to_float(*p); }
 };
 template <>
-struct In<__half> {
-  __device__ static float4 load4(const __half* p) {
-    const __half2* h = reinterpret_cast<const __half2*>(p);
-    const float2 a = __half22float2(h[0]), b = __half22float2(h[1]);
-    return make_float4(a.x, a.y, b.x, b.y);
-  }
-  __device__ static float load1(const __half* p) { return __half2float(*p); }
-};
+struct In<__nv_bfloat16> : In16<__nv_bfloat16, __nv_bfloat162> {};
+template <>
+struct In<__half> : In16<__half, __half2> {};
 
 // |v| as its bit pattern: for non-negative floats the unsigned order is the numeric one, and
 // NaN patterns sit above +Inf, so an unsigned max propagates NaN (fmaxf would drop it).

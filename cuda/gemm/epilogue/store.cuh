@@ -128,6 +128,45 @@ __device__ __forceinline__ void copy_rows(const uint8_t* staging, const GlobalOu
   }
 }
 
+// Opens a staging pass of kBoxes boxes (kBoxBytes each; box b holds columns col0 + b * kBoxCols
+// on): once the previous pass's (or tile's) TMA stores have read the staging buffer, the
+// residual's boxes are TMA-loaded where the results will go, the warpgroup meets, and waits for
+// them.
+template <bool RESIDUAL, int kBoxes, int kBoxBytes, int kBoxCols>
+__device__ __forceinline__ void begin_staging(const CUtensorMap* tma_r, const EpilogueTile& t,
+                                              const EpilogueSync& s, int32_t col0) {
+  if (s.wg_thread == 0) {
+    ptx::bulk_wait_group_read<0>();
+    if constexpr (RESIDUAL) {
+      ptx::mbarrier_arrive_expect_tx(s.residual_loaded, kBoxes * kBoxBytes);
+#pragma unroll
+      for (int b = 0; b < kBoxes; ++b)
+        ptx::tma_load_3d(tma_r, s.residual_loaded, s.staging + b * kBoxBytes,
+                         col0 + b * kBoxCols, t.row0, t.residual_batch);
+    }
+  }
+  ptx::named_barrier_sync(s.barrier_id, 128);
+  if constexpr (RESIDUAL) {
+    ptx::mbarrier_wait(s.residual_loaded, *s.residual_phase);
+    *s.residual_phase ^= 1;
+  }
+}
+
+// Closes a staging pass: the warpgroup's shared-memory writes are fenced against the TMA's
+// reads, then one thread stores the kBoxes boxes as begin_staging laid them out.
+template <int kBoxes, int kBoxBytes, int kBoxCols>
+__device__ __forceinline__ void store_staging(const CUtensorMap* tma_d, const EpilogueTile& t,
+                                              const EpilogueSync& s, int32_t col0) {
+  ptx::fence_proxy_async_smem();
+  ptx::named_barrier_sync(s.barrier_id, 128);
+  if (s.wg_thread == 0) {
+#pragma unroll
+    for (int b = 0; b < kBoxes; ++b)
+      ptx::tma_store_3d(tma_d, s.staging + b * kBoxBytes, col0 + b * kBoxCols, t.row0, t.batch);
+    ptx::bulk_commit_group();
+  }
+}
+
 template <int BN, typename TOut, bool RESIDUAL, bool CLIP_ROWS>
 __device__ __forceinline__ void epilogue_store(const float* acc, float beta,
                                                const CUtensorMap* tma_d, const CUtensorMap* tma_r,
@@ -150,26 +189,9 @@ __device__ __forceinline__ void epilogue_store(const float* acc, float beta,
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j) {
     const int pass = j / kJPerPass;
-    if (j % kJPerPass == 0) {
-      // The previous pass's (or tile's) TMA stores must have read the staging buffer.
-      if (wg_thread == 0) {
-        ptx::bulk_wait_group_read<0>();
-        if constexpr (RESIDUAL) {
-          // This pass's residual boxes land where its results will go.
-          ptx::mbarrier_arrive_expect_tx(s.residual_loaded, kBoxes * kEpiBoxBytes);
-#pragma unroll
-          for (int b = 0; b < kBoxes; ++b)
-            ptx::tma_load_3d(tma_r, s.residual_loaded, staging + b * kEpiBoxBytes,
-                             t.col0 + pass * kColsPerPass + b * kBoxCols, t.row0,
-                             t.residual_batch);
-        }
-      }
-      ptx::named_barrier_sync(s.barrier_id, 128);
-      if constexpr (RESIDUAL) {
-        ptx::mbarrier_wait(s.residual_loaded, *s.residual_phase);
-        *s.residual_phase ^= 1;
-      }
-    }
+    if (j % kJPerPass == 0)
+      begin_staging<RESIDUAL, kBoxes, kEpiBoxBytes, kBoxCols>(tma_r, t, s,
+                                                              t.col0 + pass * kColsPerPass);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       // wgmma m64nN accumulator fragment: rows lane/4 (+8) of the warp's 16, columns
@@ -199,15 +221,7 @@ __device__ __forceinline__ void epilogue_store(const float* acc, float beta,
         ptx::fence_proxy_async_smem();
         ptx::named_barrier_sync(s.barrier_id, 128);
       } else {
-        ptx::fence_proxy_async_smem();
-        ptx::named_barrier_sync(s.barrier_id, 128);
-        if (wg_thread == 0) {
-#pragma unroll
-          for (int b = 0; b < kBoxes; ++b)
-            ptx::tma_store_3d(tma_d, staging + b * kEpiBoxBytes,
-                              t.col0 + pass * kColsPerPass + b * kBoxCols, t.row0, t.batch);
-          ptx::bulk_commit_group();
-        }
+        store_staging<kBoxes, kEpiBoxBytes, kBoxCols>(tma_d, t, s, t.col0 + pass * kColsPerPass);
       }
     }
   }
@@ -235,22 +249,7 @@ __device__ __forceinline__ void epilogue_store_transposed(const float* acc, floa
   constexpr int kBoxBytes = BN * 128;        // BN output rows
   static_assert(kBoxes * kBoxBytes <= kEpiBytesPerWarpgroup, "the strip fits its staging");
   static_assert(kBoxBytes % 1024 == 0, "boxes stay aligned to the 128B swizzle's 1024 bytes");
-  if (wg_thread == 0) {
-    // The previous tile's TMA stores must have read the staging buffer.
-    ptx::bulk_wait_group_read<0>();
-    if constexpr (RESIDUAL) {
-      ptx::mbarrier_arrive_expect_tx(s.residual_loaded, kBoxes * kBoxBytes);
-#pragma unroll
-      for (int b = 0; b < kBoxes; ++b)
-        ptx::tma_load_3d(tma_r, s.residual_loaded, staging + b * kBoxBytes,
-                         t.col0 + b * kBoxCols, t.row0, t.residual_batch);
-    }
-  }
-  ptx::named_barrier_sync(s.barrier_id, 128);
-  if constexpr (RESIDUAL) {
-    ptx::mbarrier_wait(s.residual_loaded, *s.residual_phase);
-    *s.residual_phase ^= 1;
-  }
+  begin_staging<RESIDUAL, kBoxes, kBoxBytes, kBoxCols>(tma_r, t, s, t.col0);
   const int32_t warp = wg_thread / 32, lane = wg_thread % 32;
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) {
@@ -265,14 +264,7 @@ __device__ __forceinline__ void epilogue_store_transposed(const float* acc, floa
     if constexpr (RESIDUAL) x += beta * OutType<TOut>::load1(staging + off);
     OutType<TOut>::store1(staging + off, x);
   }
-  ptx::fence_proxy_async_smem();
-  ptx::named_barrier_sync(s.barrier_id, 128);
-  if (wg_thread == 0) {
-#pragma unroll
-    for (int b = 0; b < kBoxes; ++b)
-      ptx::tma_store_3d(tma_d, staging + b * kBoxBytes, t.col0 + b * kBoxCols, t.row0, t.batch);
-    ptx::bulk_commit_group();
-  }
+  store_staging<kBoxes, kBoxBytes, kBoxCols>(tma_d, t, s, t.col0);
 }
 
 template <int BN_, typename Ops, typename Output = DenseOutput>
