@@ -77,7 +77,7 @@ class GemmConfig:
             if a_mn_major:
                 raise ValueError("config: swap_ab=True needs a stored (M, K) (transpose_a=False): "
                                  "the swapped kernel reads the tokens K-major as wgmma's N operand")
-            family = catalog.SWAP_FAMILIES[family]
+            family = self.kernel_family(family)
             a_mn_major, b_mn_major = b_mn_major, a_mn_major
         if self.schedule not in catalog.SCHEDULES:
             raise ValueError(f"config: schedule={self.schedule!r} must be one of "
