@@ -11,7 +11,7 @@ Mixtral-8x7B up and down, DeepSeek-V3 routed-expert up and down, and two decodes
 experts take most rows); the sizes are drawn once per case (seeded) and passed as a device
 array. TFLOP/s count useful work (2 M N K); the floor is max(FLOPs at 989 TFLOP/s, bytes of
 lhs, the weights of every expert that has rows and the output at 3.0 TB/s), H100 SXM. Each
-result is checked against XLA's. "tile_table" times the XLA ops that build hopper's tile
+result is checked against XLA's. "tile_table" times the kernel that builds hopper's tile
 table alone (what a call spends before its launch). --shape adds a case of your own. With
 --sweep, every compiled grouped tile, with and without a 2-CTA cluster along N, is timed too
 ("hopper" is the default config). With --pallas, Pallas Mosaic GPU's ragged_dot in
@@ -40,7 +40,7 @@ import timing
 
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax_hopper  # noqa: E402
-from jax_hopper.gemm import ragged_tiles  # noqa: E402
+from jax_hopper.gemm.ragged_primitive import build_tile_table  # noqa: E402
 from jax_hopper.kernels import catalog  # noqa: E402
 
 # name: (rows M, experts G, K, N)
@@ -71,9 +71,14 @@ def floor_s(m: int, active: int, k: int, n: int) -> float:
 
 
 def sweep_configs() -> dict:
-    """name -> GemmConfig: every compiled grouped tile, alone and in 2-CTA clusters along N."""
-    return {f"{t.tag}_c1x{cn}": jax_hopper.GemmConfig.for_tile(t, stream_k=False, cluster_n=cn)
-            for t in catalog.FAMILIES["grouped"].tiles for cn in (1, 2)}
+    """name -> GemmConfig: every compiled grouped tile, alone and in 2-CTA clusters along N,
+    and every swap-AB tile (the grouped_swap family)."""
+    configs = {f"{t.tag}_c1x{cn}": jax_hopper.GemmConfig.for_tile(t, stream_k=False,
+                                                                  cluster_n=cn)
+               for t in catalog.FAMILIES["grouped"].tiles for cn in (1, 2)}
+    configs.update({f"{t.tag}_swap": jax_hopper.GemmConfig.for_tile(
+        t, swap_ab=True, stream_k=False, raster="n") for t in catalog.FAMILIES["grouped_swap"].tiles})
+    return configs
 
 
 def pallas_variants() -> tuple[dict, str | None]:
@@ -156,8 +161,8 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
                    timing.rotation(sets, calls)),
         # The same FLOPs as one dense GEMM (M, K) @ (K, N): the practical compute limit.
         "dense": (timing.chained(jax_hopper.hopper_matmul), timing.rotation(dense_sets, calls)),
-        # What hopper's call spends before its launch: the tile table's XLA ops alone.
-        "tile_table": (timing.chained(lambda a, r: ragged_tiles.tile_table(a[1], m, 128)),
+        # What hopper's call spends before its launch: building the tile table alone.
+        "tile_table": (timing.chained(lambda a, r: build_tile_table(a[1], m, 128)),
                        timing.rotation(sets, calls)),
     }
     for cname, cfg in (sweep_configs() if sweep else {}).items():
@@ -281,11 +286,10 @@ def main(argv=None) -> int:
     timing.add_output_args(parser)
     args = parser.parse_args(argv)
     timing.require_kernels(jax_hopper)
+    names = args.cases if args.cases is not None else ([] if args.shape else list(CASES))
     for m, g, k, n in args.shape:
         CASES[f"{m}x{g}x{k}x{n}"] = (m, g, k, n)
-    names = args.cases if args.cases is not None else \
-        ([] if args.shape else [c for c in CASES if "x" not in c])
-    names += [f"{m}x{g}x{k}x{n}" for m, g, k, n in args.shape]
+        names.append(f"{m}x{g}x{k}x{n}")
     rng = np.random.default_rng(0)
     rows = []
     print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}, bf16, "

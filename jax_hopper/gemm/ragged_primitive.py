@@ -5,8 +5,9 @@ device's call.
 Operands, as stored: lhs (1, M, K); rhs (G, K, N) (b_mn_major, the layout of
 jax.lax.ragged_dot) or (G, N, K), or for family "grouped_glu" the experts' gated weights
 (G, K, 2, N) as the primitive's (G K, 2, N) (launch reshapes them; the handler's rank-3 view);
-group_sizes (G,) int32; the tile table (ragged_tiles.py, for the kernel's
-block_m; the reference ignores it, and XLA then drops it); bias (G, N) ((G, 2, N) gated)
+group_sizes (G,) int32; the tile table (ragged_tiles.py's layout, in tiles of the config's
+row_block; built on the device by build_tile_table; the reference ignores it, and XLA then
+drops it); bias (G, N) ((G, 2, N) gated)
 float32 or (0,); residual (1, M, N) in the out dtype or (0, 0, 0). The result is (1, M, N):
 rows of group g are act(alpha * lhs_rows @ rhs[g] + bias[g]) + beta * residual (gated:
 act(gate) * up of the two halves), rows past every group the same of a zero product. Group
@@ -92,7 +93,7 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
         warnings.warn(f"hopper_ragged_dot falls back to XLA: {reason}", stacklevel=2)
         out = reference(lhs, rhs, group_sizes, None, bias, res, **params)
     else:
-        tiles = ragged_tiles.tile_table(group_sizes, lhs.shape[1], params["config"].block_m)
+        tiles = build_tile_table(group_sizes, lhs.shape[1], params["config"].row_block)
         out = hopper_ragged_p.bind(lhs, rhs, group_sizes, tiles, bias, res, **params)
     return out[..., :n] if pad else out
 
@@ -108,9 +109,9 @@ def _cuda_lowering(ctx, lhs, rhs, group_sizes, tiles, bias, residual, *, b_mn_ma
     k = lhs_aval.shape[2]
     slots = (tiles_aval.shape[0] - 1) // ragged_tiles.GROUP_TILE_FIELDS
     resident = _ffi.resident_clusters(kernel, config.cluster_m * config.cluster_n)
-    plan = config.plan(kernel, 1, slots * config.block_m, n, k, resident)
+    plan = config.plan(kernel, 1, slots * config.row_block, n, k, resident)
     workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
-    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{family}")(
+    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{config.kernel_family(family)}")(
         ctx.replace(avals_in=[ctx.avals_in[i] for i in (0, 1, 4, 5, 3)],
                     avals_out=[*ctx.avals_out, workspace]),
         lhs, rhs, bias, residual, tiles,
@@ -163,3 +164,30 @@ def register(primitive, abstract_eval, reference_fn, cuda_lowering, batch_rule=N
 
 
 register(hopper_ragged_p, _abstract_eval, reference, _cuda_lowering)
+
+
+# The tile table, built on the device by one small kernel (cuda/gemm/scheduler/tile_table.cu)
+# rather than by XLA ops (55-57 us per call on the H100); the reference lowering is
+# ragged_tiles.tile_table.
+tile_table_p = Primitive("hopper_grouped_tile_table")
+
+
+def build_tile_table(group_sizes, m: int, block: int):
+    """The grouped kernels' tile table (ragged_tiles.py's layout) for `group_sizes` over m rows
+    in tiles of `block` rows."""
+    return tile_table_p.bind(group_sizes.astype(jnp.int32), m=m, block=block)
+
+
+def _tile_table_abstract(group_sizes, *, m, block):
+    slots = ragged_tiles.tile_slots(m, group_sizes.shape[0], block)
+    return jax.core.ShapedArray((1 + ragged_tiles.GROUP_TILE_FIELDS * slots,), jnp.int32)
+
+
+def _tile_table_lowering(ctx, group_sizes, *, m, block):
+    return jax.ffi.ffi_lowering("jax_hopper_grouped_tile_table")(
+        ctx, group_sizes, m=np.int64(m), block=np.int64(block))
+
+
+register(tile_table_p, _tile_table_abstract,
+         lambda group_sizes, *, m, block: ragged_tiles.tile_table(group_sizes, m, block),
+         _tile_table_lowering)

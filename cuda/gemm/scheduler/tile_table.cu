@@ -1,0 +1,77 @@
+// The grouped GEMM's tile table (cuda/gemm/scheduler/grouped.cuh), built by one CTA from the
+// device-side group sizes just before the GEMM, in its stream. Built by XLA ops instead (a
+// clip, two prefix sums, a search of each slot's group, the stack of the fields) the table
+// took 55-57 us per call on the H100 (bench_grouped.py's "tile_table", 2026-11-24): a tenth of
+// a decode's weight read.
+//
+// The groups are taken 256 at a time: a block-wide prefix sum of the chunk's sizes gives each
+// group's rows, a second one of their tile counts each group's first slot, and each thread
+// writes its group's slots; carries hold the rows and slots of the chunks before. Then the
+// slots of the rows past every group, and zeros up to `slots`.
+#include <cub/block/block_scan.cuh>
+
+#include "cuda/gemm/scheduler/tile_table.h"
+#include "jax_hopper_constants.h"
+
+namespace jax_hopper {
+namespace {
+
+constexpr int kTableThreads = 256;
+
+__device__ __forceinline__ void write_slot(int32_t* table, int64_t slot, int32_t slots,
+                                           int64_t row0, int64_t rows, int32_t group) {
+  if (slot >= slots) return;  // cannot happen for valid sizes (grouped_tile_slots' bound)
+  int32_t* e = table + 1 + int64_t(kGroupTileFields) * slot;
+  e[0] = static_cast<int32_t>(row0);
+  e[1] = static_cast<int32_t>(rows);
+  e[2] = group;
+}
+
+__global__ void __launch_bounds__(kTableThreads)
+    grouped_tile_table_kernel(const int32_t* __restrict__ sizes, int32_t groups, int32_t m,
+                              int32_t block, int32_t slots, int32_t* __restrict__ table) {
+  using Scan = cub::BlockScan<int64_t, kTableThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  int64_t rows_before = 0, slots_before = 0;  // of the chunks before; rows_before <= m
+  for (int32_t base = 0; base < groups; base += kTableThreads) {
+    const int32_t g = base + static_cast<int32_t>(threadIdx.x);
+    const int64_t size = g < groups ? min(max(sizes[g], 0), m) : 0;
+    int64_t upto = 0, chunk_rows = 0;
+    Scan(scan).InclusiveSum(size, upto, chunk_rows);
+    __syncthreads();  // the scan's storage is reused
+    const int64_t end = min(rows_before + upto, int64_t(m));
+    const int64_t start = min(rows_before + upto - size, int64_t(m));
+    const int64_t tiles = (end - start + block - 1) / block;
+    int64_t first = 0, chunk_tiles = 0;
+    Scan(scan).ExclusiveSum(tiles, first, chunk_tiles);
+    __syncthreads();
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t row0 = start + t * block;
+      write_slot(table, slots_before + first + t, slots, row0, min(end - row0, int64_t(block)),
+                 g);
+    }
+    rows_before = min(rows_before + chunk_rows, int64_t(m));
+    slots_before += chunk_tiles;
+  }
+  const int64_t used = slots_before + (m - rows_before + block - 1) / block;
+  for (int64_t s = slots_before + threadIdx.x; s < slots; s += kTableThreads) {
+    const int64_t row0 = rows_before + (s - slots_before) * block;
+    if (s < used)
+      write_slot(table, s, slots, row0, min(m - row0, int64_t(block)), -1);
+    else
+      write_slot(table, s, slots, 0, 0, 0);
+  }
+  if (threadIdx.x == 0) table[0] = static_cast<int32_t>(min(used, int64_t(slots)));
+}
+
+}  // namespace
+
+cudaError_t launch_grouped_tile_table(const int32_t* sizes, int32_t groups, int32_t m,
+                                      int32_t block, int32_t slots, int32_t* table,
+                                      cudaStream_t stream) {
+  grouped_tile_table_kernel<<<1, kTableThreads, 0, stream>>>(sizes, groups, m, block, slots,
+                                                             table);
+  return cudaGetLastError();
+}
+
+}  // namespace jax_hopper
