@@ -49,7 +49,6 @@ NB_MODULE(_jax_hopper, m) {
     d["jax_hopper_gemm_matmul_swap"] = capsule(jax_hopper::MatmulSwapHandler);
     d["jax_hopper_gemm_glu"] = capsule(jax_hopper::GluHandler);
     d["jax_hopper_gemm_grouped"] = capsule(jax_hopper::GroupedHandler);
-    d["jax_hopper_gemm_grouped_swap"] = capsule(jax_hopper::GroupedSwapHandler);
     d["jax_hopper_gemm_grouped_glu"] = capsule(jax_hopper::GroupedGluHandler);
     d["jax_hopper_grouped_tile_table"] = capsule(jax_hopper::GroupedTileTableHandler);
     d["jax_hopper_gemm_grouped_contraction"] = capsule(jax_hopper::GroupedContractionHandler);

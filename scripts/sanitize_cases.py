@@ -73,8 +73,7 @@ class GemmCase:
                                    swap_ab=t in catalog.SWAP_TILES)
 
     def label(self) -> str:
-        tile = (self.tile.tag + ("_swap" if self.swap_ab else "") if self.tile is not None
-                else "auto")
+        tile = self.tile.tag if self.tile is not None else "auto"
         lay = ("T" if self.transpose_a else "N") + ("T" if self.transpose_b else "N")
         batch = f"{self.batch}x" if self.batch else ""
         epi = ",".join(x for x in (self.activation, "bias" if self.bias else None,
@@ -315,18 +314,16 @@ class RaggedCase:
     # hopper_ragged_glu instead: rhs the gated weights (G, k, 2, n), out (m, n), SwiGLU.
     glu: bool = False
     cluster_m: int = 1
-    swap_ab: bool = False  # the swapped grouped GEMM (the grouped_swap family)
 
     @property
     def config(self):
         from jax_hopper import GemmConfig
         return None if self.tile is None else GemmConfig.for_tile(
             self.tile, stream_k=False, cluster_m=self.cluster_m, cluster_n=self.cluster_n,
-            group_size=3, swap_ab=self.swap_ab)
+            group_size=3)
 
     def label(self) -> str:
-        tile = (self.tile.tag + ("_swap" if self.swap_ab else "") if self.tile is not None
-                else "auto")
+        tile = self.tile.tag if self.tile is not None else "auto"
         epi = ",".join(x for x in (self.activation, "bias" if self.bias else None,
                                    "res" if self.residual else None) if x)
         op = ("contract" if self.contract else "glu" if self.glu else
@@ -352,25 +349,20 @@ def _family_groups(rng, quick: bool, family: str, **kind) -> list[list[RaggedCas
                                            if sizes is None else sizes))
             cm, cn = fam.clusters[(i + j) % len(fam.clusters)]
             cases.append(RaggedCase(300, 264, 136, sizes, tile=tile, cluster_m=cm, cluster_n=cn,
-                                    transpose_rhs=family in ("grouped", "grouped_swap")
-                                    and bool(j % 2), **kind))
+                                    transpose_rhs=family == "grouped" and bool(j % 2), **kind))
         groups.append(cases)
     return groups
 
 
 def ragged_groups(quick: bool) -> list[list[RaggedCase]]:
-    from jax_hopper.kernels import catalog
     rng = np.random.default_rng(1)
-    groups = (_family_groups(rng, quick, "grouped")
-              + _family_groups(rng, quick, "grouped_swap", swap_ab=True))
+    groups = _family_groups(rng, quick, "grouped")
     # The epilogue with bias per group, residual and an activation, both dtypes; 300 groups.
     groups.append([
         RaggedCase(257, 136, 72, (60, 0, 101, 50), out_dtype="float32", activation="silu",
                    bias=True, residual=True),
         RaggedCase(257, 136, 72, (-1, 200), dtype="float16", activation="gelu", bias=True),
         RaggedCase(600, 64, 64, tuple(int(s) for s in rng.integers(0, 4, 300))),
-        RaggedCase(257, 136, 72, (30, 0, 101, 50), out_dtype="float32", activation="silu",
-                   bias=True, residual=True, tile=catalog.SWAP_TILES[1], swap_ab=True),
     ])
     # The grouped GLU, and the grouped contraction (the weight gradient).
     return (groups + _family_groups(rng, quick, "grouped_glu", glu=True)

@@ -43,14 +43,14 @@ def test_validation_names_the_rule():
     with pytest.raises(ValueError, match="must be one of"):
         GemmConfig.for_tile(catalog.SWAP_TILES[0], swap_ab=True, cluster_m=2).validate(
             "bfloat16", False, True)
-    with pytest.raises(ValueError, match="for hopper_matmul and the grouped GEMM only, not for the gated unit"):
+    with pytest.raises(ValueError, match="hopper_matmul only"):
         SWAP.validate("bfloat16", False, True, family="glu")
     with pytest.raises(ValueError, match="must be a bool"):
         GemmConfig(swap_ab=1).validate("bfloat16", False, True)
     with pytest.raises(ValueError, match="transpose_a=False"):
         hopper_matmul(jnp.zeros((64, 16), jnp.bfloat16), jnp.zeros((64, 64), jnp.bfloat16),
                       transpose_a=True, config=SWAP)
-    with pytest.raises(ValueError, match="for hopper_matmul and the grouped GEMM only, not for the gated unit"):
+    with pytest.raises(ValueError, match="hopper_matmul only"):
         hopper_glu(jnp.zeros((16, 64), jnp.bfloat16), jnp.zeros((64, 2, 64), jnp.bfloat16),
                    config=SWAP)
 

@@ -1,8 +1,7 @@
-// XLA FFI handlers of hopper_ragged_dot (the grouped kernel family, and grouped_swap, which
-// computes it transposed): out rows of group g = act(alpha * lhs rows @ rhs[g] + bias[g]) +
-// beta * residual, and of hopper_ragged_glu (the grouped_glu family: act(gate) * up of expert
-// g's gated weight), the groups' row ranges given by the tile table the wrapper builds on the
-// device (cuda/gemm/scheduler/grouped.cuh).
+// XLA FFI handlers of hopper_ragged_dot (the grouped kernel family): out rows of group g =
+// act(alpha * lhs rows @ rhs[g] + bias[g]) + beta * residual, and of hopper_ragged_glu (the
+// grouped_glu family: act(gate) * up of expert g's gated weight), the groups' row ranges given
+// by the tile table the wrapper builds on the device (cuda/gemm/scheduler/grouped.cuh).
 #include <string>
 
 #include "ffi/gemm/gemm_call.h"
@@ -22,21 +21,6 @@ ffi::Error grouped_shapes(const GemmKernelInfo& kernel, const GemmArgs& g, GemmS
     return invalid("hopper_ragged_dot: lhs (1, M, K), rhs (G, K, N) or (G, N, K) and the "
                    "output (1, M, N) disagree");
   *s = GemmShape{g.out.rows, n, k, groups, groups * n, "(G, N)"};
-  return ffi::Error::Success();
-}
-
-// The swapped grouped GEMM takes the same lhs and rhs and runs out^T = rhs[g]^T lhs_g^T: the
-// kernel's A is rhs (G, N, K) or MN-major (G, K, N), its B lhs (1, M, K); out stays (1, M, N),
-// stored transposed by the epilogue.
-ffi::Error grouped_swap_shapes(const GemmKernelInfo& kernel, const GemmArgs& g, GemmShape* s) {
-  const int64_t groups = g.a.batch;
-  const int64_t n = kernel.a_mn_major ? g.a.cols : g.a.rows;
-  const int64_t k = kernel.a_mn_major ? g.a.rows : g.a.cols;
-  if (kernel.b_mn_major || g.b.batch != 1 || g.out.batch != 1 || g.b.rows != g.out.rows ||
-      g.b.cols != k || g.out.cols != n)
-    return invalid("hopper_ragged_dot (swapped): lhs (1, M, K), rhs (G, K, N) or (G, N, K) "
-                   "and the output (1, M, N) disagree");
-  *s = GemmShape{n, g.out.rows, k, groups, groups * n, "(G, N)", true};
   return ffi::Error::Success();
 }
 
@@ -73,13 +57,9 @@ ffi::Error grouped_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
                         ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
                         GemmAttrs attrs) {
   constexpr bool kGated = kFamily == GemmFamily::kGroupedGlu;
-  constexpr bool kSwapped = kFamily == GemmFamily::kGroupedSwap;
   const char* op = kGated ? "hopper_ragged_glu" : "hopper_ragged_dot";
   GemmArgs preset = {};
   JH_RETURN_IF_ERROR(read_tile_table(op, tiles, &preset));
-  if constexpr (kSwapped)
-    return run_gemm(kFamily, op, grouped_swap_shapes, stream, b, a, bias, residual, out,
-                    workspace, attrs, &preset);
   return run_gemm(kFamily, op, kGated ? grouped_glu_shapes : grouped_shapes, stream, a, b, bias,
                   residual, out, workspace, attrs, &preset);
 }
@@ -88,8 +68,6 @@ ffi::Error grouped_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
 
 // The gemm binding with the tile table as a fifth input.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedHandler, grouped_impl<GemmFamily::kGrouped>,
-                              gemm_binding<1>(), {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedSwapHandler, grouped_impl<GemmFamily::kGroupedSwap>,
                               gemm_binding<1>(), {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedGluHandler, grouped_impl<GemmFamily::kGroupedGlu>,
                               gemm_binding<1>(), {ffi::Traits::kCmdBufferCompatible});

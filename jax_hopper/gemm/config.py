@@ -24,11 +24,11 @@ class GemmConfig:
     `schedule` is how the two consumer warpgroups share the tiles: "cooperative" (both on each
     tile) or "pingpong" (alternate tiles, one's epilogue under the other's mainloop; whole
     tiles only, so stream_k=False); jax_hopper.kernels.catalog.SCHEDULES.
-    `swap_ab` (hopper_matmul with a stored (M, K), hopper_ragged_dot) computes
-    out^T = op(b)^T a^T on the catalog's swap-AB tiles (catalog.SWAP_TILES): block_m counts the
-    weight's N columns, which become wgmma's 64-row M, and block_n (16-64) the tokens, wgmma's
-    N; the epilogue stores the tile transposed. For decode (M <= 64, or a few rows per expert),
-    where a 64-row MMA over a few tokens would waste most of its work.
+    `swap_ab` (hopper_matmul with a stored (M, K)) computes out^T = op(b)^T a^T on the
+    catalog's swap-AB tiles (catalog.SWAP_TILES): block_m counts the weight's N columns, which
+    become wgmma's 64-row M, and block_n (16-64) the tokens, wgmma's N; the epilogue stores the
+    tile transposed. For decode (M <= 64), where a 64-row MMA over a few tokens would waste
+    most of its work.
     """
 
     block_m: int = 128
@@ -55,11 +55,6 @@ class GemmConfig:
                    stages=tile.stages, schedule=tile.schedule, **fields)
 
     @property
-    def row_block(self) -> int:
-        """The call's output rows (tokens) one tile covers: block_m, or block_n with swap_ab."""
-        return self.block_n if self.swap_ab else self.block_m
-
-    @property
     def tile(self) -> catalog.TileShape:
         return catalog.TileShape(self.block_m, self.block_n, self.block_k, self.stages,
                                  self.schedule)
@@ -77,8 +72,7 @@ class GemmConfig:
             raise ValueError(f"config: swap_ab={self.swap_ab!r} must be a bool")
         if self.swap_ab:
             if family not in catalog.SWAP_FAMILIES:
-                swapped = " and ".join(catalog.FAMILIES[f].what for f in catalog.SWAP_FAMILIES)
-                raise ValueError(f"config: swap_ab=True is compiled for {swapped} only, not "
+                raise ValueError(f"config: swap_ab=True is compiled for hopper_matmul only, not "
                                  f"for {catalog.FAMILIES[family].what}")
             if a_mn_major:
                 raise ValueError("config: swap_ab=True needs a stored (M, K) (transpose_a=False): "

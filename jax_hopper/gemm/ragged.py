@@ -65,8 +65,7 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
     preferred_element_type) bfloat16, float16 or float32, default the input dtype.
     bias: (G, N), one row per group, added in float32; residual: (M, N) or broadcastable to it.
     activation: None, "relu", "gelu_tanh", "gelu" or "silu". config: a GemmConfig of the
-    grouped family (stream_k=False, clusters along N only), or with swap_ab=True a swap-AB tile
-    (the product computed transposed: the grouped_swap family); default: choose_grouped_config.
+    grouped family (stream_k=False, clusters along N only); default: choose_grouped_config.
     """
     lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
     out_dtype, act, alpha, beta = api.epilogue_args(
@@ -146,26 +145,31 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
 
 def choose_grouped_config(m: int, n: int, groups: int) -> GemmConfig:
     """A compiled grouped tile for rows spread over `groups` (sizes unknown until run time: the
-    average decides). At 64 rows per group or fewer (decode), the swapped product on the
-    swap-AB tiles (the grouped_swap family): the experts' weights are wgmma's 64-row M and each
-    group's tokens its N, in the narrowest token tile that holds 1.5 times the average group
-    (a group in one tile reads its weights once; the margin covers uneven routing). Otherwise
-    128 x 256, in 2-CTA clusters along N (the two CTAs share the M tile's A by multicast)
-    wherever there are two column tiles.
+    average decides): 64 x 256 ping-pong for 64 rows per group or fewer (decode: a 128-row tile
+    would be mostly another group's rows), else 128 x 256; in 2-CTA clusters along N (the two
+    CTAs share the M tile's A by multicast) where the column tiles pair up: an odd count of
+    them leaves one CTA per row of tiles on a tile past N, which costs more than the multicast
+    saves unless the tiles are many.
 
     NOTES: H100, bf16, 2026-11-23 (benchmarks/results/grouped_h100_20261123_sweep.json),
     uniform routing, TFLOP/s of tiles 128x256 / 128x128 ping-pong / 64x256 ping-pong, without
     and with the cluster: Mixtral up (16384 rows, 8 experts) 541 / 442 / 382 and 616 / 481 /
     401; DeepSeek up (32768, 32) 344 / 274 / 301 and 555 / 479 / 355; decode (1024 rows, 32
     experts) 54 / 52 / 57 and 59 / 51 / 62. 128 x 128 ping-pong, twice the tiles of 128 x 256,
-    never won; it stays compiled for explicit configs."""
-    if m <= 64 * groups:
-        want = 1.5 * m / max(groups, 1)
-        swap = [t for t in catalog.SWAP_TILES if t.block_n >= want] or [catalog.SWAP_TILES[-1]]
-        return GemmConfig.for_tile(swap[0], swap_ab=True, stream_k=False, raster="n")
-    tile = next(t for t in catalog.FAMILIES["grouped"].tiles
-                if (t.block_m, t.block_n, t.schedule) == (128, 256, "cooperative"))
-    return GemmConfig.for_tile(tile, stream_k=False, cluster_n=2 if n > tile.block_n else 1)
+    never won; it stays compiled for explicit configs.
+    2026-11-24 (grouped_h100_20261124_swap.json): 512 rows over 128 experts, 2048 -> 768 (3
+    column tiles): 64 x 256 without the cluster 76% of the floor, with it 71% (skewed routing
+    68 / 59%). The grouped GEMM computed swapped (the experts' weights as wgmma's M, each
+    group's tokens its N, as hopper_matmul's swap-AB kernels) was built and measured on the
+    decode cases, 4 shapes x 2 routings: 58-87% of the floor with 16- to 64-token tiles
+    against 85-97% for 64 x 256 ping-pong in clusters. At a few rows per expert the weights'
+    bytes are the cost and a 64-row MMA's idle rows hide under them (at 4 rows per group its
+    FLOPs take a fifth of the weights' read time), so the swapped family was not kept."""
+    tiles = {(t.block_m, t.block_n, t.schedule): t for t in catalog.FAMILIES["grouped"].tiles}
+    tile = tiles[64, 256, "pingpong"] if m <= 64 * groups else tiles[128, 256, "cooperative"]
+    column_tiles = -(-n // tile.block_n)
+    pairs = column_tiles >= 2 and (column_tiles % 2 == 0 or column_tiles >= 8)
+    return GemmConfig.for_tile(tile, stream_k=False, cluster_n=2 if pairs else 1)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))

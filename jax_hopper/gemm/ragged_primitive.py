@@ -6,8 +6,8 @@ Operands, as stored: lhs (1, M, K); rhs (G, K, N) (b_mn_major, the layout of
 jax.lax.ragged_dot) or (G, N, K), or for family "grouped_glu" the experts' gated weights
 (G, K, 2, N) as the primitive's (G K, 2, N) (launch reshapes them; the handler's rank-3 view);
 group_sizes (G,) int32; the tile table (ragged_tiles.py's layout, in tiles of the config's
-row_block; built on the device by build_tile_table; the reference ignores it, and XLA then
-drops it); bias (G, N) ((G, 2, N) gated)
+block_m; built on the device by build_tile_table; the reference ignores it, and XLA then drops
+it); bias (G, N) ((G, 2, N) gated)
 float32 or (0,); residual (1, M, N) in the out dtype or (0, 0, 0). The result is (1, M, N):
 rows of group g are act(alpha * lhs_rows @ rhs[g] + bias[g]) + beta * residual (gated:
 act(gate) * up of the two halves), rows past every group the same of a zero product. Group
@@ -93,7 +93,7 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
         warnings.warn(f"hopper_ragged_dot falls back to XLA: {reason}", stacklevel=2)
         out = reference(lhs, rhs, group_sizes, None, bias, res, **params)
     else:
-        tiles = build_tile_table(group_sizes, lhs.shape[1], params["config"].row_block)
+        tiles = build_tile_table(group_sizes, lhs.shape[1], params["config"].block_m)
         out = hopper_ragged_p.bind(lhs, rhs, group_sizes, tiles, bias, res, **params)
     return out[..., :n] if pad else out
 
@@ -109,9 +109,9 @@ def _cuda_lowering(ctx, lhs, rhs, group_sizes, tiles, bias, residual, *, b_mn_ma
     k = lhs_aval.shape[2]
     slots = (tiles_aval.shape[0] - 1) // ragged_tiles.GROUP_TILE_FIELDS
     resident = _ffi.resident_clusters(kernel, config.cluster_m * config.cluster_n)
-    plan = config.plan(kernel, 1, slots * config.row_block, n, k, resident)
+    plan = config.plan(kernel, 1, slots * config.block_m, n, k, resident)
     workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
-    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{config.kernel_family(family)}")(
+    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{family}")(
         ctx.replace(avals_in=[ctx.avals_in[i] for i in (0, 1, 4, 5, 3)],
                     avals_out=[*ctx.avals_out, workspace]),
         lhs, rhs, bias, residual, tiles,

@@ -200,18 +200,6 @@ FAMILIES = {
                        TileShape(64, 256, 64, 4, "pingpong")),
                       ((False, False), (False, True)), "_grouped", "the grouped GEMM",
                       scheduler="GroupedScheduler<{bm}, {bn}>", clusters=((1, 1), (1, 2))),
-    # hopper_ragged_dot computed swapped, out^T = rhs[g]^T lhs_g^T (GemmConfig.swap_ab; a few
-    # rows per group: decode): the kernel's A is the experts' weights (their N as the tile's
-    # rows, either major), its B the tokens lhs (M, K), K-major, in the swap-AB tiles; the
-    # token tiles follow the groups (GroupedScheduler, swapped) and each stores its group's
-    # rows, transposed (GroupedTransposedOutput), with the bias per tile row.
-    "grouped_swap": Family("grouped_swap", "kGroupedSwap",
-                           _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>"),
-                           "TmaStoreEpilogue<{bn}, LinearOps, GroupedTransposedOutput>",
-                           SWAP_TILES, ((False, False), (True, False)), "_grouped_swap",
-                           "the swapped grouped GEMM (GemmConfig.swap_ab)",
-                           scheduler="GroupedScheduler<{bm}, {bn}, true>", clusters=((1, 1),),
-                           multicast=False),
     # hopper_ragged_glu: the grouped GEMM with each expert's gated weight (K, 2, F), loaded
     # and paired as hopper_glu's (GatedWeightLoad with the expert as batch entry, GatedOps),
     # storing its group's rows (GroupedOutput).
@@ -260,7 +248,7 @@ FAMILIES = {
 }
 
 # The family that runs a family's product swapped (GemmConfig.swap_ab).
-SWAP_FAMILIES = {"matmul": "matmul_swap", "grouped": "grouped_swap"}
+SWAP_FAMILIES = {"matmul": "matmul_swap"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,10 +10,6 @@
 //                  tile starts at its group's first row and may reach into the next group's,
 //                  so a strip stores only its first `rows`; the bias is per group
 //                  ((G, Ops::kBiasRows, N)); the rows past every group (batch -1) get none.
-//   GroupedTransposedOutput: the grouped GEMM computed swapped (the grouped_swap family): a
-//                  tile's columns are output rows, starting at its group's first row
-//                  (TileCoord's col0), of which it stores its group's (cols); stored
-//                  transposed, the bias per group and tile row.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +39,6 @@ struct TransposedOutput : DenseOutput {
   static constexpr bool kTransposed = true;
 };
 
-// kClipRows: the output rows a tile stores may end before the tile does (TileCoord's rows, or
-// transposed its cols).
 struct GroupedOutput {
   static constexpr bool kClipRows = true;
   static constexpr bool kTransposed = false;
@@ -62,10 +56,6 @@ struct GroupedOutput {
                ? p.bias + int64_t(tc.batch) * Ops::kBiasRows * p.n
                : nullptr;
   }
-};
-
-struct GroupedTransposedOutput : GroupedOutput {
-  static constexpr bool kTransposed = true;
 };
 
 }  // namespace jax_hopper

@@ -107,23 +107,21 @@ struct EpilogueSync {
   uint32_t wg_thread, barrier_id;
 };
 
-// Rows [0, t.rows) of a staged pass (kBoxes boxes of kBoxRows output rows x 128 swizzled
-// bytes, its first column col0) to global memory: 8 threads write one row's 128 bytes of a box
-// (16 bytes each), columns past the output's edge are skipped (the output's row pitch is whole
-// 16-byte chunks).
-template <int kBoxes, int kBoxRows, int kOutBytes>
+// Rows [0, t.rows) of a staged pass (kBoxes boxes of 64 rows x 128 swizzled bytes, its first
+// column col0) to global memory: 8 threads write one row's 128 bytes of a box (16 bytes each),
+// columns past the output's edge are skipped (the output's row pitch is whole 16-byte chunks).
+template <int kBoxes, int kOutBytes>
 __device__ __forceinline__ void copy_rows(const uint8_t* staging, const GlobalOut& out,
                                           const EpilogueTile& t, int32_t col0,
                                           uint32_t wg_thread) {
   constexpr int kChunkCols = 16 / kOutBytes;
-  constexpr int kBoxChunks = kBoxRows * 8;
   // Not unrolled: the later passes' accumulators are still live here.
 #pragma unroll 1
-  for (int i = wg_thread; i < kBoxes * kBoxChunks; i += 128) {
-    const int32_t box = i / kBoxChunks, r = (i % kBoxChunks) / 8, chunk = i % 8;
+  for (int i = wg_thread; i < kBoxes * 64 * 8; i += 128) {
+    const int32_t box = i / 512, r = (i % 512) / 8, chunk = i % 8;
     const int32_t col = col0 + box * (128 / kOutBytes) + chunk * kChunkCols;
     if (r >= t.rows || col >= out.cols) continue;
-    const uint4 v = *reinterpret_cast<const uint4*>(staging + box * kBoxRows * 128 + r * 128 +
+    const uint4 v = *reinterpret_cast<const uint4*>(staging + box * kEpiBoxBytes + r * 128 +
                                                     ((chunk ^ (r & 7)) << 4));
     *reinterpret_cast<uint4*>(out.data + int64_t(t.row0 + r) * out.row_bytes +
                               int64_t(col) * kOutBytes) = v;
@@ -155,21 +153,10 @@ __device__ __forceinline__ void begin_staging(const CUtensorMap* tma_r, const Ep
 }
 
 // Closes a staging pass: the warpgroup's shared-memory writes are fenced against the TMA's
-// reads, then one thread stores the kBoxes boxes (of kBoxRows output rows) as begin_staging
-// laid them out; or, CLIP_ROWS and fewer than kBoxRows rows to store, the warpgroup copies
-// those rows (copy_rows) and fences its reads against the next pass's residual load (TMA).
-template <bool CLIP_ROWS, int kBoxes, int kBoxRows, int kOutBytes>
+// reads, then one thread stores the kBoxes boxes as begin_staging laid them out.
+template <int kBoxes, int kBoxBytes, int kBoxCols>
 __device__ __forceinline__ void store_staging(const CUtensorMap* tma_d, const EpilogueTile& t,
-                                              const EpilogueSync& s, const GlobalOut& out,
-                                              int32_t col0) {
-  constexpr int kBoxBytes = kBoxRows * 128, kBoxCols = 128 / kOutBytes;
-  if (CLIP_ROWS && t.rows < kBoxRows) {
-    ptx::named_barrier_sync(s.barrier_id, 128);
-    copy_rows<kBoxes, kBoxRows, kOutBytes>(s.staging, out, t, col0, s.wg_thread);
-    ptx::fence_proxy_async_smem();
-    ptx::named_barrier_sync(s.barrier_id, 128);
-    return;
-  }
+                                              const EpilogueSync& s, int32_t col0) {
   ptx::fence_proxy_async_smem();
   ptx::named_barrier_sync(s.barrier_id, 128);
   if (s.wg_thread == 0) {
@@ -226,9 +213,17 @@ __device__ __forceinline__ void epilogue_store(const float* acc, float beta,
       }
       OutType<TOut>::store2(staging + off, x0, x1);
     }
-    if (j % kJPerPass == kJPerPass - 1)
-      store_staging<CLIP_ROWS, kBoxes, 64, kOutBytes>(tma_d, t, s, out,
-                                                      t.col0 + pass * kColsPerPass);
+    if (j % kJPerPass == kJPerPass - 1) {
+      if (CLIP_ROWS && t.rows < 64) {
+        ptx::named_barrier_sync(s.barrier_id, 128);
+        copy_rows<kBoxes, kOutBytes>(staging, out, t, t.col0 + pass * kColsPerPass, wg_thread);
+        // The next pass's residual load (TMA) overwrites what these threads just read.
+        ptx::fence_proxy_async_smem();
+        ptx::named_barrier_sync(s.barrier_id, 128);
+      } else {
+        store_staging<kBoxes, kEpiBoxBytes, kBoxCols>(tma_d, t, s, t.col0 + pass * kColsPerPass);
+      }
+    }
   }
 }
 
@@ -237,17 +232,15 @@ __device__ __forceinline__ void epilogue_store(const float* acc, float beta,
 // row each (kBoxCols columns: one box of BN rows for 16-bit outputs, two for float32), in the
 // layout the TMA store reads; the residual is loaded into the same bytes first, as in
 // epilogue_store. One pass: BN <= 64 rows of at most 256 bytes fit the warpgroup's staging.
-// CLIP_ROWS (the grouped GEMM's): only the first t.rows output rows are stored.
 // Each thread writes single elements: a warp's 8 fragment rows are 8 adjacent columns of one
 // output row (one 16-byte chunk), its 4 column pairs 4 output rows, whose chunks the swizzle
 // puts in different banks.
-template <int BN, typename TOut, bool RESIDUAL, bool CLIP_ROWS>
+template <int BN, typename TOut, bool RESIDUAL>
 __device__ __forceinline__ void epilogue_store_transposed(const float* acc, float beta,
                                                           const CUtensorMap* tma_d,
                                                           const CUtensorMap* tma_r,
                                                           const EpilogueTile& t,
-                                                          const EpilogueSync& s,
-                                                          const GlobalOut& out) {
+                                                          const EpilogueSync& s) {
   uint8_t* staging = s.staging;
   const uint32_t wg_thread = s.wg_thread;
   constexpr int kOutBytes = sizeof(TOut);
@@ -271,7 +264,7 @@ __device__ __forceinline__ void epilogue_store_transposed(const float* acc, floa
     if constexpr (RESIDUAL) x += beta * OutType<TOut>::load1(staging + off);
     OutType<TOut>::store1(staging + off, x);
   }
-  store_staging<CLIP_ROWS, kBoxes, BN, kOutBytes>(tma_d, t, s, out, t.col0);
+  store_staging<kBoxes, kBoxBytes, kBoxCols>(tma_d, t, s, t.col0);
 }
 
 template <int BN_, typename Ops, typename Output = DenseOutput>
@@ -317,7 +310,7 @@ struct TmaStoreEpilogue {
         p->r = p->d;
     }
     p->out = GlobalOut{static_cast<uint8_t*>(g.out.data), g.out.cols * dtype_bytes(g.out_dtype),
-                       static_cast<int32_t>(g.out.cols)};
+                       g.n};
     p->bias = g.bias;
     p->alpha = g.alpha;
     p->beta = g.beta;
@@ -385,30 +378,29 @@ struct TmaStoreEpilogue {
     }
   }
 
-  // Output::kTransposed: the strip's rows row0.. are output columns, the tile's columns
-  // (col0.., cols of them stored) output rows; the bias goes by strip row.
+  // TransposedOutput: the strip's rows row0.. are output columns, the tile's columns
+  // (n_block) output rows; the bias goes by strip row.
   __device__ static void store_transposed(float* acc, const Params& p, const Shared& s, State& st,
                                           const TileCoord& tc, int32_t row0, uint32_t wg,
                                           uint32_t wg_thread, uint32_t barrier_id) {
     Ops::template apply<BN, true>(acc, p, Output::template bias<Ops>(p, tc), row0, wg_thread);
-    const EpilogueTile t{tc.col0, row0, Output::batch(tc), Output::residual_batch(p, tc),
-                         Output::kClipRows ? tc.cols : BN};
+    const EpilogueTile t{tc.n_block * BN, row0, Output::batch(tc), Output::residual_batch(p, tc),
+                         BN};
     const EpilogueSync sync{s.staging + wg * kEpiBytesPerWarpgroup, &s.residual_loaded[wg],
                             &st.residual_phase, wg_thread, barrier_id};
     const bool res = p.has_residual;
-    constexpr bool kClip = Output::kClipRows;
     switch (p.out_dtype) {
       case DType::kBF16:
-        res ? epilogue_store_transposed<BN, __nv_bfloat16, true, kClip>(acc, p.beta, &p.d, &p.r, t, sync, p.out)
-            : epilogue_store_transposed<BN, __nv_bfloat16, false, kClip>(acc, p.beta, &p.d, &p.r, t, sync, p.out);
+        res ? epilogue_store_transposed<BN, __nv_bfloat16, true>(acc, p.beta, &p.d, &p.r, t, sync)
+            : epilogue_store_transposed<BN, __nv_bfloat16, false>(acc, p.beta, &p.d, &p.r, t, sync);
         break;
       case DType::kF16:
-        res ? epilogue_store_transposed<BN, __half, true, kClip>(acc, p.beta, &p.d, &p.r, t, sync, p.out)
-            : epilogue_store_transposed<BN, __half, false, kClip>(acc, p.beta, &p.d, &p.r, t, sync, p.out);
+        res ? epilogue_store_transposed<BN, __half, true>(acc, p.beta, &p.d, &p.r, t, sync)
+            : epilogue_store_transposed<BN, __half, false>(acc, p.beta, &p.d, &p.r, t, sync);
         break;
       case DType::kF32:
-        res ? epilogue_store_transposed<BN, float, true, kClip>(acc, p.beta, &p.d, &p.r, t, sync, p.out)
-            : epilogue_store_transposed<BN, float, false, kClip>(acc, p.beta, &p.d, &p.r, t, sync, p.out);
+        res ? epilogue_store_transposed<BN, float, true>(acc, p.beta, &p.d, &p.r, t, sync)
+            : epilogue_store_transposed<BN, float, false>(acc, p.beta, &p.d, &p.r, t, sync);
         break;
       default:
         break;

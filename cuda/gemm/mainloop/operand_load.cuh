@@ -56,8 +56,8 @@ struct OperandLoad {
   static_assert(BYTES == 2 || (BYTES == 1 && !MN_MAJOR),
                 "16-bit operands either way; 8-bit ones K-major (wgmma has no fp8 transpose)");
 
-  // First mn coordinate of the tile whose first product row (A) or column (B) is `first`.
-  __device__ static int32_t origin(int32_t first) { return first; }
+  // First mn coordinate of tile `block` of `rows` rows.
+  __device__ static int32_t origin(int32_t block, int rows) { return block * rows; }
 
   // One operand per batch entry, or one shared by the batch.
   static bool batched(const GemmArgs& args, const Array3& x) {
@@ -95,8 +95,7 @@ struct GatedWeightLoad {
   static constexpr bool kMnMajor = true;
   static constexpr int kBytes = 2;
 
-  // Product columns [first, first + BN) are gate and up columns [first / 2, first / 2 + BN / 2).
-  __device__ static int32_t origin(int32_t first) { return first / 2; }
+  __device__ static int32_t origin(int32_t block, int rows) { return block * (rows / 2); }
 
   // One weight per batch entry (the grouped GLU's experts) or one shared (hopper_glu's).
   static bool batched(const GemmArgs& args, const Array3& w) { return w.batch > args.k; }

@@ -126,7 +126,7 @@ struct MainloopSS {
       uint64_t* full = &s.full[pipe.stage];
       ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
       ALoad::load(&p.a, full, s.a + pipe.stage * kABytes, BM, tc.row0, k0, ba, cluster_n, rank);
-      BLoad::load(&p.b, full, s.b + pipe.stage * kBBytes, BN, BLoad::origin(tc.col0), k0,
+      BLoad::load(&p.b, full, s.b + pipe.stage * kBBytes, BN, BLoad::origin(tc.n_block, BN), k0,
                   bb, cluster_m, rank);
       pipe.advance();
     }

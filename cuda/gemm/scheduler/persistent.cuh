@@ -91,8 +91,6 @@ struct PersistentScheduler : WholeTileScheduler {
     TileCoord c = tile_coord(p.order, u.tile, rank);
     c.row0 = c.m_block * BM;
     c.rows = BM;
-    c.col0 = c.n_block * BN;
-    c.cols = BN;
     return c;
   }
 };

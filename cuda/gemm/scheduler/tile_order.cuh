@@ -9,14 +9,11 @@ namespace jax_hopper {
 
 struct TileCoord {
   int32_t batch, m_block, n_block;  // block indices of this CTA's tile
-  // First row of A and of the product the tile covers, and how many of its rows it stores:
+  // First row of A and of the output the tile covers, and how many of its rows it stores:
   // m_block * BM and BM, except in the grouped GEMM, whose tiles start where a group's rows do
   // and store only that group's rows (cuda/gemm/scheduler/grouped.cuh). There `batch` is the
-  // group (the weights' batch entry), -1 for the rows past the groups.
+  // group (B's batch entry), -1 for the rows past the groups.
   int32_t row0, rows;
-  // The same along the product's columns (B's rows): n_block * BN and BN, except in the
-  // grouped GEMM computed swapped, whose token tiles (the product's columns) follow the groups.
-  int32_t col0, cols;
 };
 
 struct TileOrder {
