@@ -12,9 +12,11 @@ import re
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from jax_hopper import GemmConfig, _ffi
+from jax_hopper.gemm import ragged_primitive
 from jax_hopper.gemm.primitive import call_attrs
 from jax_hopper.kernels import catalog
 
@@ -26,7 +28,7 @@ BAD_OPERANDS = re.compile(r"bad operands at: ([0-9, ]+)")
 @pytest.fixture(scope="module", autouse=True)
 def registered_on_cpu():
     for name, capsule in _ffi.extension().registrations().items():
-        if name.startswith("jax_hopper_gemm_"):
+        if name.startswith(("jax_hopper_gemm_", "jax_hopper_grouped_")):
             jax.ffi.register_ffi_target(name, capsule, platform="cpu")
 
 
@@ -73,3 +75,16 @@ def test_the_lowering_s_attributes_decode(family):
     attrs = call_attrs(kernel, config, plan, activation=4, alpha=0.5, beta=1.0)
     assert _undecoded(family, attrs, 128) == [0]  # only the CUDA stream, absent on a CPU
 
+
+
+def test_the_tile_table_call_decodes():
+    """The tile table's call (ragged_primitive.build_tile_table) as its CUDA lowering makes it."""
+    sizes = jnp.asarray([3, 0, 5], jnp.int32)
+    out = ragged_primitive._tile_table_abstract(sizes, m=9, block=4)
+    call = jax.ffi.ffi_call("jax_hopper_grouped_tile_table",
+                            jax.ShapeDtypeStruct(out.shape, out.dtype))
+    with jax.default_device(jax.devices("cpu")[0]):
+        with pytest.raises(Exception) as info:
+            jax.block_until_ready(call(sizes, m=np.int64(9), block=np.int64(4)))
+    found = BAD_OPERANDS.search(str(info.value))
+    assert found and found.group(1).strip() == "0", str(info.value)[:500]
