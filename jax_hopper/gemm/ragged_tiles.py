@@ -12,7 +12,9 @@ The table (int32): one header entry, the M tiles in use, then GROUP_TILE_FIELDS 
 tile ("slot"): first row, rows (1..block_m), group (-1 for rows past every group). Each group's
 rows are cut into tiles from its first row, then the rows past every group; slots past those in
 use are zero. There are at most ceil(M / block_m) + G tiles, so the table's size, and with it
-the launch, depends on static shapes only.
+the launch, depends on static shapes only. On a GPU one small kernel builds the table
+(cuda/gemm/scheduler/tile_table.cu, through ragged_primitive.build_tile_table); tile_table here
+is its reference lowering and the model the GPU tests hold it to.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ import jax.numpy as jnp
 from jax_hopper.kernels.catalog import GROUP_TILE_FIELDS
 
 
-# The table is built by XLA ops before every call: as few and as small kernels as possible.
-# jnp.searchsorted's default method is a loop (several kernels per step on a GPU); comparing
+# These run as XLA ops wherever they are used on a GPU (row_groups: the bias gradient; the
+# sharded sizes): as few and as small kernels as possible. jnp.searchsorted's default method is a loop (several kernels per step on a GPU); comparing
 # every query with every boundary is one fused kernel while the product stays small.
 _COMPARE_ALL_MAX = 1 << 24
 
