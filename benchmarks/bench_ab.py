@@ -3,8 +3,9 @@
     bash scripts/install_baseline.sh REV DIR     # the build before the change, as jax_hopper_base
     PYTHONPATH=DIR python benchmarks/bench_ab.py [--reps 7] [--out-dir D] [--tag T]
 
-Cases: every shape of bench_gemm.py (bf16 hopper_matmul, default config; or --shapes) and every
-case of bench_epilogue.py (the fused call; or --epilogue-cases). Per case the three variants (xla, base, new) are timed
+Cases: every shape of bench_gemm.py (bf16 hopper_matmul, default config; or --shapes), every
+case of bench_epilogue.py (the fused call; or --epilogue-cases), and the bench_grouped.py cases
+named by --grouped-cases (hopper_ragged_dot against jax.lax.ragged_dot, uniform routing). Per case the three variants (xla, base, new) are timed
 interleaved (timing.time_interleaved), on rotating inputs larger than L2; each result is checked
 against an fp32-accumulated reference. The summary gives new/base per case, the geomean and the
 worst; the JSON (ab_<tag>.json) keeps every time.
@@ -23,6 +24,8 @@ import jax.numpy as jnp
 
 import bench_epilogue
 import bench_gemm
+import bench_grouped
+import numpy as np
 import timing
 
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -53,6 +56,26 @@ def cases(shapes, epilogue_cases):
     return out
 
 
+def grouped_case(name: str, key):
+    """(shape, pairs, {variant: f(a, rhs)}, reference) of bench_grouped case `name`: a is
+    (lhs, sizes), sizes drawn uniformly (seeded), two sets of operands."""
+    m, groups, k, n = bench_grouped.CASES[name]
+    sizes = jnp.asarray(bench_grouped.group_sizes(np.random.default_rng(0), m, groups,
+                                                  "uniform"))
+    sets = []
+    for kk in jax.random.split(key, 2):
+        k1, k2 = jax.random.split(kk)
+        lhs = jax.random.normal(k1, (m, k), jnp.float32).astype(jnp.bfloat16)
+        rhs = (jax.random.normal(k2, (groups, k, n), jnp.float32) / np.sqrt(k)).astype(jnp.bfloat16)
+        sets.append(((lhs, sizes), rhs))
+    variants = {"xla": lambda a, r: jax.lax.ragged_dot(a[0], r, a[1]),
+                "base": lambda a, r: jax_hopper_base.hopper_ragged_dot(a[0], r, a[1]),
+                "new": lambda a, r: jax_hopper.hopper_ragged_dot(a[0], r, a[1])}
+    reference = lambda a, r: jax.lax.ragged_dot(a[0], r, a[1],  # noqa: E731
+                                                preferred_element_type=jnp.float32)
+    return (m, n, k), timing.rotation(sets, 5), variants, reference
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -61,16 +84,23 @@ def main():
                         default=bench_gemm.DEFAULT_SHAPES, help="MxNxK of the plain GEMMs")
     parser.add_argument("--epilogue-cases", nargs="*", default=list(bench_epilogue.CASES),
                         choices=list(bench_epilogue.CASES))
+    parser.add_argument("--grouped-cases", nargs="*", default=[],
+                        choices=list(bench_grouped.CASES))
     args = parser.parse_args()
     timing.require_kernels(jax_hopper, jax_hopper_base)
     key = jax.random.key(0)
     rows, wrong = [], False
+    plans = []
     for i, (name, (shape, variants, reference)) in enumerate(cases(args.shapes, args.epilogue_cases).items()):
         m, n, k = shape
         n_calls, n_sets = timing.call_plan(m, n, k)
         sets = timing.rotating_sets(jax.random.fold_in(key, i), m, n, k, n_sets)
-        pairs = timing.rotation(sets, n_calls)
-        ref = jax.jit(reference)(*sets[0])
+        plans.append((name, shape, timing.rotation(sets, n_calls), variants, reference))
+    for i, name in enumerate(args.grouped_cases):
+        plans.append((f"grouped_{name}", *grouped_case(name, jax.random.fold_in(key, 1000 + i))))
+    for name, shape, pairs, variants, reference in plans:
+        m, n, k = shape
+        ref = jax.jit(reference)(*pairs[-1])
         timed = timing.time_interleaved({v: (timing.chained(f), pairs)
                                          for v, f in variants.items()}, args.reps)
         row = dict(case=name, shape=list(shape))

@@ -35,6 +35,15 @@ struct CooperativeSchedule {
     typename K::Epilogue::State state;
     typename Scheduler::Work work(p.scheduler, cluster_id);
     for (WorkUnit u; work.next(p.scheduler, &u);) {
+      // Where a tile may end in warpgroup 0's rows (a group's last tile), warpgroup 1 then only
+      // passes the stages on (Mainloop::pass): warpgroup 0's wgmmas get the tensor cores to
+      // themselves, and there is nothing for warpgroup 1 to store.
+      if constexpr (Scheduler::kPartialTiles) {
+        if (Scheduler::coord(p.scheduler, u, rank).rows <= static_cast<int32_t>(wg) * 64) {
+          Mainloop::pass(ml, pipe, u, wg_thread, cluster_size);
+          continue;
+        }
+      }
       Mainloop::mma(p.mainloop, ml, pipe, u, wg, wg_thread, cluster_size, acc,
                     [&] { return Scheduler::coord(p.scheduler, u, rank); });
       if (!Scheduler::template fixup<Mainloop::kAccRegs>(acc, p.scheduler, u, cluster_id,
