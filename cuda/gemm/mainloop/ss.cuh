@@ -185,19 +185,6 @@ struct MainloopSS {
       ptx::named_barrier_sync(kTileBarrier, 128 * TILE_WARPGROUPS);
   }
 
-  // A consumer warpgroup with none of the tile's rows to compute (a grouped tile that ends in
-  // the other warpgroup's rows): it takes each stage of unit u as it fills and hands it back
-  // at once, so the ring's barriers see it as always, and multiplies nothing. The waits keep
-  // its releases in step with the ring (an early release would count toward a later fill).
-  __device__ static void pass(const Shared& s, Pipe& pipe, const WorkUnit& u,
-                              uint32_t wg_thread, uint32_t cluster_size) {
-    for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
-      ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);
-      release(s, pipe.stage, cluster_size, wg_thread);
-      pipe.advance();
-    }
-  }
-
   // The consumer warpgroup with rows [part * kSlices * 64, +kSlices * 64) of the tile: acc =
   // those rows over unit u's k-blocks (scaled); slice i's accumulators at acc[i * kSliceRegs].
   // coord() gives the unit's TileCoord, for a mainloop that needs it (MainloopSSPromoted reads

@@ -2,6 +2,10 @@
 // work list, warpgroup w on rows 64 w .. 64 w + 63, and each runs the epilogue on its strip.
 // The tensor cores idle while both run their epilogues; the large tiles (128 x 256: 128
 // accumulators per thread) this allows amortise that.
+// NOTES: a grouped tile that ends in warpgroup 0's rows leaves warpgroup 1 nothing to store.
+// Letting warpgroup 1 skip its wgmmas there (reading the tile's rows from the scheduler before
+// the mainloop, then only waiting for and releasing each stage) was measured slower: 0.90-0.95x
+// on the four compute-bound MoE cases (H100, 2026-11-24, ab_h100_20261124_grouped_idle.json).
 #pragma once
 
 #include <cstdint>
@@ -35,15 +39,6 @@ struct CooperativeSchedule {
     typename K::Epilogue::State state;
     typename Scheduler::Work work(p.scheduler, cluster_id);
     for (WorkUnit u; work.next(p.scheduler, &u);) {
-      // Where a tile may end in warpgroup 0's rows (a group's last tile), warpgroup 1 then only
-      // passes the stages on (Mainloop::pass): warpgroup 0's wgmmas get the tensor cores to
-      // themselves, and there is nothing for warpgroup 1 to store.
-      if constexpr (Scheduler::kPartialTiles) {
-        if (Scheduler::coord(p.scheduler, u, rank).rows <= static_cast<int32_t>(wg) * 64) {
-          Mainloop::pass(ml, pipe, u, wg_thread, cluster_size);
-          continue;
-        }
-      }
       Mainloop::mma(p.mainloop, ml, pipe, u, wg, wg_thread, cluster_size, acc,
                     [&] { return Scheduler::coord(p.scheduler, u, rank); });
       if (!Scheduler::template fixup<Mainloop::kAccRegs>(acc, p.scheduler, u, cluster_id,

@@ -31,9 +31,6 @@ namespace jax_hopper {
 
 template <int BM, int BN>
 struct GroupedScheduler : WholeTileScheduler {
-  // A group's last tile holds its remaining rows only (TileCoord::rows < BM).
-  static constexpr bool kPartialTiles = true;
-
   struct Params {
     const int32_t* tiles;  // the tile table
     TileOrder order;       // ctiles_m: the table's slots (an upper bound of those in use)

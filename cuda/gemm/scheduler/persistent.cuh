@@ -22,7 +22,6 @@ namespace jax_hopper {
 struct WholeTileScheduler {
   static constexpr int64_t kSlotBytes = 0;
   static constexpr bool kRaggedK = false;  // k-ranges are whole k-blocks from k = 0
-  static constexpr bool kPartialTiles = false;  // every tile's rows are BM (TileCoord::rows)
 
   template <class P>
   static cudaError_t prepare(const P&, int, cudaStream_t) { return cudaSuccess; }

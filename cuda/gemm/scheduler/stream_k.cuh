@@ -24,7 +24,6 @@ struct StreamKScheduler {
   // A CTA's workspace slot: its fp32 partial tile, and its two consumer warpgroups' flags.
   static constexpr int64_t kSlotBytes = int64_t(BM) * BN * 4 + 8;
   static constexpr bool kRaggedK = false;
-  static constexpr bool kPartialTiles = false;
 
   struct Params {
     StreamKPlan plan;
