@@ -9,20 +9,19 @@ Cases (rows M sorted by expert, G experts, K -> N per expert, bf16 in and out): 
 Mixtral-8x7B up and down, DeepSeek-V3 routed-expert up and down, and two decodes. Routing:
 "uniform" draws each row's expert uniformly, "skewed" from Dirichlet(0.3) expert weights (a few
 experts take most rows); the sizes are drawn once per case (seeded) and passed as a device
-array. TFLOP/s count useful work (2 M N K); the floor is max(FLOPs at 989 TFLOP/s, bytes of
-lhs, the weights of every expert that has rows and the output at 3.0 TB/s), H100 SXM. Each
-result is checked against XLA's. "tile_table" times the kernel that builds hopper's tile
-table alone (what a call spends before its launch), "tile_table_xla" the XLA ops that built it
-before (ragged_tiles.tile_table, now the reference lowering), each per build of TABLE_BUILDS
-dependent ones in one call (a single build is shorter than the host's enqueue). --shape adds a case of your own. With
---sweep, every compiled grouped tile, with and without a 2-CTA cluster along N, is timed too
-("hopper" is the default config). With --pallas, Pallas Mosaic GPU's ragged_dot in
-PALLAS_CONFIGS (block_m x block_n x grid_block_n; the best is reported). With --train, the training step's products (jax.grad of
-sum(out * dy) with respect to lhs and rhs: forward, d lhs and d rhs, three times the forward's
-FLOPs and floor) for XLA and hopper, with the bytes of temporaries each compiled step allocates
-beyond its inputs and outputs (XLA's memory analysis), and the weight gradient alone (d rhs:
-XLA's transpose of jax.lax.ragged_dot against hopper_ragged_contract; with --sweep every
-compiled contraction tile and cluster too). Writes grouped_<tag>.json.
+array. TFLOP/s count useful work (2 M N K); the floor is max(FLOPs at 989 TFLOP/s, bytes of lhs,
+the weights of every expert that has rows and the output at 3.0 TB/s), H100 SXM. Each result is
+checked against XLA's (the tile table hopper builds before each launch is timed on the GPU by
+scripts/ncu_tile_table.py: a few us, below what a host clock resolves). --shape adds a case of
+your own. With --sweep, every compiled grouped tile, with and without a 2-CTA cluster along N,
+is timed too ("hopper" is the default config). With --pallas, Pallas Mosaic GPU's ragged_dot in
+PALLAS_CONFIGS (block_m x block_n x grid_block_n; the best is reported). With --train, the
+training step's products (jax.grad of sum(out * dy) with respect to lhs and rhs: forward, d lhs
+and d rhs, three times the forward's FLOPs and floor) for XLA and hopper, with the bytes of
+temporaries each compiled step allocates beyond its inputs and outputs (XLA's memory analysis),
+and the weight gradient alone (d rhs: XLA's transpose of jax.lax.ragged_dot against
+hopper_ragged_contract; with --sweep every compiled contraction tile and cluster too). Writes
+grouped_<tag>.json.
 """
 
 from __future__ import annotations
@@ -42,8 +41,6 @@ import timing
 
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax_hopper  # noqa: E402
-from jax_hopper.gemm import ragged_tiles  # noqa: E402
-from jax_hopper.gemm.ragged_primitive import build_tile_table  # noqa: E402
 from jax_hopper.kernels import catalog  # noqa: E402
 
 # name: (rows M, experts G, K, N)
@@ -71,21 +68,6 @@ def floor_s(m: int, active: int, k: int, n: int) -> float:
     flops = 2.0 * m * n * k
     bytes_ = 2.0 * (m * k + active * k * n + m * n)
     return max(flops / PEAK_FLOPS, bytes_ / HBM_BYTES_PER_S)
-
-
-TABLE_BUILDS = 16
-
-
-def table_builds(build, m: int, block: int):
-    """(a, rhs) -> the tile table after TABLE_BUILDS builds by `build`, each from sizes that
-    depend on the table before (so none can be merged or dropped)."""
-    def run(a, r):
-        sizes = a[1]
-        for _ in range(TABLE_BUILDS):
-            table = build(sizes, m, block)
-            sizes = sizes + jnp.minimum(table[0], 0)
-        return table
-    return run
 
 
 def sweep_configs() -> dict:
@@ -174,11 +156,6 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
                    timing.rotation(sets, calls)),
         # The same FLOPs as one dense GEMM (M, K) @ (K, N): the practical compute limit.
         "dense": (timing.chained(jax_hopper.hopper_matmul), timing.rotation(dense_sets, calls)),
-        # What hopper's call spends before its launch: building the tile table alone.
-        "tile_table": (timing.chained(table_builds(build_tile_table, m, 128)),
-                       timing.rotation(sets, calls)),
-        "tile_table_xla": (timing.chained(table_builds(ragged_tiles.tile_table, m, 128)),
-                           timing.rotation(sets, calls)),
     }
     for cname, cfg in (sweep_configs() if sweep else {}).items():
         runs[cname] = (timing.chained(functools.partial(
@@ -205,9 +182,6 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
     for impl, r in results.items():
         if isinstance(r, Exception):
             row[impl] = dict(error=f"{type(r).__name__}: {str(r)[:300]}")
-            continue
-        if impl.startswith("tile_table"):
-            row[impl] = dict(us=r["median_s"] * 1e6 / TABLE_BUILDS)
             continue
         # A training step is three products of the forward's FLOPs; its floor three times.
         work = 3 if impl in steps else 1
@@ -279,9 +253,6 @@ def report(row: dict, sweep: bool) -> None:
             c = row[cname]
             print(f"{'':25} {cname:28} " + (f"{c['tflops']:7.1f} TF/s {c['floor_pct']:6.1f}%"
                                              if "us" in c else c["error"][:80]))
-    if "us" in row["tile_table"] and "us" in row["tile_table_xla"]:
-        print(f"{'':25} tile table alone: {row['tile_table']['us']:.1f} us (by XLA ops "
-              f"{row['tile_table_xla']['us']:.1f} us)")
     if row.get("pallas_skipped"):
         print(f"{'':25} pallas skipped: {row['pallas_skipped']}")
 
