@@ -26,7 +26,8 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "glu_k", "glu_grad", "k_scatter_m", "k_scatter_n", "glu_k_scatter", "ragged_n",
          "ragged_n_k_major", "ragged_experts_gathered", "ragged_experts_shard_map",
          "ragged_k_split", "ragged_n_grad", "ragged_glu_f", "contract_columns", "ragged_rows",
-         "ragged_dp_grad", "contract_rows"]
+         "ragged_dp_grad", "contract_rows", "fp8_rows", "fp8_block_n", "fp8_block_k",
+         "fp8_tensor_k_scatter"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -350,13 +351,59 @@ def _cases():
                  (_rand(rng, (rows, k)), _rand(rng, (rows, n))), (named("x"), named("x")),
                  all_reduce=True)
 
+    def fp8(**kw):
+        from jax_hopper import hopper_fp8_matmul
+        return lambda a, b, sa, sb, *extra: hopper_fp8_matmul(
+            a, b, sa, sb, out_dtype=f32, **dict(zip(("bias", "residual"), extra)), **kw)
+
+    e4m3 = jnp.float8_e4m3fn
+    kblock = 128 * n_dev  # K and N of whole 128-wide scale blocks on every device
+
+    def fp8_rows():
+        got = _compare(fp8(activation="relu"),
+                       (_rand(rng, (m, k), e4m3), _rand(rng, (n, k), e4m3), jnp.float32(0.5),
+                        jnp.float32(2.0)),
+                       (named("x"), None, None, None), all_reduce=False)
+        assert tuple(got.sharding.spec)[:1] == ("x",), got.sharding.spec
+
+    def fp8_block_n():
+        # Block scales: b's N split falls on 128-row blocks, b_scale's blocks split with it.
+        got = _compare(fp8(),
+                       (_rand(rng, (m, k), e4m3), _rand(rng, (kblock, k), e4m3),
+                        jnp.abs(_rand(rng, (m, 1), f32)), jnp.abs(_rand(rng, (n_dev, 1), f32))),
+                       (None, named("x"), None, named("x")), all_reduce=False)
+        assert tuple(got.sharding.spec) == (None, "x"), got.sharding.spec
+
+    def fp8_block_k():
+        # K split over whole blocks: float32 partials summed, then bias, GELU and residual.
+        _compare(fp8(activation="gelu", alpha=0.5, beta=2.0),
+                 (_rand(rng, (m, kblock), e4m3), _rand(rng, (n, kblock), e4m3),
+                  jnp.abs(_rand(rng, (m, n_dev), f32)), jnp.abs(_rand(rng, (1, n_dev), f32)),
+                  _rand(rng, (n,), f32), _rand(rng, (m, n), f32)),
+                 (named(None, "x"), named(None, "x"), named(None, "x"), named(None, "x"),
+                  None, None), all_reduce=True)
+
+    def fp8_tensor_k_scatter():
+        # Per-tensor scales, K split, the output asked for split along M over K's axis: a
+        # reduce-scatter, each device keeping its rows.
+        f = jax.jit(fp8(), out_shardings=named("x", None))
+        a, b = _rand(rng, (m, k), e4m3), _rand(rng, (n, k), e4m3)
+        placed = (jax.device_put(a, named(None, "x")), jax.device_put(b, named(None, "x")))
+        got = f(*placed, jnp.float32(0.25), jnp.float32(4.0))
+        want = jax.jit(fp8())(a, b, jnp.float32(0.25), jnp.float32(4.0))
+        from gemm_helpers import rel_frob, to64
+        assert rel_frob(got, to64(want)) < 1e-5
+        hlo = f.lower(*placed, jnp.float32(0.25), jnp.float32(4.0)).compile().as_text()
+        assert "reduce-scatter" in hlo and "all-gather" not in hlo, "not a reduce-scatter"
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
                             k_scatter_n, glu_k_scatter, ragged_n, ragged_n_k_major,
                             ragged_experts_gathered, ragged_experts_shard_map, ragged_k_split,
                             ragged_n_grad, ragged_glu_f, contract_columns, ragged_rows,
-                            ragged_dp_grad, contract_rows]))
+                            ragged_dp_grad, contract_rows, fp8_rows, fp8_block_n, fp8_block_k,
+                            fp8_tensor_k_scatter]))
 
 
 def main():

@@ -19,8 +19,8 @@ batch; bias (N,) float32 or (0,); residual (1 or batch, M, N) in the out dtype o
 a_scale and b_scale float32, (1,) per tensor or (Ba, M, KB) and (Bb, NB, KB) per block. The
 result is (batch, M, N). vmap launches once per entry (ragged_primitive.register); there is no
 differentiation rule (fp8 operands carry no useful gradient; a differentiable fp8 matmul
-quantizes high-precision operands around this op) and no sharding rule yet (XLA gathers the
-operands).
+quantizes high-precision operands around this op). Under a sharded jit each device multiplies
+its shards (fp8_sharding.py).
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ from jax_hopper.gemm.api import (SUPPORTED_OUTPUTS, as_batched_3d, prepare_resid
                                  out_dtype_arg, prepare_bias, static_scalar)
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code
-from jax_hopper.gemm.primitive import _pad_columns, apply_epilogue, call_attrs, pitch_pad
+from jax_hopper.gemm import fp8_sharding
+from jax_hopper.gemm.primitive import (_pad_columns, apply_epilogue, call_attrs, freeze,
+                                       pitch_pad)
 from jax_hopper.gemm.ragged_primitive import register
 from jax_hopper.gemm.tuned import default_config
 from jax_hopper.kernels import catalog
@@ -124,7 +126,8 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
     if batch == 0 or m == 0 or n == 0 or k == 0:
         out = reference(a3, b3, bias_arr, res_arr, *scales, **params)  # nothing to launch
     else:
-        out = launch(a3, b3, bias_arr, res_arr, *scales, **params)
+        out = fp8_sharding.partitioned(launch, freeze(params), a3, b3, bias_arr, res_arr,
+                                       *scales)
     return out.reshape(*batch_shape, m, n)
 
 

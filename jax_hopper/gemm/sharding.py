@@ -102,6 +102,31 @@ def assign_factors(mesh, candidates: dict, k: int):
     return axes, spec
 
 
+def keep_k_axes(*k_entries):
+    """unless_k(entry): an output spec entry, or None where it names a mesh axis that the
+    operands' K entries (`k_entries`) split K over: those axes stay on K."""
+    k_held = set(next((mesh_axes(e) for e in k_entries if e), ()))
+    return lambda entry: None if k_held & set(mesh_axes(entry)) else entry
+
+
+def k_scatter_dim(mesh, axes: dict, out_spec: tuple, out_shape: tuple, factors) -> int | None:
+    """The output dimension (1: M, 2: N; of `factors`) to reduce-scatter K-split partials over:
+    the one asked for split over its own axes and then K's, evenly; None: a psum."""
+    k_axes = axes["k"]
+    return next((dim for dim, f in ((1, "m"), (2, "n"))
+                 if k_axes and f in factors and mesh_axes(out_spec[dim]) == axes[f] + k_axes
+                 and out_shape[dim] % math.prod(mesh.shape[x] for x in axes[f] + k_axes) == 0),
+                None)
+
+
+def sum_partials(partial, k_axes: tuple, scatter: int | None):
+    """The devices' float32 partial products summed over K's mesh axes: reduce-scattered
+    along output dimension `scatter`, or a psum."""
+    if scatter:
+        return jax.lax.psum_scatter(partial, k_axes, scatter_dimension=scatter, tiled=True)
+    return jax.lax.psum(partial, k_axes)
+
+
 def _partition(params, shapes, mesh, arg_shapes, result_shape):
     p = dict(params)
     gated = p["family"] == "glu"
@@ -116,11 +141,7 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
     # fills in a factor the operands leave whole (slicing a replicated operand is free), but
     # never takes the axes the operands split K over: those stay on K, and an output split on
     # them is the reduce-scatter below.
-    k_held = set(next((mesh_axes(e) for e in (sa[a_k], sb[b_k]) if e), ()))
-
-    def unless_k(entry):
-        return None if k_held & set(mesh_axes(entry)) else entry
-
+    unless_k = keep_k_axes(sa[a_k], sb[b_k])
     candidates = {
         "b": [sa[0] if ba == batch else None, sb[0] if bb == batch else None, unless_k(so[0])]
         if batch > 1 else [],
@@ -130,12 +151,7 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
     }
     axes, spec = assign_factors(mesh, candidates, a.shape[a_k])
     k_axes = axes["k"]
-    # The output dimension (1: M, 2: N) to reduce-scatter the K partials over, if any.
-    scatter = next((dim for dim, f in ((1, "m"), (2, "n"))
-                    if k_axes and not (gated and f == "n")
-                    and mesh_axes(so[dim]) == axes[f] + k_axes
-                    and result_shape.shape[dim] % math.prod(
-                        mesh.shape[x] for x in axes[f] + k_axes) == 0), None)
+    scatter = k_scatter_dim(mesh, axes, so, result_shape.shape, ("m",) if gated else ("m", "n"))
     a_sh = spec("b" if ba == batch else None, *(("k", "m") if p["a_mn_major"] else ("m", "k")))
     b_sh = spec("k", None, "n") if gated else \
         spec("b" if bb == batch else None, *(("k", "n") if p["b_mn_major"] else ("n", "k")))
@@ -155,8 +171,7 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
         product = {**p, "out_dtype": f32, "activation": 0, "family": "matmul"}
         partial = launch(a, product_operand(b, p["family"]), jnp.zeros((0,), f32),
                          jnp.zeros((0, 0, 0), f32), **product)
-        z = (jax.lax.psum_scatter(partial, k_axes, scatter_dimension=scatter, tiled=True)
-             if scatter else jax.lax.psum(partial, k_axes))
+        z = sum_partials(partial, k_axes, scatter)
         return apply_epilogue(z, bias, res, activation=p["activation"], beta=p["beta"],
                               out_dtype=p["out_dtype"], family=p["family"])
 

@@ -1,0 +1,123 @@
+"""hopper_fp8_matmul under jit with sharded operands: every device multiplies its own shards,
+as the 16-bit GEMM does (sharding.py), its scales going with them.
+
+`partitioned` wraps the launch in jax.experimental.custom_partitioning with a Shardy rule
+
+    a: b m k,  b: b n k (both K-major),  bias: n,  residual: b m n,
+    per tensor a_scale, b_scale: (1,) each;  per block a_scale: b m kb,  b_scale: b nb kb
+                                                                            ->  out: b m n
+
+(k a reduction factor; kb and nb, the 128-wide scale blocks of K and N, follow k and n: the
+partition splits them on the same mesh axes). After propagation `_partition` fixes the axes:
+- batch, M or N split: each device runs the kernel on its shards and their scales, with no
+  communication; under block scaling an N split must give every device whole 128-row blocks
+  of b (N a multiple of 128 x the devices), else N stays whole;
+- K split: each device computes its float32 partial alpha * (a_scale a) . (b_scale b) over its
+  K (under block scaling whole 128-wide blocks, else K stays whole), the partials are summed
+  (psum, or a reduce-scatter for an output split over K's axes: sharding.sum_partials), and
+  the epilogue runs after the sum in jnp, as sharding.py does.
+Under vmap: one launch per entry (ragged_primitive.vmapped_per_entry).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax.numpy as jnp
+from jax.experimental.custom_partitioning import custom_partitioning
+
+from jax_hopper.gemm.primitive import apply_epilogue
+from jax_hopper.gemm.ragged_primitive import vmapped_per_entry
+from jax_hopper.gemm.sharding import (assign_factors, k_scatter_dim, keep_k_axes, spec_of,
+                                      sum_partials)
+from jax_hopper.kernels import catalog
+
+
+def partitioned(launch, params: tuple, a, b, bias, res, a_scale, b_scale):
+    """launch(a, b, bias, res, a_scale, b_scale, **dict(params)) on local shards under a
+    sharded jit (launch: fp8.launch, one device's call)."""
+    shapes = tuple(tuple(x.shape) for x in (a, b, bias, res))
+    return _vmappable(launch, params, shapes)(a, b, bias, res, a_scale, b_scale)
+
+
+@functools.lru_cache(maxsize=None)
+def _vmappable(launch, params, shapes):
+    return vmapped_per_entry(functools.partial(_partitioned, launch, params, shapes))
+
+
+@functools.partial(custom_partitioning, static_argnums=(0, 1, 2))
+def _partitioned(launch, params, shapes, a, b, bias, res, a_scale, b_scale):
+    del shapes  # only the sharding rule needs them
+    return launch(a, b, bias, res, a_scale, b_scale, **dict(params))
+
+
+def _rule(launch, params, shapes, mesh, value_types, result_types):
+    del launch, mesh, value_types, result_types
+    (ba, *_), (bb, *_), bias_shape, res_shape = shapes
+    batch = max(ba, bb)
+
+    def lead(size, own):  # a batch of 1 shared by a batch > 1 cannot carry the batch factor
+        return "b" if size == batch else own
+
+    a, b = f"{lead(ba, 'ba')} m k", f"{lead(bb, 'bb')} n k"
+    bias = "n" if bias_shape[0] else "nz"
+    res = f"{lead(res_shape[0], 'br')} m n" if res_shape[0] else "rz mz nz2"
+    if dict(params)["scaling"] == "block":
+        scales, blocks = f"{lead(ba, 'ba')} m kb, {lead(bb, 'bb')} nb kb", ("kb", "nb")
+    else:
+        scales, blocks = "sa, sb", ()
+    return (f"{a}, {b}, {bias}, {res}, {scales} -> b m n",
+            {"reduction_factors": ("k",), "need_replication_factors": blocks})
+
+
+def _partition(launch, params, shapes, mesh, arg_shapes, result_shape):
+    p = dict(params)
+    a, b, bias, res, _, _ = arg_shapes
+    ba, bb = a.shape[0], b.shape[0]
+    batch = max(ba, bb)
+    sa, sb, so = spec_of(a), spec_of(b), spec_of(result_shape)
+    unless_k = keep_k_axes(sa[2], sb[2])
+    candidates = {
+        "b": [sa[0] if ba == batch else None, sb[0] if bb == batch else None, unless_k(so[0])]
+        if batch > 1 else [],
+        "m": [sa[1], unless_k(so[1])],
+        "n": [sb[1], unless_k(so[2])],
+        "k": [sa[2], sb[2]],
+    }
+    axes, spec = assign_factors(mesh, candidates, a.shape[2])
+    block = p["scaling"] == "block"
+
+    def devices(factor):
+        return math.prod(mesh.shape[x] for x in axes[factor])
+
+    # Block scales come per 128 rows of b and per 128 of K: a split must keep blocks whole.
+    for factor, extent in (("n", b.shape[1]), ("k", a.shape[2])):
+        if block and axes[factor] and extent % (devices(factor) * catalog.FP8_SCALE_BLOCK):
+            axes[factor] = ()
+    k_axes = axes["k"]
+    scatter = k_scatter_dim(mesh, axes, so, result_shape.shape, ("m", "n"))
+    a_lead, b_lead = "b" if ba == batch else None, "b" if bb == batch else None
+    a_sh, b_sh = spec(a_lead, "m", "k"), spec(b_lead, "n", "k")
+    scale_sh = ((spec(a_lead, "m", "k"), spec(b_lead, "n", "k")) if block
+                else (spec(None), spec(None)))
+    if scatter:  # from here on: the output's dims, and the residual's and bias's that match them
+        axes[{1: "m", 2: "n"}[scatter]] += k_axes
+    bias_sh = spec("n" if bias.shape[0] else None)
+    res_sh = spec("b" if res.shape[0] == batch else None, "m", "n") if res.shape[0] else \
+        spec(None, None, None)
+
+    def lower_fn(a, b, bias, res, a_scale, b_scale):
+        if not k_axes:
+            return launch(a, b, bias, res, a_scale, b_scale, **p)
+        f32 = jnp.dtype(jnp.float32)
+        partial = launch(a, b, jnp.zeros((0,), f32), jnp.zeros((0, 0, 0), f32), a_scale,
+                         b_scale, **{**p, "out_dtype": f32, "activation": 0})
+        return apply_epilogue(sum_partials(partial, k_axes, scatter), bias, res,
+                              activation=p["activation"], beta=p["beta"],
+                              out_dtype=p["out_dtype"], family="matmul")
+
+    return mesh, lower_fn, spec("b", "m", "n"), (a_sh, b_sh, bias_sh, res_sh, *scale_sh)
+
+
+_partitioned.def_partition(partition=_partition, sharding_rule=_rule)
