@@ -27,7 +27,8 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "ragged_n_k_major", "ragged_experts_gathered", "ragged_experts_shard_map",
          "ragged_k_split", "ragged_n_grad", "ragged_glu_f", "contract_columns", "ragged_rows",
          "ragged_dp_grad", "contract_rows", "fp8_rows", "fp8_block_n", "fp8_block_k",
-         "fp8_tensor_k_scatter"]
+         "fp8_tensor_k_scatter", "quantize_rows_tensor", "quantize_cols_blocks",
+         "quantize_unaligned_rows", "fp8_matmul_data_parallel"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -396,6 +397,46 @@ def _cases():
         hlo = f.lower(*placed, jnp.float32(0.25), jnp.float32(4.0)).compile().as_text()
         assert "reduce-scatter" in hlo and "all-gather" not in hlo, "not a reduce-scatter"
 
+    def quantize_rows_tensor():
+        # Per-tensor scaling: the amax is one all-reduce (max); each device quantizes its rows
+        # and writes its columns of the transposed copy.
+        from jax_hopper import quantize_fp8
+        got = _compare(lambda x: tuple(quantize_fp8(x, transpose=True)),
+                       (_rand(rng, (4 * 32, 64)),), (named("x"),), all_reduce=True)
+        assert tuple(got[0].sharding.spec)[:1] == ("x",), got[0].sharding.spec
+        assert tuple(got[2].sharding.spec) == (None, "x"), got[2].sharding.spec
+
+    def quantize_cols_blocks():
+        # Row scales (1 x 128) over C split into whole blocks, tile scales for the transposed
+        # copy: no communication at all.
+        from jax_hopper import quantize_fp8
+        got = _compare(lambda x: tuple(quantize_fp8(x, scaling="block", block="row",
+                                                    transpose=True, transpose_block="tile")),
+                       (_rand(rng, (256, kblock)),), (named(None, "x"),), all_reduce=False)
+        assert tuple(got[1].sharding.spec) == (None, "x"), got[1].sharding.spec
+
+    def quantize_unaligned_rows():
+        # Tile scales over rows that do not split into whole 128-row blocks per device: R stays
+        # whole (x is gathered) and the result is still exact.
+        from jax_hopper import quantize_fp8
+        from gemm_helpers import rel_frob, to64
+        f = lambda x: tuple(quantize_fp8(x, scaling="block", block="tile"))  # noqa: E731
+        x = _rand(rng, (96 * n_dev, 64))
+        got = jax.jit(f)(jax.device_put(x, named("x")))
+        for g, w in zip(got[:2], jax.jit(f)(x)[:2]):  # q and its scales (no transposed copy)
+            assert rel_frob(g.astype(f32), to64(w.astype(f32))) == 0
+
+    def fp8_matmul_data_parallel():
+        # The differentiable fp8 matmul on rows split over the devices: quantize and the GEMMs
+        # run on local shards; the weight gradient is one all-reduce, nothing is gathered.
+        from jax_hopper import fp8_matmul
+
+        def grads(x, w):
+            return jax.grad(lambda x, w: jnp.sum(fp8_matmul(x, w) ** 2), (0, 1))(x, w)
+
+        _compare(grads, (_rand(rng, (4 * 64, 128)), _rand(rng, (128, 64))),
+                 (named("x"), None), all_reduce=True)
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
@@ -403,7 +444,8 @@ def _cases():
                             ragged_experts_gathered, ragged_experts_shard_map, ragged_k_split,
                             ragged_n_grad, ragged_glu_f, contract_columns, ragged_rows,
                             ragged_dp_grad, contract_rows, fp8_rows, fp8_block_n, fp8_block_k,
-                            fp8_tensor_k_scatter]))
+                            fp8_tensor_k_scatter, quantize_rows_tensor, quantize_cols_blocks,
+                            quantize_unaligned_rows, fp8_matmul_data_parallel]))
 
 
 def main():

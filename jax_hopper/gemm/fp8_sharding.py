@@ -7,8 +7,8 @@ as the 16-bit GEMM does (sharding.py), its scales going with them.
     per tensor a_scale, b_scale: (1,) each;  per block a_scale: b m kb,  b_scale: b nb kb
                                                                             ->  out: b m n
 
-(k a reduction factor; kb and nb, the 128-wide scale blocks of K and N, follow k and n: the
-partition splits them on the same mesh axes). After propagation `_partition` fixes the axes:
+(k a reduction factor; kb and nb, the 128-wide scale blocks of K and N, are factors of their
+own for propagation: the partition splits them on the mesh axes of k and n). After propagation `_partition` fixes the axes:
 - batch, M or N split: each device runs the kernel on its shards and their scales, with no
   communication; under block scaling an N split must give every device whole 128-row blocks
   of b (N a multiple of 128 x the devices), else N stays whole;
@@ -63,12 +63,9 @@ def _rule(launch, params, shapes, mesh, value_types, result_types):
     a, b = f"{lead(ba, 'ba')} m k", f"{lead(bb, 'bb')} n k"
     bias = "n" if bias_shape[0] else "nz"
     res = f"{lead(res_shape[0], 'br')} m n" if res_shape[0] else "rz mz nz2"
-    if dict(params)["scaling"] == "block":
-        scales, blocks = f"{lead(ba, 'ba')} m kb, {lead(bb, 'bb')} nb kb", ("kb", "nb")
-    else:
-        scales, blocks = "sa, sb", ()
-    return (f"{a}, {b}, {bias}, {res}, {scales} -> b m n",
-            {"reduction_factors": ("k",), "need_replication_factors": blocks})
+    scales = (f"{lead(ba, 'ba')} m kb, {lead(bb, 'bb')} nb kb"
+              if dict(params)["scaling"] == "block" else "sa, sb")
+    return f"{a}, {b}, {bias}, {res}, {scales} -> b m n", {"reduction_factors": ("k",)}
 
 
 def _partition(launch, params, shapes, mesh, arg_shapes, result_shape):

@@ -23,7 +23,8 @@ Non-finite input: a NaN makes its block's amax and scale NaN and every q of the 
 makes the scale Inf, its own q NaN and the block's finite values 0. Never a silently finite
 result. The kernel runs when the rows are 16-byte aligned for TMA (C, and R with the transposed
 copy, multiples of 16); other shapes and machines without the kernels run `reference`, which
-computes the same values.
+computes the same values. Under a sharded jit each device quantizes its own shard
+(quantize/sharding.py).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
+from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged_primitive import register
+from jax_hopper.quantize import sharding
 from jax_hopper.kernels import catalog
 
 quantize_fp8_p = Primitive("hopper_quantize_fp8")
@@ -90,8 +93,9 @@ def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", t
         amax3 = jnp.broadcast_to(amax, (x3.shape[0],))
     else:
         amax3 = jnp.zeros((0,), jnp.float32)
-    q, scale, q_t, scale_t = quantize_fp8_p.bind(x3, amax3, dtype=dtype, mode=mode,
-                                                 transpose=transpose, t_mode=t_mode)
+    q, scale, q_t, scale_t = sharding.partitioned(
+        quantize_fp8_p.bind, freeze(dict(dtype=dtype, mode=mode, transpose=transpose,
+                                         t_mode=t_mode)), x3, amax3)
     if mode == "tensor":
         scale = scales_from_amax(amax, dtype)[0]
         scale_t = scale
