@@ -166,9 +166,9 @@ def register(primitive, abstract_eval, reference_fn, cuda_lowering, batch_rule=N
 register(hopper_ragged_p, _abstract_eval, reference, _cuda_lowering)
 
 
-# The tile table, built on the device by one small kernel (cuda/gemm/scheduler/tile_table.cu)
-# rather than by XLA ops (55-57 us per call on the H100); the reference lowering is
-# ragged_tiles.tile_table.
+# The tile table, built on the device by one small kernel (cuda/gemm/scheduler/tile_table.cu):
+# 4.3 us of GPU time per call on the H100, where the XLA ops of ragged_tiles.tile_table (now
+# the reference lowering) took 14 us in three fusions (ncu_h100_20261124_tile_table.txt).
 tile_table_p = Primitive("hopper_grouped_tile_table")
 
 

@@ -6,13 +6,13 @@ communication (a per-tensor amax is reduced over the whole array before, by XLA)
     x: b r c,  amax: b (per tensor) ->  q: b r c,  q_t: b c r,
     scale (row): b r cb, (tile): b rb cb;  scale_t (row): b c rb, (tile): b cb rb
 
-(where R or C is whole 128-wide blocks, r = (rb, 128) and c = (cb, 128) are compound factors,
-so that propagation splits the scales with their dimension; the partition splits rb and cb on
-the axes of r and c; empty outputs carry factors of their own). A block-scaled copy keeps its blocks whole:
-R is split only where every device gets whole 128-row blocks of whichever scale counts rows in
-blocks (tile scales, and q_t's row scales), C likewise (row and tile scales of q, tile scales
-of q_t); otherwise that dimension stays whole. Under vmap the entries fold into the batch the
-kernel walks (one launch), as the primitive's own rule does.
+(where R or C is whole 128-wide blocks, r = (rb, 128) and c = (cb, 128) are compound factors, so
+that propagation splits the scales with their dimension; the partition splits rb and cb on the
+axes of r and c; empty outputs carry factors of their own). A block-scaled copy keeps its blocks
+whole: R is split only where every device gets whole 128-row blocks of whichever scale counts
+rows in blocks (tile scales, and q_t's row scales), C likewise (row and tile scales of q, tile
+scales of q_t); otherwise that dimension stays whole. Under vmap the entries fold into the batch
+the kernel walks (one launch), as the primitive's own rule does.
 """
 
 from __future__ import annotations

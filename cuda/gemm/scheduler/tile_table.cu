@@ -1,8 +1,8 @@
 // The grouped GEMM's tile table (cuda/gemm/scheduler/grouped.cuh), built by one CTA from the
-// device-side group sizes just before the GEMM, in its stream. Built by XLA ops instead (a
-// clip, two prefix sums, a search of each slot's group, the stack of the fields) the table
-// took 55-57 us per call on the H100 (bench_grouped.py's "tile_table", 2026-11-24): a tenth of
-// a decode's weight read.
+// device-side group sizes just before the GEMM, in its stream: 4.2-4.4 us of GPU time on the
+// H100, where XLA's three fusions of the same ops (a clip, two prefix sums, a search of each
+// slot's group, the stack of the fields; ragged_tiles.py) took 14.1-14.4 us (ncu, 2026-11-24,
+// benchmarks/results/ncu_h100_20261124_tile_table.txt).
 //
 // The groups are taken 256 at a time: a block-wide prefix sum of the chunk's sizes gives each
 // group's rows, a second one of their tile counts each group's first slot, and each thread
