@@ -13,7 +13,7 @@ array. TFLOP/s count useful work (2 M N K); the floor is max(FLOPs at 989 TFLOP/
 the weights of every expert that has rows and the output at 3.0 TB/s), H100 SXM. Each result is
 checked against XLA's (the tile table hopper builds before each launch is timed on the GPU by
 scripts/ncu_tile_table.py: a few us, below what a host clock resolves). --shape adds a case of
-your own. With --sweep, every compiled grouped tile, with and without a 2-CTA cluster along N,
+your own. With --sweep, every compiled grouped tile in every cluster shape it runs (2-CTA along N or M)
 is timed too ("hopper" is the default config). With --pallas, Pallas Mosaic GPU's ragged_dot in
 PALLAS_CONFIGS (block_m x block_n x grid_block_n; the best is reported). With --train, the
 training step's products (jax.grad of sum(out * dy) with respect to lhs and rhs: forward, d lhs
@@ -71,9 +71,10 @@ def floor_s(m: int, active: int, k: int, n: int) -> float:
 
 
 def sweep_configs() -> dict:
-    """name -> GemmConfig: every compiled grouped tile, alone and in 2-CTA clusters along N."""
-    return {f"{t.tag}_c1x{cn}": jax_hopper.GemmConfig.for_tile(t, stream_k=False, cluster_n=cn)
-            for t in catalog.FAMILIES["grouped"].tiles for cn in (1, 2)}
+    """name -> GemmConfig: every compiled grouped tile in every cluster shape it runs."""
+    fam = catalog.FAMILIES["grouped"]
+    return {f"{t.tag}_c{cm}x{cn}": jax_hopper.GemmConfig.for_tile(
+        t, stream_k=False, cluster_m=cm, cluster_n=cn) for t in fam.tiles for cm, cn in fam.clusters}
 
 
 def pallas_variants() -> tuple[dict, str | None]:

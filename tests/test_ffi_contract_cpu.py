@@ -80,11 +80,11 @@ def test_the_lowering_s_attributes_decode(family):
 def test_the_tile_table_call_decodes():
     """The tile table's call (ragged_primitive.build_tile_table) as its CUDA lowering makes it."""
     sizes = jnp.asarray([3, 0, 5], jnp.int32)
-    out = ragged_primitive._tile_table_abstract(sizes, m=9, block=4)
+    out = ragged_primitive._tile_table_abstract(sizes, m=9, block=4, paired=True)
     call = jax.ffi.ffi_call("jax_hopper_grouped_tile_table",
                             jax.ShapeDtypeStruct(out.shape, out.dtype))
     with jax.default_device(jax.devices("cpu")[0]):
         with pytest.raises(Exception) as info:
-            jax.block_until_ready(call(sizes, m=np.int64(9), block=np.int64(4)))
+            jax.block_until_ready(call(sizes, m=np.int64(9), block=np.int64(4), paired=True))
     found = BAD_OPERANDS.search(str(info.value))
     assert found and found.group(1).strip() == "0", str(info.value)[:500]

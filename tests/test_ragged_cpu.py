@@ -23,18 +23,25 @@ def on_the_cpu():
         yield
 
 
-def tiles_model(sizes, m, block_m):
-    """(first row, rows, group) of every M tile, in order, from the documented rules."""
+def tiles_model(sizes, m, block_m, paired=False):
+    """(first row, rows, group) of every M tile, in order, from the documented rules; paired,
+    an odd count of a group's tiles (or of the rows past the groups) gets a 0-row tile more."""
     ends, pos = [], 0
     for s in sizes:
         pos = min(pos + max(int(s), 0), m)
         ends.append(pos)
+
+    def cut(start, end, g):
+        tiles = [(r, min(block_m, end - r), g) for r in range(start, end, block_m)]
+        if paired and len(tiles) % 2:
+            tiles.append((start + len(tiles) * block_m, 0, g))
+        return tiles
+
     tiles, start = [], 0
     for g, end in enumerate(ends):
-        tiles += [(r, min(block_m, end - r), g) for r in range(start, end, block_m)]
+        tiles += cut(start, end, g)
         start = end
-    tiles += [(r, min(block_m, m - r), -1) for r in range(ends[-1], m, block_m)]
-    return tiles
+    return tiles + cut(ends[-1], m, -1)
 
 
 def _sizes(rng, kind, groups, m):
@@ -49,16 +56,19 @@ def _sizes(rng, kind, groups, m):
     return sizes
 
 
+@pytest.mark.parametrize("paired", [False, True], ids=["plain", "paired"])
 @pytest.mark.parametrize("kind", ["random", "uniform", "huge", "one_group"])
 @pytest.mark.parametrize("block_m", [64, 128])
-def test_tile_table_matches_model(rng, kind, block_m):
+def test_tile_table_matches_model(rng, kind, block_m, paired):
     for _ in range(8):
         groups, m = int(rng.integers(1, 40)), int(rng.integers(1, 900))
         sizes = _sizes(rng, kind, groups, m)
-        table = np.asarray(ragged_tiles.tile_table(jnp.asarray(sizes, jnp.int32), m, block_m))
-        want = tiles_model(sizes, m, block_m)
-        slots = ragged_tiles.tile_slots(m, groups, block_m)
+        table = np.asarray(ragged_tiles.tile_table(jnp.asarray(sizes, jnp.int32), m, block_m,
+                                                   paired))
+        want = tiles_model(sizes, m, block_m, paired)
+        slots = ragged_tiles.tile_slots(m, groups, block_m, paired)
         assert table.shape == (1 + catalog.GROUP_TILE_FIELDS * slots,)
+        assert slots % 2 == 0 or not paired
         assert table[0] == len(want) <= slots
         fields = table[1:].reshape(slots, catalog.GROUP_TILE_FIELDS)
         assert [tuple(f) for f in fields[:table[0]]] == want, (sizes, m, block_m)
@@ -193,8 +203,6 @@ def test_config_choice_follows_rows_per_group():
     (lambda l, r, g: hopper_ragged_dot(l, r, g, bias=jnp.ones(32)), r"bias.shape=.* \(G, N\)"),
     (lambda l, r, g: hopper_ragged_dot(l, r, g, residual=jnp.ones((3, 32))), "residual"),
     (lambda l, r, g: hopper_ragged_dot(l, r, g, config=GemmConfig()), "stream_k=True"),
-    (lambda l, r, g: hopper_ragged_dot(
-        l, r, g, config=GemmConfig(stream_k=False, cluster_m=2)), "cluster"),
     (lambda l, r, g: hopper_ragged_dot(
         l, r, g, config=GemmConfig(block_n=192, stream_k=False)), "not compiled for the grouped"),
 ])

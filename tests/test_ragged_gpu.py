@@ -68,6 +68,23 @@ def test_cluster_along_n(rng, tile):
            config=GemmConfig.for_tile(tile, stream_k=False, cluster_n=2))
 
 
+@pytest.mark.parametrize("transpose_rhs", [False, True], ids=["gkn", "gnk"])
+@pytest.mark.parametrize("tile", TILES, ids=lambda t: t.tag)
+def test_cluster_along_m(rng, tile, transpose_rhs):
+    """Two M tiles of one group share its weights by multicast (a paired table): groups of an
+    odd and an even count of tiles, empty ones, one row, and rows past every group."""
+    b = tile.block_m
+    sizes = [3 * b + 5, 0, 1, 2 * b, b - 7, 4 * b + 1]
+    _check(rng, sum(sizes) + b + 3, 256, 520, sizes, transpose_rhs=transpose_rhs,
+           config=GemmConfig.for_tile(tile, stream_k=False, cluster_m=2))
+
+
+@pytest.mark.parametrize("case", list(ADVERSARIAL_SIZES))
+def test_cluster_along_m_adversarial_sizes(rng, case):
+    _check(rng, 700, 192, 136, ADVERSARIAL_SIZES[case],
+           config=GemmConfig.for_tile(TILES[0], stream_k=False, cluster_m=2))
+
+
 @pytest.mark.parametrize("tile", TILES, ids=lambda t: t.tag)
 def test_boundary_at_every_offset(rng, tile):
     """Group boundaries at every row offset of a 64-row strip and of the tile: a tile
@@ -108,7 +125,8 @@ def test_shapes(rng, m, k, n, groups):
 @pytest.mark.parametrize("groups", [1, 255, 256, 257, 1000, 3000])
 def test_tile_table_kernel_matches_model(rng, kind, groups):
     """The table built on the device (one CTA, 256 groups at a time) is ragged_tiles.py's, for
-    any sizes: across chunk boundaries, sums above M and beyond int32, negative sizes."""
+    any sizes, plain and paired: across chunk boundaries, sums above M and beyond int32,
+    negative sizes."""
     m = int(rng.integers(1, 5000))
     sizes = {"random": rng.integers(0, 2 * m // groups + 2, groups),
              "huge": rng.integers(0, 2**31 - 1, groups),
@@ -116,11 +134,13 @@ def test_tile_table_kernel_matches_model(rng, kind, groups):
              "negative": rng.integers(-2**31, 50, groups)}[kind]
     gs = jnp.asarray(sizes, jnp.int32)
     cpu = jax.devices("cpu")[0]
-    for block in (64, 128):
-        got = np.asarray(jax.jit(build_tile_table, static_argnums=(1, 2))(gs, m, block))
-        want = np.asarray(jax.jit(ragged_tiles.tile_table, static_argnums=(1, 2))(
-            jax.device_put(gs, cpu), m, block))
-        assert got.shape == want.shape and np.array_equal(got, want), (kind, groups, m, block)
+    for block, paired in ((64, False), (128, False), (128, True)):
+        got = np.asarray(jax.jit(build_tile_table, static_argnums=(1, 2, 3))(gs, m, block,
+                                                                              paired))
+        want = np.asarray(jax.jit(ragged_tiles.tile_table, static_argnums=(1, 2, 3))(
+            jax.device_put(gs, cpu), m, block, paired))
+        assert got.shape == want.shape and np.array_equal(got, want), (kind, groups, m, block,
+                                                                       paired)
 
 
 def test_drop_in_ragged_dot_matches_lax(rng):

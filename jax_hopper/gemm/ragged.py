@@ -25,7 +25,7 @@ NOTES:
   a warning; experts split over devices is shard_map's. The backward launches are partitioned
   too: with rhs split along N, d lhs is a K split (psum) and d rhs (ragged_contract.partitioned)
   stays local; with the rows split, d lhs stays local and d rhs is one psum.
-- Not yet: the gated (GLU) form, 2-CTA clusters along M.
+- 2-CTA clusters along M (cluster_m=2) take a paired tile table (ragged_tiles.py).
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
     preferred_element_type) bfloat16, float16 or float32, default the input dtype.
     bias: (G, N), one row per group, added in float32; residual: (M, N) or broadcastable to it.
     activation: None, "relu", "gelu_tanh", "gelu" or "silu". config: a GemmConfig of the
-    grouped family (stream_k=False, clusters along N only); default: choose_grouped_config.
+    grouped family (stream_k=False; 2-CTA clusters along N or M); default:
+    choose_grouped_config.
     """
     lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
     out_dtype, act, alpha, beta = api.epilogue_args(

@@ -93,7 +93,9 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
         warnings.warn(f"hopper_ragged_dot falls back to XLA: {reason}", stacklevel=2)
         out = reference(lhs, rhs, group_sizes, None, bias, res, **params)
     else:
-        tiles = build_tile_table(group_sizes, lhs.shape[1], params["config"].block_m)
+        config = params["config"]
+        tiles = build_tile_table(group_sizes, lhs.shape[1], config.block_m,
+                                 paired=config.cluster_m == 2)
         out = hopper_ragged_p.bind(lhs, rhs, group_sizes, tiles, bias, res, **params)
     return out[..., :n] if pad else out
 
@@ -172,22 +174,23 @@ register(hopper_ragged_p, _abstract_eval, reference, _cuda_lowering)
 tile_table_p = Primitive("hopper_grouped_tile_table")
 
 
-def build_tile_table(group_sizes, m: int, block: int):
+def build_tile_table(group_sizes, m: int, block: int, paired: bool = False):
     """The grouped kernels' tile table (ragged_tiles.py's layout) for `group_sizes` over m rows
-    in tiles of `block` rows."""
-    return tile_table_p.bind(group_sizes.astype(jnp.int32), m=m, block=block)
+    in tiles of `block` rows; paired for 2-CTA clusters along M."""
+    return tile_table_p.bind(group_sizes.astype(jnp.int32), m=m, block=block, paired=paired)
 
 
-def _tile_table_abstract(group_sizes, *, m, block):
-    slots = ragged_tiles.tile_slots(m, group_sizes.shape[0], block)
+def _tile_table_abstract(group_sizes, *, m, block, paired):
+    slots = ragged_tiles.tile_slots(m, group_sizes.shape[0], block, paired)
     return jax.core.ShapedArray((1 + ragged_tiles.GROUP_TILE_FIELDS * slots,), jnp.int32)
 
 
-def _tile_table_lowering(ctx, group_sizes, *, m, block):
+def _tile_table_lowering(ctx, group_sizes, *, m, block, paired):
     return jax.ffi.ffi_lowering("jax_hopper_grouped_tile_table")(
-        ctx, group_sizes, m=np.int64(m), block=np.int64(block))
+        ctx, group_sizes, m=np.int64(m), block=np.int64(block), paired=bool(paired))
 
 
 register(tile_table_p, _tile_table_abstract,
-         lambda group_sizes, *, m, block: ragged_tiles.tile_table(group_sizes, m, block),
+         lambda group_sizes, *, m, block, paired: ragged_tiles.tile_table(group_sizes, m, block,
+                                                                          paired),
          _tile_table_lowering)

@@ -12,7 +12,9 @@ The table (int32): one header entry, the M tiles in use, then GROUP_TILE_FIELDS 
 tile ("slot"): first row, rows (1..block_m), group (-1 for rows past every group). Each group's
 rows are cut into tiles from its first row, then the rows past every group; slots past those in
 use are zero. There are at most ceil(M / block_m) + G tiles, so the table's size, and with it
-the launch, depends on static shapes only. On a GPU one small kernel builds the table
+the launch, depends on static shapes only. A paired table (for 2-CTA clusters along M, whose
+two CTAs multicast one group's weights) gives every group, and the rows past the groups, an
+even count of tiles: an odd one gets one more tile of 0 rows (computed, nothing stored). On a GPU one small kernel builds the table
 (cuda/gemm/scheduler/tile_table.cu, through ragged_primitive.build_tile_table); tile_table here
 is its reference lowering and the model the GPU tests hold it to.
 """
@@ -69,23 +71,29 @@ def row_groups(group_sizes, m: int):
     return _searchsorted_right(group_ends(group_sizes, m), jnp.arange(m, dtype=jnp.int32))
 
 
-def tile_slots(m: int, groups: int, block_m: int) -> int:
+def tile_slots(m: int, groups: int, block_m: int, paired: bool = False) -> int:
     """The table's M tiles: enough for any group sizes. Each nonempty group's last tile and the
-    rows past the groups' last tile may be partial, so at most ceil(M / block_m) + G tiles."""
-    return -(-m // block_m) + groups
+    rows past the groups' last tile may be partial, so at most ceil(M / block_m) + G tiles;
+    paired, one more per group and for the rows past them, rounded up to pairs."""
+    slots = -(-m // block_m) + groups
+    return slots + groups + 1 + (slots + groups + 1) % 2 if paired else slots
 
 
-def tile_table(group_sizes, m: int, block_m: int):
+def _even(tiles, paired: bool):
+    return tiles + tiles % 2 if paired else tiles
+
+
+def tile_table(group_sizes, m: int, block_m: int, paired: bool = False):
     """The kernel's tile table (see the module) for `group_sizes` over M rows."""
     groups = group_sizes.shape[0]
-    slots = tile_slots(m, groups, block_m)
+    slots = tile_slots(m, groups, block_m, paired)
     ends = group_ends(group_sizes, m)
     starts = _starts(ends)
-    tiles = (ends - starts + block_m - 1) // block_m
-    tile_ends = jnp.cumsum(tiles)  # at most M / block_m + G: no overflow
+    tiles = _even((ends - starts + block_m - 1) // block_m, paired)
+    tile_ends = jnp.cumsum(tiles)  # at most M / block_m + 2 G: no overflow
     grouped = tile_ends[-1]
     tail_start = ends[-1]
-    used = grouped + (m - tail_start + block_m - 1) // block_m
+    used = grouped + _even((m - tail_start + block_m - 1) // block_m, paired)
 
     s = jnp.arange(slots, dtype=jnp.int32)
     g = _searchsorted_right(tile_ends, s)
@@ -96,7 +104,7 @@ def tile_table(group_sizes, m: int, block_m: int):
     last = jnp.where(in_group, ends[gc], m)
     live = s < used
     fields = jnp.stack([jnp.where(live, first, 0),
-                        jnp.where(live, jnp.minimum(last - first, block_m), 0),
+                        jnp.where(live, jnp.clip(last - first, 0, block_m), 0),
                         jnp.where(live & in_group, g, jnp.where(live, -1, 0))], axis=1)
     assert fields.shape[1] == GROUP_TILE_FIELDS
     return jnp.concatenate([used[None].astype(jnp.int32), fields.reshape(-1)])

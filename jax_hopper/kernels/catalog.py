@@ -193,13 +193,14 @@ FAMILIES = {
     # hopper_ragged_dot: lhs (M, K) K-major, rhs (G, K, N) (MN-major) or (G, N, K); the tiles
     # follow the groups' rows (GroupedScheduler) and store only their group's rows
     # (GroupedOutput). 64 x 256 ping-pong for a few rows per group (decode), 128-row tiles
-    # otherwise.
+    # otherwise. Clusters along N share lhs; along M a group's weights (a paired tile table).
     "grouped": Family("grouped", "kGrouped", _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>"),
                       "TmaStoreEpilogue<{bn}, LinearOps, GroupedOutput>",
                       (TileShape(128, 256, 64, 4), TileShape(128, 128, 64, 6, "pingpong"),
                        TileShape(64, 256, 64, 4, "pingpong")),
                       ((False, False), (False, True)), "_grouped", "the grouped GEMM",
-                      scheduler="GroupedScheduler<{bm}, {bn}>", clusters=((1, 1), (1, 2))),
+                      scheduler="GroupedScheduler<{bm}, {bn}>",
+                      clusters=((1, 1), (1, 2), (2, 1))),
     # hopper_ragged_glu: the grouped GEMM with each expert's gated weight (K, 2, F), loaded
     # and paired as hopper_glu's (GatedWeightLoad with the expert as batch entry, GatedOps),
     # storing its group's rows (GroupedOutput).

@@ -27,9 +27,16 @@ __device__ __forceinline__ void write_slot(int32_t* table, int64_t slot, int32_t
   e[2] = group;
 }
 
+// Tiles of `rows` rows in blocks of `block`, made even when paired.
+__device__ __forceinline__ int64_t tile_count(int64_t rows, int32_t block, bool paired) {
+  const int64_t tiles = (rows + block - 1) / block;
+  return paired ? tiles + (tiles & 1) : tiles;
+}
+
 __global__ void __launch_bounds__(kTableThreads)
     grouped_tile_table_kernel(const int32_t* __restrict__ sizes, int32_t groups, int32_t m,
-                              int32_t block, int32_t slots, int32_t* __restrict__ table) {
+                              int32_t block, bool paired, int32_t slots,
+                              int32_t* __restrict__ table) {
   using Scan = cub::BlockScan<int64_t, kTableThreads>;
   __shared__ typename Scan::TempStorage scan;
   int64_t rows_before = 0, slots_before = 0;  // of the chunks before; rows_before <= m
@@ -41,23 +48,23 @@ __global__ void __launch_bounds__(kTableThreads)
     __syncthreads();  // the scan's storage is reused
     const int64_t end = min(rows_before + upto, int64_t(m));
     const int64_t start = min(rows_before + upto - size, int64_t(m));
-    const int64_t tiles = (end - start + block - 1) / block;
+    const int64_t tiles = tile_count(end - start, block, paired);
     int64_t first = 0, chunk_tiles = 0;
     Scan(scan).ExclusiveSum(tiles, first, chunk_tiles);
     __syncthreads();
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t row0 = start + t * block;
-      write_slot(table, slots_before + first + t, slots, row0, min(end - row0, int64_t(block)),
-                 g);
+      write_slot(table, slots_before + first + t, slots, row0,
+                 max(min(end - row0, int64_t(block)), int64_t(0)), g);
     }
     rows_before = min(rows_before + chunk_rows, int64_t(m));
     slots_before += chunk_tiles;
   }
-  const int64_t used = slots_before + (m - rows_before + block - 1) / block;
+  const int64_t used = slots_before + tile_count(m - rows_before, block, paired);
   for (int64_t s = slots_before + threadIdx.x; s < slots; s += kTableThreads) {
     const int64_t row0 = rows_before + (s - slots_before) * block;
     if (s < used)
-      write_slot(table, s, slots, row0, min(m - row0, int64_t(block)), -1);
+      write_slot(table, s, slots, row0, max(min(m - row0, int64_t(block)), int64_t(0)), -1);
     else
       write_slot(table, s, slots, 0, 0, 0);
   }
@@ -67,10 +74,10 @@ __global__ void __launch_bounds__(kTableThreads)
 }  // namespace
 
 cudaError_t launch_grouped_tile_table(const int32_t* sizes, int32_t groups, int32_t m,
-                                      int32_t block, int32_t slots, int32_t* table,
+                                      int32_t block, bool paired, int32_t slots, int32_t* table,
                                       cudaStream_t stream) {
-  grouped_tile_table_kernel<<<1, kTableThreads, 0, stream>>>(sizes, groups, m, block, slots,
-                                                             table);
+  grouped_tile_table_kernel<<<1, kTableThreads, 0, stream>>>(sizes, groups, m, block, paired,
+                                                             slots, table);
   return cudaGetLastError();
 }
 
