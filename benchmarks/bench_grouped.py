@@ -13,8 +13,8 @@ array. TFLOP/s count useful work (2 M N K); the floor is max(FLOPs at 989 TFLOP/
 the weights of every expert that has rows and the output at 3.0 TB/s), H100 SXM. Each result is
 checked against XLA's (the tile table hopper builds before each launch is timed on the GPU by
 scripts/ncu_tile_table.py: a few us, below what a host clock resolves). --shape adds a case of
-your own. With --sweep, every compiled grouped tile in every cluster shape it runs (2-CTA along N or M)
-is timed too ("hopper" is the default config). With --pallas, Pallas Mosaic GPU's ragged_dot in
+your own. With --sweep, every compiled grouped tile in every cluster shape it runs (2-CTA along
+N or M) is timed too ("hopper" is the default config). With --pallas, Pallas Mosaic GPU's ragged_dot in
 PALLAS_CONFIGS (block_m x block_n x grid_block_n; the best is reported). With --train, the
 training step's products (jax.grad of sum(out * dy) with respect to lhs and rhs: forward, d lhs
 and d rhs, three times the forward's FLOPs and floor) for XLA and hopper, with the bytes of
