@@ -165,7 +165,11 @@ def choose_grouped_config(m: int, n: int, groups: int) -> GemmConfig:
     decode cases, 4 shapes x 2 routings: 58-87% of the floor with 16- to 64-token tiles
     against 85-97% for 64 x 256 ping-pong in clusters. At a few rows per expert the weights'
     bytes are the cost and a 64-row MMA's idle rows hide under them (at 4 rows per group its
-    FLOPs take a fifth of the weights' read time), so the swapped family was not kept."""
+    FLOPs take a fifth of the weights' read time), so the swapped family was not kept.
+    2-CTA clusters along M (the pair multicasting one group's weights, over a paired table),
+    128 x 256, against clusters along N (grouped_h100_20261124_cluster_m.json): Mixtral up
+    625 vs 635, DeepSeek up 603 vs 575, DeepSeek down 586 vs 589 TFLOP/s: no clear winner,
+    so N stays the default (at decode sizes pairing would double the tiles: one per group)."""
     tiles = {(t.block_m, t.block_n, t.schedule): t for t in catalog.FAMILIES["grouped"].tiles}
     tile = tiles[64, 256, "pingpong"] if m <= 64 * groups else tiles[128, 256, "cooperative"]
     column_tiles = -(-n // tile.block_n)
