@@ -5,10 +5,11 @@
 
 Cases: every shape of bench_gemm.py (bf16 hopper_matmul, default config; or --shapes), every
 case of bench_epilogue.py (the fused call; or --epilogue-cases), and the bench_grouped.py cases
-named by --grouped-cases (hopper_ragged_dot against jax.lax.ragged_dot, uniform routing). Per case the three variants (xla, base, new) are timed
-interleaved (timing.time_interleaved), on rotating inputs larger than L2; each result is checked
-against an fp32-accumulated reference. The summary gives new/base per case, the geomean and the
-worst; the JSON (ab_<tag>.json) keeps every time.
+named by --grouped-cases (hopper_ragged_dot against jax.lax.ragged_dot, uniform routing). Per
+case the three variants (xla, base, new) are timed interleaved (timing.time_interleaved), on
+rotating inputs larger than L2; each result is checked against an fp32-accumulated reference.
+The summary gives new/base per case, the geomean and the worst; the JSON (ab_<tag>.json) keeps
+every time.
 """
 
 from __future__ import annotations
@@ -60,14 +61,8 @@ def grouped_case(name: str, key):
     """(shape, pairs, {variant: f(a, rhs)}, reference) of bench_grouped case `name`: a is
     (lhs, sizes), sizes drawn uniformly (seeded), two sets of operands."""
     m, groups, k, n = bench_grouped.CASES[name]
-    sizes = jnp.asarray(bench_grouped.group_sizes(np.random.default_rng(0), m, groups,
-                                                  "uniform"))
-    sets = []
-    for kk in jax.random.split(key, 2):
-        k1, k2 = jax.random.split(kk)
-        lhs = jax.random.normal(k1, (m, k), jnp.float32).astype(jnp.bfloat16)
-        rhs = (jax.random.normal(k2, (groups, k, n), jnp.float32) / np.sqrt(k)).astype(jnp.bfloat16)
-        sets.append(((lhs, sizes), rhs))
+    sizes = bench_grouped.group_sizes(np.random.default_rng(0), m, groups, "uniform")
+    sets = bench_grouped.operand_sets(key, m, groups, k, n, sizes)
     variants = {"xla": lambda a, r: jax.lax.ragged_dot(a[0], r, a[1]),
                 "base": lambda a, r: jax_hopper_base.hopper_ragged_dot(a[0], r, a[1]),
                 "new": lambda a, r: jax_hopper.hopper_ragged_dot(a[0], r, a[1])}
@@ -91,7 +86,8 @@ def main():
     key = jax.random.key(0)
     rows, wrong = [], False
     plans = []
-    for i, (name, (shape, variants, reference)) in enumerate(cases(args.shapes, args.epilogue_cases).items()):
+    dense = cases(args.shapes, args.epilogue_cases)
+    for i, (name, (shape, variants, reference)) in enumerate(dense.items()):
         m, n, k = shape
         n_calls, n_sets = timing.call_plan(m, n, k)
         sets = timing.rotating_sets(jax.random.fold_in(key, i), m, n, k, n_sets)

@@ -14,14 +14,14 @@ the weights of every expert that has rows and the output at 3.0 TB/s), H100 SXM.
 checked against XLA's (the tile table hopper builds before each launch is timed on the GPU by
 scripts/ncu_tile_table.py: a few us, below what a host clock resolves). --shape adds a case of
 your own. With --sweep, every compiled grouped tile in every cluster shape it runs (2-CTA along
-N or M) is timed too ("hopper" is the default config). With --pallas, Pallas Mosaic GPU's ragged_dot in
-PALLAS_CONFIGS (block_m x block_n x grid_block_n; the best is reported). With --train, the
-training step's products (jax.grad of sum(out * dy) with respect to lhs and rhs: forward, d lhs
-and d rhs, three times the forward's FLOPs and floor) for XLA and hopper, with the bytes of
-temporaries each compiled step allocates beyond its inputs and outputs (XLA's memory analysis),
-and the weight gradient alone (d rhs: XLA's transpose of jax.lax.ragged_dot against
-hopper_ragged_contract; with --sweep every compiled contraction tile and cluster too). Writes
-grouped_<tag>.json.
+N or M) is timed too ("hopper" is the default config). With --pallas, Pallas Mosaic GPU's
+ragged_dot in PALLAS_CONFIGS (block_m x block_n x grid_block_n; the best is reported). With
+--train, the training step's products (jax.grad of sum(out * dy) with respect to lhs and rhs:
+forward, d lhs and d rhs, three times the forward's FLOPs and floor) for XLA and hopper, with
+the bytes of temporaries each compiled step allocates beyond its inputs and outputs (XLA's
+memory analysis), and the weight gradient alone (d rhs: XLA's transpose of jax.lax.ragged_dot
+against hopper_ragged_contract; with --sweep every compiled contraction tile and cluster too).
+Writes grouped_<tag>.json.
 """
 
 from __future__ import annotations
@@ -70,11 +70,35 @@ def floor_s(m: int, active: int, k: int, n: int) -> float:
     return max(flops / PEAK_FLOPS, bytes_ / HBM_BYTES_PER_S)
 
 
+def family_configs(family: str, prefix: str = "") -> dict:
+    """name -> GemmConfig: every compiled tile of `family` in every cluster shape it runs."""
+    fam = catalog.FAMILIES[family]
+    return {f"{prefix}{t.tag}_c{cm}x{cn}": jax_hopper.GemmConfig.for_tile(
+        t, stream_k=False, cluster_m=cm, cluster_n=cn)
+        for t in fam.tiles for cm, cn in fam.clusters}
+
+
 def sweep_configs() -> dict:
-    """name -> GemmConfig: every compiled grouped tile in every cluster shape it runs."""
-    fam = catalog.FAMILIES["grouped"]
-    return {f"{t.tag}_c{cm}x{cn}": jax_hopper.GemmConfig.for_tile(
-        t, stream_k=False, cluster_m=cm, cluster_n=cn) for t in fam.tiles for cm, cn in fam.clusters}
+    """The grouped GEMM's sweep: every compiled grouped tile and cluster."""
+    return family_configs("grouped")
+
+
+def contraction_configs() -> dict:
+    """The weight gradient's sweep: every compiled grouped_contraction tile and cluster."""
+    return family_configs("grouped_contraction", "wgrad_")
+
+
+def operand_sets(key, m: int, groups: int, k: int, n: int, sizes, n_sets: int = 2) -> list:
+    """n_sets of ((lhs (M, K), sizes), rhs (G, K, N)), bf16 random-normal, rhs scaled by
+    1/sqrt(K). Two sets: every expert's weights are far larger than L2 in every case."""
+    sets = []
+    for kk in jax.random.split(key, n_sets):
+        k1, k2 = jax.random.split(kk)
+        lhs = jax.random.normal(k1, (m, k), jnp.float32).astype(jnp.bfloat16)
+        rhs = (jax.random.normal(k2, (groups, k, n), jnp.float32) / np.sqrt(k)
+               ).astype(jnp.bfloat16)
+        sets.append(((lhs, jnp.asarray(sizes)), rhs))
+    return sets
 
 
 def pallas_variants() -> tuple[dict, str | None]:
@@ -92,13 +116,6 @@ def pallas_variants() -> tuple[dict, str | None]:
             max_concurrent_steps=4, grid_block_n=gbn)
     return {f"pallas_{bm}x{bn}_g{gbn}": variant(bm, bn, gbn)
             for bm, bn, gbn in PALLAS_CONFIGS}, None
-
-
-def contraction_configs() -> dict:
-    """name -> GemmConfig: every compiled grouped_contraction tile in every cluster shape."""
-    fam = catalog.FAMILIES["grouped_contraction"]
-    return {f"wgrad_{t.tag}_c{cm}x{cn}": jax_hopper.GemmConfig.for_tile(
-        t, stream_k=False, cluster_m=cm, cluster_n=cn) for t in fam.tiles for cm, cn in fam.clusters}
 
 
 def wgrad_xla(a, rhs):
@@ -137,15 +154,7 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
     m, groups, k, n = CASES[name]
     sizes = group_sizes(rng, m, groups, routing)
     active = int(np.count_nonzero(sizes))
-    key = jax.random.key(0)
-    n_sets = 2  # every expert's weights are far larger than L2 in every case
-    sets = []
-    for kk in jax.random.split(key, n_sets):
-        k1, k2 = jax.random.split(kk)
-        lhs = jax.random.normal(k1, (m, k), jnp.float32).astype(jnp.bfloat16)
-        rhs = (jax.random.normal(k2, (groups, k, n), jnp.float32) / np.sqrt(k)
-               ).astype(jnp.bfloat16)
-        sets.append(((lhs, jnp.asarray(sizes)), rhs))
+    sets = operand_sets(jax.random.key(0), m, groups, k, n, sizes)
     dense_sets = [(lhs, rhs[0]) for (lhs, _), rhs in sets]
     dy = jax.random.normal(jax.random.key(1), (m, n), jnp.float32)
     train_sets = [((lhs, s, dy), rhs) for (lhs, s), rhs in sets]

@@ -29,8 +29,8 @@ from jax.experimental.custom_partitioning import custom_partitioning
 
 from jax_hopper.gemm.primitive import apply_epilogue
 from jax_hopper.gemm.ragged_primitive import vmapped_per_entry
-from jax_hopper.gemm.sharding import (assign_factors, k_scatter_dim, keep_k_axes, spec_of,
-                                      sum_partials)
+from jax_hopper.gemm.sharding import (assign_factors, epilogue_shardings, k_scatter_dim,
+                                      keep_k_axes, rule_operands, spec_of, sum_partials)
 from jax_hopper.kernels import catalog
 
 
@@ -54,18 +54,11 @@ def _partitioned(launch, params, shapes, a, b, bias, res, a_scale, b_scale):
 
 def _rule(launch, params, shapes, mesh, value_types, result_types):
     del launch, mesh, value_types, result_types
-    (ba, *_), (bb, *_), bias_shape, res_shape = shapes
-    batch = max(ba, bb)
-
-    def lead(size, own):  # a batch of 1 shared by a batch > 1 cannot carry the batch factor
-        return "b" if size == batch else own
-
-    a, b = f"{lead(ba, 'ba')} m k", f"{lead(bb, 'bb')} n k"
-    bias = "n" if bias_shape[0] else "nz"
-    res = f"{lead(res_shape[0], 'br')} m n" if res_shape[0] else "rz mz nz2"
+    operands, lead = rule_operands(shapes, False, False)  # both K-major
+    (ba, *_), (bb, *_) = shapes[:2]
     scales = (f"{lead(ba, 'ba')} m kb, {lead(bb, 'bb')} nb kb"
               if dict(params)["scaling"] == "block" else "sa, sb")
-    return f"{a}, {b}, {bias}, {res}, {scales} -> b m n", {"reduction_factors": ("k",)}
+    return f"{operands}, {scales} -> b m n", {"reduction_factors": ("k",)}
 
 
 def _partition(launch, params, shapes, mesh, arg_shapes, result_shape):
@@ -100,9 +93,7 @@ def _partition(launch, params, shapes, mesh, arg_shapes, result_shape):
                 else (spec(None), spec(None)))
     if scatter:  # from here on: the output's dims, and the residual's and bias's that match them
         axes[{1: "m", 2: "n"}[scatter]] += k_axes
-    bias_sh = spec("n" if bias.shape[0] else None)
-    res_sh = spec("b" if res.shape[0] == batch else None, "m", "n") if res.shape[0] else \
-        spec(None, None, None)
+    bias_sh, res_sh = epilogue_shardings(spec, bias, res, batch)
 
     def lower_fn(a, b, bias, res, a_scale, b_scale):
         if not k_axes:

@@ -14,9 +14,10 @@ rows are cut into tiles from its first row, then the rows past every group; slot
 use are zero. There are at most ceil(M / block_m) + G tiles, so the table's size, and with it
 the launch, depends on static shapes only. A paired table (for 2-CTA clusters along M, whose
 two CTAs multicast one group's weights) gives every group, and the rows past the groups, an
-even count of tiles: an odd one gets one more tile of 0 rows (computed, nothing stored). On a GPU one small kernel builds the table
-(cuda/gemm/scheduler/tile_table.cu, through ragged_primitive.build_tile_table); tile_table here
-is its reference lowering and the model the GPU tests hold it to.
+even count of tiles: an odd one gets one more tile of 0 rows (computed, nothing stored). On a
+GPU one small kernel builds the table (cuda/gemm/scheduler/tile_table.cu, through
+ragged_primitive.build_tile_table); tile_table here is its reference lowering and the model the
+GPU tests hold it to.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from jax_hopper.kernels.catalog import GROUP_TILE_FIELDS
 
 
 # These run as XLA ops wherever they are used on a GPU (row_groups: the bias gradient; the
-# sharded sizes): as few and as small kernels as possible. jnp.searchsorted's default method is a loop (several kernels per step on a GPU); comparing
-# every query with every boundary is one fused kernel while the product stays small.
+# sharded sizes): as few and as small kernels as possible. jnp.searchsorted's default method is
+# a loop (several kernels per step on a GPU); comparing every query with every boundary is one
+# fused kernel while the product stays small.
 _COMPARE_ALL_MAX = 1 << 24
 
 

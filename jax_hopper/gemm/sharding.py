@@ -48,23 +48,30 @@ def _partitioned(params, shapes, a, b, bias, res):
     return launch(a, b, bias, res, **dict(params))
 
 
-def _rule(params, shapes, mesh, value_types, result_types):
-    """Einsum-like Shardy rule; factor names follow the stored layouts of this call."""
-    del mesh, value_types, result_types
-    p = dict(params)
-    gated = p["family"] == "glu"
+def rule_operands(shapes, a_mn_major: bool, b_mn_major: bool, gated: bool = False):
+    """The Shardy factors of a GEMM's a, b, bias and residual (`shapes`, as stored), and
+    lead(size, own): the factor of a leading dimension of `size`, "b" where it is the batch (a
+    batch of 1 shared by a batch > 1 cannot carry the batch factor: it gets `own`)."""
     (ba, *_), (bb, *_), bias_shape, res_shape = shapes
     bb = 1 if gated else bb  # a gated weight (K, 2, F) is shared by the batch
     batch = max(ba, bb)
 
-    def lead(size, own):  # a batch of 1 shared by a batch > 1 cannot carry the batch factor
+    def lead(size, own):
         return "b" if size == batch else own
 
-    a = f"{lead(ba, 'ba')} " + ("k m" if p["a_mn_major"] else "m k")
-    b = "k p n" if gated else f"{lead(bb, 'bb')} " + ("k n" if p["b_mn_major"] else "n k")
+    a = f"{lead(ba, 'ba')} " + ("k m" if a_mn_major else "m k")
+    b = "k p n" if gated else f"{lead(bb, 'bb')} " + ("k n" if b_mn_major else "n k")
     bias = ("p n" if gated else "n") if bias_shape[0] else "nz"
     res = f"{lead(res_shape[0], 'br')} m n" if res_shape[0] else "rz mz nz2"
-    return f"{a}, {b}, {bias}, {res} -> b m n", {"reduction_factors": ("k",)}
+    return f"{a}, {b}, {bias}, {res}", lead
+
+
+def _rule(params, shapes, mesh, value_types, result_types):
+    """Einsum-like Shardy rule; factor names follow the stored layouts of this call."""
+    del mesh, value_types, result_types
+    p = dict(params)
+    operands, _ = rule_operands(shapes, p["a_mn_major"], p["b_mn_major"], p["family"] == "glu")
+    return f"{operands} -> b m n", {"reduction_factors": ("k",)}
 
 
 def mesh_axes(entry) -> tuple:
@@ -127,6 +134,15 @@ def sum_partials(partial, k_axes: tuple, scatter: int | None):
     return jax.lax.psum(partial, k_axes)
 
 
+def epilogue_shardings(spec, bias, res, batch: int):
+    """The shardings of the bias ((N,), or gated (2, F): N or F its last axis) and of the
+    residual ((batch or 1, M, N), or empty) under `spec` (assign_factors')."""
+    bias_sh = spec(*(None,) * (len(bias.shape) - 1), "n" if bias.shape[0] else None)
+    res_sh = spec("b" if res.shape[0] == batch else None, "m", "n") if res.shape[0] else \
+        spec(None, None, None)
+    return bias_sh, res_sh
+
+
 def _partition(params, shapes, mesh, arg_shapes, result_shape):
     p = dict(params)
     gated = p["family"] == "glu"
@@ -157,10 +173,7 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
         spec("b" if bb == batch else None, *(("k", "n") if p["b_mn_major"] else ("n", "k")))
     if scatter:  # from here on: the output's dims, and the residual's and bias's that match them
         axes[{1: "m", 2: "n"}[scatter]] += k_axes
-    # bias: (N,), or gated (2, F); N (F) is its last axis.
-    bias_sh = spec(*(None,) * (len(bias.shape) - 1), "n" if bias.shape[0] else None)
-    res_sh = spec("b" if res.shape[0] == batch else None, "m", "n") if res.shape[0] else \
-        spec(None, None, None)
+    bias_sh, res_sh = epilogue_shardings(spec, bias, res, batch)
     out_sh = spec("b", "m", "n")
 
     def lower_fn(a, b, bias, res):

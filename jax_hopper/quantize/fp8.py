@@ -209,18 +209,5 @@ def _cuda_lowering(ctx, x, amax, *, dtype, mode, transpose, t_mode):
         t_mode=np.int64(modes.index(t_mode)))
 
 
-def _batch_rule(args, dims, **params):
-    """vmap folds into the batch the kernel already walks: one launch."""
-    x, amax = args
-    xd, ad = dims
-    v = x.shape[xd] if xd is not None else amax.shape[ad]
-    x = jnp.moveaxis(x, xd, 0) if xd is not None else jnp.broadcast_to(x, (v, *x.shape))
-    b = x.shape[1]
-    if params["mode"] == "tensor":
-        amax = (jnp.moveaxis(amax, ad, 0) if ad is not None
-                else jnp.broadcast_to(amax, (v, *amax.shape))).reshape(v * b)
-    outs = quantize_fp8_p.bind(x.reshape(v * b, *x.shape[2:]), amax, **params)
-    return [o.reshape(v, b, *o.shape[1:]) for o in outs], [0, 0, 0, 0]
-
-
-register(quantize_fp8_p, _abstract_eval, reference, _cuda_lowering, _batch_rule)
+# vmap of quantize_fp8 folds into the batch the kernel walks: quantize/sharding.py's rule.
+register(quantize_fp8_p, _abstract_eval, reference, _cuda_lowering)
