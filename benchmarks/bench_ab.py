@@ -4,8 +4,10 @@
     PYTHONPATH=DIR python benchmarks/bench_ab.py [--reps 7] [--out-dir D] [--tag T]
 
 Cases: every shape of bench_gemm.py (bf16 hopper_matmul, default config; or --shapes), every
-case of bench_epilogue.py (the fused call; or --epilogue-cases), and the bench_grouped.py cases
-named by --grouped-cases (hopper_ragged_dot against jax.lax.ragged_dot, uniform routing). Per
+case of bench_epilogue.py (the fused call; or --epilogue-cases), the bench_grouped.py cases
+named by --grouped-cases (hopper_ragged_dot against jax.lax.ragged_dot, uniform routing), and the
+fp8 shapes named by --fp8-cases (hopper_fp8_matmul with --fp8-scaling's scales, default config,
+against bench_fp8.py's peer: XLA's fp8 dot per tensor, the dequantise-then-bf16 dot per block). Per
 case the three variants (xla, base, new) are timed interleaved (timing.time_interleaved), on
 rotating inputs larger than L2; each result is checked against an fp32-accumulated reference.
 The summary gives new/base per case, the geomean and the worst; the JSON (ab_<tag>.json) keeps
@@ -24,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 import bench_epilogue
+import bench_fp8
 import bench_gemm
 import bench_grouped
 import numpy as np
@@ -71,6 +74,22 @@ def grouped_case(name: str, key):
     return (m, n, k), timing.rotation(sets, 5), variants, reference
 
 
+def fp8_case(shape, scaling: str, key):
+    """(shape, pairs, {variant: f(a, b)}, reference) of an fp8 product: a and b are
+    (fp8 array, scale) pairs quantized as bench_fp8.py does."""
+    m, n, k = shape
+    n_calls, _ = timing.call_plan(m, n, k)
+    sets = bench_fp8.fp8_sets(key, m, n, k, min(n_calls, timing.n_sets_for(m * k + n * k)),
+                              scaling)
+    peer_name = bench_fp8.PEERS[scaling][0]
+    peer = {"tensor": bench_fp8.tensor_variants, "block": bench_fp8.block_variants}[scaling]({})
+    variants = {"xla": peer[peer_name],
+                "base": lambda a, b: jax_hopper_base.hopper_fp8_matmul(a[0], b[0], a[1], b[1]),
+                "new": lambda a, b: jax_hopper.hopper_fp8_matmul(a[0], b[0], a[1], b[1])}
+    reference = lambda a, b: bench_fp8.reference(a, b, scaling)  # noqa: E731
+    return shape, timing.rotation(sets, n_calls), variants, reference
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -81,6 +100,9 @@ def main():
                         choices=list(bench_epilogue.CASES))
     parser.add_argument("--grouped-cases", nargs="*", default=[],
                         choices=list(bench_grouped.CASES))
+    parser.add_argument("--fp8-cases", nargs="*", type=bench_gemm.parse_shape, default=[],
+                        help="MxNxK of fp8 products (hopper_fp8_matmul)")
+    parser.add_argument("--fp8-scaling", choices=("tensor", "block"), default="block")
     args = parser.parse_args()
     timing.require_kernels(jax_hopper, jax_hopper_base)
     key = jax.random.key(0)
@@ -94,6 +116,9 @@ def main():
         plans.append((name, shape, timing.rotation(sets, n_calls), variants, reference))
     for i, name in enumerate(args.grouped_cases):
         plans.append((f"grouped_{name}", *grouped_case(name, jax.random.fold_in(key, 1000 + i))))
+    for i, shape in enumerate(args.fp8_cases):
+        plans.append((f"fp8_{args.fp8_scaling}_{bench_gemm.shape_name(shape)}",
+                      *fp8_case(shape, args.fp8_scaling, jax.random.fold_in(key, 2000 + i))))
     for name, shape, pairs, variants, reference in plans:
         m, n, k = shape
         ref = jax.jit(reference)(*pairs[-1])

@@ -82,7 +82,10 @@ struct GemmKernel {
 
     const uint32_t cluster_size = p.cluster_m * p.cluster_n;
     const uint32_t rank = cluster_size > 1 ? ptx::cluster_ctarank() : 0;
-    const uint32_t warpgroup = threadIdx.x / 128;
+    // Broadcast from lane 0, so the compiler knows it is the same across the warp: what is
+    // derived from it (a consumer warpgroup's descriptors, barrier ids) then lives in uniform
+    // registers instead of being recomputed per thread in the mainloop.
+    const uint32_t warpgroup = __shfl_sync(0xFFFFFFFFu, threadIdx.x / 128, 0);
     const int32_t cluster_id = blockIdx.x / cluster_size;
 
     if (threadIdx.x == 0) {

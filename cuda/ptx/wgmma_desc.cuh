@@ -37,4 +37,13 @@ __host__ __device__ inline uint64_t make_wgmma_desc(uint32_t smem_addr, uint32_t
   return d.bits;
 }
 
+// The descriptor `bytes` further into shared memory: the start-address field is the low bits
+// and every shared address is below 2^18 (the field holds address >> 4 in 14 bits), so adding
+// bytes >> 4 never carries out of it. Only the low word changes, so a mainloop can make each
+// stage's, slice's and k-step's descriptor with one 32-bit add instead of re-encoding it.
+__device__ __forceinline__ uint64_t wgmma_desc_advance(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
 }  // namespace jax_hopper::ptx

@@ -132,14 +132,32 @@ struct MainloopSS {
     }
   }
 
-  // wgmma descriptor of a 64-row (A) or BN-row (B) slice at the kk-th wgmma k-step.
+  // wgmma descriptor of a 64-row (A) or BN-row (B) slice at its first k-step; the kk-th k-step
+  // is kk * kStepBytes further (ptx::wgmma_desc_advance).
   //   K-major SW128:  SBO = 8 rows x 128 B = 1024, LBO unused (1), +32 B per k16 (k32) step.
   //   MN-major SW128: LBO = 8192 (next 64-column box), SBO = 1024 (next 8 k rows),
   //                   +16 rows x 128 B = 2048 B per k16 step.
   template <bool MN_MAJOR>
-  __device__ static uint64_t desc(const uint8_t* base, int kk) {
-    const uint32_t addr = ptx::smem_addr(base) + (MN_MAJOR ? kk * 2048 : kk * 32);
-    return ptx::make_wgmma_desc(addr, MN_MAJOR ? kBoxBytes : 16, 1024, ptx::WgmmaSwizzle::k128B);
+  static constexpr uint32_t kStepBytes = MN_MAJOR ? 2048 : 32;
+  template <bool MN_MAJOR>
+  __device__ static uint64_t desc(const uint8_t* base) {
+    return ptx::make_wgmma_desc(ptx::smem_addr(base), MN_MAJOR ? kBoxBytes : 16, 1024,
+                                ptx::WgmmaSwizzle::k128B);
+  }
+
+  // The descriptors of consumer warpgroup `part`'s first A slice and of B, in stage 0, encoded
+  // once per work unit: every stage, slice and k-step is a byte offset from them, so between a
+  // stage landing and its wgmmas issuing there are only adds (the k-block loop of a mainloop
+  // that waits for each k-block's product, MainloopSSPromoted, is bound by that path).
+  struct Descs {
+    uint64_t a, b;
+    __device__ Descs at_stage(int stage) const {
+      return {ptx::wgmma_desc_advance(a, stage * kABytes),
+              ptx::wgmma_desc_advance(b, stage * kBBytes)};
+    }
+  };
+  __device__ static Descs first_descs(const Shared& s, uint32_t part) {
+    return {desc<ALoad::kMnMajor>(s.a + part * kSlices * kBoxBytes), desc<BLoad::kMnMajor>(s.b)};
   }
 
   // Hands stage `stage` back to the producers of every CTA that multicasts into it.
@@ -194,6 +212,7 @@ struct MainloopSS {
                              uint32_t part, uint32_t wg_thread, uint32_t cluster_size,
                              float* acc, const CoordFn&) {
     const typename Scaling::Value scale = Scaling::load(p.scale);
+    const Descs d0 = first_descs(s, part);
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
     int prev_stage = -1;
@@ -203,20 +222,19 @@ struct MainloopSS {
         if (u.k_tail_rows != 0 && kb == u.k_end - 1)
           clear_k_tail(s, pipe.stage, u.k_tail_rows, part, wg_thread);
       }
-      // The 64-row slices of A are whole boxes apart in both majors (K-major: 64 rows of 128 B;
-      // MN-major: the next box of 64 M-columns).
-      const uint8_t* a_tile = s.a + pipe.stage * kABytes + part * kSlices * kBoxBytes;
-      const uint8_t* b_tile = s.b + pipe.stage * kBBytes;
+      const Descs d = d0.at_stage(pipe.stage);
 #pragma unroll
       for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
       ptx::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
-        const uint64_t b_desc = desc<BLoad::kMnMajor>(b_tile, kk);
+        const uint64_t b_desc = ptx::wgmma_desc_advance(d.b, kk * kStepBytes<BLoad::kMnMajor>);
+        // The 64-row slices of A are whole boxes apart in both majors (K-major: 64 rows of
+        // 128 B; MN-major: the next box of 64 M-columns).
 #pragma unroll
         for (int i = 0; i < kSlices; ++i)
-          Mma::mma(desc<ALoad::kMnMajor>(a_tile + i * kBoxBytes, kk), b_desc,
-                   acc + i * kSliceRegs, 1);
+          Mma::mma(ptx::wgmma_desc_advance(d.a, i * kBoxBytes + kk * kStepBytes<ALoad::kMnMajor>),
+                   b_desc, acc + i * kSliceRegs, 1);
       }
       ptx::wgmma_commit_group();
       // NOTES: keep this k-block's wgmmas in flight while waiting for the previous one, so the

@@ -29,6 +29,13 @@
 // work. Then each row's and chunk's scale pointer was taken once per work unit instead of
 // recomputed from the kernel parameters at every load (predicated, 64-bit arithmetic): +19% to
 // +33% on the large shapes, 8192^3 785 -> 1027 TFLOP/s (ab_h100_20261124_fp8block_pointers.json).
+// ncu after that (ncu_h100_20261124_fp8_block_source.txt): the 128 x 128 k-block loop was 166
+// SASS instructions per thread, 64 of them the FFMAs and about 60 re-encoding wgmma descriptors
+// per thread (the warpgroup index was not known to be warp-uniform), 17 scale-address math.
+// Then the descriptors were encoded once per unit (MainloopSS::first_descs; every stage, slice
+// and k-step is a 32-bit add), the warpgroup index broadcast from lane 0 (kernel.cuh), and the
+// scale pointers stepped once per k-block: 0.99-1.11x, geomean 1.033 over 6 shapes (8192^3
+// 975 -> 996 TFLOP/s, 256 x 4096 x 4096 273 -> 302), ab_h100_20261124_descs_fp8block.json.
 // Next: scales staged in shared memory by the producer (one TMA load of a k-block's A scales,
 // which needs them stored (K/128, M)), fewer instructions between a unit's wait and the next
 // unit's issue.
@@ -71,6 +78,7 @@ struct MainloopSSPromoted
   static constexpr int kUnitRegs = UnitMma::kRegs;
   static constexpr int kKSteps = BK / UnitMma::kK;
   static constexpr int kChunkBytes = kUnitN * 128;  // a chunk's K-major rows of B
+  static constexpr uint32_t kStepBytes = Base::template kStepBytes<false>;  // per k32 step
   // A 128 x 256 tile's warpgroup holds 128 accumulators and a 64-register unit: with the
   // cooperative schedule's 224 registers it spilled (8 bytes, CUDA 13.0); 232 (the producer
   // keeps 40, as in ping-pong) does not.
@@ -101,25 +109,26 @@ struct MainloopSSPromoted
                         static_cast<int32_t>(wg_thread / 32) * 16 +
                         static_cast<int32_t>(wg_thread % 32) / 4;
     const int32_t b_block = tc.n_block * kChunks;
-    // Each row's (two per slice: rows r and r + 8 of the fragment) and chunk's scales.
+    // Each row's (two per slice: rows r and r + 8 of the fragment) and chunk's scales, from
+    // the unit's first k-block on; each k-block steps every pointer by one.
+    const int32_t k_first = u.k_offset / BK + u.k_begin;
     const float* a_scales[kSlices][2];
     const float* b_scales[kChunks];
 #pragma unroll
     for (int i = 0; i < kSlices; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        a_scales[i][h] = BlockScaling::a_row(p.scale, tc.batch, row + i * 64 + 8 * h);
+        a_scales[i][h] = BlockScaling::a_row(p.scale, tc.batch, row + i * 64 + 8 * h) + k_first;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c)
-      b_scales[c] = BlockScaling::b_row(p.scale, tc.batch, b_block + c);
+      b_scales[c] = BlockScaling::b_row(p.scale, tc.batch, b_block + c) + k_first;
+    const typename Base::Descs d0 = Base::first_descs(s, part);
 #pragma unroll
     for (int i = 0; i < Base::kAccRegs; ++i) acc[i] = 0.0f;
     float unit[kUnitRegs];
     for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
-      const int32_t scale_k = u.k_offset / BK + kb;
       ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);
-      const uint8_t* a_tile = s.a + pipe.stage * kABytes + part * kSlices * kBoxBytes;
-      const uint8_t* b_tile = s.b + pipe.stage * kBBytes;
+      const typename Base::Descs d = d0.at_stage(pipe.stage);
 #pragma unroll
       for (int i = 0; i < kSlices; ++i) {
 #pragma unroll
@@ -133,15 +142,15 @@ struct MainloopSSPromoted
           ptx::wgmma_fence();
 #pragma unroll
           for (int kk = 0; kk < kKSteps; ++kk)
-            UnitMma::mma(Base::template desc<false>(a_tile + i * kBoxBytes, kk),
-                         Base::template desc<false>(b_tile + c * kChunkBytes, kk), unit,
+            UnitMma::mma(ptx::wgmma_desc_advance(d.a, i * kBoxBytes + kk * kStepBytes),
+                         ptx::wgmma_desc_advance(d.b, c * kChunkBytes + kk * kStepBytes), unit,
                          kk == 0 ? 0 : 1);
           ptx::wgmma_commit_group();
           if (kOrdered && (part == 0 || !last))
             ptx::named_barrier_arrive(kIssueTurnBarrier + (1 - part), 256);
-          const float sb = __ldg(b_scales[c] + scale_k);
-          const float s0 = sb * __ldg(a_scales[i][0] + scale_k);
-          const float s1 = sb * __ldg(a_scales[i][1] + scale_k);
+          const float sb = __ldg(b_scales[c]);
+          const float s0 = sb * __ldg(a_scales[i][0]);
+          const float s1 = sb * __ldg(a_scales[i][1]);
           ptx::wgmma_wait_group<0>();
 #pragma unroll
           for (int r = 0; r < kUnitRegs; ++r) ptx::wgmma_fence_operand(unit[r]);
@@ -153,6 +162,10 @@ struct MainloopSSPromoted
           for (int r = 0; r < kUnitRegs; ++r) out[r] += unit[r] * ((r / 2) % 2 ? s1 : s0);
         }
       }
+#pragma unroll
+      for (int i = 0; i < kSlices; ++i) ++a_scales[i][0], ++a_scales[i][1];
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) ++b_scales[c];
       pipe.advance();
     }
   }
