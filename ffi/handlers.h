@@ -5,6 +5,9 @@
 
 namespace jax_hopper {
 
+// The instantiate and initialize stages of every GEMM target (ffi/gemm/split_flags.h).
+XLA_FFI_DECLARE_HANDLER_SYMBOL(GemmInstantiate);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(GemmInitialize);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MatmulHandler);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MatmulSwapHandler);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(GluHandler);

@@ -1,6 +1,7 @@
-// The nanobind module: FFI handler capsules for jax.ffi.register_ffi_target, the compiled GEMM
-// kernels (so Python can check them against jax_hopper/kernels/catalog.py), the work plan of a
-// call (made once, while it is lowered), and the stream-K planner itself for the CPU tests.
+// The nanobind module: FFI handler capsules for jax.ffi.register_ffi_target (and the state type
+// for jax.ffi.register_ffi_type), the compiled GEMM kernels (so Python can check them against
+// jax_hopper/kernels/catalog.py), the work plan of a call (made once, while it is lowered), and
+// the stream-K planner itself for the CPU tests.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
@@ -11,6 +12,7 @@
 
 #include "cuda/gemm/gemm.h"
 #include "cuda/gemm/scheduler/stream_k_plan.h"
+#include "ffi/gemm/split_flags.h"
 #include "ffi/handlers.h"
 #include "gemm_catalog.h"
 
@@ -21,6 +23,17 @@ namespace {
 template <typename T>
 nb::capsule capsule(T* fn) {
   return nb::capsule(reinterpret_cast<void*>(fn));
+}
+
+// A GEMM target's stages (jax.ffi.register_ffi_target takes a dict of them): every GEMM
+// custom call keeps its stream-K ready flags as state (ffi/gemm/split_flags.h).
+template <typename T>
+nb::dict gemm_stages(T* execute) {
+  nb::dict d;
+  d["instantiate"] = capsule(jax_hopper::GemmInstantiate);
+  d["initialize"] = capsule(jax_hopper::GemmInitialize);
+  d["execute"] = capsule(execute);
+  return d;
 }
 
 nb::dict plan_dict(const jax_hopper::StreamKPlan& s) {
@@ -43,17 +56,26 @@ const jax_hopper::GemmKernelInfo& find(const std::string& kernel) {
 }  // namespace
 
 NB_MODULE(_jax_hopper, m) {
+  // FFI types, registered before the targets whose stages use them.
+  m.def("types", []() {
+    nb::dict d, split_flags;
+    split_flags["type_id"] = capsule(&jax_hopper::SplitFlags::id);
+    split_flags["type_info"] =
+        capsule(const_cast<XLA_FFI_TypeInfo*>(jax_hopper::SplitFlags::type_info()));
+    d["jax_hopper_split_flags"] = split_flags;
+    return d;
+  });
   m.def("registrations", []() {
     nb::dict d;
-    d["jax_hopper_gemm_matmul"] = capsule(jax_hopper::MatmulHandler);
-    d["jax_hopper_gemm_matmul_swap"] = capsule(jax_hopper::MatmulSwapHandler);
-    d["jax_hopper_gemm_glu"] = capsule(jax_hopper::GluHandler);
-    d["jax_hopper_gemm_grouped"] = capsule(jax_hopper::GroupedHandler);
-    d["jax_hopper_gemm_grouped_glu"] = capsule(jax_hopper::GroupedGluHandler);
+    d["jax_hopper_gemm_matmul"] = gemm_stages(jax_hopper::MatmulHandler);
+    d["jax_hopper_gemm_matmul_swap"] = gemm_stages(jax_hopper::MatmulSwapHandler);
+    d["jax_hopper_gemm_glu"] = gemm_stages(jax_hopper::GluHandler);
+    d["jax_hopper_gemm_grouped"] = gemm_stages(jax_hopper::GroupedHandler);
+    d["jax_hopper_gemm_grouped_glu"] = gemm_stages(jax_hopper::GroupedGluHandler);
     d["jax_hopper_grouped_tile_table"] = capsule(jax_hopper::GroupedTileTableHandler);
-    d["jax_hopper_gemm_grouped_contraction"] = capsule(jax_hopper::GroupedContractionHandler);
-    d["jax_hopper_gemm_fp8"] = capsule(jax_hopper::Fp8Handler);
-    d["jax_hopper_gemm_fp8_block"] = capsule(jax_hopper::Fp8BlockHandler);
+    d["jax_hopper_gemm_grouped_contraction"] = gemm_stages(jax_hopper::GroupedContractionHandler);
+    d["jax_hopper_gemm_fp8"] = gemm_stages(jax_hopper::Fp8Handler);
+    d["jax_hopper_gemm_fp8_block"] = gemm_stages(jax_hopper::Fp8BlockHandler);
     d["jax_hopper_quantize_fp8"] = capsule(jax_hopper::QuantizeFp8Handler);
     d["jax_hopper_tma_copy"] = capsule(jax_hopper::TmaCopyHandler);
     d["jax_hopper_tma_smem_bytes"] = capsule(jax_hopper::TmaSmemBytesHandler);

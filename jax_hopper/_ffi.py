@@ -98,6 +98,8 @@ def register_targets() -> bool:
     """Registers every handler once; returns False when the extension is not built."""
     if _ext is None:
         return False
+    for name, registration in _ext.types().items():
+        jax.ffi.register_ffi_type(name, registration, platform="CUDA")
     for name, capsule in _ext.registrations().items():
         jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
     return True

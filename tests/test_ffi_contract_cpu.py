@@ -27,6 +27,8 @@ BAD_OPERANDS = re.compile(r"bad operands at: ([0-9, ]+)")
 
 @pytest.fixture(scope="module", autouse=True)
 def registered_on_cpu():
+    for name, registration in _ffi.extension().types().items():
+        jax.ffi.register_ffi_type(name, registration, platform="cpu")
     for name, capsule in _ffi.extension().registrations().items():
         if name.startswith(("jax_hopper_gemm_", "jax_hopper_grouped_")):
             jax.ffi.register_ffi_target(name, capsule, platform="cpu")

@@ -147,7 +147,7 @@ def _workspace(cfg, m, n, k, batch=1):
 
 def test_workspace_is_sized_per_cta_slot():
     cfg = GemmConfig()
-    slot = cfg.block_m * cfg.block_n * 4 + 8   # StreamKScheduler::kSlotBytes
+    slot = cfg.block_m * cfg.block_n * 4   # StreamKScheduler::kSlotBytes
     # 2048 tiles on 132 SMs: a last wave of 68 split among all 132 CTAs.
     assert _workspace(cfg, 8192, 8192, 8192) == catalog.DEFAULT_NUM_SMS * slot
     # 2-CTA clusters: 1024 cluster tiles on 66, 34 left, split among all 66 clusters.
@@ -155,7 +155,7 @@ def test_workspace_is_sized_per_cta_slot():
     # The slots are those of the clusters the plan splits among, no more.
     plan = _plan(144, 64, catalog.DEFAULT_NUM_SMS, catalog.DEFAULT_NUM_SMS)
     assert (_workspace(GemmConfig(block_n=128, stages=6), 1536, 1536, 4096)
-            == plan["sk_clusters"] * (128 * 128 * 4 + 8))
+            == plan["sk_clusters"] * 128 * 128 * 4)
     assert _workspace(cfg, 128, 256, 128) == 0             # one tile: never split
     assert _workspace(cfg, 8192, 8192, 64) == 0            # one k-block: nothing to split
     assert _workspace(cfg, 4096, 4096, 4096) == 0          # last wave 88% full: whole

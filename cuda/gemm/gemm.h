@@ -38,6 +38,11 @@ struct GemmArgs {
   StreamKPlan plan;              // made by gemm_plan (at lowering), checked by the launcher
   void* workspace;               // the stream-K workspace, plan_workspace_bytes(...) big
   int64_t workspace_bytes;
+  // The split's ready flags (split_flag_count(plan, ...) of them): zero before the launch and
+  // left zero after it, so they outlive the call (ffi/gemm/split_flags.h) and need no clearing
+  // launch; nullptr when the plan splits nothing.
+  int32_t* split_flags;
+  int64_t split_flag_count;
   // The grouped family: the tile table (cuda/gemm/scheduler/grouped.cuh) and its slots; b's
   // batch entries are the groups, a and out have one.
   const int32_t* group_tiles;

@@ -114,12 +114,10 @@ GemmStatus launch_gemm(const GemmArgs& g) {
                                std::to_string(Scheduler::grid_clusters(p.scheduler)) +
                                " clusters at once; this GPU holds " + std::to_string(resident) +
                                " (was the call lowered for another GPU?)");
-  cudaError_t err = Scheduler::prepare(p.scheduler, csize, g.stream);
-  if (err != cudaSuccess) return GemmStatus::cuda("clearing the stream-K flags", err);
   cudaLaunchAttribute attr;
   cudaLaunchConfig_t cfg = gemm_launch_config<Kernel>(csize, g.stream, &attr);
   cfg.gridDim = dim3(static_cast<unsigned>(Scheduler::grid_clusters(p.scheduler) * csize), 1, 1);
-  err = cudaLaunchKernelEx(&cfg, sm90_gemm_kernel<Kernel>, p);
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, sm90_gemm_kernel<Kernel>, p);
   if (err != cudaSuccess) return GemmStatus::cuda("cudaLaunchKernelEx", err);
   return {};
 }

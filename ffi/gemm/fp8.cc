@@ -35,16 +35,16 @@ ffi::Error read_scales(const char* name, const ffi::AnyBuffer& x, int rank, Arra
 }
 
 template <GemmFamily kFamily>
-ffi::Error fp8_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer bias,
-                    ffi::AnyBuffer residual, ffi::AnyBuffer a_scale, ffi::AnyBuffer b_scale,
-                    ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
-                    GemmAttrs attrs) {
+ffi::Error fp8_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                    ffi::AnyBuffer bias, ffi::AnyBuffer residual, ffi::AnyBuffer a_scale,
+                    ffi::AnyBuffer b_scale, ffi::Result<ffi::AnyBuffer> out,
+                    ffi::Result<ffi::AnyBuffer> workspace, GemmAttrs attrs) {
   constexpr int kRank = kFamily == GemmFamily::kFp8Block ? 3 : 1;
   GemmArgs preset = {};
   JH_RETURN_IF_ERROR(read_scales("a_scale", a_scale, kRank, &preset.a_scale));
   JH_RETURN_IF_ERROR(read_scales("b_scale", b_scale, kRank, &preset.b_scale));
-  return run_gemm(kFamily, "hopper_fp8_matmul", fp8_shapes, stream, a, b, bias, residual, out,
-                  workspace, attrs, &preset);
+  return run_gemm(kFamily, "hopper_fp8_matmul", fp8_shapes, stream, flags, a, b, bias, residual,
+                  out, workspace, attrs, &preset);
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ ffi::Error check_attrs(const char* op, const GemmAttrs& a) {
 }  // namespace
 
 ffi::Error run_gemm(GemmFamily family, const char* op, GemmShapeCheck check, cudaStream_t stream,
-                    ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer bias,
+                    SplitFlags* flags, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer bias,
                     ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> out,
                     ffi::Result<ffi::AnyBuffer> workspace, const GemmAttrs& attrs,
                     const GemmArgs* preset) {
@@ -93,6 +93,8 @@ ffi::Error run_gemm(GemmFamily family, const char* op, GemmShapeCheck check, cud
                        static_cast<int32_t>(attrs.sk_extra)};
   g.workspace = workspace->untyped_data();
   g.workspace_bytes = static_cast<int64_t>(workspace->size_bytes());
+  g.split_flags = flags->on_current_device();
+  g.split_flag_count = g.split_flags != nullptr ? flags->count() : 0;
   g.stream = stream;
   JH_CUDA_RETURN_IF_ERROR(cudaGetDevice(&g.device));
 

@@ -11,6 +11,7 @@
 
 #include "cuda/gemm/gemm.h"
 #include "ffi/common.h"
+#include "ffi/gemm/split_flags.h"
 
 namespace jax_hopper {
 
@@ -40,9 +41,10 @@ struct GemmShape {
 using GemmShapeCheck = ffi::Error (*)(const GemmKernelInfo& kernel, const GemmArgs& g,
                                       GemmShape* shape);
 
-// `preset`: arguments the family's handler has already filled in (the grouped tile table).
+// `flags`: the call's stream-K ready flags (split_flags.h); `preset`: arguments the family's
+// handler has already filled in (the grouped tile table).
 ffi::Error run_gemm(GemmFamily family, const char* op, GemmShapeCheck check, cudaStream_t stream,
-                    ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer bias,
+                    SplitFlags* flags, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer bias,
                     ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> out,
                     ffi::Result<ffi::AnyBuffer> workspace, const GemmAttrs& attrs,
                     const GemmArgs* preset = nullptr);
@@ -67,7 +69,8 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
 
 namespace jax_hopper {
 
-// The binding of every GEMM handler: inputs a, b, bias (float32, (0,) if none), residual
+// The binding of every GEMM handler: the stream, the call's SplitFlags (made by GemmInstantiate,
+// split_flags.h), inputs a, b, bias (float32, (0,) if none), residual
 // ((0, 0, 0) if none), then kExtraInputs more of the family's own (the grouped family's tile
 // table); results out (batch, m, n) and the stream-K workspace (uint8).
 // (Bindings cannot be moved: each step is applied to the previous one's temporary.)
@@ -87,6 +90,7 @@ template <int kExtraInputs = 0>
 auto gemm_binding() {
   return finish_gemm_binding<kExtraInputs>(ffi::Ffi::Bind()
                                                .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                               .Ctx<ffi::State<SplitFlags>>()
                                                .Arg<ffi::AnyBuffer>()
                                                .Arg<ffi::AnyBuffer>()
                                                .Arg<ffi::AnyBuffer>()

@@ -19,11 +19,11 @@ ffi::Error glu_shapes(const GemmKernelInfo&, const GemmArgs& g, GemmShape* s) {
   return ffi::Error::Success();
 }
 
-ffi::Error glu_impl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer bias,
-                    ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> out,
+ffi::Error glu_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer x, ffi::AnyBuffer w,
+                    ffi::AnyBuffer bias, ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> out,
                     ffi::Result<ffi::AnyBuffer> workspace, GemmAttrs attrs) {
-  return run_gemm(GemmFamily::kGlu, "hopper_glu", glu_shapes, stream, x, w, bias, residual, out,
-                  workspace, attrs);
+  return run_gemm(GemmFamily::kGlu, "hopper_glu", glu_shapes, stream, flags, x, w, bias, residual,
+                  out, workspace, attrs);
 }
 
 }  // namespace

@@ -52,16 +52,16 @@ ffi::Error read_tile_table(const char* op, const ffi::AnyBuffer& tiles, GemmArgs
 }
 
 template <GemmFamily kFamily>
-ffi::Error grouped_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
-                        ffi::AnyBuffer bias, ffi::AnyBuffer residual, ffi::AnyBuffer tiles,
-                        ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
-                        GemmAttrs attrs) {
+ffi::Error grouped_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a,
+                        ffi::AnyBuffer b, ffi::AnyBuffer bias, ffi::AnyBuffer residual,
+                        ffi::AnyBuffer tiles, ffi::Result<ffi::AnyBuffer> out,
+                        ffi::Result<ffi::AnyBuffer> workspace, GemmAttrs attrs) {
   constexpr bool kGated = kFamily == GemmFamily::kGroupedGlu;
   const char* op = kGated ? "hopper_ragged_glu" : "hopper_ragged_dot";
   GemmArgs preset = {};
   JH_RETURN_IF_ERROR(read_tile_table(op, tiles, &preset));
-  return run_gemm(kFamily, op, kGated ? grouped_glu_shapes : grouped_shapes, stream, a, b, bias,
-                  residual, out, workspace, attrs, &preset);
+  return run_gemm(kFamily, op, kGated ? grouped_glu_shapes : grouped_shapes, stream, flags, a, b,
+                  bias, residual, out, workspace, attrs, &preset);
 }
 
 }  // namespace

@@ -21,9 +21,9 @@ ffi::Error contraction_shapes(const GemmKernelInfo& kernel, const GemmArgs& g, G
   return ffi::Error::Success();
 }
 
-ffi::Error contraction_impl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y,
-                            ffi::AnyBuffer bias, ffi::AnyBuffer residual, ffi::AnyBuffer ends,
-                            ffi::Result<ffi::AnyBuffer> out,
+ffi::Error contraction_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer x,
+                            ffi::AnyBuffer y, ffi::AnyBuffer bias, ffi::AnyBuffer residual,
+                            ffi::AnyBuffer ends, ffi::Result<ffi::AnyBuffer> out,
                             ffi::Result<ffi::AnyBuffer> workspace, GemmAttrs attrs) {
   const auto od = out->dimensions();
   if (ends.element_type() != ffi::DataType::S32 || ends.dimensions().size() != 1 ||
@@ -33,7 +33,7 @@ ffi::Error contraction_impl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffe
   GemmArgs preset = {};
   preset.group_ends = static_cast<const int32_t*>(ends.untyped_data());
   return run_gemm(GemmFamily::kGroupedContraction, "hopper_ragged_contract", contraction_shapes,
-                  stream, x, y, bias, residual, out, workspace, attrs, &preset);
+                  stream, flags, x, y, bias, residual, out, workspace, attrs, &preset);
 }
 
 }  // namespace

@@ -35,19 +35,19 @@ ffi::Error matmul_swap_shapes(const GemmKernelInfo& kernel, const GemmArgs& g, G
   return ffi::Error::Success();
 }
 
-ffi::Error matmul_swap_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
-                            ffi::AnyBuffer bias, ffi::AnyBuffer residual,
+ffi::Error matmul_swap_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a,
+                            ffi::AnyBuffer b, ffi::AnyBuffer bias, ffi::AnyBuffer residual,
                             ffi::Result<ffi::AnyBuffer> out,
                             ffi::Result<ffi::AnyBuffer> workspace, GemmAttrs attrs) {
-  return run_gemm(GemmFamily::kMatmulSwap, "hopper_matmul", matmul_swap_shapes, stream, b, a,
-                  bias, residual, out, workspace, attrs);
+  return run_gemm(GemmFamily::kMatmulSwap, "hopper_matmul", matmul_swap_shapes, stream, flags, b,
+                  a, bias, residual, out, workspace, attrs);
 }
 
-ffi::Error matmul_impl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
+ffi::Error matmul_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a, ffi::AnyBuffer b,
                        ffi::AnyBuffer bias, ffi::AnyBuffer residual,
                        ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
                        GemmAttrs attrs) {
-  return run_gemm(GemmFamily::kMatmul, "hopper_matmul", matmul_shapes, stream, a, b, bias,
+  return run_gemm(GemmFamily::kMatmul, "hopper_matmul", matmul_shapes, stream, flags, a, b, bias,
                   residual, out, workspace, attrs);
 }
 

@@ -13,9 +13,18 @@
 namespace jax_hopper {
 
 // The workspace: one slot per CTA of the clusters that take a stream-K range. A slot holds that
-// CTA's fp32 partial tile (per consumer warpgroup: register i of thread t at [i * 128 + t]),
-// and after all slots come two flags per CTA, set when a consumer warpgroup's partial is
-// complete.
+// CTA's fp32 partial tile (per consumer warpgroup: register i of thread t at [i * 128 + t]).
+// The ready flags, two per CTA (split_flag_count), set when a consumer warpgroup's partial is
+// complete, are not in the workspace (XLA hands it over uninitialised at every call) but in
+// memory that outlives the call and is zero before every launch: zeroed once when allocated
+// (ffi/gemm/split_flags.h), and each flag cleared again by the one warpgroup that waits for it,
+// after the wait. A CTA publishes at most one partial per launch (only the first unit of its
+// range can start past k-block 0), so no flag is raised twice in a launch, and once the
+// launch ends every flag is zero again: no clearing launch before the next.
+// NOTES: a cudaMemsetAsync of the flags in XLA's workspace before every split launch did that
+// before; without it, split plans ran 1.03-1.14x faster (1 / 16 / 64 / 256 x 4096 x 4096:
+// 1.095 / 1.085 / 1.099 / 1.135; 8192^3's stream-K tail 1.045), whole-tile plans unchanged
+// (H100, 2026-11-24, ab_h100_20261124_split_flags.json).
 struct Partials {
   float* tiles;
   int32_t* ready;
@@ -57,7 +66,7 @@ __device__ __forceinline__ void add_batch(float* acc, const float* src) {
 }
 
 // Waits for the partials of this warpgroup's strip from clusters [first, end) (CTA c * csize +
-// rank of each) and adds them to the accumulators in cluster order, a fixed order so results
+// rank of each), clearing each flag it waited for, and adds them to the accumulators in cluster order, a fixed order so results
 // are bitwise reproducible.
 // NOTES: adding one value per L2 round trip made split tiles cost more than they saved
 // (4096^3 fell from 646 to 472 TFLOP/s, H100, 2026-11-22), hence batches. Both loop orders
@@ -70,8 +79,9 @@ __device__ __forceinline__ void add_partials(float* acc, const Partials& p, int3
                                              uint32_t barrier_id) {
   if (wg_thread == 0) {
     for (int32_t c = first; c < end; ++c) {
-      const int32_t* ready = &p.ready[(c * csize + rank) * 2 + wg];
+      int32_t* ready = &p.ready[(c * csize + rank) * 2 + wg];
       while (ptx::load_acquire_gpu(ready) == 0) __nanosleep(64);
+      *ready = 0;  // for the next launch (see Partials)
     }
   }
   ptx::named_barrier_sync(barrier_id, 128);

@@ -17,14 +17,12 @@
 
 namespace jax_hopper {
 
-// What every scheduler that computes each tile whole has: no stream-K workspace, nothing to
-// clear before the launch, no need for every cluster at once, and no fix-up.
+// What every scheduler that computes each tile whole has: no stream-K workspace, no need for
+// every cluster at once, and no fix-up.
 struct WholeTileScheduler {
   static constexpr int64_t kSlotBytes = 0;
   static constexpr bool kRaggedK = false;  // k-ranges are whole k-blocks from k = 0
 
-  template <class P>
-  static cudaError_t prepare(const P&, int, cudaStream_t) { return cudaSuccess; }
   template <class P>
   static bool needs_coresidency(const P&) { return false; }
 

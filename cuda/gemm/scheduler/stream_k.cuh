@@ -3,7 +3,7 @@
 // range whose pieces meet as fp32 partials in a global workspace (fixup.cuh). A plan that
 // splits nothing (stream_k off, or a full last wave) is the plain persistent data-parallel
 // schedule: one compiled kernel serves both.
-// Owns the workspace layout and its ready flags; needs no shared memory.
+// Owns the workspace layout and the use of the ready flags; needs no shared memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,8 +21,8 @@ namespace jax_hopper {
 
 template <int BM, int BN>
 struct StreamKScheduler {
-  // A CTA's workspace slot: its fp32 partial tile, and its two consumer warpgroups' flags.
-  static constexpr int64_t kSlotBytes = int64_t(BM) * BN * 4 + 8;
+  // A CTA's workspace slot: its fp32 partial tile (the flags live outside the workspace).
+  static constexpr int64_t kSlotBytes = int64_t(BM) * BN * 4;
   static constexpr bool kRaggedK = false;
 
   struct Params {
@@ -42,19 +42,15 @@ struct StreamKScheduler {
     const int64_t slots = int64_t(s.sk_clusters) * g.cluster_m * g.cluster_n;
     if (!Persistent::plan_fits(s, p->order, g, block_k) || slots * kSlotBytes > g.workspace_bytes)
       return "the stream-K plan does not match the problem or its workspace";
+    if (s.sk_clusters > 0 && (g.split_flags == nullptr ||
+                              g.split_flag_count < split_flag_count(s, g.cluster_m * g.cluster_n)))
+      return "the stream-K plan needs " +
+             std::to_string(split_flag_count(s, g.cluster_m * g.cluster_n)) +
+             " ready flags and the call has " + std::to_string(g.split_flag_count);
     p->plan = s;
     p->partials.tiles = static_cast<float*>(g.workspace);
-    p->partials.ready = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(g.workspace) +
-                                                   slots * (kSlotBytes - 8));
+    p->partials.ready = g.split_flags;
     return "";
-  }
-
-  // Before the launch: XLA's workspace holds garbage, and a partial is ready only once its CTA
-  // says so in this launch.
-  static cudaError_t prepare(const Params& p, int cluster_size, cudaStream_t stream) {
-    if (p.plan.sk_clusters == 0) return cudaSuccess;
-    return cudaMemsetAsync(p.partials.ready, 0,
-                           static_cast<size_t>(p.plan.sk_clusters) * cluster_size * 8, stream);
   }
 
   static int32_t grid_clusters(const Params& p) { return p.plan.grid_clusters; }

@@ -44,8 +44,8 @@ constexpr int64_t kMaxSplit = 4;
 // nothing with other tiles, yet stream-K ranges over their partial waves (112 tiles on 132
 // SMs, or 224 = 1.7 waves) measured 3-13% slower than whole tiles (H100, 2026-11-24,
 // ab_h100_20261124_swap_split.json): HBM, not the idle SMs, limits them, and the fix-up only
-// adds; they keep the rules below. The fix-up (a flag memset launch,
-// one fp32 round trip through L2) costs about 3 us: pieces of 16 k-blocks made
+// adds; they keep the rules below. The fix-up (then a flag memset launch, now gone,
+// and one fp32 round trip through L2) cost about 3 us: pieces of 16 k-blocks made
 // 256 x 4096 x 2048 11% slower, while 32 and more gained (H100, 2026-11-22,
 // gemm_h100_20261122_splitk_configs.log).
 constexpr int32_t kMinPieceBlocks = 32;
@@ -107,6 +107,12 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
   s.sk_quota = static_cast<int32_t>(rest * k_blocks / sk);
   s.sk_extra = static_cast<int32_t>(rest * k_blocks % sk);
   return s;
+}
+
+// The ready flags a plan needs: one per consumer warpgroup (two) of every CTA of the clusters
+// that take a stream-K range (cuda/gemm/scheduler/fixup.cuh).
+JH_HOST_DEVICE inline int64_t split_flag_count(const StreamKPlan& s, int32_t cluster_size) {
+  return int64_t(s.sk_clusters) * cluster_size * 2;
 }
 
 // First stream-K k-block (end to end over the split tiles) of cluster c; c = sk_clusters gives
