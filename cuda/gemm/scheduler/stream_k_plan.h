@@ -47,7 +47,11 @@ constexpr int64_t kMaxSplit = 4;
 // adds; they keep the rules below. The fix-up (then a flag memset launch, now gone,
 // and one fp32 round trip through L2) cost about 3 us: pieces of 16 k-blocks made
 // 256 x 4096 x 2048 11% slower, while 32 and more gained (H100, 2026-11-22,
-// gemm_h100_20261122_splitk_configs.log).
+// gemm_h100_20261122_splitk_configs.log). With the memset gone (fixup.cuh), 16 was tried again
+// against 32 on 13 shapes of M = 128-4000: 256 / 512 / 768 x 4096 x 4096 and 128 x 14336 x 4096
+// gained 4-7% (more pieces fill more SMs), 256 x 4096 x 2048 and 128 x 4096 x 4096 lost 10% and
+// 7% (pieces of 16 k-blocks: a pipeline fill and a fix-up per 16), geomean 1.003 (H100,
+// 2026-11-24, ab_h100_20261124_piece16.json): kept at 32.
 constexpr int32_t kMinPieceBlocks = 32;
 
 // `tiles` in cluster units; `max_sk_clusters`: clusters with a workspace slot per CTA.
