@@ -1,6 +1,8 @@
 """hopper_matmul without a GPU: validation, heuristic, compiled set, and the reference lowering
 (which must equal jnp.matmul's semantics so user code runs anywhere)."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +12,7 @@ from gemm_helpers import REL_FROB_BOUND, random_operand, reference64, rel_frob
 from jax_hopper import GemmConfig, _ffi, hopper_matmul
 from jax_hopper.gemm import api
 from jax_hopper.kernels import catalog
-from jax_hopper.gemm.heuristics import choose_config
+from jax_hopper.gemm.heuristics import choose_config, heuristic_config
 
 CPU = jax.devices("cpu")[0]
 
@@ -98,6 +100,26 @@ def test_heuristic_choices():
     for shape in [(1, 1, 1), (4000, 3000, 2056), (64, 12288, 4096)]:
         cfg = choose_config(*shape)
         cfg.validate("bfloat16", False, True)  # always a compiled, valid config
+
+
+@pytest.mark.parametrize("m,n,tiles128,pingpong", [
+    (640, 2048, 80, True), (384, 4096, 96, True), (768, 1536, 72, True),
+    (512, 2048, 64, False), (528, 2048, 80, True), (768, 2112, 102, False),
+    (512, 4096, 128, False), (256, 4096, 64, False)])
+def test_heuristic_pingpong_for_one_partial_wave(m, n, tiles128, pingpong):
+    """Ping-pong 128 x 128 (matmul only) where its tiles fill more than half and at most three
+    quarters of the SMs in one wave; the cooperative rule elsewhere and for other families."""
+    assert math.ceil(m / 128) * math.ceil(n / 128) == tiles128
+    cfg = choose_config(m, n, 8192, pingpong=True)
+    assert ((cfg.schedule, cfg.block_n, cfg.cluster_m, cfg.cluster_n) ==
+            ("pingpong", 128, 1, 1)) == pingpong
+    assert choose_config(m, n, 8192).schedule == "cooperative"
+    glu = heuristic_config("glu", False, 1, m, n, 8192)
+    assert glu.schedule == "cooperative"
+    assert (heuristic_config("matmul", False, 1, m, n, 8192).schedule == "pingpong") == pingpong
+    # The count is over the batch: two entries of 40 tiles are one wave of 80.
+    if tiles128 == 80:
+        assert choose_config(m, n // 2, 8192, batch=2, pingpong=True).schedule == "pingpong"
 
 
 # ---------------------------------------------------------------- bad input

@@ -54,9 +54,36 @@ def wave_cost(m: int, n: int, batch: int, tile: catalog.TileShape, num_sms: int)
             TILE_EFFICIENCY[tile.block_m, tile.block_n, tile.schedule])
 
 
+# Ping-pong 128 x 128 for a single partial wave of more than half and at most three quarters
+# of the SMs (pingpong_mid_m).
+PINGPONG_WAVE = (0.5, 0.75)
+
+
+def pingpong_mid_m(m: int, n: int, batch: int, tiles: tuple[catalog.TileShape, ...],
+                   num_sms: int) -> catalog.TileShape | None:
+    """The ping-pong 128 x 128 tile of `tiles` where its tiles fill more than half and at most
+    three quarters of the SMs in one wave, else None.
+
+    NOTES: there the cooperative choice (128 x 128 or 128 x 192, often in 2-CTA clusters) left
+    time on the table: ping-pong 128 x 128 without clusters, each CTA one tile computed by one
+    warpgroup, beat it on 6 of the 7 such bf16 shapes measured (72-96 tiles on 132 SMs:
+    640 x 2048 x 8192 381 -> 445 TFLOP/s, 384 x 4096 x 4096 309 -> 398; 512 x 3072 x 14336 1%
+    slower) and lost on every shape with 128 or more tiles or with 64 or fewer (H100,
+    2026-11-24, gemm_h100_20261124_midm_configs.json). The rule then ran against the build
+    before it on 12 other shapes in that window (70-96 tiles): 0.97-1.37x, geomean 1.089
+    (384 x 3328 x 6144 266 -> 363 TFLOP/s, 896 x 1280 x 8192 305 -> 350; 320 x 4096 x 6144 and
+    448 x 2816 x 14336 0.97 and 0.99), i.e. 0.84x -> 0.92x XLA there; unchanged shapes in the
+    same run moved 1.02-1.04x (ab_h100_20261124_pingpong_midm.json). Not profiled yet."""
+    pingpong = next((t for t in tiles if (t.block_m, t.block_n, t.schedule) ==
+                     (128, 128, "pingpong")), None)
+    count = math.ceil(m / 128) * math.ceil(n / 128) * batch
+    low, high = PINGPONG_WAVE
+    return pingpong if pingpong and low * num_sms < count <= high * num_sms else None
+
+
 def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_NUM_SMS,
                   tiles: tuple[catalog.TileShape, ...] = catalog.TILE_SHAPES,
-                  multicast: bool = True) -> GemmConfig:
+                  multicast: bool = True, pingpong: bool = False) -> GemmConfig:
     """The tile of `tiles` with the least wave_cost (the largest on a tie: 128x256 unless a
     narrower tile's extra parallelism outweighs its lower efficiency), split along K
     (stream_k) when there are fewer tiles than SMs only where split_k_pays.
@@ -79,7 +106,11 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
     is not what limits these shapes. multicast=False never clusters: block-scaled fp8 (whose
     consumers, not operand traffic, set the pace) ran 785 vs 843 TFLOP/s at 8192^3 with 2-CTA
     clusters on 128 x 256 (H100, 2026-11-24, ab_h100_20261124_fp8block_order.json).
+    pingpong=True (the matmul family, where it was measured) takes ping-pong 128 x 128 for a
+    single partial wave of more than half, at most three quarters of the SMs (pingpong_mid_m).
     """
+    if pingpong and (tile := pingpong_mid_m(m, n, batch, tiles, num_sms)) is not None:
+        return GemmConfig.for_tile(tile)
     tiles = [t for t in tiles if (t.block_m, t.block_n, t.schedule) in TILE_EFFICIENCY]
     tile = min(tiles, key=lambda t: (wave_cost(m, n, batch, t, num_sms), -t.block_n))
     tiles_m = math.ceil(m / tile.block_m)
@@ -113,4 +144,5 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int,
     if family in catalog.SWAP_FAMILIES and not a_mn_major and m <= SWAP_MAX_M:
         return choose_swap_config(m)
     fam = catalog.FAMILIES[family]
-    return choose_config(m, n, k, batch, tiles=fam.tiles, multicast=fam.multicast)
+    return choose_config(m, n, k, batch, tiles=fam.tiles, multicast=fam.multicast,
+                         pingpong=family == "matmul")
