@@ -42,7 +42,8 @@ def split_k_pays(m: int, n: int, batch: int, block_m: int, block_n: int) -> bool
 # (gemm_h100_20261123_pingpong128.json). Not profiled yet; a likely limit is the operand
 # bytes each tile loads per FLOP (1.33x those of 128 x 256 for 128 x 128, 1.67x for
 # 64 x 256), which an overlapped epilogue cannot buy back. They stay opt-in
-# (GemmConfig(schedule="pingpong")).
+# (GemmConfig(schedule="pingpong")), except ping-pong 128 x 128 for one partial wave of more
+# than half the SMs (pingpong_mid_m, below).
 TILE_EFFICIENCY = {(128, 256, "cooperative"): 1.0, (128, 192, "cooperative"): 0.92,
                    (128, 128, "cooperative"): 0.75}
 
