@@ -102,10 +102,11 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
     // tile's later pieces first and the collecting ones last, so no cycle of waits; each
     // cluster's longest work at most 3/4 of a tile): correct on the GPU, but 0.78-0.94x
     // against whole tiles on the 8 default-plan shapes it applied to, e.g. 640 x 2048 x 8192
-    // 349 -> 273 TFLOP/s, 1280 x 1024 x 8192 381 -> 308 (40-48 cluster tiles of 128 x 128 on
-    // 66 clusters, pieces of 32 k-blocks in 2-3 rounds; H100, 2026-11-24,
-    // ab_h100_20261124_rounds.json; the code is on branch experiment/split-rounds). Each piece
-    // pays a pipeline fill and a fix-up; not profiled yet.
+    // 349 -> 273 TFLOP/s, 1280 x 1024 x 8192 381 -> 308 (40-48 cluster tiles of 128 x 128 or
+    // 128 x 192 on 66 clusters, pieces of 32 k-blocks in 2-3 rounds; H100, 2026-11-24,
+    // ab_h100_20261124_rounds.json; code: commit 9e53146 on the local branch
+    // experiment/split-rounds, which may not outlive that session). Each piece pays a
+    // pipeline fill and a fix-up; not profiled yet.
     if (split > 1) sk = split * tiles;
   }
   if (sk == 0) {
