@@ -69,8 +69,8 @@ def pingpong_mid_m(m: int, n: int, batch: int, tiles: tuple[catalog.TileShape, .
     time on the table: ping-pong 128 x 128 without clusters, each CTA one tile computed by one
     warpgroup, beat it on 6 of the 7 such bf16 shapes measured (72-96 tiles on 132 SMs:
     640 x 2048 x 8192 381 -> 445 TFLOP/s, 384 x 4096 x 4096 309 -> 398; 512 x 3072 x 14336 1%
-    slower) and lost on every shape with 128 or more tiles or with 64 or fewer (H100,
-    2026-11-24, gemm_h100_20261124_midm_configs.json). The rule then ran against the build
+    slower) and lost on 6 of the 7 shapes with 128 or more tiles and 3 of the 4 with 64 or
+    fewer (H100, 2026-11-24, gemm_h100_20261124_midm_configs.json). The rule then ran against the build
     before it on 12 other shapes in that window (70-96 tiles): 0.97-1.37x, geomean 1.089
     (384 x 3328 x 6144 266 -> 363 TFLOP/s, 896 x 1280 x 8192 305 -> 350; 320 x 4096 x 6144 and
     448 x 2816 x 14336 0.97 and 0.99), i.e. 0.84x -> 0.92x XLA there; unchanged shapes in the
