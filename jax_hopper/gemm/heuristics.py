@@ -70,8 +70,8 @@ def pingpong_mid_m(m: int, n: int, batch: int, tiles: tuple[catalog.TileShape, .
     warpgroup, beat it on 6 of the 7 such bf16 shapes measured (72-96 tiles on 132 SMs:
     640 x 2048 x 8192 381 -> 445 TFLOP/s, 384 x 4096 x 4096 309 -> 398; 512 x 3072 x 14336 1%
     slower) and lost on 6 of the 7 shapes with 128 or more tiles and 3 of the 4 with 64 or
-    fewer (H100, 2026-11-24, gemm_h100_20261124_midm_configs.json). The rule then ran against the build
-    before it on 12 other shapes in that window (70-96 tiles): 0.97-1.37x, geomean 1.089
+    fewer (H100, 2026-11-24, gemm_h100_20261124_midm_configs.json). The rule then ran against
+    the build before it on 12 other shapes in that window (70-96 tiles): 0.97-1.37x, geomean 1.089
     (384 x 3328 x 6144 266 -> 363 TFLOP/s, 896 x 1280 x 8192 305 -> 350; 320 x 4096 x 6144 and
     448 x 2816 x 14336 0.97 and 0.99), i.e. 0.84x -> 0.92x XLA there; unchanged shapes in the
     same run moved 1.02-1.04x (ab_h100_20261124_pingpong_midm.json). Not profiled yet."""
@@ -107,8 +107,8 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
     is not what limits these shapes. multicast=False never clusters: block-scaled fp8 (whose
     consumers, not operand traffic, set the pace) ran 785 vs 843 TFLOP/s at 8192^3 with 2-CTA
     clusters on 128 x 256 (H100, 2026-11-24, ab_h100_20261124_fp8block_order.json).
-    pingpong=True (the matmul family, where it was measured) takes ping-pong 128 x 128 for a
-    single partial wave of more than half, at most three quarters of the SMs (pingpong_mid_m).
+    pingpong=True (a family's Family.pingpong_mid_m) takes ping-pong 128 x 128 for a single
+    partial wave of more than half, at most three quarters of the SMs (pingpong_mid_m).
     """
     if pingpong and (tile := pingpong_mid_m(m, n, batch, tiles, num_sms)) is not None:
         return GemmConfig.for_tile(tile)
@@ -146,4 +146,4 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int,
         return choose_swap_config(m)
     fam = catalog.FAMILIES[family]
     return choose_config(m, n, k, batch, tiles=fam.tiles, multicast=fam.multicast,
-                         pingpong=family == "matmul")
+                         pingpong=fam.pingpong_mid_m)

@@ -148,6 +148,9 @@ class Family:
     dtypes: tuple[tuple[str, str], ...] = tuple((d, d) for d in INPUT_DTYPES)
     # Whether the default config may use 2-CTA clusters (heuristics.choose_config's multicast)
     multicast: bool = True
+    # Whether the default config takes ping-pong 128 x 128 for one partial wave of more than half
+    # the SMs (heuristics.pingpong_mid_m; measured for bf16 matmul only)
+    pingpong_mid_m: bool = False
     # The shortest piece of a small-M split in k-blocks; None: kMinPieceBlocks
     # (cuda/gemm/scheduler/stream_k_plan.h)
     min_piece_blocks: int | None = None
@@ -170,7 +173,7 @@ FAMILIES = {
     # hopper_matmul: any operand majors, linear epilogue (alpha, bias, activation, residual).
     "matmul": Family("matmul", "kMatmul", _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>"),
                      "TmaStoreEpilogue<{bn}, LinearOps>", TILE_SHAPES,
-                     OPERAND_MAJORS, "", "hopper_matmul"),
+                     OPERAND_MAJORS, "", "hopper_matmul", pingpong_mid_m=True),
     # hopper_matmul computed swapped, out^T = op(b)^T op(a)^T (GemmConfig.swap_ab): the kernel's
     # A is the weight b (its N as the tile's rows, either major) and its B the tokens a (M, K),
     # K-major (a 16- to 64-row box); the epilogue stores each strip transposed

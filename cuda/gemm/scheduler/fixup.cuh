@@ -66,8 +66,8 @@ __device__ __forceinline__ void add_batch(float* acc, const float* src) {
 }
 
 // Waits for the partials of this warpgroup's strip from clusters [first, end) (CTA c * csize +
-// rank of each), clearing each flag it waited for, and adds them to the accumulators in cluster order, a fixed order so results
-// are bitwise reproducible.
+// rank of each), clearing each flag it waited for, and adds them to the accumulators in cluster
+// order, a fixed order so results are bitwise reproducible.
 // NOTES: adding one value per L2 round trip made split tiles cost more than they saved
 // (4096^3 fell from 646 to 472 TFLOP/s, H100, 2026-11-22), hence batches. Both loop orders
 // below add the same values in the same order; each is the one that ptxas fits into the 168
