@@ -5,6 +5,7 @@ it is written: these tests run split plans many times in a row (a lax.scan, a CU
 command buffer replayed) and check every result against float64 and against the first run
 bit for bit (the pieces are summed in a fixed order)."""
 
+import functools
 import re
 
 import jax
@@ -14,7 +15,10 @@ import pytest
 
 from gemm_helpers import REL_FROB_BOUND, random_operand, reference64, rel_frob, \
     run_in_command_buffer
-from jax_hopper import GemmConfig, hopper_matmul
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jax_hopper import GemmConfig, _ffi, hopper_matmul
 
 pytestmark = pytest.mark.gpu
 
@@ -81,3 +85,35 @@ def test_split_replays_in_a_command_buffer(rng):
     assert len(split) == 2 and min(split) > 0, split
     errors = run_in_command_buffer(_GRAPH_CHILD, "hopper_gemm", "jax_hopper_gemm_matmul")
     assert len(errors) == 12 and max(errors) < REL_FROB_BOUND["bfloat16"], errors
+
+
+@pytest.mark.multigpu
+def test_one_executable_splits_on_every_gpu(rng):
+    """One SPMD executable, one state, a split plan on each device: the state must hold a set of
+    flags per device. Were one device handed another's flags, the two launches would raise and
+    clear each other's flags, and partials would be summed before they are written."""
+    devices = _ffi.hopper_devices()
+    if len(devices) < 2:
+        pytest.skip(f"needs two Hopper GPUs; this machine has {len(devices)}")
+    mesh = jax.sharding.Mesh(np.array(devices), ("x",))
+    steps, m, n, k = 8, 16, 4096, 4096
+    xs = random_operand(rng, (steps, len(devices) * m, k), jnp.bfloat16)
+    w = random_operand(rng, (k, n), jnp.bfloat16)
+
+    def product(x, w):
+        return hopper_matmul(x, w, preferred_element_type=jnp.float32)
+
+    assert all(c > 0 for c in _split_clusters(product, xs[0, :m], w)), "the plan does not split"
+
+    @functools.partial(jax.shard_map, mesh=mesh, in_specs=(P(None, "x"), P()),
+                       out_specs=P(None, "x"))
+    def rows_per_device(xs, w):
+        return jax.lax.scan(lambda c, x: (c, product(x, w)), 0, xs)[1]
+
+    xs = jax.device_put(xs, NamedSharding(mesh, P(None, "x")))
+    w = jax.device_put(w, NamedSharding(mesh, P()))
+    f = jax.jit(rows_per_device)
+    outs = np.asarray(f(xs, w))
+    for i in range(steps):
+        assert rel_frob(outs[i], reference64(xs[i], w)) < REL_FROB_BOUND["bfloat16"], i
+    assert np.array_equal(np.asarray(f(xs, w)), outs)

@@ -5,7 +5,6 @@
 #include "gemm_catalog.h"
 
 namespace jax_hopper {
-namespace {
 
 ffi::Error check_attrs(const char* op, const GemmAttrs& a) {
   const std::string o(op);
@@ -26,8 +25,6 @@ ffi::Error check_attrs(const char* op, const GemmAttrs& a) {
     if (v < 0 || v > INT32_MAX) return invalid(o + ": a stream-K plan field is out of range");
   return ffi::Error::Success();
 }
-
-}  // namespace
 
 ffi::Error run_gemm(GemmFamily family, const char* op, GemmShapeCheck check, cudaStream_t stream,
                     SplitFlags* flags, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer bias,
@@ -93,10 +90,10 @@ ffi::Error run_gemm(GemmFamily family, const char* op, GemmShapeCheck check, cud
                        static_cast<int32_t>(attrs.sk_extra)};
   g.workspace = workspace->untyped_data();
   g.workspace_bytes = static_cast<int64_t>(workspace->size_bytes());
-  g.split_flags = flags->on_current_device();
-  g.split_flag_count = g.split_flags != nullptr ? flags->count() : 0;
   g.stream = stream;
   JH_CUDA_RETURN_IF_ERROR(cudaGetDevice(&g.device));
+  g.split_flags = flags->on_device(g.device);
+  g.split_flag_count = g.split_flags != nullptr ? flags->count() : 0;
 
   const GemmStatus s = kernel->launch(g);
   if (s.code == GemmStatus::kInvalid) return invalid(o + " (" + kernel->name + "): " + s.message);

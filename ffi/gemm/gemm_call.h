@@ -41,6 +41,10 @@ struct GemmShape {
 using GemmShapeCheck = ffi::Error (*)(const GemmKernelInfo& kernel, const GemmArgs& g,
                                       GemmShape* shape);
 
+// The attributes' own rules (activation code, cluster shape, plan fields in int32), checked
+// before anything is launched; `op` names the call in the message.
+ffi::Error check_attrs(const char* op, const GemmAttrs& attrs);
+
 // `flags`: the call's stream-K ready flags (split_flags.h); `preset`: arguments the family's
 // handler has already filled in (the grouped tile table).
 ffi::Error run_gemm(GemmFamily family, const char* op, GemmShapeCheck check, cudaStream_t stream,

@@ -41,9 +41,8 @@ ffi::Error SplitFlags::prepare(cudaStream_t stream) {
   return ffi::Error::Success();
 }
 
-int32_t* SplitFlags::on_current_device() {
-  int device = 0;
-  if (count_ == 0 || cudaGetDevice(&device) != cudaSuccess) return nullptr;
+int32_t* SplitFlags::on_device(int device) {
+  if (count_ == 0) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = flags_.find(device);
   return it == flags_.end() ? nullptr : it->second;
@@ -54,15 +53,12 @@ namespace {
 // The call's plan is in its attributes: the flags it needs (no CUDA work here: this stage runs
 // while XLA compiles, with no device context).
 ffi::ErrorOr<std::unique_ptr<SplitFlags>> instantiate(GemmAttrs attrs) {
+  if (ffi::Error err = check_attrs("GEMM custom call", attrs); err.failure())
+    return ffi::Unexpected(std::move(err));
   StreamKPlan plan = {};
   plan.sk_clusters = static_cast<int32_t>(attrs.sk_clusters);
-  const int64_t cluster_size = attrs.cluster_m * attrs.cluster_n;
-  if (attrs.sk_clusters < 0 || attrs.sk_clusters > INT32_MAX || cluster_size < 1 ||
-      cluster_size > 2)
-    return ffi::Unexpected(
-        invalid("GEMM custom call: the stream-K plan or cluster attributes are out of range"));
   return std::make_unique<SplitFlags>(
-      split_flag_count(plan, static_cast<int32_t>(cluster_size)));
+      split_flag_count(plan, static_cast<int32_t>(attrs.cluster_m * attrs.cluster_n)));
 }
 
 ffi::Error initialize(cudaStream_t stream, SplitFlags* flags) { return flags->prepare(stream); }

@@ -31,8 +31,8 @@ class SplitFlags {
   int64_t count() const { return count_; }
   // Allocates and zeroes the current device's flags, once; ordered before later work on `stream`.
   ffi::Error prepare(cudaStream_t stream);
-  // The current device's flags, or nullptr if prepare has not run on it (or none are needed).
-  int32_t* on_current_device();
+  // CUDA device `device`'s flags, or nullptr if prepare has not run there (or none are needed).
+  int32_t* on_device(int device);
 
  private:
   const int64_t count_;

@@ -12,10 +12,11 @@ own for propagation: the partition splits them on the mesh axes of k and n). Aft
 - batch, M or N split: each device runs the kernel on its shards and their scales, with no
   communication; under block scaling an N split must give every device whole 128-row blocks
   of b (N a multiple of 128 x the devices), else N stays whole;
-- K split: each device computes its float32 partial alpha * (a_scale a) . (b_scale b) over its
-  K (under block scaling whole 128-wide blocks, else K stays whole), the partials are summed
-  (psum, or a reduce-scatter for an output split over K's axes: sharding.sum_partials), and
-  the epilogue runs after the sum in jnp, as sharding.py does.
+- K split: each device computes its partial alpha * (a_scale a) . (b_scale b) (in
+  sharding.partial_dtype) over its K (under block scaling whole 128-wide blocks, else K stays
+  whole), the partials are summed (psum, or a reduce-scatter for an output split over K's
+  axes: sharding.sum_partials), and the epilogue runs after the sum in jnp, as sharding.py
+  does.
 Under vmap: one launch per entry (ragged_primitive.vmapped_per_entry).
 """
 
@@ -30,7 +31,8 @@ from jax.experimental.custom_partitioning import custom_partitioning
 from jax_hopper.gemm.primitive import apply_epilogue
 from jax_hopper.gemm.ragged_primitive import vmapped_per_entry
 from jax_hopper.gemm.sharding import (assign_factors, epilogue_shardings, k_scatter_dim,
-                                      keep_k_axes, rule_operands, spec_of, sum_partials)
+                                      keep_k_axes, partial_dtype, rule_operands, spec_of,
+                                      sum_partials)
 from jax_hopper.kernels import catalog
 
 
@@ -99,8 +101,9 @@ def _partition(launch, params, shapes, mesh, arg_shapes, result_shape):
         if not k_axes:
             return launch(a, b, bias, res, a_scale, b_scale, **p)
         f32 = jnp.dtype(jnp.float32)
-        partial = launch(a, b, jnp.zeros((0,), f32), jnp.zeros((0, 0, 0), f32), a_scale,
-                         b_scale, **{**p, "out_dtype": f32, "activation": 0})
+        part = partial_dtype(p["out_dtype"])
+        partial = launch(a, b, jnp.zeros((0,), f32), jnp.zeros((0, 0, 0), part), a_scale,
+                         b_scale, **{**p, "out_dtype": part, "activation": 0})
         return apply_epilogue(sum_partials(partial, k_axes, scatter), bias, res,
                               activation=p["activation"], beta=p["beta"],
                               out_dtype=p["out_dtype"], family="matmul")

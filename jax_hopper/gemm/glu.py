@@ -19,8 +19,9 @@ NOTES:
   the unit. The fused kernel serves evaluation without a gradient (inference, the forward pass).
 - vmap: a vmapped x joins the kernel's batch; a vmapped weight or bias runs `_unfused` per entry.
 - Sharding: w's F axis carries one factor for both halves, so a split of F gives every device
-  matching gate and up columns; a split of K sums float32 partial products (psum) and applies
-  the unit after the sum, as hopper_matmul does with an activation.
+  matching gate and up columns; a split of K sums partial products (psum, in
+  sharding.partial_dtype) and applies the unit after the sum, as hopper_matmul does with an
+  activation.
 - F not a multiple of 8 (per device) cannot be addressed as two halves by TMA: launch pads F
   with zero columns (a copy of w) and slices the padding off the result.
 """

@@ -13,8 +13,8 @@ row by its columns of every expert, with no communication. M split (the rows, da
 parallelism) runs locally too: each device takes its shard of the rows with the group sizes cut
 to them (ragged_tiles.local_sizes, from its shard index), when the shards are equal. K split the
 same way on lhs and rhs (the d lhs of a call whose rhs is split along N, in the backward pass)
-sums float32 partial products over the K axes (psum) and applies the epilogue after the sum, as
-hopper_matmul does. Groups (G) split would move rows between devices: an operand split along G,
+sums partial products (sharding.partial_dtype) over the K axes (psum) and applies the epilogue
+after the sum, as hopper_matmul does. Groups (G) split would move rows between devices: an operand split along G,
 or along M unevenly, is gathered (all-gather) before the launch, with a warning that names it.
 Expert parallelism (each device its own experts and their tokens) is written with shard_map:
 there the call is the plain launch on each device's arrays.
@@ -33,7 +33,7 @@ from jax.experimental.custom_partitioning import custom_partitioning
 
 from jax_hopper.gemm.ragged_primitive import epilogue, launch, vmapped_per_entry
 from jax_hopper.gemm.ragged_tiles import local_sizes
-from jax_hopper.gemm.sharding import assign_factors, mesh_axes, spec_of
+from jax_hopper.gemm.sharding import assign_factors, mesh_axes, partial_dtype, spec_of
 
 
 def partitioned(params: tuple, lhs3, rhs, gs, bias, res):
@@ -124,14 +124,15 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
         if not k_axes:
             return launch(lhs, rhs, gs, bias, res, **p)
         # The plain grouped product (gated: of the [gate | up] columns) of this device's K
-        # slice, summed in float32, then the epilogue.
+        # slice, summed in partial_dtype, then the epilogue.
         f32 = jnp.dtype(jnp.float32)
         if p["family"] == "grouped_glu":
             rhs = rhs.reshape(rhs.shape[0], rhs.shape[1], -1)
-        product = {**p, "out_dtype": f32, "activation": 0, "beta": 0.0, "family": "grouped"}
-        partial = launch(lhs, rhs, gs, jnp.zeros((0,), f32), jnp.zeros((0, 0, 0), f32),
+        part = partial_dtype(p["out_dtype"])
+        product = {**p, "out_dtype": part, "activation": 0, "beta": 0.0, "family": "grouped"}
+        partial = launch(lhs, rhs, gs, jnp.zeros((0,), f32), jnp.zeros((0, 0, 0), part),
                          **product)
-        z = jax.lax.psum(partial, k_axes)[0]
+        z = jax.lax.psum(partial, k_axes)[0].astype(f32)
         return epilogue(z, gs, bias, res, activation=p["activation"], beta=p["beta"],
                         out_dtype=p["out_dtype"], family=p["family"])
 

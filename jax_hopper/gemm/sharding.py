@@ -11,9 +11,10 @@ own, so it is never split). A gated weight (K, 2, F) is `k p n` and its bias (2,
 After propagation `_partition` fixes one mesh-axis assignment per factor and the per-device
 program:
 - batch, M or N split: each device runs the kernel on its shards, no communication;
-- K split: each device computes its partial alpha*A.B in float32 (gated: the plain [gate | up]
-  product), the partials are summed, and the epilogue (bias, activation or gated unit,
-  residual, the one rounding) runs after the sum in jnp. An activation cannot be applied to
+- K split: each device computes its partial alpha*A.B (gated: the plain [gate | up] product)
+  in `partial_dtype` (a 16-bit out dtype, else float32), the partials are summed, and the
+  epilogue (bias, activation or gated unit, residual, the last rounding) runs after the sum in
+  jnp. An activation cannot be applied to
   partial sums; applying it after the sum costs one float32 M x N buffer and an unfused
   epilogue, far less traffic than gathering K-split operands. The sum is a psum (every device
   gets the whole output) unless the output is asked for split along M (or, ungated, N) over
@@ -126,12 +127,24 @@ def k_scatter_dim(mesh, axes: dict, out_spec: tuple, out_shape: tuple, factors) 
                 None)
 
 
+def partial_dtype(out_dtype):
+    """The dtype of a K split's partial products and of their sum: a 16-bit out dtype itself,
+    else float32. The collective's bytes are the cost of a K split (two H200s, 2026-11-24:
+    float32 partials ran 0.61-0.78x XLA's K split, which moves the out dtype); each partial is
+    rounded once more, so a 16-bit result carries about sqrt(devices) of its own rounding
+    error, as XLA's does."""
+    out_dtype = jnp.dtype(out_dtype)
+    return out_dtype if out_dtype.itemsize == 2 else jnp.dtype(jnp.float32)
+
+
 def sum_partials(partial, k_axes: tuple, scatter: int | None):
-    """The devices' float32 partial products summed over K's mesh axes: reduce-scattered
-    along output dimension `scatter`, or a psum."""
+    """The devices' partial products summed over K's mesh axes (reduce-scattered along output
+    dimension `scatter`, or a psum), as float32 for the epilogue."""
     if scatter:
-        return jax.lax.psum_scatter(partial, k_axes, scatter_dimension=scatter, tiled=True)
-    return jax.lax.psum(partial, k_axes)
+        z = jax.lax.psum_scatter(partial, k_axes, scatter_dimension=scatter, tiled=True)
+    else:
+        z = jax.lax.psum(partial, k_axes)
+    return z.astype(jnp.float32)
 
 
 def epilogue_shardings(spec, bias, res, batch: int):
@@ -181,9 +194,10 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
             return launch(a, b, bias, res, **p)
         f32 = jnp.dtype(jnp.float32)
         # glu: the plain GEMM of the [gate | up] columns
-        product = {**p, "out_dtype": f32, "activation": 0, "family": "matmul"}
+        product = {**p, "out_dtype": partial_dtype(p["out_dtype"]), "activation": 0,
+                   "family": "matmul"}
         partial = launch(a, product_operand(b, p["family"]), jnp.zeros((0,), f32),
-                         jnp.zeros((0, 0, 0), f32), **product)
+                         jnp.zeros((0, 0, 0), product["out_dtype"]), **product)
         z = sum_partials(partial, k_axes, scatter)
         return apply_epilogue(z, bias, res, activation=p["activation"], beta=p["beta"],
                               out_dtype=p["out_dtype"], family=p["family"])
