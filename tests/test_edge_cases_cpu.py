@@ -103,47 +103,31 @@ def test_zero_k_with_every_activation_and_out_dtype(rng):
 
 # ---------------------------------------------------------------- tiny problems and the pitch rule
 
-def test_1x1x1_falls_back_with_a_warning_and_strict_refuses(rng):
-    api._warned_fallback.clear()
+def test_1x1x1_takes_the_kernel_path_and_strict_refuses_the_copy(rng):
     a, b = random_operand(rng, (1, 1), "bfloat16"), random_operand(rng, (1, 1), "bfloat16")
-    with launches() as calls, pytest.warns(UserWarning, match=r"falls back to XLA's dot: a's "
-                                           r"rows are 2 bytes apart; TMA needs a multiple of 16"):
+    with launches() as calls, warnings.catch_warnings():
+        warnings.simplefilter("error")
         out = hopper_matmul(a, b, out_dtype=jnp.float32)
-    assert calls == []
+    assert len(calls) == 1
     assert float(out[0, 0]) == float(a[0, 0].astype(jnp.float32) * b[0, 0].astype(jnp.float32))
     with nothing_runs(), pytest.raises(ValueError, match=r"strict=True\): a's rows are 2 bytes"):
         hopper_matmul(a, b, strict=True)
 
 
-def test_fallback_warns_once_per_reason(rng):
-    api._warned_fallback.clear()
-    a, b = random_operand(rng, (1, 1), "bfloat16"), random_operand(rng, (1, 1), "bfloat16")
-    with pytest.warns(UserWarning, match="falls back"):
-        hopper_matmul(a, b)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        hopper_matmul(a, b)
-
-
 @pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS)
-def test_1_by_1_output_takes_the_kernel_path_when_the_layout_allows(rng, transpose_a,
-                                                                   transpose_b):
-    # M = N = 1: only K-major a (M, K) and K-major b (N, K) leave no 2-byte pitch.
+def test_1_by_1_output_takes_the_kernel_path_in_every_layout(rng, transpose_a, transpose_b):
+    # M = N = 1: a (K, 1) or b (K, 1) has 2-byte rows, padded in the CUDA lowering.
     a, b = operands(rng, 1, 1, 16, transpose_a, transpose_b)
-    allowed = not transpose_a and transpose_b
-    api._warned_fallback.clear()
-    with launches() as calls, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with launches() as calls, warnings.catch_warnings():
+        warnings.simplefilter("error")
         out = hopper_matmul(a, b, out_dtype=jnp.float32, transpose_a=transpose_a,
                             transpose_b=transpose_b)
-    assert len(calls) == int(allowed)
-    assert bool(caught) == (not allowed)
+    assert len(calls) == 1
     ref = reference64(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
     assert rel_frob(out, ref) < REL_FROB_BOUND["float32"]
 
 
 def test_vectors_follow_jnp_matmul_on_the_kernel_path(rng):
-    api._warned_fallback.clear()
     v = random_operand(rng, (16,), "bfloat16")
     mat = random_operand(rng, (16, 24), "bfloat16")
     with launches() as calls, warnings.catch_warnings():
@@ -168,30 +152,25 @@ PITCH_OWNERS = {(False, False): ("a", "k", "b", "n"), (True, False): ("a", "m", 
 @pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS)
 @pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
 def test_pitch_rule_per_layout(rng, dtype, transpose_a, transpose_b):
-    """A dimension that is a row pitch must be a multiple of 8 elements (16 bytes), or the call
-    falls back (warning) / is refused (strict); the same odd size elsewhere is fine."""
+    """A dimension that is a row pitch and not a multiple of 8 elements (16 bytes) takes the
+    kernel path all the same (the CUDA lowering pads it), and strict=True refuses that copy;
+    the same odd size elsewhere needs no copy and passes strict."""
     a_name, a_dim, b_name, b_dim = PITCH_OWNERS[(transpose_a, transpose_b)]
     for dim in ("m", "n", "k"):
         sizes = dict(m=64, n=64, k=64)
         sizes[dim] = 100 + 3  # 206 bytes: not a multiple of 16
         a, b = operands(rng, sizes["m"], sizes["n"], sizes["k"], transpose_a, transpose_b, dtype)
         owners = [name for name, d in ((a_name, a_dim), (b_name, b_dim)) if d == dim]
-        api._warned_fallback.clear()
         if owners:
             with nothing_runs(), pytest.raises(
                     ValueError, match=rf"strict=True\): {owners[0]}'s rows are 206 bytes apart"):
                 hopper_matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b,
                               strict=True)
-            with launches() as calls, pytest.warns(UserWarning,
-                                                    match=rf"{owners[0]}'s rows are 206 bytes"):
-                out = hopper_matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
-            assert calls == []
-        else:
-            with launches() as calls, warnings.catch_warnings():
-                warnings.simplefilter("error")
-                out = hopper_matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b,
-                                    strict=True)
-            assert len(calls) == 1
+        with launches() as calls, warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = hopper_matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b,
+                                strict=not owners)
+        assert len(calls) == 1
         ref = reference64(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
         assert rel_frob(out, ref) < REL_FROB_BOUND[dtype], dim
 

@@ -10,7 +10,7 @@ import pytest
 
 from gemm_helpers import REL_FROB_BOUND, random_operand, reference64, rel_frob
 from jax_hopper import GemmConfig, _ffi, hopper_matmul
-from jax_hopper.gemm import api
+from jax_hopper.gemm import pitch
 from jax_hopper.kernels import catalog
 from jax_hopper.gemm.heuristics import choose_config, heuristic_config
 
@@ -149,17 +149,50 @@ def test_strict_mode_rejects_unaddressable_pitch():
         hopper_matmul(a, b, strict=True)
 
 
-def test_fallback_warns_once(rng):
-    api._warned_fallback.clear()
+def test_unaddressable_pitch_runs_without_a_warning(rng):
     a, b = on_cpu(random_operand(rng, (16, 98), "bfloat16"), random_operand(rng, (98, 16),
                                                                             "bfloat16"))
-    with pytest.warns(UserWarning, match="falls back"):
-        hopper_matmul(a, b)
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         out = hopper_matmul(a, b)
     assert rel_frob(out, reference64(a, b)) < REL_FROB_BOUND["bfloat16"]
+
+
+@pytest.mark.parametrize("a_mn_major,b_mn_major", [(False, False), (False, True), (True, False),
+                                                   (True, True)])
+def test_lowering_pads_only_the_pitches_tma_cannot_address(a_mn_major, b_mn_major):
+    """pitch.lowering_pads on (M, N, K) = (37, 45, 100) in bf16 with a float32 output (its
+    pitch, 45 x 4 bytes, is not 16-byte aligned either): each operand's last dimension is padded
+    to a multiple of 8, the output's N to a multiple of 4, and bias and residual with it."""
+    m, n, k = 37, 45, 100
+    a = jax.ShapeDtypeStruct((1, k, m) if a_mn_major else (1, m, k), jnp.bfloat16)
+    b = jax.ShapeDtypeStruct((1, k, n) if b_mn_major else (1, n, k), jnp.bfloat16)
+    bias = jax.ShapeDtypeStruct((n,), jnp.float32)
+    res = jax.ShapeDtypeStruct((1, m, n), jnp.float32)
+    out = jax.ShapeDtypeStruct((1, m, n), jnp.float32)
+    (a_w, b_w, bias_w, res_w), out_pad = pitch.lowering_pads(a, b, bias, res, out,
+                                                             family="matmul",
+                                                             a_mn_major=a_mn_major)
+    assert a_w == [(0, 0), (0, 0), (0, (3 if a_mn_major else 4))]
+    assert b_w == [(0, 0), (0, 0), (0, (3 if b_mn_major else 4))]
+    assert out_pad == 3 and bias_w == [(0, 3)] and res_w == [(0, 0), (0, 0), (0, 3)]
+    aligned = jax.ShapeDtypeStruct((1, 64, 64), jnp.bfloat16)
+    none = pitch.lowering_pads(aligned, aligned, jax.ShapeDtypeStruct((0,), jnp.float32),
+                               jax.ShapeDtypeStruct((0, 0, 0), jnp.bfloat16), aligned,
+                               family="matmul", a_mn_major=a_mn_major)
+    assert none == ((None, None, None, None), 0)
+
+
+def test_lowering_pads_the_gated_weights_k_with_x():
+    x = jax.ShapeDtypeStruct((1, 16, 100), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((100, 2, 64), jnp.bfloat16)
+    out = jax.ShapeDtypeStruct((1, 16, 64), jnp.bfloat16)
+    empty = jax.ShapeDtypeStruct((0,), jnp.float32)
+    (x_w, w_w, _, _), out_pad = pitch.lowering_pads(
+        x, w, empty, jax.ShapeDtypeStruct((0, 0, 0), jnp.bfloat16), out, family="glu",
+        a_mn_major=False)
+    assert x_w == [(0, 0), (0, 0), (0, 4)] and w_w == [(0, 4), (0, 0), (0, 0)] and out_pad == 0
 
 
 # ---------------------------------------------------------------- reference lowering

@@ -3,13 +3,13 @@
 import itertools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from gemm_helpers import (REL_FROB_BOUND, check_matmul as _check, matmul_operands as _operands,
                           random_operand, reference64, rel_frob, to64)
 from jax_hopper import GemmConfig, hopper_matmul
-from jax_hopper.gemm import api
 from jax_hopper.kernels import catalog
 
 pytestmark = pytest.mark.gpu
@@ -119,12 +119,43 @@ def test_repeated_runs_are_bitwise_identical(rng):
         assert np.array_equal(np.asarray(f(a, b)).view(np.uint16), first.view(np.uint16))
 
 
-def test_fallback_serves_unaddressable_pitch(rng):
-    api._warned_fallback.clear()
-    a, b = _operands(rng, 64, 64, 100, "bfloat16", False, False)  # K=100: 200-byte rows
-    with pytest.warns(UserWarning, match="falls back"):
-        out = hopper_matmul(a, b)
-    assert rel_frob(out, reference64(a, b)) < REL_FROB_BOUND["bfloat16"]
+# Row pitches TMA cannot address (jax_hopper/gemm/pitch.py), each in some layout: K, M or N
+# not a multiple of 8, edge sizes (1, 7, 63, 65), decode rows (the swap-AB kernels), a split
+# plan (1000 x 3000) and a float32 output whose N is not a multiple of 4.
+UNALIGNED = [(64, 64, 100), (100, 64, 64), (64, 100, 64), (37, 45, 1500), (1, 4096, 1501),
+             (7, 1001, 4095), (63, 65, 129), (1000, 3000, 4101), (300, 2050, 1500)]
+
+
+@pytest.mark.parametrize("m,n,k", UNALIGNED)
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS)
+def test_unaddressable_pitches_run_on_the_kernel(rng, m, n, k, transpose_a, transpose_b):
+    bias = jnp.asarray(rng.standard_normal((n,)), jnp.float32)
+    residual = random_operand(rng, (m, n), "float32")
+    _check(rng, m, n, k, out_dtype="float32", transpose_a=transpose_a, transpose_b=transpose_b,
+           activation="gelu", bias=bias, residual=residual, strict=False)
+    _check(rng, m, n, k, transpose_a=transpose_a, transpose_b=transpose_b, strict=False)
+    a, b = _operands(rng, m, n, k, "bfloat16", transpose_a, transpose_b)
+    hlo = jax.jit(lambda a, b: hopper_matmul(a, b, transpose_a=transpose_a,
+                                             transpose_b=transpose_b)).lower(a, b).compile()
+    assert "jax_hopper_gemm_matmul" in hlo.as_text(), "the product did not run on the kernel"
+
+
+def test_unaddressable_pitch_grads(rng):
+    """K = 1500: the forward pads x's K, d x's output pitch (K) is padded and sliced, and d w
+    reads x as an MN-major operand with a 3000-byte pitch."""
+    x = random_operand(rng, (512, 1500), "bfloat16")
+    w = random_operand(rng, (1500, 264), "bfloat16")
+    dy = random_operand(rng, (512, 264), "float32")
+
+    def loss(fn):
+        return lambda x, w: jnp.sum(fn(x, w).astype(jnp.float32) * dy)
+
+    got = jax.jit(jax.grad(loss(lambda x, w: hopper_matmul(x, w, out_dtype=jnp.float32)),
+                           (0, 1)))(x, w)
+    want = (to64(dy) @ to64(w).T, to64(x).T @ to64(dy))
+    for g, r in zip(got, want):
+        assert g.shape == r.shape
+        assert rel_frob(g, r) < REL_FROB_BOUND["bfloat16"]
 
 
 # Stream-K (cuda/gemm/scheduler/stream_k_plan.h): when the last wave of tiles is at most 2/3 full, its tiles are

@@ -48,7 +48,8 @@ def test_dtypes_are_named(xw):
 
 def test_strict_rejects_an_unaddressable_x(rng):
     x, w = random_operand(rng, (8, 20), "bfloat16"), random_operand(rng, (20, 2, 16), "bfloat16")
-    with pytest.raises(ValueError, match=r"strict=True.*K=20 must be a multiple of 8"):
+    with pytest.raises(ValueError, match=r"strict=True\): x's rows are 40 bytes apart.*"
+                                         r"its last dimension, 20, must be a multiple of 8"):
         hopper_glu(x, w, strict=True)
 
 

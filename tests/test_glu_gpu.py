@@ -104,6 +104,20 @@ def test_unaligned_f_runs_unfused(rng):
     _check(rng, 256, 100, 128, bias=True)
 
 
+def test_unaddressable_k_pads_x_and_w(rng):
+    """K = 1500 (3000-byte rows of x): the CUDA lowering pads x's K and the weight's K to 1504
+    (jax_hopper/gemm/pitch.py); the fused kernel runs on the padded pair."""
+    x = random_operand(rng, (256, 1500), "bfloat16")
+    w = (random_operand(rng, (1500, 2, 264), "bfloat16").astype(jnp.float32) / 40
+         ).astype(jnp.bfloat16)
+    bias = jnp.asarray(rng.standard_normal((2, 264)), jnp.float32)
+    out = poisoned_call(lambda x, w, b: hopper_glu(x, w, bias=b), (256, 264), jnp.bfloat16, x,
+                        w, bias)
+    assert rel_frob(out, glu_reference64(x, w, bias=bias)) < GLU_BOUND["bfloat16"]
+    with pytest.raises(ValueError, match=r"strict=True\): x's rows are 3000 bytes apart"):
+        hopper_glu(x, w, strict=True)
+
+
 def test_grad_matches_jnp_layer(rng):
     """The gradient path (unfused forward, kept product) against the same unit in jnp."""
     x = random_operand(rng, (256, 512), "bfloat16")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -13,12 +12,12 @@ from jax_hopper.gemm import autodiff
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code
 from jax_hopper.gemm.tuned import default_config
-from jax_hopper.gemm.primitive import freeze, reference, tma_unaddressable
+from jax_hopper.gemm.pitch import tma_unaddressable
+from jax_hopper.gemm.primitive import freeze, reference
 from jax_hopper.kernels import catalog
 
 SUPPORTED_INPUTS = tuple(jnp.dtype(d) for d in catalog.INPUT_DTYPES)
 SUPPORTED_OUTPUTS = tuple(jnp.dtype(d) for d in catalog.OUTPUT_DTYPES)
-_warned_fallback: set[str] = set()
 
 
 def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=None, bias=None,
@@ -38,9 +37,9 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     config: a GemmConfig; by default the tuned one for this GPU and problem (python -m
     jax_hopper.tune), else jax_hopper.gemm.heuristics.heuristic_config's (the swap-AB kernels for
     M <= 64 with a stored (M, K)).
-    When TMA cannot address an operand (a row pitch that is not a multiple of 16 bytes, e.g.
-    K=100 in bf16 row-major) the product falls back to XLA's dot with a one-time warning, or
-    raises ValueError when strict=True.
+    Every shape runs on the kernels. An operand whose rows TMA cannot address (a row pitch
+    that is not a multiple of 16 bytes, e.g. K=100 in bf16 row-major) is copied into a padded
+    pitch first (jax_hopper/gemm/pitch.py); strict=True raises ValueError instead of copying.
     """
     a = jnp.asarray(a)
     b = jnp.asarray(b)
@@ -94,13 +93,9 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
 
     if batch == 0 or m == 0 or n == 0 or k == 0:
         out = reference(a3, b3, bias_arr, res_arr, **params)  # empty or all-epilogue: no launch
-    elif (reason := tma_unaddressable(a3, b3)) is not None:
-        if strict:
-            raise ValueError(f"hopper_matmul(strict=True): {reason}")
-        if reason not in _warned_fallback:
-            _warned_fallback.add(reason)
-            warnings.warn(f"hopper_matmul falls back to XLA's dot: {reason}", stacklevel=2)
-        out = reference(a3, b3, bias_arr, res_arr, **params)
+    elif strict and (reason := tma_unaddressable(a3, b3)) is not None:
+        raise ValueError(f"hopper_matmul(strict=True): {reason}; without strict it is copied "
+                         "into a padded pitch")
     else:
         out = autodiff.gemm(a3, b3, bias_arr, res_arr, freeze(params), res_arr.shape[0])
 

@@ -38,8 +38,8 @@ from jax_hopper.gemm.api import (SUPPORTED_OUTPUTS, as_batched_3d, prepare_resid
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code
 from jax_hopper.gemm import fp8_sharding
-from jax_hopper.gemm.primitive import (_pad_columns, apply_epilogue, call_attrs, freeze,
-                                       pitch_pad)
+from jax_hopper.gemm.pitch import pitch_pad
+from jax_hopper.gemm.primitive import _pad_columns, apply_epilogue, call_attrs, freeze
 from jax_hopper.gemm.ragged_primitive import register
 from jax_hopper.gemm.tuned import default_config
 from jax_hopper.kernels import catalog

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from jax_hopper.gemm.api import SUPPORTED_OUTPUTS
 from jax_hopper.gemm.dot_general import fallback
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
-from jax_hopper.gemm.primitive import pitch_pad
+from jax_hopper.gemm.pitch import pitch_pad
 from jax_hopper.quantize.fp8 import INPUT_DTYPES, quantize_fp8
 
 # (forward operands, gradient) fp8 types and the block layouts (module docstring).

@@ -36,6 +36,7 @@ from jax_hopper.gemm import api, autodiff
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code, apply_gated
 from jax_hopper.gemm.heuristics import SWAP_MAX_M
+from jax_hopper.gemm.pitch import tma_unaddressable
 from jax_hopper.gemm.tuned import default_config
 from jax_hopper.gemm.primitive import freeze, reference
 
@@ -53,8 +54,8 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
     float32 with one rounding. config: a GemmConfig for the (rows, 2F, K) product. Without one,
     at most heuristics.SWAP_MAX_M rows in all (decode) take hopper_matmul's swap-AB kernels for
     the product (float32) and the unit after it in XLA: the fused kernel has no swapped form.
-    strict: raise instead of falling back to XLA's dot when TMA cannot address x (K not a
-    multiple of 8 for 16-bit inputs), as in hopper_matmul.
+    strict: raise instead of copying x and w into a padded pitch when TMA cannot address x
+    (K not a multiple of 8 for 16-bit inputs), as in hopper_matmul.
     """
     x = jnp.asarray(x)
     w = jnp.asarray(w)
@@ -93,10 +94,9 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
     elif not isinstance(config, GemmConfig):
         raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
     config.validate(x.dtype.name, False, True, family="glu")
-    if strict and (k * x.dtype.itemsize) % 16:
-        raise ValueError(f"hopper_glu(strict=True): x's rows are {k * x.dtype.itemsize} bytes "
-                         f"apart; TMA needs a multiple of 16 (K={k} must be a multiple of "
-                         f"{16 // x.dtype.itemsize})")
+    if strict and (reason := tma_unaddressable(x, names=("x",))) is not None:
+        raise ValueError(f"hopper_glu(strict=True): {reason}; without strict x and w are "
+                         "copied into a padded pitch")
 
     params = freeze(dict(a_mn_major=False, b_mn_major=True, out_dtype=out_dtype, activation=code,
                          alpha=alpha, beta=beta, config=config, family="glu"))

@@ -27,8 +27,8 @@ from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
 from jax_hopper import _ffi
+from jax_hopper.gemm import pitch
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
-from jax_hopper.kernels import catalog
 
 hopper_gemm_p = Primitive("hopper_gemm")
 
@@ -84,36 +84,13 @@ def reference(a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, activa
                           out_dtype=out_dtype, family=family)
 
 
-def tma_unaddressable(a3, b3) -> str | None:
-    """Why TMA cannot load an operand (its row pitch), or None when it can."""
-    for name, x in (("a", a3), ("b", b3)):
-        pitch = x.shape[-1] * x.dtype.itemsize
-        if pitch % catalog.TMA_PITCH_BYTES:
-            return (f"{name}'s rows are {pitch} bytes apart; TMA needs a multiple of "
-                    f"{catalog.TMA_PITCH_BYTES} (its last dimension, {x.shape[-1]}, must be a "
-                    f"multiple of {catalog.TMA_PITCH_BYTES // x.dtype.itemsize})")
-    return None
-
-
-def pitch_pad(n: int, dtype) -> int:
-    """Elements to add to a row of n `dtype` elements so that TMA can address its rows."""
-    return -n % (catalog.TMA_PITCH_BYTES // np.dtype(dtype).itemsize)
-
-
 def launch(a, b, bias, res, **params):
     """One device's GEMM on operands as they lie on it (whole, or one shard of a sharded call).
-
-    A shard can have a row pitch TMA cannot address although the whole operand had one (K split
-    8 ways, say): that shard is computed by XLA's dot, with a warning. A gated weight's F (whole
-    or per device) is padded instead: TMA addresses its two halves only with F a multiple of 8.
-    """
+    A gated weight's F (whole or per device) is padded: TMA addresses its two halves only with
+    F a multiple of 8. Other odd pitches are the CUDA lowering's (pitch.py)."""
     if params["family"] == "glu" and (f := b.shape[2]) % 8:
         return launch(a, *_pad_columns(b, bias, res, 2, -f % 8), **params)[..., :f]
-    if (reason := tma_unaddressable(a, b)) is not None:
-        warnings.warn(f"hopper_matmul falls back to XLA's dot on a shard: {reason}",
-                      stacklevel=2)
-        return reference(a, b, bias, res, **params)
-    return _launch_padded(a, b, bias, res, **params)
+    return hopper_gemm_p.bind(a, b, bias, res, **params)
 
 
 def _pad_columns(b, bias, res, axis, pad):
@@ -127,17 +104,11 @@ def _pad_columns(b, bias, res, axis, pad):
     return b, bias, res
 
 
-def _launch_padded(a, b, bias, res, **params):
-    """TMA stores need a 16-byte output pitch: compute into a padded N and slice it off.
-    (A gated call arrives with F a multiple of 8, which no out dtype needs to pad.)"""
-    if params["family"] == "glu":
-        return hopper_gemm_p.bind(a, b, bias, res, **params)
-    _, _, n, _ = problem_shape(a.shape, b.shape, params["a_mn_major"], params["b_mn_major"])
-    pad = pitch_pad(n, params["out_dtype"])
-    if pad:
-        b, bias, res = _pad_columns(b, bias, res, 2 if params["b_mn_major"] else 1, pad)
-    out = hopper_gemm_p.bind(a, b, bias, res, **params)
-    return out[..., :n] if pad else out
+def _lowered(ctx, fun, x, aval_in, aval_out):
+    """The HLO of jnp function `fun` applied to IR value x (a pad or a slice)."""
+    out = mlir.lower_fun(fun, multiple_results=False)(
+        ctx.replace(avals_in=[aval_in], avals_out=[aval_out]), x)
+    return out[0]
 
 
 def _cuda_lowering(ctx, a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, activation,
@@ -147,16 +118,33 @@ def _cuda_lowering(ctx, a, b, bias, residual, *, a_mn_major, b_mn_major, out_dty
     # of its second result, the stream-K workspace: XLA allocates it like any buffer (no
     # allocation inside the handler, so CUDA graphs can capture the call), and only the product
     # leaves this lowering.
-    a_aval = ctx.avals_in[0]
+    # Operands and an output whose row pitch TMA cannot address are padded here (pitch.py).
+    args, avals = [a, b, bias, residual], list(ctx.avals_in)
+    out_aval = ctx.avals_out[0]
+    widths, out_pad = pitch.lowering_pads(*avals, out_aval, family=family,
+                                          a_mn_major=a_mn_major)
+    for i, w in enumerate(widths):
+        if w is not None:
+            padded = avals[i].update(shape=tuple(d + hi for d, (_, hi) in
+                                                 zip(avals[i].shape, w)))
+            args[i] = _lowered(ctx, functools.partial(jnp.pad, pad_width=w), args[i], avals[i],
+                               padded)
+            avals[i] = padded
+    batch, m, n = out_aval.shape
+    call_out = out_aval.update(shape=(batch, m, n + out_pad))
+    a_aval, b_aval = avals[0], avals[1]
     kernel = config.kernel(family, a_aval.dtype.name, a_mn_major, b_mn_major)
-    batch, m, n = ctx.avals_out[0].shape
     k = a_aval.shape[1] if a_mn_major else a_aval.shape[2]
+    if family != "glu":  # K is the longer operand's (one may be padded along it)
+        k = max(k, b_aval.shape[2] if not b_mn_major else b_aval.shape[1])
     resident = _ffi.resident_clusters(kernel, config.cluster_m * config.cluster_n)
-    plan = config.plan(kernel, batch, m, n, k, resident)
+    plan = config.plan(kernel, batch, m, n + out_pad, k, resident)
     workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
     out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{config.kernel_family(family)}")(
-        ctx.replace(avals_out=[*ctx.avals_out, workspace]), a, b, bias, residual,
+        ctx.replace(avals_in=avals, avals_out=[call_out, workspace]), *args,
         **call_attrs(kernel, config, plan, activation, alpha, beta))
+    if out_pad:
+        out = _lowered(ctx, lambda x: x[..., :n], out, call_out, out_aval)
     return [out]
 
 

@@ -29,8 +29,8 @@ from jax.interpreters import batching, mlir
 from jax_hopper import _ffi
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
-from jax_hopper.gemm.primitive import (_KERNELS, _pad_columns, call_attrs, freeze,
-                                       tma_unaddressable)
+from jax_hopper.gemm.pitch import tma_unaddressable
+from jax_hopper.gemm.primitive import _KERNELS, _pad_columns, call_attrs, freeze
 
 hopper_ragged_p = Primitive("hopper_ragged_dot")
 _F32 = jnp.dtype(jnp.float32)

@@ -43,6 +43,7 @@ def constants_header() -> str:
             f"enum class GemmFamily : int32_t {{ {fams} }};\n"
             f"enum class GemmSchedule : int32_t {{ {scheds} }};\n\n"
             f"constexpr int kSmemLimitBytes = {catalog.SMEM_LIMIT_BYTES};\n"
+            f"constexpr int kTmaPitchBytes = {catalog.TMA_PITCH_BYTES};\n"
             f"constexpr int kGroupTileFields = {catalog.GROUP_TILE_FIELDS};\n"
             f"constexpr int kFp8ScaleBlock = {catalog.FP8_SCALE_BLOCK};\n\n"
             f"enum class QuantMode : int32_t {{ {modes} }};\n"

@@ -1,0 +1,57 @@
+"""TMA's row-pitch rule, and how the CUDA lowering meets it for any shape.
+
+TMA addresses a 2-D (or 3-D) array only when its rows start 16 bytes apart (catalog.
+TMA_PITCH_BYTES): a bf16 operand's last dimension must be a multiple of 8, the output's too
+(4 for float32). An operand or output that breaks the rule is padded along its last dimension,
+in the CUDA lowering only (the primitive, its transformations and the CPU reference keep the
+true shapes):
+- an operand's padding is a copy of it (jnp.pad, zeros), the one cost of an odd pitch;
+- the handlers then accept operand extents that differ from the problem's by less than the pitch
+  granule (ffi/gemm/matmul.cc, `within_pitch_pad`): a K-major operand padded along K meets a
+  shorter K of the other operand (TMA reads the missing rows as zeros, so the padded columns add
+  nothing), an MN-major operand padded along M or N is longer than the output (its extra columns
+  are computed and never stored);
+- an output whose pitch breaks the rule is computed with its N padded (bias and residual padded
+  to match; b is not copied: its missing rows read as zeros) and sliced after the call.
+The gated weight of hopper_glu has its own layout (the handler needs its K exact), so a padded K
+pads the weight's K too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jax_hopper.kernels import catalog
+
+
+def pitch_pad(n: int, dtype) -> int:
+    """Elements to add to a row of n `dtype` elements so that TMA can address its rows."""
+    return -n % (catalog.TMA_PITCH_BYTES // np.dtype(dtype).itemsize)
+
+
+def tma_unaddressable(*arrays, names=("a", "b")) -> str | None:
+    """Why TMA cannot load one of `arrays` (called `names`) as stored (its row pitch), or None
+    when it can."""
+    for name, x in zip(names, arrays):
+        pitch = x.shape[-1] * np.dtype(x.dtype).itemsize
+        if pitch % catalog.TMA_PITCH_BYTES:
+            return (f"{name}'s rows are {pitch} bytes apart; TMA needs a multiple of "
+                    f"{catalog.TMA_PITCH_BYTES} (its last dimension, {x.shape[-1]}, must be a "
+                    f"multiple of {catalog.TMA_PITCH_BYTES // np.dtype(x.dtype).itemsize})")
+    return None
+
+
+def lowering_pads(a, b, bias, res, out, *, family: str, a_mn_major: bool):
+    """((pad widths of a, b, bias, residual: None where unpadded), output columns to add) for
+    the abstract values of one GEMM call (3-D operands as stored, primitive.py)."""
+    a_pad, b_pad = pitch_pad(a.shape[2], a.dtype), pitch_pad(b.shape[2], b.dtype)
+    out_pad = pitch_pad(out.shape[2], out.dtype)
+    a_w = [(0, 0), (0, 0), (0, a_pad)] if a_pad else None
+    if family == "glu":  # (K, 2, F), F padded to a multiple of 8 by launch: only K can need it
+        k_pad = 0 if a_mn_major else a_pad
+        b_w = [(0, k_pad), (0, 0), (0, 0)] if k_pad else None
+    else:
+        b_w = [(0, 0), (0, 0), (0, b_pad)] if b_pad else None
+    bias_w = [(0, 0)] * (len(bias.shape) - 1) + [(0, out_pad)] if out_pad and bias.size else None
+    res_w = [(0, 0), (0, 0), (0, out_pad)] if out_pad and res.size else None
+    return (a_w, b_w, bias_w, res_w), out_pad
