@@ -269,6 +269,8 @@ def run_in_command_buffer(child: str, *custom_call: str) -> list[float]:
            "XLA_FLAGS": "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL "
                         "--xla_gpu_graph_min_graph_size=1",
            "TF_CPP_MIN_LOG_LEVEL": "0",
+           # The parent pytest process may already hold XLA's default 75% of the GPU.
+           "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
            # The pass logs the thunks it captures above verbosity 1 (seen at 5, jax 0.11.2).
            "TF_CPP_VMODULE": "command_buffer_conversion_pass=5"}
     proc = subprocess.run([sys.executable, "-c", child.format(tests=tests)], env=env,
