@@ -172,15 +172,14 @@ def test_lowering_pads_only_the_pitches_tma_cannot_address(a_mn_major, b_mn_majo
     res = jax.ShapeDtypeStruct((1, m, n), jnp.float32)
     out = jax.ShapeDtypeStruct((1, m, n), jnp.float32)
     (a_w, b_w, bias_w, res_w), out_pad = pitch.lowering_pads(a, b, bias, res, out,
-                                                             family="matmul",
-                                                             a_mn_major=a_mn_major)
+                                                             family="matmul")
     assert a_w == [(0, 0), (0, 0), (0, (3 if a_mn_major else 4))]
     assert b_w == [(0, 0), (0, 0), (0, (3 if b_mn_major else 4))]
     assert out_pad == 3 and bias_w == [(0, 3)] and res_w == [(0, 0), (0, 0), (0, 3)]
     aligned = jax.ShapeDtypeStruct((1, 64, 64), jnp.bfloat16)
     none = pitch.lowering_pads(aligned, aligned, jax.ShapeDtypeStruct((0,), jnp.float32),
                                jax.ShapeDtypeStruct((0, 0, 0), jnp.bfloat16), aligned,
-                               family="matmul", a_mn_major=a_mn_major)
+                               family="matmul")
     assert none == ((None, None, None, None), 0)
 
 
@@ -190,8 +189,7 @@ def test_lowering_pads_the_gated_weights_k_with_x():
     out = jax.ShapeDtypeStruct((1, 16, 64), jnp.bfloat16)
     empty = jax.ShapeDtypeStruct((0,), jnp.float32)
     (x_w, w_w, _, _), out_pad = pitch.lowering_pads(
-        x, w, empty, jax.ShapeDtypeStruct((0, 0, 0), jnp.bfloat16), out, family="glu",
-        a_mn_major=False)
+        x, w, empty, jax.ShapeDtypeStruct((0, 0, 0), jnp.bfloat16), out, family="glu")
     assert x_w == [(0, 0), (0, 0), (0, 4)] and w_w == [(0, 4), (0, 0), (0, 0)] and out_pad == 0
 
 

@@ -41,15 +41,14 @@ def tma_unaddressable(*arrays, names=("a", "b")) -> str | None:
     return None
 
 
-def lowering_pads(a, b, bias, res, out, *, family: str, a_mn_major: bool):
+def lowering_pads(a, b, bias, res, out, *, family: str):
     """((pad widths of a, b, bias, residual: None where unpadded), output columns to add) for
     the abstract values of one GEMM call (3-D operands as stored, primitive.py)."""
     a_pad, b_pad = pitch_pad(a.shape[2], a.dtype), pitch_pad(b.shape[2], b.dtype)
     out_pad = pitch_pad(out.shape[2], out.dtype)
     a_w = [(0, 0), (0, 0), (0, a_pad)] if a_pad else None
-    if family == "glu":  # (K, 2, F), F padded to a multiple of 8 by launch: only K can need it
-        k_pad = 0 if a_mn_major else a_pad
-        b_w = [(0, k_pad), (0, 0), (0, 0)] if k_pad else None
+    if family == "glu":  # x is (M, K); w (K, 2, F) has F a multiple of 8 (launch): pad its K
+        b_w = [(0, a_pad), (0, 0), (0, 0)] if a_pad else None
     else:
         b_w = [(0, 0), (0, 0), (0, b_pad)] if b_pad else None
     bias_w = [(0, 0)] * (len(bias.shape) - 1) + [(0, out_pad)] if out_pad and bias.size else None

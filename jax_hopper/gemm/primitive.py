@@ -121,8 +121,7 @@ def _cuda_lowering(ctx, a, b, bias, residual, *, a_mn_major, b_mn_major, out_dty
     # Operands and an output whose row pitch TMA cannot address are padded here (pitch.py).
     args, avals = [a, b, bias, residual], list(ctx.avals_in)
     out_aval = ctx.avals_out[0]
-    widths, out_pad = pitch.lowering_pads(*avals, out_aval, family=family,
-                                          a_mn_major=a_mn_major)
+    widths, out_pad = pitch.lowering_pads(*avals, out_aval, family=family)
     for i, w in enumerate(widths):
         if w is not None:
             padded = avals[i].update(shape=tuple(d + hi for d, (_, hi) in

@@ -14,8 +14,9 @@ parallelism) runs locally too: each device takes its shard of the rows with the 
 to them (ragged_tiles.local_sizes, from its shard index), when the shards are equal. K split the
 same way on lhs and rhs (the d lhs of a call whose rhs is split along N, in the backward pass)
 sums partial products (sharding.partial_dtype) over the K axes (psum) and applies the epilogue
-after the sum, as hopper_matmul does. Groups (G) split would move rows between devices: an operand split along G,
-or along M unevenly, is gathered (all-gather) before the launch, with a warning that names it.
+after the sum, as hopper_matmul does. Groups (G) split would move rows between devices: an
+operand split along G, or along M unevenly, is gathered (all-gather) before the launch, with a
+warning that names it.
 Expert parallelism (each device its own experts and their tokens) is written with shard_map:
 there the call is the plain launch on each device's arrays.
 """
@@ -33,7 +34,8 @@ from jax.experimental.custom_partitioning import custom_partitioning
 
 from jax_hopper.gemm.ragged_primitive import epilogue, launch, vmapped_per_entry
 from jax_hopper.gemm.ragged_tiles import local_sizes
-from jax_hopper.gemm.sharding import assign_factors, mesh_axes, partial_dtype, spec_of
+from jax_hopper.gemm.sharding import (assign_factors, mesh_axes, partial_dtype, spec_of,
+                                      sum_partials)
 
 
 def partitioned(params: tuple, lhs3, rhs, gs, bias, res):
@@ -132,7 +134,7 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
         product = {**p, "out_dtype": part, "activation": 0, "beta": 0.0, "family": "grouped"}
         partial = launch(lhs, rhs, gs, jnp.zeros((0,), f32), jnp.zeros((0, 0, 0), part),
                          **product)
-        z = jax.lax.psum(partial, k_axes)[0].astype(f32)
+        z = sum_partials(partial, k_axes, None)[0]
         return epilogue(z, gs, bias, res, activation=p["activation"], beta=p["beta"],
                         out_dtype=p["out_dtype"], family=p["family"])
 

@@ -14,13 +14,13 @@ program:
 - K split: each device computes its partial alpha*A.B (gated: the plain [gate | up] product)
   in `partial_dtype` (a 16-bit out dtype, else float32), the partials are summed, and the
   epilogue (bias, activation or gated unit, residual, the last rounding) runs after the sum in
-  jnp. An activation cannot be applied to
-  partial sums; applying it after the sum costs one float32 M x N buffer and an unfused
-  epilogue, far less traffic than gathering K-split operands. The sum is a psum (every device
-  gets the whole output) unless the output is asked for split along M (or, ungated, N) over
-  the mesh axes that split K: then a reduce-scatter (psum_scatter) leaves each device only its
-  rows (columns), the bytes a psum moves halved and nothing computed twice; the operands keep
-  their K split (an output split on those axes never makes the operands' K whole).
+  jnp. An activation cannot be applied to partial sums; applying it after the sum costs an
+  unfused epilogue over the M x N sum, far less traffic than gathering K-split operands. The
+  sum is a psum (every device gets the whole output) unless the output is asked for split
+  along M (or, ungated, N) over the mesh axes that split K: then a reduce-scatter
+  (psum_scatter) leaves each device only its rows (columns), the bytes a psum moves halved and
+  nothing computed twice; the operands keep their K split (an output split on those axes never
+  makes the operands' K whole).
 Without a mesh (one device) or inside shard_map (all axes manual) the call is the plain launch.
 """
 
