@@ -31,6 +31,18 @@ def test_reference_matches_dequantised_float64():
     assert rel_frob(out, ref) < 1e-5
 
 
+def test_k_of_any_pitch_keeps_its_block_scales():
+    # K = 300: not whole 16-byte rows, so a and b are padded to 304, which stays within the
+    # third k-block: the scales keep their (.., 3) shape.
+    rng = np.random.default_rng()
+    a, b = fp8_operand(rng, (40, 300), E4M3), fp8_operand(rng, (130, 300), E4M3)
+    sa, sb = block_scales(rng, (40, 3)), block_scales(rng, (2, 3))
+    with jax.default_device(CPU):
+        out = hopper_fp8_matmul(a, b, sa, sb, out_dtype=jnp.float32)
+    assert out.shape == (40, 130)
+    assert rel_frob(out, fp8_block_reference64(a, b, sa, sb)) < 1e-5
+
+
 def test_each_block_scales_only_its_own_elements():
     # One nonzero scale per operand: the product is that block's alone.
     a = jnp.ones((256, 256), jnp.float32).astype(E4M3)

@@ -42,7 +42,9 @@ def test_out_dtypes_and_epilogue(out_dtype):
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 8, 16), (7, 13, 48), (65, 4096, 4096),
-                                   (8192, 256, 512), (128, 128, 128)])
+                                   (8192, 256, 512), (128, 128, 128),
+                                   # K not whole 16-byte rows: a and b padded (launch)
+                                   (7, 13, 40), (130, 264, 1000)])
 def test_edge_shapes(m, n, k):
     _check(np.random.default_rng(), m, n, k)
 

@@ -3,6 +3,8 @@ Python model, on random and adversarial sizes), the reference lowering against
 jax.lax.ragged_dot and float64, gradients against jax.grad of the lax version, the config
 choice, and the argument errors."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -133,6 +135,34 @@ def test_epilogue_against_float64(rng):
     x[60:160] = 0.5 * l64[60:160] @ r64[2] + b64[2]
     want = np.maximum(x, 0) - 2.0 * to64(res)
     assert rel_frob(got, want) < REL_FROB_BOUND["float32"]
+
+
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("transpose_rhs", [False, True], ids=["gkn", "gnk"])
+def test_any_pitch_runs_on_the_kernel(rng, transpose_rhs, out_dtype):
+    """K = 37 and N = 45 are no whole 16-byte rows: launch pads lhs and rhs along K to 40 and
+    rhs (and so the output) along N to 48, binds the kernel's primitive on those, and slices;
+    no fallback, no warning, and the result is the unpadded product."""
+    m, k, n = 100, 37, 45
+    lhs = random_operand(rng, (m, k), "bfloat16")
+    rhs = random_operand(rng, (3, n, k) if transpose_rhs else (3, k, n), "bfloat16")
+    sizes = jnp.asarray([30, 0, 50])
+
+    def f(lhs, rhs, sizes):
+        return hopper_ragged_dot(lhs, rhs, sizes, transpose_rhs=transpose_rhs,
+                                 out_dtype=out_dtype)
+
+    jaxpr = str(jax.make_jaxpr(f)(lhs, rhs, sizes))
+    binds = [line for line in jaxpr.splitlines() if "= hopper_ragged_dot[" in line]
+    assert binds and all(f"[1,{m},48]" in line for line in binds), binds
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = f(lhs, rhs, sizes)
+    r64 = to64(rhs).swapaxes(1, 2) if transpose_rhs else to64(rhs)
+    want = np.zeros((m, n))
+    want[:30] = to64(lhs)[:30] @ r64[0]
+    want[30:80] = to64(lhs)[30:80] @ r64[2]
+    assert got.shape == (m, n) and rel_frob(got, want) < REL_FROB_BOUND[out_dtype]
 
 
 def test_grads_equal_lax_version(rng):

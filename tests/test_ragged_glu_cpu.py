@@ -2,6 +2,8 @@
 bias, residual, adversarial sizes), gradients against jax.grad of the same unit in jnp, vmap,
 empty problems, the config choice and the argument errors."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,6 +29,30 @@ def test_reference_against_float64(rng, activation, sizes):
     want = ragged_glu_reference64(x, w, sizes, activation=activation, bias=bias, residual=res,
                                   alpha=0.5, beta=-1.0)
     assert got.shape == (100, 24) and rel_frob(got, want) < REL_FROB_BOUND["float32"]
+
+
+def test_any_pitch_runs_on_the_kernel(rng):
+    """K = 37 and F = 45 (no whole 16-byte rows): x and the weights padded along K to 40, the
+    weights (and bias, residual) along F to 48; the kernel's primitive bound on those, the
+    result sliced, no fallback."""
+    x = random_operand(rng, (100, 37), "bfloat16")
+    w = random_operand(rng, (3, 37, 2, 45), "bfloat16")
+    bias = jnp.asarray(rng.standard_normal((3, 2, 45)), jnp.float32)
+    res = random_operand(rng, (100, 45), "bfloat16")
+    sizes = jnp.asarray([30, 0, 50], jnp.int32)
+
+    def f(*a):
+        return hopper_ragged_glu(*a[:3], bias=a[3], residual=a[4], activation="gelu_tanh")
+
+    binds = [line for line in str(jax.make_jaxpr(f)(x, w, sizes, bias, res)).splitlines()
+             if "= hopper_ragged_dot[" in line]
+    assert binds and all("[1,100,48]" in line for line in binds), binds
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = f(x, w, sizes, bias, res)
+    want = ragged_glu_reference64(x, w, [30, 0, 50], activation="gelu_tanh", bias=bias,
+                                  residual=res)
+    assert got.shape == (100, 45) and rel_frob(got, want) < REL_FROB_BOUND["bfloat16"]
 
 
 def test_grads_equal_the_jnp_unit(rng):

@@ -86,6 +86,13 @@ def test_shapes(rng, m, k, f, groups):
     _check(rng, m, k, f, list(rng.multinomial(m, np.ones(groups) / groups)))
 
 
+@pytest.mark.parametrize("m,k,f", [(600, 1500, 392), (300, 256, 1001), (257, 999, 45)])
+def test_unaddressable_pitches_run_on_the_kernel(rng, m, k, f):
+    """K or F no whole 16-byte rows: x and the weights padded (launch), the kernel runs."""
+    sizes = rng.multinomial(m - 5, np.ones(4) / 4)
+    _check(rng, m, k, f, list(sizes), bias=True, residual=True, activation="gelu_tanh")
+
+
 def test_grads_against_float64(rng):
     m, k, f, g = 600, 256, 192, 4
     x = random_operand(rng, (m, k), "bfloat16")

@@ -121,6 +121,19 @@ def test_shapes(rng, m, k, n, groups):
     _check(rng, m, k, n, list(sizes))
 
 
+# Row pitches TMA cannot address (K, or N where rhs is (G, K, N) or the output is 16-bit):
+# launch pads them with zeros, so the kernel runs (no fallback); poisoned_call checks every
+# output element of the unpadded result was written.
+@pytest.mark.parametrize("transpose_rhs", [False, True], ids=["gkn", "gnk"])
+@pytest.mark.parametrize("m,k,n,out_dtype", [(700, 1500, 388, "bfloat16"),
+                                             (300, 256, 1001, "float32"),
+                                             (513, 999, 1003, "bfloat16")])
+def test_unaddressable_pitches_run_on_the_kernel(rng, m, k, n, out_dtype, transpose_rhs):
+    sizes = rng.multinomial(m - 7, np.ones(5) / 5)
+    _check(rng, m, k, n, list(sizes), out_dtype=out_dtype, transpose_rhs=transpose_rhs,
+           bias=True, residual=True, activation="gelu_tanh", alpha=0.5, beta=2.0)
+
+
 @pytest.mark.parametrize("kind", ["random", "huge", "one_group", "negative"])
 @pytest.mark.parametrize("groups", [1, 255, 256, 257, 1000, 3000])
 def test_tile_table_kernel_matches_model(rng, kind, groups):
@@ -153,12 +166,14 @@ def test_drop_in_ragged_dot_matches_lax(rng):
     assert rel_frob(got, to64(want)) < REL_FROB_BOUND["bfloat16"]
 
 
-# 30 rows past every group; then a decode-sized one (64 x 256 tiles forward and for d lhs).
-@pytest.mark.parametrize("m,sizes", [(700, [120, 0, 200, 180, 150, 20]),
-                                     (200, [9, 0, 17, 3, 30, 12, 1, 0, 25, 14, 8, 11, 19, 2, 26, 13])],
-                         ids=["rows", "decode"])
-def test_grad_matches_lax_ragged_dot(rng, m, sizes):
-    k, n, g = 256, 384, len(sizes)
+# 30 rows past every group; a decode-sized one (64 x 256 tiles forward and for d lhs); K and N
+# no whole 16-byte rows (every product pads some operand: launch, ragged_contract).
+@pytest.mark.parametrize("m,k,n,sizes", [
+    (700, 256, 384, [120, 0, 200, 180, 150, 20]),
+    (200, 256, 384, [9, 0, 17, 3, 30, 12, 1, 0, 25, 14, 8, 11, 19, 2, 26, 13]),
+    (333, 1501, 389, [100, 0, 150, 50])], ids=["rows", "decode", "odd_pitch"])
+def test_grad_matches_lax_ragged_dot(rng, m, k, n, sizes):
+    g = len(sizes)
     lhs = random_operand(rng, (m, k), "bfloat16")
     rhs = (random_operand(rng, (g, k, n), "bfloat16").astype(jnp.float32) / 16
            ).astype(jnp.bfloat16)

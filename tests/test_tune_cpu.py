@@ -13,7 +13,7 @@ import pytest
 import jax_hopper.tune as tune
 from jax_hopper import GemmConfig, hopper_glu, hopper_matmul, kernels_available
 from jax_hopper.gemm import api, tuned
-from jax_hopper.gemm.heuristics import choose_config
+from jax_hopper.gemm.heuristics import choose_config, heuristic_config
 from jax_hopper.kernels import catalog
 
 PROBLEM = tune.Problem("matmul", "bfloat16", False, True, 1, 256, 512, 128)
@@ -152,7 +152,11 @@ def test_the_tuner_times_every_candidate(cache):
     for a_mn in (True, False):  # a stored (M, K) adds the swap-AB candidates
         p = tune.Problem("matmul", "bfloat16", a_mn, False, 2, 64, 128, 64)
         r = tune.tune_problem(p, reps=1)
-        assert len(r["times"]) == len(tune.candidates(p)) + 1
+        # The heuristic's config is among the candidates and timed once, as "heuristic".
+        heuristic = tuned.config_fields(heuristic_config("matmul", a_mn, 2, 64, 128, 64))
+        assert heuristic in [tuned.config_fields(c) for c in tune.candidates(p)]
+        assert len(r["times"]) == len(tune.candidates(p))
+        assert tuned.config_fields(r["best"]) != heuristic
         r["best"].validate("bfloat16", a_mn, False)
 
 

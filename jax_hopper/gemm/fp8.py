@@ -61,7 +61,8 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
     dimensions those of a and of b; scale [i, j] multiplies the operand's rows i (per 128 of
     them for b) over k in [128 j, 128 j + 128). out_dtype (alias preferred_element_type): bfloat16
     (default), float16 or float32. bias (N,), activation, residual, alpha and beta as in
-    hopper_matmul. K must be a multiple of 16 (TMA's 16-byte row pitch).
+    hopper_matmul. Any K: one that is not a multiple of 16 (TMA reads rows 16 bytes apart) costs
+    a copy of a and b with zero columns appended (launch).
     """
     a, b = jnp.asarray(a), jnp.asarray(b)
     a_scale, b_scale = jnp.asarray(a_scale), jnp.asarray(b_scale)
@@ -90,10 +91,6 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
     if k != kb:
         raise ValueError(f"hopper_fp8_matmul: contraction dimensions differ: a is (..., {m}, {k}) "
                          f"and b is (..., {n}, {kb})")
-    if pitch_pad(k, a.dtype):
-        raise ValueError(f"hopper_fp8_matmul: K={k} must be a multiple of "
-                         f"{catalog.TMA_PITCH_BYTES} (TMA reads rows {catalog.TMA_PITCH_BYTES} "
-                         "bytes apart)")
     try:
         batch_shape = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError as e:
@@ -152,8 +149,13 @@ def _block_scale(name, s, shape, rule):
 
 
 def launch(a, b, bias, res, a_scale, b_scale, **params):
-    """One device's call. TMA stores need a 16-byte output pitch: N is padded with zero rows
-    of b (a copy of b) and sliced off."""
+    """One device's call on operands whose row pitch TMA can address. A K that is not whole
+    16-byte rows is padded with zero columns in a and b (copies of both; zeros add nothing to
+    any product, and the block scales keep their shape: the padded K stays within its last
+    128-wide block, as 16 divides 128). TMA stores need a 16-byte output pitch too: N is padded
+    with zero rows of b (a copy of b) and sliced off."""
+    if k_pad := pitch_pad(a.shape[2], a.dtype):
+        a, b = (jnp.pad(x, ((0, 0), (0, 0), (0, k_pad))) for x in (a, b))
     n = b.shape[1]
     pad = pitch_pad(n, params["out_dtype"])
     if pad:

@@ -24,9 +24,15 @@ import numpy as np
 from jax_hopper.kernels import catalog
 
 
+def pitch_granule(dtype) -> int:
+    """The elements of `dtype` in one TMA pitch granule: a row of whole granules is
+    addressable."""
+    return catalog.TMA_PITCH_BYTES // np.dtype(dtype).itemsize
+
+
 def pitch_pad(n: int, dtype) -> int:
     """Elements to add to a row of n `dtype` elements so that TMA can address its rows."""
-    return -n % (catalog.TMA_PITCH_BYTES // np.dtype(dtype).itemsize)
+    return -n % pitch_granule(dtype)
 
 
 def tma_unaddressable(*arrays, names=("a", "b")) -> str | None:

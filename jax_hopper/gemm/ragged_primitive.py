@@ -17,7 +17,6 @@ sizes are made valid as ragged_tiles.py says.
 from __future__ import annotations
 
 import functools
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +28,7 @@ from jax.interpreters import batching, mlir
 from jax_hopper import _ffi
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
-from jax_hopper.gemm.pitch import tma_unaddressable
+from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
 from jax_hopper.gemm.primitive import _KERNELS, _pad_columns, call_attrs, freeze
 
 hopper_ragged_p = Primitive("hopper_ragged_dot")
@@ -76,27 +75,31 @@ def epilogue(x, group_sizes, bias, residual, *, activation, beta, out_dtype, fam
 
 
 def launch(lhs, rhs, group_sizes, bias, res, **params):
-    """One device's grouped GEMM on operands as they lie on it. An output pitch TMA cannot store
-    (N not whole 16-byte chunks; for the gated weights' halves, N not a multiple of 8) is padded
-    with zero columns (a copy of rhs) and sliced off; an operand pitch TMA cannot load (K not a
-    multiple of 8 for 16-bit inputs, or N for a (G, K, N) rhs) is computed by the reference,
-    with a warning."""
+    """One device's grouped GEMM on operands as they lie on it, padded with zeros where TMA
+    cannot address a row pitch (pitch.py), so every shape runs on the kernel:
+    - K not whole 16-byte rows (lhs's pitch; rhs's too when stored (G, N, K)): lhs and rhs
+      padded along K (copies of both; zero columns add nothing to any product);
+    - N not whole 16-byte rows of the output, or of rhs stored (G, K, N) or gated (G, K, 2, N):
+      rhs padded with zero columns (a copy), bias and residual too, and the padded columns
+      sliced off the result."""
     b_mn_major, family = params["b_mn_major"], params["family"]
+    gated = family == "grouped_glu"
+    if k_pad := pitch_pad(lhs.shape[2], lhs.dtype):
+        k_axis = 1 if gated or b_mn_major else 2  # (G, K, [2,] N) or (G, N, K)
+        lhs = jnp.pad(lhs, ((0, 0), (0, 0), (0, k_pad)))
+        rhs = jnp.pad(rhs, [(0, k_pad if i == k_axis else 0) for i in range(rhs.ndim)])
     n = out_cols(rhs.shape, b_mn_major, family)
-    step = 8 if family == "grouped_glu" else 16 // np.dtype(params["out_dtype"]).itemsize
-    pad = -n % step
-    if pad:
+    # Granules are powers of two elements: the largest is a multiple of the other.
+    step = max(pitch_granule(params["out_dtype"]),
+               pitch_granule(rhs.dtype) if gated or b_mn_major else 1)
+    if pad := -n % step:
         rhs, bias, res = _pad_columns(rhs, bias, res, rhs.ndim - 1 if b_mn_major else 1, pad)
-    if family == "grouped_glu":
+    if gated:
         rhs = rhs.reshape(-1, 2, rhs.shape[-1])
-    if (reason := tma_unaddressable(lhs, rhs)) is not None:
-        warnings.warn(f"hopper_ragged_dot falls back to XLA: {reason}", stacklevel=2)
-        out = reference(lhs, rhs, group_sizes, None, bias, res, **params)
-    else:
-        config = params["config"]
-        tiles = build_tile_table(group_sizes, lhs.shape[1], config.block_m,
-                                 paired=config.cluster_m == 2)
-        out = hopper_ragged_p.bind(lhs, rhs, group_sizes, tiles, bias, res, **params)
+    config = params["config"]
+    tiles = build_tile_table(group_sizes, lhs.shape[1], config.block_m,
+                             paired=config.cluster_m == 2)
+    out = hopper_ragged_p.bind(lhs, rhs, group_sizes, tiles, bias, res, **params)
     return out[..., :n] if pad else out
 
 
