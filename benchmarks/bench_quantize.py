@@ -206,7 +206,7 @@ def bench(key, r, c, name, reps, kernels):
     peer = min((v for v in PEERS if v in ok), key=lambda v: ok[v]["us"], default=None)
     row = dict(shape=[r, c], mode=name, copies=[mode] + ([t_mode] if t_mode else []),
                bytes=moved, n_sets=n_sets, n_calls=n_calls,
-               kernel=kernels and kernel_runs((1, r, c), bool(t_mode)),
+               kernel=kernels and kernel_runs((1, r, c)),
                variants=rows, peer_best=peer)
     # Where the kernel does not run (no kernels, or a shape it does not take) both sides are
     # XLA: no ratio to report.

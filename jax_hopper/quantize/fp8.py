@@ -21,14 +21,15 @@ jax_hopper.fp8_matmul).
 
 Non-finite input: a NaN makes its block's amax and scale NaN and every q of the block NaN; an Inf
 makes the scale Inf, its own q NaN and the block's finite values 0. Never a silently finite
-result. The kernel runs when the rows are 16-byte aligned for TMA (C, and R with the transposed
-copy, multiples of 16); other shapes and machines without the kernels run `reference`, which
-computes the same values. Under a sharded jit each device quantizes its own shard
+result. The kernel runs for every shape: where TMA cannot address its rows (C, and R with the
+transposed copy, not multiples of 16) on a zero-padded copy of x, the outputs sliced back
+(_padded). Machines without the kernels run `reference`, which computes the same values. Under a sharded jit each device quantizes its own shard
 (quantize/sharding.py).
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -37,6 +38,7 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
+from jax_hopper.gemm.pitch import pitch_pad
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged_primitive import register
 from jax_hopper.quantize import sharding
@@ -187,22 +189,52 @@ def _abstract_eval(x, amax, *, dtype, mode, transpose, t_mode):
             jax.core.ShapedArray(_scale_shape(t_mode, b, c, r) if transpose else (b, 0, 0), f32)]
 
 
-def kernel_runs(shape, transpose) -> bool:
-    """Whether quantize_fp8 of a (B, R, C) array runs the kernel (where the kernels exist)."""
-    b, r, c = shape
-    # TMA: q's rows are C bytes long, q_t's R bytes.
-    fp8_row = catalog.TMA_PITCH_BYTES
-    return b * r * c > 0 and c % fp8_row == 0 and (not transpose or r % fp8_row == 0)
+def kernel_runs(shape) -> bool:
+    """Whether quantize_fp8 of a (B, R, C) array runs the kernel (where the kernels exist):
+    whenever it has elements (rows TMA cannot address are padded first, _padded)."""
+    return math.prod(shape) > 0
 
 
-# The CUDA lowering's own fallback for shapes the kernel cannot address.
+def _addressable(shape, transpose, dtype) -> bool:
+    """Whether TMA addresses the kernel's rows as they are: q's are C bytes long, q_t's R."""
+    _, r, c = shape
+    return not pitch_pad(c, dtype) and not (transpose and pitch_pad(r, dtype))
+
+
+def _padded(x, amax, *, dtype, mode, transpose, t_mode):
+    """The kernel on x padded with zeros to rows TMA can address (C, and R for the transposed
+    copy, whole 16-byte fp8 rows), its outputs sliced back. A pad stays within its last
+    128-wide block and zeros raise no block's amax, so every q and scale is the unpadded
+    call's; the scale arrays keep their block counts."""
+    b, r, c = x.shape
+    rp = r + (pitch_pad(r, dtype) if transpose else 0)
+    cp = c + pitch_pad(c, dtype)
+    q, scale, q_t, scale_t = quantize_fp8_p.bind(
+        jnp.pad(x, ((0, 0), (0, rp - r), (0, cp - c))), amax, dtype=dtype, mode=mode,
+        transpose=transpose, t_mode=t_mode)
+    q = q[:, :r, :c]
+    if mode == "row":
+        scale = scale[:, :r]
+    if transpose:
+        q_t = q_t[:, :c, :r]
+        if t_mode == "row":
+            scale_t = scale_t[:, :c]
+    return [q, scale, q_t, scale_t]
+
+
+# Lowerings of jnp functions: the reference (nothing to launch for an empty array), and the
+# kernel on a padded copy (its inner bind lowers to the custom call below).
 _reference_lowering = mlir.lower_fun(reference, multiple_results=True)
+_padded_lowering = mlir.lower_fun(_padded, multiple_results=True)
 
 
 def _cuda_lowering(ctx, x, amax, *, dtype, mode, transpose, t_mode):
-    if not kernel_runs(ctx.avals_in[0].shape, transpose):
-        return _reference_lowering(ctx, x, amax, dtype=dtype, mode=mode, transpose=transpose,
-                                   t_mode=t_mode)
+    shape = ctx.avals_in[0].shape
+    kwargs = dict(dtype=dtype, mode=mode, transpose=transpose, t_mode=t_mode)
+    if not kernel_runs(shape):
+        return _reference_lowering(ctx, x, amax, **kwargs)
+    if not _addressable(shape, transpose, dtype):
+        return _padded_lowering(ctx, x, amax, **kwargs)
     modes = catalog.QUANT_MODES
     return jax.ffi.ffi_lowering("jax_hopper_quantize_fp8")(
         ctx, x, amax, mode=np.int64(modes.index(mode)), transpose=bool(transpose),
