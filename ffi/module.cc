@@ -144,5 +144,22 @@ NB_MODULE(_jax_hopper, m) {
     d["units"] = clusters;
     return d;
   });
+  m.def("last_arrival_split_plan", [](int64_t tiles, int32_t k_blocks, int32_t resident_clusters,
+                                  int32_t min_piece_blocks) {
+    const jax_hopper::StreamKPlan s = jax_hopper::plan_last_arrival_split(
+        tiles, k_blocks, resident_clusters, min_piece_blocks);
+    // Per launched CTA, its units in order as (tile, k_begin, k_end).
+    nb::list ctas;
+    for (int32_t c = 0; c < s.grid_clusters; ++c) {
+      nb::list units;
+      jax_hopper::WorkList work(s, c);
+      for (jax_hopper::WorkUnit u; work.next(s, &u);)
+        units.append(nb::make_tuple(u.tile, u.k_begin, u.k_end));
+      ctas.append(units);
+    }
+    nb::dict d = plan_dict(s);
+    d["units"] = ctas;
+    return d;
+  });
   m.def("cuda_runtime_version", []() { return CUDART_VERSION; });
 }

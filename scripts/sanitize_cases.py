@@ -159,8 +159,8 @@ def gemm_groups(quick: bool) -> list[list[GemmCase]]:
 def swap_groups(quick: bool) -> list[list[GemmCase]]:
     """The swap-AB kernels (GemmConfig.swap_ab): every token tile x weight layout x dtype (quick:
     the dtypes rotated), tokens short of the tile; the transposed epilogue in every out dtype;
-    split weight streams (16 x 4096 x 4096: 32 tiles in 4 pieces) and a batch against a shared
-    weight."""
+    split weight streams summed by the last piece to arrive (16 x 4096 x 4096: 32 tiles in 4
+    pieces; 1 x 1024 x 8192: 8 in 16) and a batch against a shared weight."""
     from jax_hopper.kernels import catalog
     tiles = catalog.SWAP_TILES
     groups = []
@@ -174,6 +174,7 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
                             bias=True, residual=True, alpha=0.5, beta=-1.5)
                    for o in catalog.OUTPUT_DTYPES])
     groups.append([GemmCase(16, 4096, 4096, tile=tiles[0]),
+                   GemmCase(1, 1024, 8192, tile=tiles[0]),
                    GemmCase(5, 264, 136, batch=3, shared_b=True, tile=tiles[0], bias=True,
                             residual=True)])
     return groups

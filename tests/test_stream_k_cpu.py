@@ -178,3 +178,65 @@ def test_the_lowering_plan_is_the_planner_s():
 def test_stream_k_flag_is_checked():
     with pytest.raises(ValueError, match="stream_k"):
         GemmConfig(stream_k=1).validate("bfloat16", False, False)
+
+
+# The last-arrival split of the swap-AB family (plan_last_arrival_split): kMaxArrivalPieces in
+# stream_k_plan.h.
+MAX_ARRIVAL_PIECES = 16
+SWAP_MIN_PIECE = catalog.FAMILIES["matmul_swap"].min_piece_blocks
+
+# (tiles, k_blocks, resident CTAs, pieces wanted)
+ARRIVAL_CASES = [
+    (32, 64, 132, 4),      # 1 x 4096 x 4096 on 128 x 16 tiles: 4 pieces of 16 fill one wave
+    (32, 224, 132, 4),     # 16 x 4096 x 14336: 4 pieces of 56
+    (8, 64, 132, 8),       # 1 x 1024 x 4096: at most 8 pieces of 8 k-blocks
+    (5, 1000, 132, 10),    # the largest divisor of 1000 within min(16, 132 / 5, 1000 / 8)
+    (112, 64, 132, 1),     # 16 x 14336 x 4096: more tiles than half the SMs, whole
+    (224, 64, 132, 1),     # 1 x 28672 x 4096: whole tiles, persistent
+    (32, 7, 132, 1),       # too few k-blocks for two pieces of 8
+    (1, 13, 132, 1),       # 13 k-blocks: prime beyond the minimum piece, no split
+]
+
+
+def _arrival(tiles, k_blocks, resident):
+    return _ffi.extension().last_arrival_split_plan(tiles, k_blocks, resident, SWAP_MIN_PIECE)
+
+
+@pytest.mark.parametrize("tiles,k_blocks,resident,pieces", ARRIVAL_CASES)
+def test_last_arrival_split_pieces_every_tile_once(tiles, k_blocks, resident, pieces):
+    """The most equal pieces one wave holds (a divisor of the k-blocks, at least the minimum
+    piece, at most MAX_ARRIVAL_PIECES), one per CTA: tile t's are CTAs t * pieces + [0,
+    pieces), covering every k-block of the tile once. Whole tiles: plan_stream_k's persistent
+    plan without a split."""
+    plan = _arrival(tiles, k_blocks, resident)
+    fits = [d for d in range(2, MAX_ARRIVAL_PIECES + 1)
+            if k_blocks % d == 0 and tiles * d <= resident and k_blocks // d >= SWAP_MIN_PIECE]
+    assert pieces == max(fits, default=1)  # the case table follows the rule
+    if pieces == 1:
+        whole = _plan(tiles, k_blocks, resident, 0)
+        assert {k: v for k, v in plan.items() if k != "units"} == \
+            {k: v for k, v in whole.items() if k != "units"}
+        return
+    assert plan["grid_clusters"] == len(plan["units"]) == tiles * pieces
+    for c, units in enumerate(plan["units"]):
+        assert len(units) == 1, (c, units)
+        tile, k0, k1 = units[0]
+        piece = c % pieces
+        assert tile == c // pieces
+        assert (k0, k1) == (piece * k_blocks // pieces, (piece + 1) * k_blocks // pieces)
+    assert plan["sk_clusters"] == tiles * pieces
+
+
+def test_swap_configs_plan_the_last_arrival_split():
+    """The swap-AB kernels take plan_last_arrival_split (the lowering's gemm_plan), its workspace
+    a slot per piece; stream_k=False keeps whole tiles on a persistent grid."""
+    cfg = GemmConfig(block_m=128, block_n=16, stages=10, swap_ab=True)
+    kernel = cfg.kernel("matmul", "bfloat16", False, False)
+    got = cfg.plan(kernel, 1, 1, 4096, 4096, 132)  # (M, N, K) = (1, 4096, 4096)
+    want = _arrival(32, 64, 132)
+    assert {k: got[k] for k in ("grid_clusters", "dp_tiles", "sk_clusters", "sk_quota")} == \
+        {k: want[k] for k in ("grid_clusters", "dp_tiles", "sk_clusters", "sk_quota")}
+    assert got["workspace_bytes"] == 32 * 4 * 128 * 16 * 4
+    whole = GemmConfig(block_m=128, block_n=16, stages=10, swap_ab=True, stream_k=False)
+    got = whole.plan(kernel, 1, 1, 28672, 4096, 132)
+    assert (got["grid_clusters"], got["sk_clusters"], got["workspace_bytes"]) == (132, 0, 0)

@@ -66,7 +66,8 @@ def test_swapped_call_matches_the_reference_on_cpu(rng):
 @pytest.mark.extension
 def test_plan_tiles_the_weight_columns():
     """The plan of a swapped call counts tiles over N (128 weight columns) and the tokens: 32 x 1
-    tiles for 1 x 4096 x 4096, split into 4 pieces of 16 k-blocks (min_piece_blocks 8)."""
+    tiles for 1 x 4096 x 4096, split into 4 pieces of 16 k-blocks (min_piece_blocks 8), one CTA
+    each (the last-arrival split)."""
     kernel = SWAP.kernel("matmul", "bfloat16", False, True)
     plan = SWAP.plan(kernel, 1, 1, 4096, 4096, catalog.DEFAULT_NUM_SMS)
     assert plan["sk_clusters"] == 32 * 4 and plan["grid_clusters"] == 128

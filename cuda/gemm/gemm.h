@@ -80,6 +80,7 @@ struct GemmKernelInfo {
   int32_t smem_bytes;
   int64_t slot_bytes;  // stream-K workspace bytes per CTA that takes a split range
   int32_t min_piece_blocks;  // the shortest piece of a small-M split (stream_k_plan.h)
+  bool last_arrival_split;       // splits by plan_last_arrival_split (LastArrivalSplitScheduler)
   // Product columns the tiles cover for `n` output columns (glu: gate and up, 2n).
   int64_t (*product_cols)(int64_t n);
   // Clusters of `cluster_size` CTAs that fit on `device` at once (cached per device).
@@ -103,6 +104,8 @@ inline StreamKPlan gemm_plan(const GemmKernelInfo& kernel, int64_t batch, int64_
   const int32_t k_blocks = static_cast<int32_t>((k + kernel.block_k - 1) / kernel.block_k);
   // A kernel without a workspace slot (PersistentScheduler) computes every tile whole.
   const bool split = stream_k && kernel.slot_bytes > 0;
+  if (split && kernel.last_arrival_split)
+    return plan_last_arrival_split(cluster_tiles, k_blocks, resident, kernel.min_piece_blocks);
   return plan_stream_k(cluster_tiles, k_blocks, resident, split ? resident : 0,
                        kernel.min_piece_blocks);
 }

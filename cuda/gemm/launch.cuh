@@ -18,6 +18,7 @@
 #include "cuda/gemm/mainloop/ss_promoted.cuh"
 #include "cuda/gemm/schedule/cooperative.cuh"
 #include "cuda/gemm/schedule/pingpong.cuh"
+#include "cuda/gemm/scheduler/last_arrival_split.cuh"
 #include "cuda/gemm/scheduler/grouped.cuh"
 #include "cuda/gemm/scheduler/grouped_contraction.cuh"
 #include "cuda/gemm/scheduler/persistent.cuh"
@@ -126,12 +127,13 @@ template <class Kernel>
 constexpr GemmKernelInfo gemm_kernel_info(const char* name, GemmFamily family, DType a_dtype,
                                           DType b_dtype, GemmSchedule schedule, bool a_mn_major,
                                           bool b_mn_major,
-                                          int32_t min_piece_blocks = kMinPieceBlocks) {
+                                          int32_t min_piece_blocks = kMinPieceBlocks,
+                                          bool last_arrival_split = false) {
   using M = typename Kernel::Mainloop;
   return GemmKernelInfo{name, family, a_dtype, b_dtype, schedule, M::BM, M::BN, M::BK, M::STAGES,
                         a_mn_major,
                         b_mn_major, Kernel::kSmemBytes, Kernel::Scheduler::kSlotBytes,
-                        min_piece_blocks,
+                        min_piece_blocks, last_arrival_split,
                         &gemm_product_cols<Kernel>, &gemm_resident_clusters<Kernel>,
                         &launch_gemm<Kernel>};
 }

@@ -94,6 +94,10 @@ SCHEDULES = {
 }
 
 
+# The scheduler of a last_arrival_split family's splitting tiles (Family.last_arrival_split).
+LAST_ARRIVAL_SCHEDULER = "LastArrivalSplitScheduler<{bm}, {bn}>"
+
+
 @dataclasses.dataclass(frozen=True)
 class TileShape:
     block_m: int
@@ -154,6 +158,9 @@ class Family:
     # The shortest piece of a small-M split in k-blocks; None: kMinPieceBlocks
     # (cuda/gemm/scheduler/stream_k_plan.h)
     min_piece_blocks: int | None = None
+    # Whether its cooperative tiles split on LastArrivalSplitScheduler (equal pieces, the last
+    # to finish sums them: plan_last_arrival_split) instead of the schedule's stream-K
+    last_arrival_split: bool = False
 
     @property
     def stream_k(self) -> bool:
@@ -179,13 +186,14 @@ FAMILIES = {
     # K-major (a 16- to 64-row box); the epilogue stores each strip transposed
     # (TransposedOutput) with the bias per tile row. Decode: a few tokens against a large
     # weight, where a 64-row wgmma over the tokens would waste most of each MMA. Nothing to
-    # multicast (one token tile); splits are weight streams, worth making short.
+    # multicast (one token tile); splits are weight streams, worth making short, summed by
+    # whichever piece finishes last (LastArrivalSplitScheduler: nothing waits).
     "matmul_swap": Family("matmul_swap", "kMatmulSwap",
                           _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>"),
                           "TmaStoreEpilogue<{bn}, LinearOps, TransposedOutput>", SWAP_TILES,
                           ((False, False), (True, False)), "_swap",
                           "the swap-AB GEMM (GemmConfig.swap_ab)", clusters=((1, 1),),
-                          multicast=False, min_piece_blocks=8),
+                          multicast=False, min_piece_blocks=8, last_arrival_split=True),
     # hopper_glu: x (M, K) K-major, the (K, 2, F) weight MN-major and loaded as gate and up
     # columns side by side (GatedWeightLoad); the epilogue writes act(gate) * up, half the
     # tile's width, so only tiles whose half width is whole 64-column boxes.
@@ -289,9 +297,11 @@ class KernelInstance:
                       b_bytes=b_type.nbytes, bm=t.block_m, bn=t.block_n, bk=t.block_k,
                       stages=t.stages, tile_wgs=sched.tile_warpgroups,
                       a_mn=str(self.a_mn_major).lower(), b_mn=str(self.b_mn_major).lower())
+        scheduler = fam.scheduler or (
+            LAST_ARRIVAL_SCHEDULER if fam.last_arrival_split and sched.stream_k
+            else sched.scheduler)
         return dict(mainloop=fam.mainloop.format(**fields), epilogue=fam.epilogue.format(**fields),
-                    scheduler=(fam.scheduler or sched.scheduler).format(**fields),
-                    schedule=sched.cpp)
+                    scheduler=scheduler.format(**fields), schedule=sched.cpp)
 
 
 def compiled_instances() -> tuple[KernelInstance, ...]:
