@@ -21,6 +21,12 @@ namespace jax_hopper {
 // after the wait. A CTA publishes at most one partial per launch (only the first unit of its
 // range can start past k-block 0), so no flag is raised twice in a launch, and once the
 // launch ends every flag is zero again: no clearing launch before the next.
+// NOTES: the small-M split's pieces (equal, one per cluster) meeting at the last arrival
+// instead, as the swap-AB kernels' do (last_arrival_split.cuh; the last piece to finish sums
+// all, its own read back from L2), measured no gain on the dense tiles: 0.98-1.06x, geomean
+// 1.007 on 7 bf16 and 2 fp8 small-M shapes (H100, 2026-11-24,
+// ab_h100_20261124_last_arrival_stream_k.json); not kept. Their pieces take long enough to
+// finish together, and the last arrival reads one more 64-128 KB partial.
 // NOTES: a cudaMemsetAsync of the flags in XLA's workspace before every split launch did that
 // before; without it, split plans ran 1.03-1.14x faster (1 / 16 / 64 / 256 x 4096 x 4096:
 // 1.095 / 1.085 / 1.099 / 1.135; 8192^3's stream-K tail 1.045), whole-tile plans unchanged
