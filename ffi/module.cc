@@ -47,6 +47,27 @@ nb::dict plan_dict(const jax_hopper::StreamKPlan& s) {
   return d;
 }
 
+// plan_dict, and per launched cluster its units in order as (tile, k_begin, k_end,
+// collects_from), where collects_from lists the clusters whose partials the unit adds in the
+// collector split (stream_k.cuh).
+nb::dict plan_with_units(const jax_hopper::StreamKPlan& s) {
+  nb::list clusters;
+  for (int32_t c = 0; c < s.grid_clusters; ++c) {
+    nb::list units;
+    jax_hopper::WorkList work(s, c);
+    for (jax_hopper::WorkUnit u; work.next(s, &u);) {
+      nb::list from;
+      if (jax_hopper::collects_partials(s, u))
+        for (int32_t o = c + 1; o < jax_hopper::partials_end(s, c, u); ++o) from.append(o);
+      units.append(nb::make_tuple(u.tile, u.k_begin, u.k_end, from));
+    }
+    clusters.append(units);
+  }
+  nb::dict d = plan_dict(s);
+  d["units"] = clusters;
+  return d;
+}
+
 const jax_hopper::GemmKernelInfo& find(const std::string& kernel) {
   const jax_hopper::GemmKernelInfo* info = jax_hopper::find_gemm_kernel(kernel);
   if (info == nullptr) throw std::invalid_argument("no compiled GEMM kernel named " + kernel);
@@ -124,42 +145,13 @@ NB_MODULE(_jax_hopper, m) {
   });
   m.def("stream_k_plan", [](int64_t tiles, int32_t k_blocks, int32_t resident_clusters,
                             int32_t max_sk_clusters) {
-    const jax_hopper::StreamKPlan s =
-        jax_hopper::plan_stream_k(tiles, k_blocks, resident_clusters, max_sk_clusters);
-    // Per launched cluster, its units in order as (tile, k_begin, k_end, collects_from), where
-    // collects_from lists the clusters whose partials the unit adds.
-    nb::list clusters;
-    for (int32_t c = 0; c < s.grid_clusters; ++c) {
-      nb::list units;
-      jax_hopper::WorkList work(s, c);
-      for (jax_hopper::WorkUnit u; work.next(s, &u);) {
-        nb::list from;
-        if (jax_hopper::collects_partials(s, u))
-          for (int32_t o = c + 1; o < jax_hopper::partials_end(s, c, u); ++o) from.append(o);
-        units.append(nb::make_tuple(u.tile, u.k_begin, u.k_end, from));
-      }
-      clusters.append(units);
-    }
-    nb::dict d = plan_dict(s);
-    d["units"] = clusters;
-    return d;
+    return plan_with_units(
+        jax_hopper::plan_stream_k(tiles, k_blocks, resident_clusters, max_sk_clusters));
   });
   m.def("last_arrival_split_plan", [](int64_t tiles, int32_t k_blocks, int32_t resident_clusters,
-                                  int32_t min_piece_blocks) {
-    const jax_hopper::StreamKPlan s = jax_hopper::plan_last_arrival_split(
-        tiles, k_blocks, resident_clusters, min_piece_blocks);
-    // Per launched CTA, its units in order as (tile, k_begin, k_end).
-    nb::list ctas;
-    for (int32_t c = 0; c < s.grid_clusters; ++c) {
-      nb::list units;
-      jax_hopper::WorkList work(s, c);
-      for (jax_hopper::WorkUnit u; work.next(s, &u);)
-        units.append(nb::make_tuple(u.tile, u.k_begin, u.k_end));
-      ctas.append(units);
-    }
-    nb::dict d = plan_dict(s);
-    d["units"] = ctas;
-    return d;
+                                      int32_t min_piece_blocks) {
+    return plan_with_units(jax_hopper::plan_last_arrival_split(tiles, k_blocks, resident_clusters,
+                                                               min_piece_blocks));
   });
   m.def("cuda_runtime_version", []() { return CUDART_VERSION; });
 }

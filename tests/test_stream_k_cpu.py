@@ -220,7 +220,7 @@ def test_last_arrival_split_pieces_every_tile_once(tiles, k_blocks, resident, pi
     assert plan["grid_clusters"] == len(plan["units"]) == tiles * pieces
     for c, units in enumerate(plan["units"]):
         assert len(units) == 1, (c, units)
-        tile, k0, k1 = units[0]
+        tile, k0, k1, _ = units[0]
         piece = c % pieces
         assert tile == c // pieces
         assert (k0, k1) == (piece * k_blocks // pieces, (piece + 1) * k_blocks // pieces)

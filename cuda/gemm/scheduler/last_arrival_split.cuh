@@ -9,74 +9,46 @@
 // (1 x 4096 x 4096, 32 tiles in 4) this ran 22.9 against 25.1 us (H100, 2026-11-24, forced
 // plans in one process). Whole-tile plans run on a persistent grid. Clusters of one CTA (the
 // swap-AB family's).
-// Owns the workspace layout and the use of the counters; needs no shared memory.
+// Its host side, work list and workspace are StreamKScheduler's; the counters take the ready
+// flags' memory (two per tile, fewer than the plan's two per piece). Needs no shared memory.
 #pragma once
-
-#include <cuda_runtime.h>
 
 #include <cstdint>
 #include <string>
 
 #include "cuda/gemm/gemm.h"
 #include "cuda/gemm/scheduler/fixup.cuh"
-#include "cuda/gemm/scheduler/persistent.cuh"
+#include "cuda/gemm/scheduler/stream_k.cuh"
 #include "cuda/gemm/scheduler/stream_k_plan.h"
-#include "cuda/gemm/scheduler/tile_order.cuh"
 #include "cuda/ptx/fence.cuh"
 
 namespace jax_hopper {
 
 template <int BM, int BN>
-struct LastArrivalSplitScheduler {
-  // A CTA's workspace slot: its fp32 partial tile (the counters live outside the workspace).
-  static constexpr int64_t kSlotBytes = int64_t(BM) * BN * 4;
-  static constexpr bool kRaggedK = false;
-
-  struct Params {
-    StreamKPlan plan;
-    TileOrder order;
-    Partials partials;  // slots of CTAs; `ready`: the arrival counters, two per tile
-  };
-
-  using Persistent = PersistentScheduler<BM, BN>;
+struct LastArrivalSplitScheduler : StreamKScheduler<BM, BN> {
+  using Base = StreamKScheduler<BM, BN>;
+  using typename Base::Params;
 
   JH_HOST_DEVICE static int32_t pieces(const StreamKPlan& s) {
     return s.sk_clusters == 0 ? 1 : s.k_blocks / s.sk_quota;
   }
 
+  // StreamKScheduler's checks, and the plan's shape: whole tiles, or every tile in equal
+  // pieces, one per CTA (plan_last_arrival_split).
   static std::string host_params(const GemmArgs& g, int64_t product_cols, int block_k,
                                  Params* p) {
-    p->order = Persistent::tile_order(g, product_cols);
+    if (g.cluster_m * g.cluster_n != 1) return "the last-arrival split runs clusters of one CTA";
+    std::string e = Base::host_params(g, product_cols, block_k, p);  // sk_quota >= 1 after it
     const StreamKPlan& s = g.plan;
-    if (g.cluster_m * g.cluster_n != 1)
-      return "the last-arrival split runs clusters of one CTA";
-    // Whole tiles (persistent or one CTA each), or every tile in equal pieces, one per CTA.
-    if (!Persistent::plan_fits(s, p->order, g, block_k) ||
-        (s.sk_clusters != 0 && (s.dp_tiles != 0 || s.sk_extra != 0 ||
-                                s.k_blocks % s.sk_quota != 0 || s.sk_clusters != s.grid_clusters)))
-      return "the plan is not a last-arrival split of the problem (plan_last_arrival_split)";
-    if (int64_t(s.sk_clusters) * kSlotBytes > g.workspace_bytes)
-      return "the last-arrival split's workspace is too small";
-    // Two counters per tile (one per consumer warpgroup); split_flag_count gives two per piece.
-    if (s.sk_clusters > 0 &&
-        (g.split_flags == nullptr || g.split_flag_count < split_flag_count(s, 1)))
-      return "the last-arrival split needs " + std::to_string(split_flag_count(s, 1)) +
-             " counters and the call has " + std::to_string(g.split_flag_count);
-    p->plan = s;
-    p->partials.tiles = static_cast<float*>(g.workspace);
-    p->partials.ready = g.split_flags;
-    return "";
+    if (e.empty() && s.sk_clusters != 0 &&
+        (s.dp_tiles != 0 || s.sk_extra != 0 || s.k_blocks % s.sk_quota != 0 ||
+         s.sk_clusters != s.grid_clusters))
+      e = "the plan is not a last-arrival split of the problem (plan_last_arrival_split)";
+    return e;
   }
-
-  static int32_t grid_clusters(const Params& p) { return p.plan.grid_clusters; }
 
   // Nothing waits for another CTA: any grid runs, however few of its CTAs fit at once.
   static bool needs_coresidency(const Params&) { return false; }
-
-  using Work = typename Persistent::Work;
-  __device__ static TileCoord coord(const Params& p, const WorkUnit& u, uint32_t rank) {
-    return Persistent::coord(p, u, rank);
-  }
 
   // After a piece's mainloop (CTA `cluster`, the piece of its tile at u.k_begin): false if
   // another piece of the tile is still to come (this one only published), true for a whole tile

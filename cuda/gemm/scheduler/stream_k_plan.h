@@ -55,10 +55,12 @@ constexpr int64_t kMaxSplit = 4;
 constexpr int32_t kMinPieceBlocks = 32;
 
 // `tiles` in cluster units; `max_sk_clusters`: clusters with a workspace slot per CTA.
+// `max_split`: the most pieces of a small-M split (plan_last_arrival_split's are more).
 JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
                                                 int32_t resident_clusters,
                                                 int32_t max_sk_clusters,
-                                                int32_t min_piece_blocks = kMinPieceBlocks) {
+                                                int32_t min_piece_blocks = kMinPieceBlocks,
+                                                int32_t max_split = kMaxSplit) {
   StreamKPlan s = {};
   s.k_blocks = k_blocks;
   const int64_t waves = tiles / resident_clusters;
@@ -82,13 +84,13 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
     if (sk <= rest) sk = 0;  // no more clusters than tiles: splitting cannot shorten the tail
   } else if (waves == 0 && tiles > 0 && ranges_fit_i32) {
     // Fewer tiles than clusters (small M): split K, every tile in the same number of equal
-    // pieces (at most kMaxSplit, a divisor of the k-blocks so no piece crosses a tile, and
+    // pieces (at most max_split, a divisor of the k-blocks so no piece crosses a tile, and
     // min_piece_blocks k-blocks each at least, so the fix-up stays small next to a piece);
     // each cluster gets one piece and otherwise idle SMs join in.
     const int64_t clusters =
         resident_clusters < max_sk_clusters ? resident_clusters : max_sk_clusters;
     int64_t split = clusters / tiles;
-    if (split > kMaxSplit) split = kMaxSplit;
+    if (split > max_split) split = max_split;
     if (split > k_blocks / min_piece_blocks) split = k_blocks / min_piece_blocks;
     while (split > 1 && k_blocks % split != 0) --split;
     // NOTES: with more than half a wave of tiles (no equal split fits), one stream-K range per
@@ -138,24 +140,11 @@ constexpr int32_t kMaxArrivalPieces = 16;
 JH_HOST_DEVICE inline StreamKPlan plan_last_arrival_split(int64_t tiles, int32_t k_blocks,
                                                           int32_t resident_clusters,
                                                           int32_t min_piece_blocks) {
-  // Below 2^31 k-blocks in all the kernel's range arithmetic (and the grid) stays in 32 bits;
-  // beyond, whole tiles on a persistent grid.
-  if (tiles == 0 || tiles * k_blocks >= (int64_t(1) << 31))
-    return plan_stream_k(tiles, k_blocks, resident_clusters, 0);
-  int64_t most = resident_clusters / tiles;
-  if (most > kMaxArrivalPieces) most = kMaxArrivalPieces;
-  if (most > k_blocks / (min_piece_blocks > 0 ? min_piece_blocks : 1))
-    most = k_blocks / (min_piece_blocks > 0 ? min_piece_blocks : 1);
-  int32_t pieces = 1;
-  for (int32_t p = 2; p <= most; ++p)
-    if (k_blocks % p == 0) pieces = p;
-  if (pieces == 1) return plan_stream_k(tiles, k_blocks, resident_clusters, 0);  // whole tiles
-  StreamKPlan s = {};
-  s.k_blocks = k_blocks;
-  s.grid_clusters = static_cast<int32_t>(tiles * pieces);
-  s.sk_clusters = s.grid_clusters;  // tile t's pieces: CTAs t * pieces + [0, pieces)
-  s.sk_quota = k_blocks / pieces;
-  return s;
+  // plan_stream_k's small-M split with more pieces; its tail split (after whole waves) is not
+  // one the scheduler takes, so past one wave every tile stays whole.
+  return plan_stream_k(tiles, k_blocks, resident_clusters,
+                       tiles < resident_clusters ? resident_clusters : 0, min_piece_blocks,
+                       kMaxArrivalPieces);
 }
 
 // The ready flags a plan needs: one per consumer warpgroup (two) of every CTA of the clusters
