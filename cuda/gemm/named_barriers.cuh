@@ -1,7 +1,6 @@
 // The GEMM kernel's named barriers (bar.sync ids; 0 is __syncthreads): one per consumer
-// warpgroup (its epilogue and stream-K fix-up: 128 threads), one over both consumer
-// warpgroups of a cooperative tile (256 threads), and the two turns of MainloopSSPromoted's
-// ordered wgmma issue (256 threads each: one warpgroup arrives, the other waits).
+// warpgroup (its epilogue and stream-K fix-up: 128 threads) and one over both consumer
+// warpgroups of a cooperative tile (256 threads).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +9,5 @@ namespace jax_hopper {
 
 constexpr uint32_t kFirstConsumerBarrier = 1;  // + the consumer warpgroup's index (0 or 1)
 constexpr uint32_t kTileBarrier = 3;
-constexpr uint32_t kIssueTurnBarrier = 4;  // + the consumer warpgroup whose turn it is
 
 }  // namespace jax_hopper

@@ -244,9 +244,9 @@ FAMILIES = {
         ((False, False),), "_fp8", "the fp8 GEMM", dtypes=FP8_PAIRS),
     # hopper_fp8_matmul with block scales (DeepSeek-V3's recipe: a (M, K/128), b (N/128, K/128)
     # float32): each 128-wide k-block's product scaled and added in fp32 (MainloopSSPromoted,
-    # BlockScaling). A unit of 64 x 128 products is promoted at a time, so a 128 x 256 tile's
-    # warpgroup holds 128 + 64 accumulators. e4m3 both ways: the recipe quantizes gradients
-    # to e4m3 as well.
+    # BlockScaling), in 64 x 64 units through two register buffers, so a 128 x 256 tile's
+    # warpgroup holds 128 + 2 x 32 accumulators. e4m3 both ways: the recipe quantizes
+    # gradients to e4m3 as well.
     "fp8_block": Family(
         "fp8_block", "kFp8Block",
         "MainloopSSPromoted<DType::{a_dtype}, DType::{b_dtype}, {bm}, {bn}, {bk}, {stages}, "

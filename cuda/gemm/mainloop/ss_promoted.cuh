@@ -2,26 +2,27 @@
 // block-scaled fp8 (BlockScaling, cuda/gemm/mainloop/scaling.cuh). A k-block is one scale block
 // (128 elements of K), and the scale of a product element varies with its row (A's scale) and
 // its 128-column block (B's), so a k-block's wgmmas cannot accumulate into the running sum:
-// each 64 x 128 unit of the warpgroup's rows (a 64-row slice by a 128-column chunk of the tile)
+// each unit of the warpgroup's rows (a 64-row slice by a column chunk inside one scale block)
 // is multiplied into fresh registers (the first k32 step overwrites them), waited for, and
 // added into the fp32 accumulators times a_scale[row] * b_scale[chunk] on the CUDA cores.
 // That promotion also bounds the tensor cores' fp8 accumulation (narrower than fp32) to one
 // k-block, so the result is as accurate as dequantising first.
-// Units go one at a time: one unit's registers (64 per thread) next to the tile's accumulators
-// fit the consumer's budget where a whole second tile's worth would not. While a warpgroup
-// waits and promotes, the tile's other warpgroup (cooperative) or the other tile's
-// (ping-pong) keeps the tensor cores busy.
+// A warpgroup's k-block is units (64 rows by 128 or 64 columns, MainloopSSPromoted::kUnitN)
+// alternating between two register buffers: unit t multiplies while unit t - 1 is waited for
+// and promoted, so the CUDA cores' work overlaps the warpgroup's own tensor work; only the last
+// unit of a step (one k-block, or two of single-unit k-blocks) is promoted with nothing of its
+// warpgroup in flight. The tile's other warpgroup (cooperative) or the other tile's
+// (ping-pong) keeps the tensor cores busy meanwhile.
 // A unit's three scales are loaded after its wgmmas are issued, so the loads (L1 hits after a
 // row's first k-block: 32 k-blocks of scales share a 128-byte line) overlap the multiply.
 // NOTES (H100, 2026-11-24, bench_fp8.py --scaling block --sweep): 660-800 TFLOP/s on the
 // large shapes, 0.5-0.6x our per-tensor kernel on the same data (fp8_block_h100_20261124.json);
 // 128 x 128 beat 128 x 256 on 5 of 6 shapes (804 vs 777 at 8192^3), ping-pong was slowest.
-// Tried and dropped: (1) two units in flight per warpgroup (promote one while the next
-// multiplies) makes ptxas serialise every wgmma (C7514: CUDA cores reading accumulators of a
-// wgmma between the start and end of its pipeline stage), and with 128 accumulators it
-// spilled; (2) loading the next k-block's scales one k-block ahead ran slower (686 vs 804 at
-// 8192^3, fp8_block_h100_20261124_prefetch.json).
-// ncu (H100, 2026-11-24, 128 x 128 cooperative at 8192^3, before the turns below;
+// Tried and dropped: (1) two 128-column units in flight per warpgroup spilled with 128
+// accumulators, and ptxas serialised every wgmma (C7514) while a unit's wgmmas stayed in flight
+// across the k-loop's back edge (see mma); (2) loading the next k-block's scales one k-block
+// ahead ran slower (686 vs 804 at 8192^3, fp8_block_h100_20261124_prefetch.json).
+// ncu (H100, 2026-11-24, 128 x 128 cooperative at 8192^3, before the changes below;
 // ncu_h100_20261124_fp8_block_vs_tensor.txt): tensor pipe 49% vs 69% for the per-tensor kernel
 // on the same tile; in the consumer loop the per-unit wgmma wait (WARPGROUP.DEPBAR) takes 28%
 // of the stall samples, the scale addressing (predicated LDG, parameter reloads, 64-bit
@@ -36,15 +37,21 @@
 // and k-step is a 32-bit add), the warpgroup index broadcast from lane 0 (kernel.cuh), and the
 // scale pointers stepped once per k-block: 0.99-1.11x, geomean 1.033 over 6 shapes (8192^3
 // 975 -> 996 TFLOP/s, 256 x 4096 x 4096 273 -> 302), ab_h100_20261124_descs_fp8block.json.
-// Next: scales staged in shared memory by the producer (one TMA load of a k-block's A scales,
-// which needs them stored (K/128, M)), fewer instructions between a unit's wait and the next
-// unit's issue.
+// Then the two buffers (one unit's promotion overlapping the next unit's wgmmas) replaced one
+// 128-column unit at a time, and with them the two warpgroups' turns at issuing on 128 x 256
+// tiles (+4..+12% when they came, ab_h100_20261124_fp8block_order.json): 1.06-1.10x on all six
+// shapes, geomean 1.082 (8192^3 984 -> 1056 TFLOP/s, 0.79-0.83x our per-tensor kernel; M = 256
+// 340 -> 360), ab_h100_20261125_fp8block_units.json. 64-column units on the 128 x 128 tile too
+// (no pairs of k-blocks) gained 1.01-1.10x on the large shapes but lost 0.87x at M = 256
+// (ab_h100_20261125_fp8block_units64.json): A is read from shared memory once per 64 columns.
+// With the buffers, 2-CTA clusters stay within -4..+2% of none (fp8_block_h100_20261125_units.json).
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "cuda/gemm/mainloop/scaling.cuh"
-#include "cuda/gemm/named_barriers.cuh"
 #include "cuda/gemm/mainloop/ss.cuh"
 #include "cuda/gemm/scheduler/tile_order.cuh"
 #include "cuda/ptx/fence.cuh"
@@ -64,36 +71,35 @@ struct MainloopSSPromoted
   using typename Base::Shared;
   using Base::BK;
   using Base::BN;
-  using Base::kABytes;
-  using Base::kBBytes;
+  using Base::kAccRegs;
   using Base::kSliceRegs;
   using Base::kSlices;
 
   static_assert(!ALoad::kMnMajor && !BLoad::kMnMajor, "block-scaled fp8 operands are K-major");
   static_assert(BK == BlockScaling::kBlock, "a k-block is one scale block");
-  static constexpr int kUnitN = BlockScaling::kBlock;  // one B scale per unit
-  static_assert(BN % kUnitN == 0, "the tile's columns are whole scale blocks");
-  static constexpr int kChunks = BN / kUnitN;
+  // A unit: 64 rows (a slice) x kUnitN columns of one k-block, so that one A scale per row
+  // and one B scale cover it; a k-block is kUnits of them. Two units' registers sit beside the
+  // accumulators: whole 128-column units where that fits the consumer's budget (a 128 x 128
+  // cooperative tile: 64 + 2 x 64), else 64-column ones (128 + 2 x 32). Narrower wgmmas read
+  // A from shared memory once per 64 columns instead of once per 128.
+  static constexpr int kUnitN = kAccRegs + 2 * 64 <= 192 ? 128 : 64;
+  static_assert(BlockScaling::kBlock % kUnitN == 0 && BN % kUnitN == 0,
+                "a unit is inside one scale block, and the tile's columns are whole units");
+  static constexpr int kChunks = BN / kUnitN;       // units across the columns
+  static constexpr int kUnits = kSlices * kChunks;  // units per k-block
+  // K-blocks per step of the k-loop: a step's units alternate between the two buffers, so a
+  // single-unit k-block goes in pairs (an odd count's last one alone).
+  static constexpr int kBlocksPerStep = kUnits == 1 ? 2 : 1;
   using UnitMma = ptx::WgmmaSS<kUnitN, TA, TB, 0, 0>;
   static constexpr int kUnitRegs = UnitMma::kRegs;
   static constexpr int kKSteps = BK / UnitMma::kK;
   static constexpr int kChunkBytes = kUnitN * 128;  // a chunk's K-major rows of B
   static constexpr uint32_t kStepBytes = Base::template kStepBytes<false>;  // per k32 step
-  // A 128 x 256 tile's warpgroup holds 128 accumulators and a 64-register unit: with the
-  // cooperative schedule's 224 registers it spilled (8 bytes, CUDA 13.0); 232 (the producer
-  // keeps 40, as in ping-pong) does not.
+  static constexpr int kBColumnBlocks = BN / BlockScaling::kBlock;  // B scales per k-block
+  // The accumulators, two units' registers and the scale pointers: with the cooperative
+  // schedule's 224 registers a 128 x 256 tile spilled (CUDA 13.0); 232 (the producer keeps 40,
+  // as in ping-pong) does not.
   static constexpr int kMinConsumerRegs = 232;
-  // With several units per k-block (128 x 256 tiles), the cooperative schedule's two
-  // warpgroups take turns issuing units (0, 1, 0, 1, ...): the tensor cores then run one
-  // warpgroup's unit after the other's instead of both interleaved, so each warpgroup's wait
-  // and promotion overlaps the other's unit instead of coinciding with it. Per work unit,
-  // warpgroup 0 starts without waiting and 1 ends without signalling, so the turns balance
-  // unit by unit (both walk the same work units).
-  // NOTES (H100, 2026-11-24, A/B against the unordered kernel in one process, 9 reps,
-  // ab_h100_20261124_fp8block_order.json): 128 x 256 +4..+12% on the four large shapes
-  // (8192^3 765 -> 843 TFLOP/s); 128 x 128 (one unit per k-block) -4..-7%: there the turns only
-  // add a hand-off, so it stays unordered.
-  static constexpr bool kOrdered = TILE_WARPGROUPS == 2 && kChunks > 1;
 
   // As MainloopSS::mma, for the same schedules: acc = rows [part * kSlices * 64, +kSlices * 64)
   // of the tile `coord()` over unit u's k-blocks, each k-block scaled per element.
@@ -108,66 +114,110 @@ struct MainloopSSPromoted
     const int32_t row = tc.row0 + static_cast<int32_t>(part) * kSlices * 64 +
                         static_cast<int32_t>(wg_thread / 32) * 16 +
                         static_cast<int32_t>(wg_thread % 32) / 4;
-    const int32_t b_block = tc.n_block * kChunks;
-    // Each row's (two per slice: rows r and r + 8 of the fragment) and chunk's scales, from
-    // the unit's first k-block on; each k-block steps every pointer by one.
+    const int32_t b_block = tc.n_block * kBColumnBlocks;
+    // Each row's (two per slice: rows r and r + 8 of the fragment) and 128-column block's
+    // scales, from the unit's first k-block on; each k-block steps every pointer by one.
     const int32_t k_first = u.k_offset / BK + u.k_begin;
     const float* a_scales[kSlices][2];
-    const float* b_scales[kChunks];
+    const float* b_scales[kBColumnBlocks];
 #pragma unroll
     for (int i = 0; i < kSlices; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         a_scales[i][h] = BlockScaling::a_row(p.scale, tc.batch, row + i * 64 + 8 * h) + k_first;
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c)
+    for (int c = 0; c < kBColumnBlocks; ++c)
       b_scales[c] = BlockScaling::b_row(p.scale, tc.batch, b_block + c) + k_first;
+#pragma unroll
+    for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
+
+    // Unit t of a step is multiplied into buffer t % 2 while unit t - 1, in the other
+    // buffer, waits for its wgmmas (wait_group 1) and is added into the accumulators times its
+    // scales: that promotion overlaps this warpgroup's own next unit on the tensor cores. Only
+    // a step's last unit is promoted with nothing of this warpgroup's in flight.
+    // NOTES: carrying the last unit's wgmmas across the loop's back edge (promoting it after
+    // the next step's first issue) makes ptxas serialise every wgmma (C7514, or a wait injected
+    // before the read: C7517; CUDA 13.0), and copying its registers out first costs as many
+    // instructions as the promotion it would hide.
+    float buf[2][kUnitRegs];
+    float scale[2][2];  // the rows' (r, r + 8) scale products of the unit in each buffer
     const typename Base::Descs d0 = Base::first_descs(s, part);
-#pragma unroll
-    for (int i = 0; i < Base::kAccRegs; ++i) acc[i] = 0.0f;
-    float unit[kUnitRegs];
-    for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
-      ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);
-      const typename Base::Descs d = d0.at_stage(pipe.stage);
-#pragma unroll
-      for (int i = 0; i < kSlices; ++i) {
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-#pragma unroll
-          for (int r = 0; r < kUnitRegs; ++r) ptx::wgmma_fence_operand(unit[r]);
-          const bool first = kb == u.k_begin && i == 0 && c == 0;
-          const bool last = kb == u.k_end - 1 && i == kSlices - 1 && c == kChunks - 1;
-          if (kOrdered && (part == 1 || !first))
-            ptx::named_barrier_sync(kIssueTurnBarrier + part, 256);
-          ptx::wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < kKSteps; ++kk)
-            UnitMma::mma(ptx::wgmma_desc_advance(d.a, i * kBoxBytes + kk * kStepBytes),
-                         ptx::wgmma_desc_advance(d.b, c * kChunkBytes + kk * kStepBytes), unit,
-                         kk == 0 ? 0 : 1);
-          ptx::wgmma_commit_group();
-          if (kOrdered && (part == 0 || !last))
-            ptx::named_barrier_arrive(kIssueTurnBarrier + (1 - part), 256);
-          const float sb = __ldg(b_scales[c]);
-          const float s0 = sb * __ldg(a_scales[i][0]);
-          const float s1 = sb * __ldg(a_scales[i][1]);
-          ptx::wgmma_wait_group<0>();
-#pragma unroll
-          for (int r = 0; r < kUnitRegs; ++r) ptx::wgmma_fence_operand(unit[r]);
-          // The stage's last reader is done: hand it back before the arithmetic.
-          if (i == kSlices - 1 && c == kChunks - 1)
-            Base::release(s, pipe.stage, cluster_size, wg_thread);
-          float* out = acc + i * kSliceRegs + c * kUnitRegs;
-#pragma unroll
-          for (int r = 0; r < kUnitRegs; ++r) out[r] += unit[r] * ((r / 2) % 2 ? s1 : s0);
+    auto step = [&](auto blocks_const) {  // the next `blocks` k-blocks (a compile-time count)
+      constexpr int kStepUnits = decltype(blocks_const)::value * kUnits;
+      int stage[decltype(blocks_const)::value];
+      typename Base::Descs d = d0;
+      auto unit = [&](auto t_const) {  // t a compile-time constant: its buffer is too
+        constexpr int t = decltype(t_const)::value, j = t % kUnits;
+        if constexpr (j == 0) {
+          ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);
+          stage[t / kUnits] = pipe.stage;
+          d = d0.at_stage(pipe.stage);
         }
-      }
+        issue<j>(d, buf[t % 2], scale[t % 2], a_scales, b_scales);
+        if constexpr (j == kUnits - 1) {  // the k-block's units are issued: on to the next
+          pipe.advance();
 #pragma unroll
-      for (int i = 0; i < kSlices; ++i) ++a_scales[i][0], ++a_scales[i][1];
+          for (int i = 0; i < kSlices; ++i) ++a_scales[i][0], ++a_scales[i][1];
 #pragma unroll
-      for (int c = 0; c < kChunks; ++c) ++b_scales[c];
-      pipe.advance();
+          for (int c = 0; c < kBColumnBlocks; ++c) ++b_scales[c];
+        }
+        if constexpr (t > 0) {
+          ptx::wgmma_wait_group<1>();
+          promote<(t - 1) % kUnits>(acc, buf[(t - 1) % 2], scale[(t - 1) % 2]);
+          if constexpr ((t - 1) % kUnits == kUnits - 1)  // its stage's last reader is done
+            Base::release(s, stage[(t - 1) / kUnits], cluster_size, wg_thread);
+        }
+      };
+      for_each_unit(unit, std::make_integer_sequence<int, kStepUnits>{});
+      ptx::wgmma_wait_group<0>();
+      Base::release(s, stage[kStepUnits / kUnits - 1], cluster_size, wg_thread);
+      promote<kUnits - 1>(acc, buf[(kStepUnits - 1) % 2], scale[(kStepUnits - 1) % 2]);
+    };
+    int32_t kb = u.k_begin;
+    for (; kb + kBlocksPerStep <= u.k_end; kb += kBlocksPerStep)
+      step(std::integral_constant<int, kBlocksPerStep>{});
+    if constexpr (kBlocksPerStep > 1) {
+      if (kb < u.k_end) step(std::integral_constant<int, 1>{});  // an odd count's last one
     }
+  }
+
+  // Issues unit J of a k-block whose stage's descriptors are `d` into `unit` and loads its
+  // scales, which land while it multiplies (L1 hits after a row's first k-block: 32 k-blocks
+  // of scales share a 128-byte line).
+  template <int J>
+  __device__ static void issue(const typename Base::Descs& d, float (&unit)[kUnitRegs],
+                               float (&sc)[2], const float* const (&a_scales)[kSlices][2],
+                               const float* const (&b_scales)[kBColumnBlocks]) {
+    constexpr int i = J / kChunks, c = J % kChunks;
+#pragma unroll
+    for (int q = 0; q < kUnitRegs; ++q) ptx::wgmma_fence_operand(unit[q]);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk)
+      UnitMma::mma(ptx::wgmma_desc_advance(d.a, i * kBoxBytes + kk * kStepBytes),
+                   ptx::wgmma_desc_advance(d.b, c * kChunkBytes + kk * kStepBytes), unit,
+                   kk == 0 ? 0 : 1);
+    ptx::wgmma_commit_group();
+    const float sb = __ldg(b_scales[c * kUnitN / BlockScaling::kBlock]);
+    sc[0] = sb * __ldg(a_scales[i][0]);
+    sc[1] = sb * __ldg(a_scales[i][1]);
+  }
+
+  // Calls f(integral_constant<T>) for T = 0, 1, ..., in order.
+  template <class F, int... T>
+  __device__ static void for_each_unit(F& f, std::integer_sequence<int, T...>) {
+    (f(std::integral_constant<int, T>{}), ...);
+  }
+
+  // acc (unit J's columns of its slice) += the unit's product times its rows' scales.
+  template <int J>
+  __device__ static void promote(float* acc, float (&unit)[kUnitRegs], const float (&sc)[2]) {
+#pragma unroll
+    for (int q = 0; q < kUnitRegs; ++q) ptx::wgmma_fence_operand(unit[q]);
+    constexpr int i = J / kChunks, c = J % kChunks;
+    float* out = acc + i * kSliceRegs + c * kUnitRegs;
+#pragma unroll
+    for (int q = 0; q < kUnitRegs; ++q) out[q] += unit[q] * sc[(q / 2) % 2];
   }
 };
 
