@@ -45,6 +45,12 @@
 // (no pairs of k-blocks) gained 1.01-1.10x on the large shapes but lost 0.87x at M = 256
 // (ab_h100_20261125_fp8block_units64.json): A is read from shared memory once per 64 columns.
 // With the buffers, 2-CTA clusters stay within -4..+2% of none (fp8_block_h100_20261125_units.json).
+// ncu then (ncu_h100_20261125_fp8_block_units.txt): tensor pipe 68% (128 x 256) and 63%
+// (128 x 128) against 90% for the per-tensor kernel; the scale products formed at the promotion
+// instead of at the loads (see issue) gained 0.99-1.05x, geomean 1.028
+// (ab_h100_20261125_fp8block_scale_loads.json). What remains is mostly the wgmma waits and the
+// narrower wgmmas' issue; next: A from registers (wgmma RS) so 64-column units stop re-reading
+// it from shared memory, or 128-column units at 128 x 256 in a smaller register budget.
 #pragma once
 
 #include <cstdint>
@@ -140,7 +146,7 @@ struct MainloopSSPromoted
     // before the read: C7517; CUDA 13.0), and copying its registers out first costs as many
     // instructions as the promotion it would hide.
     float buf[2][kUnitRegs];
-    float scale[2][2];  // the rows' (r, r + 8) scale products of the unit in each buffer
+    float scale[2][3];  // the B scale and the rows' (r, r + 8) A scales of each buffer's unit
     const typename Base::Descs d0 = Base::first_descs(s, part);
     auto step = [&](auto blocks_const) {  // the next `blocks` k-blocks (a compile-time count)
       constexpr int kStepUnits = decltype(blocks_const)::value * kUnits;
@@ -182,11 +188,14 @@ struct MainloopSSPromoted
   }
 
   // Issues unit J of a k-block whose stage's descriptors are `d` into `unit` and loads its
-  // scales, which land while it multiplies (L1 hits after a row's first k-block: 32 k-blocks
-  // of scales share a 128-byte line).
+  // scales (L1 hits after a row's first k-block: 32 k-blocks of scales share a 128-byte line).
+  // Nothing uses them before the unit's promotion, so they land while it multiplies.
+  // NOTES: multiplying the B scale into the A scales here made the warp wait for the loads
+  // before its previous unit's promotion: ncu put 8-12% of the consumers' stall samples on that
+  // FMUL (H100, 2026-11-25, 8192^3, ncu_h100_20261125_fp8_block_units.txt).
   template <int J>
   __device__ static void issue(const typename Base::Descs& d, float (&unit)[kUnitRegs],
-                               float (&sc)[2], const float* const (&a_scales)[kSlices][2],
+                               float (&sc)[3], const float* const (&a_scales)[kSlices][2],
                                const float* const (&b_scales)[kBColumnBlocks]) {
     constexpr int i = J / kChunks, c = J % kChunks;
 #pragma unroll
@@ -198,9 +207,9 @@ struct MainloopSSPromoted
                    ptx::wgmma_desc_advance(d.b, c * kChunkBytes + kk * kStepBytes), unit,
                    kk == 0 ? 0 : 1);
     ptx::wgmma_commit_group();
-    const float sb = __ldg(b_scales[c * kUnitN / BlockScaling::kBlock]);
-    sc[0] = sb * __ldg(a_scales[i][0]);
-    sc[1] = sb * __ldg(a_scales[i][1]);
+    sc[0] = __ldg(b_scales[c * kUnitN / BlockScaling::kBlock]);
+    sc[1] = __ldg(a_scales[i][0]);
+    sc[2] = __ldg(a_scales[i][1]);
   }
 
   // Calls f(integral_constant<T>) for T = 0, 1, ..., in order.
@@ -211,13 +220,14 @@ struct MainloopSSPromoted
 
   // acc (unit J's columns of its slice) += the unit's product times its rows' scales.
   template <int J>
-  __device__ static void promote(float* acc, float (&unit)[kUnitRegs], const float (&sc)[2]) {
+  __device__ static void promote(float* acc, float (&unit)[kUnitRegs], const float (&sc)[3]) {
 #pragma unroll
     for (int q = 0; q < kUnitRegs; ++q) ptx::wgmma_fence_operand(unit[q]);
     constexpr int i = J / kChunks, c = J % kChunks;
     float* out = acc + i * kSliceRegs + c * kUnitRegs;
+    const float s0 = sc[0] * sc[1], s1 = sc[0] * sc[2];
 #pragma unroll
-    for (int q = 0; q < kUnitRegs; ++q) out[q] += unit[q] * sc[(q / 2) % 2];
+    for (int q = 0; q < kUnitRegs; ++q) out[q] += unit[q] * ((q / 2) % 2 ? s1 : s0);
   }
 };
 
