@@ -71,7 +71,7 @@ class GemmCase:
         t = self.tile
         return GemmConfig.for_tile(t, cluster_m=self.cluster[0], cluster_n=self.cluster[1],
                                    raster=self.raster, group_size=3,
-                                   swap_ab=t in catalog.SWAP_TILES)
+                                   swap_ab=t in catalog.SWAP_TILES + catalog.SWAP_TILES_FP8)
 
     def label(self) -> str:
         tile = self.tile.tag if self.tile is not None else "auto"
@@ -181,8 +181,9 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
 
 
 def fp8_groups(quick: bool) -> list[list[GemmCase]]:
-    """The fp8 family: every dtype pair x tile (b as (N, K): the only layout it reads), the
-    clusters rotated; K past the 128-wide k-block; an epilogue; split tiles (scaled pieces)."""
+    """The fp8 families: every dtype pair x tile (b as (N, K): the only layout it reads), the
+    clusters rotated; K past the 128-wide k-block; an epilogue; split tiles (scaled pieces);
+    block scales; the swapped kernels."""
     from jax_hopper.kernels import catalog
     fam = catalog.FAMILIES["fp8"]
     shapes = [(300, 520, 272)] if quick else [(1, 16, 16), (129, 136, 144), (300, 520, 272)]
@@ -210,6 +211,18 @@ def fp8_groups(quick: bool) -> list[list[GemmCase]]:
                             activation="silu", bias=True, residual=True, alpha=0.5, **fp8b),
                    GemmCase(256, 4096, 4096, tile=block.tiles[1], out_dtype="bfloat16",
                             **fp8b)])
+    # Swapped per tensor (fp8_swap): every token tile, a mixed pair (the kernel's dtypes are
+    # b's first), the transposed epilogue, a split weight stream (1 x 4096 x 4096).
+    swap = catalog.SWAP_TILES_FP8
+    groups.append([GemmCase(swap[0].block_n - 3, 328, 584, tile=swap[0], out_dtype="bfloat16",
+                            **fp8),
+                   GemmCase(24, 392, 1024, tile=swap[1], out_dtype="float32",
+                            activation="gelu_tanh", bias=True, residual=True, alpha=0.5,
+                            beta=-1.5, **fp8),
+                   GemmCase(61, 136, 272, dtype="float8_e5m2", b_dtype="float8_e4m3fn",
+                            tile=swap[2], transpose_b=True, out_dtype="bfloat16",
+                            scales=(0.5, 0.25)),
+                   GemmCase(1, 4096, 4096, tile=swap[0], out_dtype="bfloat16", **fp8)])
     return groups
 
 

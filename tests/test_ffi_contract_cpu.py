@@ -53,6 +53,7 @@ def _undecoded_on_default_device(family, attrs, out_cols):
     extra = {"grouped": table, "grouped_glu": table,
              "grouped_contraction": [jnp.zeros((1,), jnp.int32)],
              "fp8": [jnp.ones((1,), jnp.float32)] * 2,
+             "fp8_swap": [jnp.ones((1,), jnp.float32)] * 2,
              "fp8_block": [jnp.ones((1, 256, 1), jnp.float32),
                            jnp.ones((1, -(-out_cols // 128), 1), jnp.float32)]}.get(family, [])
     call = jax.ffi.ffi_call(f"jax_hopper_gemm_{family}",

@@ -1,16 +1,18 @@
-"""The swap-AB configs (GemmConfig.swap_ab, the matmul_swap family) without a GPU: validation,
-the heuristic's choice, kernel names and the plan over the swapped tiles."""
+"""The swap-AB configs (GemmConfig.swap_ab: the matmul_swap and fp8_swap families) without a GPU:
+validation, the heuristic's choice, kernel names and the plan over the swapped tiles."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_hopper import GemmConfig, hopper_glu, hopper_matmul, tune
+from jax_hopper import GemmConfig, hopper_fp8_matmul, hopper_glu, hopper_matmul, tune
 from jax_hopper.gemm import heuristics
 from jax_hopper.kernels import catalog
 
 SWAP = GemmConfig.for_tile(catalog.SWAP_TILES[0], swap_ab=True)
+SWAP8 = GemmConfig.for_tile(catalog.SWAP_TILES_FP8[0], swap_ab=True)
+E4M3, E5M2 = "float8_e4m3fn", "float8_e5m2"
 
 
 def test_heuristic_swaps_up_to_the_widest_token_tile():
@@ -23,6 +25,34 @@ def test_heuristic_swaps_up_to_the_widest_token_tile():
     # a stored (K, M) (transpose_a), and the families without a swapped kernel
     assert not heuristics.heuristic_config("matmul", True, 1, 16, 4096, 4096).swap_ab
     assert not heuristics.heuristic_config("glu", False, 1, 16, 4096, 4096).swap_ab
+
+
+def test_fp8_per_tensor_swaps_on_its_own_tiles():
+    for m, bn in ((1, 16), (17, 32), (64, 64)):
+        cfg = heuristics.heuristic_config("fp8", False, 1, m, 4096, 4096)
+        assert cfg.swap_ab and cfg.block_n == bn and cfg.block_k == 128, (m, cfg)
+        cfg.validate(E4M3, False, False, family="fp8", b_dtype=E5M2)
+    assert not heuristics.heuristic_config("fp8", False, 1, 65, 4096, 4096).swap_ab
+    assert not heuristics.heuristic_config("fp8_block", False, 1, 16, 4096, 4096).swap_ab
+    # The kernel's A is b: its dtypes come b's first.
+    assert SWAP8.kernel("fp8", E5M2, False, False, E4M3) == \
+        "sm90_gemm_e4m3xe5m2_128x16x128_s10_kk_fp8_swap"
+    assert SWAP8.kernel("fp8", E4M3, False, False, E4M3) == \
+        "sm90_gemm_e4m3_128x16x128_s10_kk_fp8_swap"
+    assert SWAP8.kernel_family("fp8") == "fp8_swap"
+    with pytest.raises(ValueError, match="not compiled for the swap-AB fp8 GEMM"):
+        SWAP.validate(E4M3, False, False, family="fp8")  # a 16-bit swap tile (block_k 64)
+    with pytest.raises(ValueError, match="swap_ab=True is compiled for hopper_matmul and the fp8 "
+                                         "GEMM only, not for the block-scaled fp8 GEMM"):
+        SWAP8.validate(E4M3, False, False, family="fp8_block")
+
+
+def test_fp8_swapped_call_matches_the_reference_on_cpu(rng):
+    a = jnp.asarray(rng.standard_normal((5, 96)), jnp.float8_e5m2)
+    b = jnp.asarray(rng.standard_normal((40, 96)), jnp.float8_e4m3fn)
+    got = hopper_fp8_matmul(a, b, 0.5, 2.0, config=SWAP8, out_dtype=jnp.float32)
+    want = np.asarray(a, np.float64) @ np.asarray(b, np.float64).T
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
 
 
 def test_kernel_is_the_swapped_family_with_majors_exchanged():
@@ -43,14 +73,14 @@ def test_validation_names_the_rule():
     with pytest.raises(ValueError, match="must be one of"):
         GemmConfig.for_tile(catalog.SWAP_TILES[0], swap_ab=True, cluster_m=2).validate(
             "bfloat16", False, True)
-    with pytest.raises(ValueError, match="hopper_matmul only"):
+    with pytest.raises(ValueError, match="swap_ab=True is compiled for hopper_matmul and"):
         SWAP.validate("bfloat16", False, True, family="glu")
     with pytest.raises(ValueError, match="must be a bool"):
         GemmConfig(swap_ab=1).validate("bfloat16", False, True)
     with pytest.raises(ValueError, match="transpose_a=False"):
         hopper_matmul(jnp.zeros((64, 16), jnp.bfloat16), jnp.zeros((64, 64), jnp.bfloat16),
                       transpose_a=True, config=SWAP)
-    with pytest.raises(ValueError, match="hopper_matmul only"):
+    with pytest.raises(ValueError, match="swap_ab=True is compiled for hopper_matmul and"):
         hopper_glu(jnp.zeros((16, 64), jnp.bfloat16), jnp.zeros((64, 2, 64), jnp.bfloat16),
                    config=SWAP)
 

@@ -1,14 +1,15 @@
-"""hopper_matmul's swap-AB kernels (GemmConfig.swap_ab, the matmul_swap family) on an sm_90 GPU
-against float64: out^T = b^T a^T with the tokens as wgmma's N, the tile stored transposed."""
+"""The swap-AB kernels (GemmConfig.swap_ab) on an sm_90 GPU against float64: out^T = b^T a^T with
+the tokens as wgmma's N, the tile stored transposed; hopper_matmul's (matmul_swap) and
+hopper_fp8_matmul's per tensor (fp8_swap)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (REL_FROB_BOUND, check_matmul, matmul_operands, random_operand,
-                          reference64, rel_frob)
-from jax_hopper import GemmConfig, hopper_matmul
+from gemm_helpers import (REL_FROB_BOUND, REL_FROB_BOUND_FP8, check_fp8, check_matmul,
+                          fp8_operand, matmul_operands, random_operand, reference64, rel_frob)
+from jax_hopper import GemmConfig, hopper_fp8_matmul, hopper_matmul
 from jax_hopper.gemm import heuristics
 from jax_hopper.kernels import catalog
 
@@ -36,7 +37,7 @@ def test_every_tile_and_weight_layout(rng, dtype, tile, transpose_b):
                                    (16, 28672, 1032), (5, 14336, 4104)])
 @pytest.mark.parametrize("stream_k", (True, False))
 def test_shapes_split_and_whole(rng, m, n, k, stream_k):
-    tile = heuristics.choose_swap_config(m).tile
+    tile = heuristics.choose_swap_config(m, catalog.SWAP_TILES).tile
     check_matmul(rng, m, n, k, config=_swap(tile, stream_k), transpose_b=True)
 
 
@@ -120,3 +121,45 @@ def test_grad_of_a_decode_product(rng):
     for got, want in ((dx, want_dx), (dw, want_dw)):
         assert rel_frob(got, want) < REL_FROB_BOUND["bfloat16"]
 
+
+
+@pytest.mark.parametrize("pair", catalog.FP8_PAIRS)
+@pytest.mark.parametrize("tile", catalog.SWAP_TILES_FP8, ids=lambda t: t.tag)
+def test_fp8_every_tile_and_pair(rng, tile, pair):
+    # Tokens short of the tile, a weight edge inside a 128-row tile, a k tail (TMA zero-fills).
+    check_fp8(rng, tile.block_n - 3, 328, 584, block=False, pair=pair, config=_swap(tile))
+
+
+# The default config at M <= 64 is the swapped one: decode shapes split and whole, N and K off
+# the tiles (padded pitches: K = 1000, N = 13).
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (7, 13, 48), (16, 1000, 1000),
+                                   (64, 12288, 512), (33, 520, 2056), (5, 14336, 4104)])
+def test_fp8_default_config_is_swapped(rng, m, n, k):
+    assert check_fp8(rng, m, n, k, block=False) < REL_FROB_BOUND_FP8["bfloat16"]
+    tile = heuristics.choose_swap_config(m, catalog.SWAP_TILES_FP8).tile
+    check_fp8(rng, m, n, k, block=False, config=_swap(tile, stream_k=False))
+
+
+@pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)
+def test_fp8_epilogue_transposed(rng, out_dtype):
+    check_fp8(rng, 24, 392, 1024, block=False, out_dtype=out_dtype, activation="gelu_tanh",
+              alpha=0.75, beta=-0.5, with_bias=True, with_residual=True,
+              config=_swap(catalog.SWAP_TILES_FP8[1]))
+
+
+def test_fp8_batched_and_shared_weight(rng):
+    cfg = _swap(catalog.SWAP_TILES_FP8[0])
+    check_fp8(rng, 5, 200, 256, block=False, batch=(3,), with_residual=True, config=cfg)
+    check_fp8(rng, 5, 200, 256, block=False, batch=(2,), b_batch=(2,), config=cfg)
+
+
+def test_fp8_split_is_reproducible(rng):
+    a = fp8_operand(rng, (8, 8192), jnp.float8_e4m3fn)
+    b = fp8_operand(rng, (1024, 8192), jnp.float8_e4m3fn)
+    f = jax.jit(lambda a, b: hopper_fp8_matmul(a, b, 0.25, 0.5, out_dtype=jnp.float32,
+                                               config=_swap(catalog.SWAP_TILES_FP8[0])))
+    first = np.asarray(f(a, b), np.float64)
+    want = np.asarray(a, np.float64) @ np.asarray(b, np.float64).T * 0.125
+    assert rel_frob(first, want) < REL_FROB_BOUND_FP8["float32"]
+    for _ in range(10):
+        assert np.array_equal(first, np.asarray(f(a, b)))

@@ -131,6 +131,8 @@ JH_DEFINE_WGMMA_SS16_ALL_TYPES(256, "128", "129", "130", "131", "132")
     }                                                                                      \
   };
 #define JH_DEFINE_WGMMA_SS8_ALL_N(DTA, DTB, PTX_TA, PTX_TB)                                 \
+  JH_DEFINE_WGMMA_SS8(16, DTA, DTB, PTX_TA, PTX_TB, "8", "9", "10")                          \
+  JH_DEFINE_WGMMA_SS8(32, DTA, DTB, PTX_TA, PTX_TB, "16", "17", "18")                        \
   JH_DEFINE_WGMMA_SS8(64, DTA, DTB, PTX_TA, PTX_TB, "32", "33", "34")                        \
   JH_DEFINE_WGMMA_SS8(128, DTA, DTB, PTX_TA, PTX_TB, "64", "65", "66")                     \
   JH_DEFINE_WGMMA_SS8(256, DTA, DTB, PTX_TA, PTX_TB, "128", "129", "130")

@@ -2,7 +2,8 @@
 // beta * residual, A (Ba, M, K) and B (Bb, N, K) fp8, both K-major. Family fp8: one float32
 // scale per tensor; family fp8_block: a_scale (Ba', M, ceil(K/128)) and b_scale
 // (Bb', ceil(N/128), ceil(K/128)) (cuda/gemm/mainloop/scaling.cuh checks them against the
-// problem). The scales are the call's fifth and sixth inputs.
+// problem); family fp8_swap: per tensor, the product computed swapped. The scales are the
+// call's fifth and sixth inputs.
 #include <string>
 
 #include "ffi/gemm/gemm_call.h"
@@ -18,6 +19,21 @@ ffi::Error fp8_shapes(const GemmKernelInfo&, const GemmArgs& g, GemmShape* s) {
     return invalid("hopper_fp8_matmul: a (Ba, M, K), b (Bb, N, K) and the output disagree");
   *s = GemmShape{g.a.rows, g.b.rows, g.a.cols, batch, g.b.rows,
                  "with one entry per output column"};
+  return ffi::Error::Success();
+}
+
+// The swap-AB kernels (family fp8_swap, GemmConfig.swap_ab) take the same a and b and run
+// out^T = b a^T: the kernel's A is b (Bb, N, K), its B is a (Ba, M, K); out stays (batch, M, N),
+// stored transposed by the epilogue.
+// In `g` the kernel's operands: g.a is the call's b, g.b the call's a.
+ffi::Error fp8_swap_shapes(const GemmKernelInfo&, const GemmArgs& g, GemmShape* s) {
+  const int64_t batch = g.out.batch;
+  if (g.a.rows != g.out.cols || g.b.rows != g.out.rows || g.a.cols != g.b.cols ||
+      (g.a.batch != 1 && g.a.batch != batch) || (g.b.batch != 1 && g.b.batch != batch))
+    return invalid("hopper_fp8_matmul (swap_ab): a (Ba, M, K), b (Bb, N, K) and the output "
+                   "disagree");
+  *s = GemmShape{g.out.cols, g.out.rows, g.a.cols, batch, g.out.cols,
+                 "with one entry per output column", true};
   return ffi::Error::Success();
 }
 
@@ -47,6 +63,19 @@ ffi::Error fp8_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a, ff
                   out, workspace, attrs, &preset);
 }
 
+// Per-tensor scales, swapped: the kernel's operands (and so its scales) are b's, then a's.
+ffi::Error fp8_swap_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a,
+                         ffi::AnyBuffer b, ffi::AnyBuffer bias, ffi::AnyBuffer residual,
+                         ffi::AnyBuffer a_scale, ffi::AnyBuffer b_scale,
+                         ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
+                         GemmAttrs attrs) {
+  GemmArgs preset = {};
+  JH_RETURN_IF_ERROR(read_scales("b_scale", b_scale, 1, &preset.a_scale));
+  JH_RETURN_IF_ERROR(read_scales("a_scale", a_scale, 1, &preset.b_scale));
+  return run_gemm(GemmFamily::kFp8Swap, "hopper_fp8_matmul", fp8_swap_shapes, stream, flags, b,
+                  a, bias, residual, out, workspace, attrs, &preset);
+}
+
 }  // namespace
 
 // The gemm binding with the two scale arrays as fifth and sixth inputs.
@@ -54,5 +83,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Fp8Handler, fp8_impl<GemmFamily::kFp8>, gemm_bindi
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Fp8BlockHandler, fp8_impl<GemmFamily::kFp8Block>,
                               gemm_binding<2>(), {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Fp8SwapHandler, fp8_swap_impl, gemm_binding<2>(),
+                              {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jax_hopper

@@ -24,8 +24,9 @@ class GemmConfig:
     `schedule` is how the two consumer warpgroups share the tiles: "cooperative" (both on each
     tile) or "pingpong" (alternate tiles, one's epilogue under the other's mainloop; whole
     tiles only, so stream_k=False); jax_hopper.kernels.catalog.SCHEDULES.
-    `swap_ab` (hopper_matmul with a stored (M, K)) computes out^T = op(b)^T a^T on the
-    catalog's swap-AB tiles (catalog.SWAP_TILES): block_m counts the weight's N columns, which
+    `swap_ab` (hopper_matmul with a stored (M, K), hopper_fp8_matmul per tensor) computes
+    out^T = op(b)^T a^T on the catalog's swap-AB tiles (catalog.SWAP_TILES, SWAP_TILES_FP8):
+    block_m counts the weight's N columns, which
     become wgmma's 64-row M, and block_n (16-64) the tokens, wgmma's N; the epilogue stores the
     tile transposed. For decode (M <= 64), where a 64-row MMA over a few tokens would waste
     most of its work.
@@ -72,13 +73,15 @@ class GemmConfig:
             raise ValueError(f"config: swap_ab={self.swap_ab!r} must be a bool")
         if self.swap_ab:
             if family not in catalog.SWAP_FAMILIES:
-                raise ValueError(f"config: swap_ab=True is compiled for hopper_matmul only, not "
+                swappable = " and ".join(catalog.FAMILIES[f].what for f in catalog.SWAP_FAMILIES)
+                raise ValueError(f"config: swap_ab=True is compiled for {swappable} only, not "
                                  f"for {catalog.FAMILIES[family].what}")
             if a_mn_major:
                 raise ValueError("config: swap_ab=True needs a stored (M, K) (transpose_a=False): "
                                  "the swapped kernel reads the tokens K-major as wgmma's N operand")
             family = self.kernel_family(family)
             a_mn_major, b_mn_major = b_mn_major, a_mn_major
+            dtype, b_dtype = b_dtype or dtype, dtype
         if self.schedule not in catalog.SCHEDULES:
             raise ValueError(f"config: schedule={self.schedule!r} must be one of "
                              f"{tuple(catalog.SCHEDULES)}")
@@ -127,9 +130,10 @@ class GemmConfig:
     def kernel(self, family: str, dtype: str, a_mn_major: bool, b_mn_major: bool,
                b_dtype: str = "") -> str:
         """The catalog name of the compiled kernel that runs this config (validate first); the
-        majors are the call's (swap_ab exchanges them: the kernel's A is b)."""
+        majors and dtypes are the call's (swap_ab exchanges them: the kernel's A is b)."""
         if self.swap_ab:
             a_mn_major, b_mn_major = b_mn_major, a_mn_major
+            dtype, b_dtype = b_dtype or dtype, dtype
         return catalog.KernelInstance(self.kernel_family(family), dtype, self.tile, a_mn_major,
                                       b_mn_major, b_dtype).name
 

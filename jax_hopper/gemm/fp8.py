@@ -205,7 +205,7 @@ def _cuda_lowering(ctx, a, b, bias, residual, a_scale, b_scale, *, out_dtype, ac
     resident = _ffi.resident_clusters(kernel, config.cluster_m * config.cluster_n)
     plan = config.plan(kernel, batch, m, n, a_aval.shape[2], resident)
     workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
-    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{family}")(
+    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{config.kernel_family(family)}")(
         ctx.replace(avals_out=[*ctx.avals_out, workspace]), a, b, bias, residual, a_scale,
         b_scale, **call_attrs(kernel, config, plan, activation, alpha, beta))
     return [out]

@@ -129,18 +129,19 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
 SWAP_MAX_M = max(t.block_n for t in catalog.SWAP_TILES)
 
 
-def choose_swap_config(m: int) -> GemmConfig:
-    """The swap-AB config for a product of m <= SWAP_MAX_M rows: the narrowest token tile that
-    holds them all (every tile then reads its weight columns once), split along K where the
-    weight's column tiles are fewer than half the SMs (the family's last-arrival split: the most
-    equal pieces of at least min_piece_blocks that one wave holds).
+def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...]) -> GemmConfig:
+    """The swap-AB config for a product of m <= SWAP_MAX_M rows: the narrowest token tile of
+    `tiles` (the swapped family's: catalog.SWAP_TILES or SWAP_TILES_FP8) that holds them all
+    (every tile then reads its weight columns once), split along K where the weight's column
+    tiles are fewer than half the SMs (the family's last-arrival split: the most equal pieces of
+    at least min_piece_blocks that one wave holds).
 
     NOTES: above SWAP_MAX_M the swap-AB tiles would walk several token tiles, reading the
     weight once per token tile: at M = 96-512 against 4096-14336 wide weights they ran
     1.0-2.6x the time of the unswapped default (128 x 64 split: 96 x 4096 x 4096 29.8 vs
     29.9 us, 256 x 14336 x 4096 97.7 vs 63.4; 128 x 32: 167.6 there; H100, 2026-11-24, a
     session script, not kept)."""
-    tile = min((t for t in catalog.SWAP_TILES if t.block_n >= m), key=lambda t: t.block_n)
+    tile = min((t for t in tiles if t.block_n >= m), key=lambda t: t.block_n)
     return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
 
 
@@ -149,7 +150,7 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int,
     """The heuristic's config for a `family` call: swap-AB where the family has it, a is stored
     (M, K) and m <= SWAP_MAX_M; otherwise choose_config over the family's tiles."""
     if family in catalog.SWAP_FAMILIES and not a_mn_major and m <= SWAP_MAX_M:
-        return choose_swap_config(m)
+        return choose_swap_config(m, catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles)
     fam = catalog.FAMILIES[family]
     return choose_config(m, n, k, batch, tiles=fam.tiles, multicast=fam.multicast,
                          pingpong=fam.pingpong_mid_m)

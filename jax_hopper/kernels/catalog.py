@@ -175,6 +175,8 @@ _SS16 = ("MainloopSS<DType::{a_dtype}, DType::{b_dtype}, {bm}, {bn}, {bk}, {stag
 # consumer warpgroups of 64 wgmma rows) by 16, 32 or 64 tokens (wgmma's N). The operand ring
 # holds mostly weight bytes, as deep as the 227 KB allow: 10, 9 and 8 stages.
 SWAP_TILES = (TileShape(128, 16, 64, 10), TileShape(128, 32, 64, 9), TileShape(128, 64, 64, 8))
+# The same for fp8: a k-block is 128 one-byte elements, so each stage holds the same bytes.
+SWAP_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_TILES)
 
 FAMILIES = {
     # hopper_matmul: any operand majors, linear epilogue (alpha, bias, activation, residual).
@@ -242,6 +244,18 @@ FAMILIES = {
         (TileShape(128, 256, 128, 4), TileShape(128, 128, 128, 6),
          TileShape(128, 128, 128, 6, "pingpong")),
         ((False, False),), "_fp8", "the fp8 GEMM", dtypes=FP8_PAIRS),
+    # hopper_fp8_matmul per tensor, computed swapped (GemmConfig.swap_ab) as matmul_swap is:
+    # the kernel's A is the weight b (N, K) and its B the tokens a (M, K), both K-major as fp8
+    # wgmma needs; decode against fp8 weights is a weight stream. The instance's dtypes are
+    # the kernel's (b's, then a's); FP8_PAIRS holds every pair both ways round.
+    "fp8_swap": Family(
+        "fp8_swap", "kFp8Swap",
+        _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>")
+             .replace("NoScaling", "TensorScaling"),
+        "TmaStoreEpilogue<{bn}, LinearOps, TransposedOutput>", SWAP_TILES_FP8,
+        ((False, False),), "_fp8_swap", "the swap-AB fp8 GEMM (GemmConfig.swap_ab)",
+        dtypes=FP8_PAIRS, clusters=((1, 1),), multicast=False, min_piece_blocks=8,
+        last_arrival_split=True),
     # hopper_fp8_matmul with block scales (DeepSeek-V3's recipe: a (M, K/128), b (N/128, K/128)
     # float32): each 128-wide k-block's product scaled and added in fp32 (MainloopSSPromoted,
     # BlockScaling), in 64 x 64 units through two register buffers, so a 128 x 256 tile's
@@ -260,7 +274,7 @@ FAMILIES = {
 }
 
 # The family that runs a family's product swapped (GemmConfig.swap_ab).
-SWAP_FAMILIES = {"matmul": "matmul_swap"}
+SWAP_FAMILIES = {"matmul": "matmul_swap", "fp8": "fp8_swap"}
 
 
 @dataclasses.dataclass(frozen=True)
