@@ -48,9 +48,12 @@
 // ncu then (ncu_h100_20261125_fp8_block_units.txt): tensor pipe 68% (128 x 256) and 63%
 // (128 x 128) against 90% for the per-tensor kernel; the scale products formed at the promotion
 // instead of at the loads (see issue) gained 0.99-1.05x, geomean 1.028
-// (ab_h100_20261125_fp8block_scale_loads.json). What remains is mostly the wgmma waits and the
-// narrower wgmmas' issue; next: A from registers (wgmma RS) so 64-column units stop re-reading
-// it from shared memory, or 128-column units at 128 x 256 in a smaller register budget.
+// (ab_h100_20261125_fp8block_scale_loads.json). The two cooperative warpgroups taking turns to
+// start each step (so that one's last promotion would overlap the other's last unit) ran
+// 0.88-1.04x, geomean 0.969 (ab_h100_20261125_fp8block_step_turns.json): not kept. What remains
+// is mostly the wgmma waits and the narrower wgmmas' issue (shared memory at 69% of its peak
+// at 128 x 256, ncu); next: A from registers (wgmma RS) so 64-column units stop re-reading it
+// from shared memory.
 #pragma once
 
 #include <cstdint>
