@@ -52,8 +52,11 @@
 // start each step (so that one's last promotion would overlap the other's last unit) ran
 // 0.88-1.04x, geomean 0.969 (ab_h100_20261125_fp8block_step_turns.json): not kept. What remains
 // is mostly the wgmma waits and the narrower wgmmas' issue (shared memory at 69% of its peak
-// at 128 x 256, ncu); next: A from registers (wgmma RS) so 64-column units stop re-reading it
-// from shared memory.
+// at 128 x 256, ncu). A from registers (ldmatrix once per k-block, wgmma RS for the four
+// 64-column units) needs 16 more registers per consumer thread: at 232 the 128 x 256 consumer
+// spilled 16 bytes, and 240 leaves the producer 24, where it spilled 52 (CUDA 13.0; not run).
+// Freeing a few registers first (one scale pointer and a stride per operand instead of two
+// pointers each) is the way to try it again.
 #pragma once
 
 #include <cstdint>
