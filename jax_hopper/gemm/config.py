@@ -80,8 +80,8 @@ class GemmConfig:
                 raise ValueError("config: swap_ab=True needs a stored (M, K) (transpose_a=False): "
                                  "the swapped kernel reads the tokens K-major as wgmma's N operand")
             family = self.kernel_family(family)
-            a_mn_major, b_mn_major = b_mn_major, a_mn_major
-            dtype, b_dtype = b_dtype or dtype, dtype
+            dtype, b_dtype, a_mn_major, b_mn_major = self._kernel_operands(
+                dtype, b_dtype, a_mn_major, b_mn_major)
         if self.schedule not in catalog.SCHEDULES:
             raise ValueError(f"config: schedule={self.schedule!r} must be one of "
                              f"{tuple(catalog.SCHEDULES)}")
@@ -131,11 +131,17 @@ class GemmConfig:
                b_dtype: str = "") -> str:
         """The catalog name of the compiled kernel that runs this config (validate first); the
         majors and dtypes are the call's (swap_ab exchanges them: the kernel's A is b)."""
-        if self.swap_ab:
-            a_mn_major, b_mn_major = b_mn_major, a_mn_major
-            dtype, b_dtype = b_dtype or dtype, dtype
+        dtype, b_dtype, a_mn_major, b_mn_major = self._kernel_operands(
+            dtype, b_dtype, a_mn_major, b_mn_major)
         return catalog.KernelInstance(self.kernel_family(family), dtype, self.tile, a_mn_major,
                                       b_mn_major, b_dtype).name
+
+    def _kernel_operands(self, dtype, b_dtype, a_mn_major, b_mn_major):
+        """The kernel's (A dtype, B dtype, A major, B major) for a call's: swap_ab's kernel
+        takes b as its A and a as its B."""
+        if not self.swap_ab:
+            return dtype, b_dtype, a_mn_major, b_mn_major
+        return b_dtype or dtype, dtype, b_mn_major, a_mn_major
 
     def plan(self, kernel: str, batch: int, m: int, n: int, k: int,
              resident_clusters: int) -> dict:

@@ -170,6 +170,9 @@ class Family:
 
 _SS16 = ("MainloopSS<DType::{a_dtype}, DType::{b_dtype}, {bm}, {bn}, {bk}, {stages}, "
          "{tile_wgs}, OperandLoad<{a_mn}, {a_bytes}>, {b_load}, NoScaling>")
+# The same with B a plain tile (no gated loader), and that with fp8's per-tensor scales.
+_SS = _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>")
+_SS_TENSOR_SCALED = _SS.replace("NoScaling", "TensorScaling")
 
 # The swap-AB tiles (hopper_matmul at small M, GemmConfig.swap_ab): 128 weight columns (two
 # consumer warpgroups of 64 wgmma rows) by 16, 32 or 64 tokens (wgmma's N). The operand ring
@@ -180,7 +183,7 @@ SWAP_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_TILES)
 
 FAMILIES = {
     # hopper_matmul: any operand majors, linear epilogue (alpha, bias, activation, residual).
-    "matmul": Family("matmul", "kMatmul", _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>"),
+    "matmul": Family("matmul", "kMatmul", _SS,
                      "TmaStoreEpilogue<{bn}, LinearOps>", TILE_SHAPES,
                      OPERAND_MAJORS, "", "hopper_matmul", pingpong_mid_m=True),
     # hopper_matmul computed swapped, out^T = op(b)^T op(a)^T (GemmConfig.swap_ab): the kernel's
@@ -191,7 +194,7 @@ FAMILIES = {
     # multicast (one token tile); splits are weight streams, worth making short, summed by
     # whichever piece finishes last (LastArrivalSplitScheduler: nothing waits).
     "matmul_swap": Family("matmul_swap", "kMatmulSwap",
-                          _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>"),
+                          _SS,
                           "TmaStoreEpilogue<{bn}, LinearOps, TransposedOutput>", SWAP_TILES,
                           ((False, False), (True, False)), "_swap",
                           "the swap-AB GEMM (GemmConfig.swap_ab)", clusters=((1, 1),),
@@ -207,7 +210,7 @@ FAMILIES = {
     # follow the groups' rows (GroupedScheduler) and store only their group's rows
     # (GroupedOutput). 64 x 256 ping-pong for a few rows per group (decode), 128-row tiles
     # otherwise. Clusters along N share lhs; along M a group's weights (a paired tile table).
-    "grouped": Family("grouped", "kGrouped", _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>"),
+    "grouped": Family("grouped", "kGrouped", _SS,
                       "TmaStoreEpilogue<{bn}, LinearOps, GroupedOutput>",
                       (TileShape(128, 256, 64, 4), TileShape(128, 128, 64, 6, "pingpong"),
                        TileShape(64, 256, 64, 4, "pingpong")),
@@ -228,7 +231,7 @@ FAMILIES = {
     # output entry per group (GroupedContractionScheduler), the plain linear epilogue.
     "grouped_contraction": Family(
         "grouped_contraction", "kGroupedContraction",
-        _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>"), "TmaStoreEpilogue<{bn}, LinearOps>",
+        _SS, "TmaStoreEpilogue<{bn}, LinearOps>",
         (TileShape(128, 256, 64, 4), TileShape(128, 128, 64, 6, "pingpong")), ((True, True),),
         "_contract", "the grouped contraction",
         scheduler="GroupedContractionScheduler<{bm}, {bn}, {bk}>"),
@@ -238,8 +241,7 @@ FAMILIES = {
     # as the 16-bit tiles'.
     "fp8": Family(
         "fp8", "kFp8",
-        _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>")
-             .replace("NoScaling", "TensorScaling"),
+        _SS_TENSOR_SCALED,
         "TmaStoreEpilogue<{bn}, LinearOps>",
         (TileShape(128, 256, 128, 4), TileShape(128, 128, 128, 6),
          TileShape(128, 128, 128, 6, "pingpong")),
@@ -250,8 +252,7 @@ FAMILIES = {
     # the kernel's (b's, then a's); FP8_PAIRS holds every pair both ways round.
     "fp8_swap": Family(
         "fp8_swap", "kFp8Swap",
-        _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>")
-             .replace("NoScaling", "TensorScaling"),
+        _SS_TENSOR_SCALED,
         "TmaStoreEpilogue<{bn}, LinearOps, TransposedOutput>", SWAP_TILES_FP8,
         ((False, False),), "_fp8_swap", "the swap-AB fp8 GEMM (GemmConfig.swap_ab)",
         dtypes=FP8_PAIRS, clusters=((1, 1),), multicast=False, min_piece_blocks=8,
