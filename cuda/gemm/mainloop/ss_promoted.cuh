@@ -54,9 +54,14 @@
 // is mostly the wgmma waits and the narrower wgmmas' issue (shared memory at 69% of its peak
 // at 128 x 256, ncu). A from registers (ldmatrix once per k-block, wgmma RS for the four
 // 64-column units) needs 16 more registers per consumer thread: at 232 the 128 x 256 consumer
-// spilled 16 bytes, and 240 leaves the producer 24, where it spilled 52 (CUDA 13.0; not run).
-// Freeing a few registers first (one scale pointer and a stride per operand instead of two
-// pointers each) is the way to try it again.
+// spilled 16 bytes, and 240 leaves the producer 24, where it spilled 52 (CUDA 13.0).
+// A from registers with 32-column units instead (16-register buffers: no spills; each unit's
+// wgmmas read only B from shared memory, a third less than the 64-column SS units) ran slower
+// on 128 x 256 and ping-pong tiles: 0.86-0.89x on the four large shapes with two buffers,
+// 0.88-0.90x with three (wait_group 2), so neither shared-memory bandwidth nor the depth of
+// work in flight is what limits these tiles, and a narrower wgmma costs more than the A reads
+// it saves (ab_h100_20261125_fp8block_rs.json, _rs3.json; H100, 2026-11-25). What remains
+// untried: wider units need registers the 128 accumulators take (2 x 64 more at 128 columns).
 #pragma once
 
 #include <cstdint>
