@@ -12,28 +12,19 @@
 namespace jax_hopper {
 namespace {
 
-ffi::Error fp8_shapes(const GemmKernelInfo&, const GemmArgs& g, GemmShape* s) {
+// Unswapped, the kernel's A is a (Ba, M, K) and its B is b (Bb, N, K). The swap-AB kernels
+// (family fp8_swap, GemmConfig.swap_ab) run out^T = b a^T: their A is b and their B is a, and
+// out stays (batch, M, N), stored transposed by the epilogue. In `g` the kernel's operands.
+ffi::Error fp8_shapes(const GemmKernelInfo& kernel, const GemmArgs& g, GemmShape* s) {
+  const bool swap = kernel.family == GemmFamily::kFp8Swap;
   const int64_t batch = g.out.batch;
-  if (g.a.rows != g.out.rows || g.b.rows != g.out.cols || g.a.cols != g.b.cols ||
+  const int64_t rows = swap ? g.out.cols : g.out.rows, cols = swap ? g.out.rows : g.out.cols;
+  if (g.a.rows != rows || g.b.rows != cols || g.a.cols != g.b.cols ||
       (g.a.batch != 1 && g.a.batch != batch) || (g.b.batch != 1 && g.b.batch != batch))
-    return invalid("hopper_fp8_matmul: a (Ba, M, K), b (Bb, N, K) and the output disagree");
-  *s = GemmShape{g.a.rows, g.b.rows, g.a.cols, batch, g.b.rows,
-                 "with one entry per output column"};
-  return ffi::Error::Success();
-}
-
-// The swap-AB kernels (family fp8_swap, GemmConfig.swap_ab) take the same a and b and run
-// out^T = b a^T: the kernel's A is b (Bb, N, K), its B is a (Ba, M, K); out stays (batch, M, N),
-// stored transposed by the epilogue.
-// In `g` the kernel's operands: g.a is the call's b, g.b the call's a.
-ffi::Error fp8_swap_shapes(const GemmKernelInfo&, const GemmArgs& g, GemmShape* s) {
-  const int64_t batch = g.out.batch;
-  if (g.a.rows != g.out.cols || g.b.rows != g.out.rows || g.a.cols != g.b.cols ||
-      (g.a.batch != 1 && g.a.batch != batch) || (g.b.batch != 1 && g.b.batch != batch))
-    return invalid("hopper_fp8_matmul (swap_ab): a (Ba, M, K), b (Bb, N, K) and the output "
-                   "disagree");
-  *s = GemmShape{g.out.cols, g.out.rows, g.a.cols, batch, g.out.cols,
-                 "with one entry per output column", true};
+    return invalid(std::string("hopper_fp8_matmul") + (swap ? " (swap_ab)" : "") +
+                   ": a (Ba, M, K), b (Bb, N, K) and the output disagree");
+  *s = GemmShape{rows, cols, g.a.cols, batch, g.out.cols, "with one entry per output column",
+                 swap};
   return ffi::Error::Success();
 }
 
@@ -56,24 +47,15 @@ ffi::Error fp8_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a, ff
                     ffi::AnyBuffer b_scale, ffi::Result<ffi::AnyBuffer> out,
                     ffi::Result<ffi::AnyBuffer> workspace, GemmAttrs attrs) {
   constexpr int kRank = kFamily == GemmFamily::kFp8Block ? 3 : 1;
+  // Swapped, the kernel's operands (and so their scales) are b's, then a's.
+  constexpr bool kSwap = kFamily == GemmFamily::kFp8Swap;
   GemmArgs preset = {};
-  JH_RETURN_IF_ERROR(read_scales("a_scale", a_scale, kRank, &preset.a_scale));
-  JH_RETURN_IF_ERROR(read_scales("b_scale", b_scale, kRank, &preset.b_scale));
-  return run_gemm(kFamily, "hopper_fp8_matmul", fp8_shapes, stream, flags, a, b, bias, residual,
-                  out, workspace, attrs, &preset);
-}
-
-// Per-tensor scales, swapped: the kernel's operands (and so its scales) are b's, then a's.
-ffi::Error fp8_swap_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a,
-                         ffi::AnyBuffer b, ffi::AnyBuffer bias, ffi::AnyBuffer residual,
-                         ffi::AnyBuffer a_scale, ffi::AnyBuffer b_scale,
-                         ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
-                         GemmAttrs attrs) {
-  GemmArgs preset = {};
-  JH_RETURN_IF_ERROR(read_scales("b_scale", b_scale, 1, &preset.a_scale));
-  JH_RETURN_IF_ERROR(read_scales("a_scale", a_scale, 1, &preset.b_scale));
-  return run_gemm(GemmFamily::kFp8Swap, "hopper_fp8_matmul", fp8_swap_shapes, stream, flags, b,
-                  a, bias, residual, out, workspace, attrs, &preset);
+  JH_RETURN_IF_ERROR(
+      read_scales("a_scale", a_scale, kRank, kSwap ? &preset.b_scale : &preset.a_scale));
+  JH_RETURN_IF_ERROR(
+      read_scales("b_scale", b_scale, kRank, kSwap ? &preset.a_scale : &preset.b_scale));
+  return run_gemm(kFamily, "hopper_fp8_matmul", fp8_shapes, stream, flags, kSwap ? b : a,
+                  kSwap ? a : b, bias, residual, out, workspace, attrs, &preset);
 }
 
 }  // namespace
@@ -83,7 +65,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Fp8Handler, fp8_impl<GemmFamily::kFp8>, gemm_bindi
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Fp8BlockHandler, fp8_impl<GemmFamily::kFp8Block>,
                               gemm_binding<2>(), {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Fp8SwapHandler, fp8_swap_impl, gemm_binding<2>(),
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Fp8SwapHandler, fp8_impl<GemmFamily::kFp8Swap>, gemm_binding<2>(),
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jax_hopper
