@@ -118,13 +118,15 @@ class TileShape:
 # wgmmas per k16 step, each reading B) and 64 x 256 (one m64n256: the shared-memory reads per
 # FLOP of cooperative 128 x 256). Stages fill the 227 KB budget (each kernel's static_assert
 # checks the sum of its policies' shared memory against the limit).
-# NOTES: cuBLAS runs mid-M shapes (512 x 4096 x 4096) on a 256 x 64 tile in 2-CTA clusters along
-# N with no split, its tensor pipes busy 84% against our 66% (ncu_h100_20261125_fixed_cost.txt).
-# TileShape(256, 64, 64, 4) added here (5 stages exceed 227 KB) compiles without spills, but the
-# cooperative schedule with two 64-row slices per warpgroup leaves output rows unwritten
-# (test_every_config: 6 of 6 failed on non-finite outputs; H100, 2026-11-25): the cooperative
-# path assumes one slice per warpgroup somewhere (epilogue or tile coordinates) and needs that
-# found before a 256-row tile can be timed.
+# NOTES: cuBLAS runs mid-M shapes (512 x 4096 x 4096) on nvjet_sm90_tst_256x64 in 2-CTA
+# clusters along N with no split, its tensor pipes busy 84% against our 66%
+# (ncu_h100_20261125_fixed_cost.txt). A cooperative TileShape(256, 64, 64, 4) here (5 stages
+# exceed 227 KB; two 64-row slices per warpgroup, each m64n64, which needed the cooperative
+# schedule to store each slice as ping-pong does) passed test_every_config but ran 0.37-0.87x
+# XLA on 14 mid-M shapes against the default's 0.62-1.10x (H100, 2026-11-25): narrow wgmmas
+# again (see ss_promoted.cuh's NOTES). Not kept. cuBLAS's "tst" is likely the product swapped
+# (64 weight columns as wgmma's M, 256 token rows as a full-width N): on our kernels that is the
+# matmul_swap family on a 64 x 256 tile, the next thing to try.
 TILE_SHAPES = (TileShape(128, 256, 64, 4), TileShape(128, 192, 64, 4),
                TileShape(128, 128, 64, 6), TileShape(128, 128, 64, 6, "pingpong"),
                TileShape(64, 256, 64, 4, "pingpong"))
