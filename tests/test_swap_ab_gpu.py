@@ -122,7 +122,6 @@ def test_grad_of_a_decode_product(rng):
         assert rel_frob(got, want) < REL_FROB_BOUND["bfloat16"]
 
 
-
 @pytest.mark.parametrize("pair", catalog.FP8_PAIRS)
 @pytest.mark.parametrize("tile", catalog.SWAP_TILES_FP8, ids=lambda t: t.tag)
 def test_fp8_every_tile_and_pair(rng, tile, pair):

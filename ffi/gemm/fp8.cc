@@ -15,16 +15,16 @@ namespace {
 // Unswapped, the kernel's A is a (Ba, M, K) and its B is b (Bb, N, K). The swap-AB kernels
 // (family fp8_swap, GemmConfig.swap_ab) run out^T = b a^T: their A is b and their B is a, and
 // out stays (batch, M, N), stored transposed by the epilogue. In `g` the kernel's operands.
-ffi::Error fp8_shapes(const GemmKernelInfo& kernel, const GemmArgs& g, GemmShape* s) {
-  const bool swap = kernel.family == GemmFamily::kFp8Swap;
+template <bool kSwap>
+ffi::Error fp8_shapes(const GemmKernelInfo&, const GemmArgs& g, GemmShape* s) {
   const int64_t batch = g.out.batch;
-  const int64_t rows = swap ? g.out.cols : g.out.rows, cols = swap ? g.out.rows : g.out.cols;
+  const int64_t rows = kSwap ? g.out.cols : g.out.rows, cols = kSwap ? g.out.rows : g.out.cols;
   if (g.a.rows != rows || g.b.rows != cols || g.a.cols != g.b.cols ||
       (g.a.batch != 1 && g.a.batch != batch) || (g.b.batch != 1 && g.b.batch != batch))
-    return invalid(std::string("hopper_fp8_matmul") + (swap ? " (swap_ab)" : "") +
+    return invalid(std::string("hopper_fp8_matmul") + (kSwap ? " (swap_ab)" : "") +
                    ": a (Ba, M, K), b (Bb, N, K) and the output disagree");
   *s = GemmShape{rows, cols, g.a.cols, batch, g.out.cols, "with one entry per output column",
-                 swap};
+                 kSwap};
   return ffi::Error::Success();
 }
 
@@ -54,8 +54,8 @@ ffi::Error fp8_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a, ff
       read_scales("a_scale", a_scale, kRank, kSwap ? &preset.b_scale : &preset.a_scale));
   JH_RETURN_IF_ERROR(
       read_scales("b_scale", b_scale, kRank, kSwap ? &preset.a_scale : &preset.b_scale));
-  return run_gemm(kFamily, "hopper_fp8_matmul", fp8_shapes, stream, flags, kSwap ? b : a,
-                  kSwap ? a : b, bias, residual, out, workspace, attrs, &preset);
+  return run_gemm(kFamily, "hopper_fp8_matmul", fp8_shapes<kSwap>, stream, flags,
+                  kSwap ? b : a, kSwap ? a : b, bias, residual, out, workspace, attrs, &preset);
 }
 
 }  // namespace
