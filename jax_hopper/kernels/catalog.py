@@ -124,9 +124,14 @@ class TileShape:
 # exceed 227 KB; two 64-row slices per warpgroup, each m64n64, which needed the cooperative
 # schedule to store each slice as ping-pong does) passed test_every_config but ran 0.37-0.87x
 # XLA on 14 mid-M shapes against the default's 0.62-1.10x (H100, 2026-11-25): narrow wgmmas
-# again (see ss_promoted.cuh's NOTES). Not kept. cuBLAS's "tst" is likely the product swapped
-# (64 weight columns as wgmma's M, 256 token rows as a full-width N): on our kernels that is the
-# matmul_swap family on a 64 x 256 tile, the next thing to try.
+# again (see ss_promoted.cuh's NOTES). Not kept. The product swapped on a 64 x 256 tile (64
+# weight columns as wgmma's M, 256 tokens as its N: one m64n256 per k16 step; matmul_swap,
+# ping-pong, the transposed store in four 64-row passes) was correct (test_swap_ab_gpu: 109
+# passed) but slower still: 0.41-0.93x XLA on 17 shapes of M = 128-1024 against the default's
+# 0.65-1.03x, no better in 2-CTA clusters sharing the token tile (H100, 2026-11-25,
+# gemm_h100_20261125_swapwide.*; code on the local branch experiment/swap-wide-tile, which may
+# not outlive the session). With one tile per CTA (one wave) a ping-pong CTA computes on one
+# warpgroup while the other waits. Not kept; mid M is not a tile-shape problem on our kernels.
 TILE_SHAPES = (TileShape(128, 256, 64, 4), TileShape(128, 192, 64, 4),
                TileShape(128, 128, 64, 6), TileShape(128, 128, 64, 6, "pingpong"),
                TileShape(64, 256, 64, 4, "pingpong"))
