@@ -135,6 +135,14 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
 // 16 x 4096 x 14336 4 / 7 / 14 pieces 50.6 / 55.1 / 59.7 (51.0); 16 x 14336 x 4096 (112
 // tiles) 2 / 4 pieces 55.1 / 58.7 against whole tiles 48.2, a CTA each (persistent 48.7);
 // 1 x 28672 x 4096 (224 tiles) whole 90.8, a CTA each, 2 pieces 100.8 (persistent 90.4).
+// NOTES: more pieces than CTAs handed out at run time (a per-CTA queue fed by a global counter,
+// up to 4 pieces per CTA, so faster SMs take more) measured slower on all 6 decode shapes
+// tried, 0.78-0.90x this plan (H100, 2026-11-25, ab_h100_20261125_decode_queue*.json, branch
+// experiment/decode-work-queue): SM busy rose where this plan leaves SMs idle (64 x 12288 x
+// 4096: 0.60 -> 0.89) but each extra piece's fix-up waits on its arrival atomic in a saturated
+// L2 (17% of the consumers' warp samples) and pieces at different k read the weight's rows
+// scattered (DRAM 67% vs 78% of peak on the same bytes; ncu_h100_20261125_decode_queue.txt).
+// Balancing needs a fix-up off the consumers' path (the producer warpgroup's three idle warps).
 constexpr int32_t kMaxArrivalPieces = 16;
 
 JH_HOST_DEVICE inline StreamKPlan plan_last_arrival_split(int64_t tiles, int32_t k_blocks,
