@@ -142,7 +142,7 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
 // 4096: 0.60 -> 0.89) but each extra piece's fix-up waits on its arrival atomic in a saturated
 // L2 (17% of the consumers' warp samples) and pieces at different k read the weight's rows
 // scattered (DRAM 67% vs 78% of peak on the same bytes; ncu_h100_20261125_decode_queue.txt).
-// Balancing needs a fix-up off the consumers' path (the producer warpgroup's three idle warps).
+// Untried: the fix-up off the consumers' path (the producer warpgroup's three idle warps).
 constexpr int32_t kMaxArrivalPieces = 16;
 
 JH_HOST_DEVICE inline StreamKPlan plan_last_arrival_split(int64_t tiles, int32_t k_blocks,
