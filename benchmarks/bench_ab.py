@@ -7,11 +7,13 @@ Cases: every shape of bench_gemm.py (bf16 hopper_matmul, default config; or --sh
 case of bench_epilogue.py (the fused call; or --epilogue-cases), the bench_grouped.py cases
 named by --grouped-cases (hopper_ragged_dot against jax.lax.ragged_dot, uniform routing), and the
 fp8 shapes named by --fp8-cases (hopper_fp8_matmul with --fp8-scaling's scales, default config,
-against bench_fp8.py's peer: XLA's fp8 dot per tensor, the dequantise-then-bf16 dot per block). Per
-case the three variants (xla, base, new) are timed interleaved (timing.time_interleaved), on
-rotating inputs larger than L2; each result is checked against an fp32-accumulated reference.
-The summary gives new/base per case, the geomean and the worst; the JSON (ab_<tag>.json) keeps
-every time.
+against bench_fp8.py's peer: XLA's fp8 dot per tensor, the dequantise-then-bf16 dot per block),
+and the quantizations named by --quantize-cases (RxC:MODE, a bench_quantize.py mode: quantize_fp8
+of a bf16 (R, C) array against the same in jnp; the rate is GB/s of bench_quantize's traffic,
+not TFLOP/s). Per case the three variants (xla, base, new) are timed interleaved
+(timing.time_interleaved), on rotating inputs larger than L2; each result is checked against an
+fp32-accumulated reference (a quantization: its dequantised copies against jnp's). The summary
+gives new/base per case, the geomean and the worst; the JSON (ab_<tag>.json) keeps every time.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import bench_epilogue
 import bench_fp8
 import bench_gemm
 import bench_grouped
+import bench_quantize
 import numpy as np
 import timing
 
@@ -90,6 +93,39 @@ def fp8_case(shape, scaling: str, key):
     return shape, timing.rotation(sets, n_calls), variants, reference
 
 
+def parse_quantize_case(text: str):
+    """'RxC:MODE' -> ((R, C), MODE)."""
+    shape, _, mode = text.partition(":")
+    if mode not in bench_quantize.MODES:
+        raise argparse.ArgumentTypeError(
+            f"quantize case {text!r}: want RxC:MODE, MODE one of {list(bench_quantize.MODES)}")
+    return bench_quantize.parse_rc(shape), mode
+
+
+def quantize_case(shape, mode: str, key):
+    """(pairs, {variant: f(x, _)}, reference, check, bytes moved) of one quantization: the jnp
+    spelling as "xla", the two builds' quantize_fp8; check(out, ref) -> the worst relative error
+    of out's dequantised copies against ref's."""
+    r, c = shape
+    kwargs = bench_quantize.MODES[mode]
+    copies = bench_quantize.copy_modes(kwargs)
+    moved = bench_quantize.traffic_bytes(r, c, *copies)
+    n_calls, n_sets = bench_quantize.call_plan(r, c, moved - 2 * r * c)
+    sets = [(bench_quantize._draw(k, r, c), None) for k in jax.random.split(key, n_sets)]
+
+    def build(module):
+        def f(x, _):
+            out = module.quantize_fp8(x, dtype=bench_quantize.E4M3, **kwargs)
+            return tuple(out) if copies[1] else tuple(out[:2])
+        return f
+
+    variants = {"xla": bench_quantize.variants(kwargs)["jnp"], "base": build(jax_hopper_base),
+                "new": build(jax_hopper)}
+    check = lambda out, ref: float(jnp.max(  # noqa: E731
+        bench_quantize.copy_errors(out, ref, *copies)))
+    return timing.rotation(sets, n_calls), variants, variants["xla"], check, moved
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -103,6 +139,8 @@ def main():
     parser.add_argument("--fp8-cases", nargs="*", type=bench_gemm.parse_shape, default=[],
                         help="MxNxK of fp8 products (hopper_fp8_matmul)")
     parser.add_argument("--fp8-scaling", choices=("tensor", "block"), default="block")
+    parser.add_argument("--quantize-cases", nargs="*", type=parse_quantize_case, default=[],
+                        help="RxC:MODE quantizations (bench_quantize.py's modes)")
     args = parser.parse_args()
     timing.require_kernels(jax_hopper, jax_hopper_base)
     key = jax.random.key(0)
@@ -119,8 +157,16 @@ def main():
     for i, shape in enumerate(args.fp8_cases):
         plans.append((f"fp8_{args.fp8_scaling}_{bench_gemm.shape_name(shape)}",
                       *fp8_case(shape, args.fp8_scaling, jax.random.fold_in(key, 2000 + i))))
-    for name, shape, pairs, variants, reference in plans:
-        m, n, k = shape
+    # A plan: (name, shape, pairs, variants, reference[, check, bytes moved]); without the last
+    # two, a product checked by its relative Frobenius error and rated in TFLOP/s.
+    for i, (shape, mode) in enumerate(args.quantize_cases):
+        plans.append((f"quantize_{mode}_{shape[0]}x{shape[1]}", shape,
+                      *quantize_case(shape, mode, jax.random.fold_in(key, 3000 + i))))
+    for name, shape, pairs, variants, reference, *quant in plans:
+        check, moved = quant or (lambda out, ref: float(timing.rel_fro_error(out, ref)), None)
+        rate = ((lambda s: moved / s / 1e9) if moved else
+                (lambda s, shape=shape: timing.tflops(*shape, s)))
+        unit, field = ("GB/s", "gbs") if moved else ("TFLOP/s", "tflops")
         ref = jax.jit(reference)(*pairs[-1])
         timed = timing.time_interleaved({v: (timing.chained(f), pairs)
                                          for v, f in variants.items()}, args.reps)
@@ -128,14 +174,14 @@ def main():
         for v, r in timed.items():
             if isinstance(r, Exception):
                 raise r
-            err = float(timing.rel_fro_error(r["out"], ref))
+            err = check(r["out"], ref)
             wrong |= not err <= ERR_LIMIT
             row[v] = dict(ms=r["median_s"] * 1e3, times_ms=[t * 1e3 for t in r["times_s"]],
-                          tflops=timing.tflops(m, n, k, r["median_s"]), rel_err=err)
+                          **{field: rate(r["median_s"])}, rel_err=err)
         row["new_over_base"] = row["base"]["ms"] / row["new"]["ms"]  # speed ratio, > 1: faster
         rows.append(row)
-        print(f"{name:28s} xla {row['xla']['tflops']:6.1f}  base {row['base']['tflops']:6.1f}  "
-              f"new {row['new']['tflops']:6.1f} TFLOP/s  new/base {row['new_over_base']:.3f}  "
+        print(f"{name:28s} xla {row['xla'][field]:6.1f}  base {row['base'][field]:6.1f}  "
+              f"new {row['new'][field]:6.1f} {unit}  new/base {row['new_over_base']:.3f}  "
               f"err {row['new']['rel_err']:.1e}", flush=True)
     ratios = [r["new_over_base"] for r in rows]
     summary = dict(geomean=timing.geomean(ratios), worst=min(ratios),
