@@ -6,13 +6,13 @@
 // it is) and store only their in-bounds part.
 // PTX ISA: cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 (through cuda_fp8.h), cp.async.bulk.tensor.
 // NOTES (H100, 2026-11-25; ab_h100_20261125_quantize_persistent.json, _drain_read.json,
-// _quantize_tensor.json): a persistent grid (two 98 KB CTAs per SM for 16-bit inputs, each
-// keeping its next tile's TMA load in flight while it quantizes the current one) ran 0.87-0.96x
-// this kernel on 6 of 7 cases; likely (not profiled) because with 16 warps per SM instead of 24
-// the per-tile arithmetic, not the HBM stream, sets the pace. Neutral (0.97-1.04x), not kept: tiles taken back to front (to
-// reuse what the amax reduction left in L2), an end wait for the stores' reads only, and
-// per-tensor scaling skipping the row pass whose maxima it does not use. XLA's per-tensor amax
-// before this kernel already streams at 2.3-2.8 TB/s on the large arrays.
+// _quantize_tensor.json): a persistent grid (two 98 KB CTAs per SM for 16-bit inputs, each keeping
+// its next tile's TMA load in flight while it quantizes the current one) ran 0.87-0.96x this
+// kernel on 6 of 7 cases; likely (not profiled) because with 16 warps per SM instead of 24 the
+// per-tile arithmetic, not the HBM stream, sets the pace. Neutral (0.97-1.04x), not kept: tiles
+// taken back to front (to reuse what the amax reduction left in L2), an end wait for the stores'
+// reads only, and per-tensor scaling skipping the row pass whose maxima it does not use. XLA's
+// per-tensor amax before this kernel already streams at 2.3-2.8 TB/s on the large arrays.
 #include "cuda/quantize/quantize.h"
 
 #include <cuda_bf16.h>

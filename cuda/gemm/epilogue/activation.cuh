@@ -12,11 +12,11 @@ namespace jax_hopper {
 // so whatever runs per element is copied 128 times: libdevice's erff/tanhf inlined there grew
 // the kernel past 600 KB of SASS and instruction-cache misses halved the GEMM's speed (H100).
 // Out-of-line calls are no better: the accumulators then live on the stack around each call.
-// NOTES: the unrolled passes are still most of a kernel's code, and a launch whose code has left
-// L2 pays for the code's size, not only for what it executes: the 128 x 128 kernel's SASS is
-// 126 KB, 45 KB with these passes and the store's five other variants compiled out, which ran
-// one-wave kernels 1.9-3 us faster under ncu's cache flush (128 x 128 x 64 9.5-10.1 -> 6.0-7.1 us, 256 x 4096 x
-// 1024 14.1 -> 11.8, 512 x 4096 x 4096 31.1 -> 29.2) and no faster warm or in the benchmark
+// NOTES: the unrolled passes are still most of a kernel's code, and a launch whose code has left L2
+// pays for the code's size, not only for what it executes: the 128 x 128 kernel's SASS is 126 KB,
+// 45 KB with these passes and the store's five other variants compiled out, which ran one-wave
+// kernels 1.9-3 us faster under ncu's cache flush (128 x 128 x 64 9.5-10.1 -> 6.0-7.1 us, 256 x
+// 4096 x 1024 14.1 -> 11.8, 512 x 4096 x 4096 31.1 -> 29.2) and no faster warm or in the benchmark
 // (H100, 2026-11-25, ncu_h100_20261125_cold_code.txt). __builtin_expect on the passes and the
 // store's dtype switch moved them after the store in the PTX but changed no timing.
 __device__ __forceinline__ float tanh_fast(float u) {
