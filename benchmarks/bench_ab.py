@@ -103,27 +103,18 @@ def parse_quantize_case(text: str):
 
 
 def quantize_case(shape, mode: str, key):
-    """(pairs, {variant: f(x, _)}, reference, check, bytes moved) of one quantization: the jnp
-    spelling as "xla", the two builds' quantize_fp8; check(out, ref) -> the worst relative error
-    of out's dequantised copies against ref's."""
-    r, c = shape
+    """(pairs, {variant: f(x, _)}, reference, check, bytes moved) of one quantization
+    (bench_quantize.py's inputs and variants): the jnp spelling as "xla", the two builds'
+    quantize_fp8; check(out, ref) -> the worst relative error of out's dequantised copies
+    against ref's."""
+    pairs, moved, copies, _, _ = bench_quantize.case(key, *shape, mode)
     kwargs = bench_quantize.MODES[mode]
-    copies = bench_quantize.copy_modes(kwargs)
-    moved = bench_quantize.traffic_bytes(r, c, *copies)
-    n_calls, n_sets = bench_quantize.call_plan(r, c, moved - 2 * r * c)
-    sets = [(bench_quantize._draw(k, r, c), None) for k in jax.random.split(key, n_sets)]
-
-    def build(module):
-        def f(x, _):
-            out = module.quantize_fp8(x, dtype=bench_quantize.E4M3, **kwargs)
-            return tuple(out) if copies[1] else tuple(out[:2])
-        return f
-
-    variants = {"xla": bench_quantize.variants(kwargs)["jnp"], "base": build(jax_hopper_base),
-                "new": build(jax_hopper)}
+    variants = {"xla": bench_quantize.variants(kwargs)["jnp"],
+                "base": bench_quantize.variants(kwargs, jax_hopper_base)["hopper"],
+                "new": bench_quantize.variants(kwargs, jax_hopper)["hopper"]}
     check = lambda out, ref: float(jnp.max(  # noqa: E731
         bench_quantize.copy_errors(out, ref, *copies)))
-    return timing.rotation(sets, n_calls), variants, variants["xla"], check, moved
+    return pairs, variants, variants["xla"], check, moved
 
 
 def main():
@@ -164,8 +155,6 @@ def main():
                       *quantize_case(shape, mode, jax.random.fold_in(key, 3000 + i))))
     for name, shape, pairs, variants, reference, *quant in plans:
         check, moved = quant or (lambda out, ref: float(timing.rel_fro_error(out, ref)), None)
-        rate = ((lambda s: moved / s / 1e9) if moved else
-                (lambda s, shape=shape: timing.tflops(*shape, s)))
         unit, field = ("GB/s", "gbs") if moved else ("TFLOP/s", "tflops")
         ref = jax.jit(reference)(*pairs[-1])
         timed = timing.time_interleaved({v: (timing.chained(f), pairs)
@@ -177,7 +166,8 @@ def main():
             err = check(r["out"], ref)
             wrong |= not err <= ERR_LIMIT
             row[v] = dict(ms=r["median_s"] * 1e3, times_ms=[t * 1e3 for t in r["times_s"]],
-                          **{field: rate(r["median_s"])}, rel_err=err)
+                          **{field: moved / r["median_s"] / 1e9 if moved else
+                             timing.tflops(*shape, r["median_s"])}, rel_err=err)
         row["new_over_base"] = row["base"]["ms"] / row["new"]["ms"]  # speed ratio, > 1: faster
         rows.append(row)
         print(f"{name:28s} xla {row['xla'][field]:6.1f}  base {row['base'][field]:6.1f}  "

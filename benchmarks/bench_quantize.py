@@ -47,7 +47,7 @@ import timing
 
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax_hopper  # noqa: E402
-from jax_hopper import dequantize_fp8, quantize_fp8  # noqa: E402
+from jax_hopper import dequantize_fp8  # noqa: E402
 from jax_hopper.kernels import catalog  # noqa: E402
 from jax_hopper.quantize.fp8 import kernel_runs  # noqa: E402
 
@@ -127,13 +127,14 @@ def jnp_quantize(x, mode):
     return q.reshape(rb * rows, cb * BLOCK)[:r, :c].astype(E4M3), scale
 
 
-def variants(kwargs) -> dict:
-    """name -> f(x, _) -> (q, scale[, q_t, scale_t]) for one mode (the module docstring). The
-    unused second argument: timing.chained calls f with a pair."""
+def variants(kwargs, package=jax_hopper) -> dict:
+    """name -> f(x, _) -> (q, scale[, q_t, scale_t]) for one mode (the module docstring); the
+    "hopper" variant is `package`'s quantize_fp8 (benchmarks/bench_ab.py passes another build).
+    The unused second argument: timing.chained calls f with a pair."""
     mode, t_mode = copy_modes(kwargs)
 
     def hopper(x, _):
-        out = quantize_fp8(x, dtype=E4M3, **kwargs)
+        out = package.quantize_fp8(x, dtype=E4M3, **kwargs)
         return tuple(out) if t_mode else tuple(out[:2])
 
     def jnp_peer(x, _):
@@ -179,15 +180,20 @@ def call_plan(r, c, out_bytes):
     return n_calls, min(n_calls, timing.n_sets_for(2 * r * c))
 
 
-def bench(key, r, c, name, reps, kernels):
-    kwargs = MODES[name]
-    mode, t_mode = copy_modes(kwargs)
-    moved = traffic_bytes(r, c, mode, t_mode)
+def case(key, r, c, name):
+    """The inputs of mode `name` on (r, c): (pairs, the timed run's calls through rotating input
+    sets; bytes moved per call; (q's, q_t's) scaling; input sets; calls per run)."""
+    copies = copy_modes(MODES[name])
+    moved = traffic_bytes(r, c, *copies)
     n_calls, n_sets = call_plan(r, c, moved - 2 * r * c)
     sets = [(_draw(k, r, c), None) for k in jax.random.split(key, n_sets)]
     jax.block_until_ready(sets)
-    pairs = timing.rotation(sets, n_calls)
-    fns = variants(kwargs)
+    return timing.rotation(sets, n_calls), moved, copies, n_sets, n_calls
+
+
+def bench(key, r, c, name, reps, kernels):
+    pairs, moved, (mode, t_mode), n_sets, n_calls = case(key, r, c, name)
+    fns = variants(MODES[name])
     timed = timing.time_interleaved({v: (timing.chained(f), pairs) for v, f in fns.items()}, reps)
     if isinstance(timed["jnp"], Exception):
         raise timed["jnp"]  # the reference every other variant is checked against
