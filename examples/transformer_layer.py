@@ -3,7 +3,7 @@ against and timed beside the same block written with jnp matmuls.
 
     python examples/transformer_layer.py [--d-model 4096] [--d-ff 14336] [--heads 32]
         [--batch 4] [--seq 2048] [--reps 10] [--attention cudnn|xla] [--seed 0] [--json PATH]
-        [--fp8 tensor|block] [--train-steps 30]
+        [--fp8 tensor|delayed|block] [--train-steps 30]
 
 Block: x += W_o attn(RMSNorm(x) W_qkv); x += W_down (silu(h W_gate) * (h W_up)), h = RMSNorm(x),
 with causal attention from jax.nn.dot_product_attention. Both versions share the parameters and
@@ -12,11 +12,16 @@ fused) and hopper_glu for the gated MLP input, against jnp. Each version runs a 
 forward pass and a jitted training step (fp32 mean-square loss against a random target,
 jax.value_and_grad, a hand-written Adam update). Prints median times, tokens/s, the speedup of
 hopper_matmul over jnp, and the relative differences of output, loss and every parameter
-gradient between the versions; exits with status 1 when one is above its bound.
+gradient between the versions; exits with status 1 when one is above its bound. A timed sample
+is three calls issued back to back, then waited for (per call), as a training loop that does
+not wait for each step runs them.
 
 --fp8 RECIPE adds two fp8 versions of the same block, timed in the same process beside the two
 above: "fp8", every projection (the gated MLP input included) through fp8_matmul(h, w,
-recipe=RECIPE), which quantizes inside and runs its forward and both backward GEMMs in fp8; and
+recipe=RECIPE), which quantizes inside and runs its forward and both backward GEMMs in fp8
+(recipe "delayed": each projection's amax histories, an Fp8Meta, ride in the parameters under
+"fp8_meta"; the training step replaces them by their gradient instead of updating them, and they
+are calibrated by one forward and backward pass before anything is timed or trained); and
 "XLA fp8", every projection written in jnp as per-tensor fp8 (amax scales, e4m3 operands, e5m2
 gradient, lax.dot_general on the fp8 operands with a bf16 result, times the scales: the pattern
 XLA hands to cuBLASLt's fp8 GEMM), with a custom_vjp so that it trains too. It also trains the
@@ -75,11 +80,15 @@ def jnp_dense(h, w, residual=None):
 def fp8_dense_for(recipe):
     """dense() through fp8_matmul with `recipe`: h and w stay bf16 and are quantized inside, the
     same bf16 result and gradients come out. The residual is a separate bf16 add (fp8_matmul has
-    no epilogue to fuse it into)."""
-    def fp8_dense(h, w, residual=None):
-        y = fp8_matmul(h, w, recipe=recipe)
+    no epilogue to fuse it into). meta: the projection's Fp8Meta (recipe "delayed")."""
+    def fp8_dense(h, w, residual=None, meta=None):
+        y = fp8_matmul(h, w, recipe=recipe, meta=meta)
         return y if residual is None else residual + y
     return fp8_dense
+
+
+# The projections whose weights p holds: "fp8_meta" (recipe "delayed") has an Fp8Meta each.
+PROJECTIONS = ("w_qkv", "w_o", "w_gate_up", "w_down")
 
 
 def quantize_per_tensor(x, dtype):
@@ -142,8 +151,8 @@ def hopper_swiglu(h, w_gate_up):
 def swiglu_from(dense):
     """The unit as a user would write it: one `dense` product of (d, 2 d_ff), split, silu in
     fp32, rounded once."""
-    def swiglu(h, w_gate_up):
-        gate, up = jnp.split(dense(h, w_gate_up), 2, axis=-1)
+    def swiglu(h, w_gate_up, **meta):
+        gate, up = jnp.split(dense(h, w_gate_up, **meta), 2, axis=-1)
         return (jax.nn.silu(gate.astype(F32)) * up.astype(F32)).astype(h.dtype)
     return swiglu
 
@@ -165,15 +174,17 @@ def make_layer(dense, heads, attention="xla", swiglu=None):
     """
     swiglu = swiglu or swiglu_from(dense)
 
-    def layer(p, x):  # p: init_params' dict; x: (batch, seq, d_model) bf16
+    def layer(p, x):  # p: init_params' dict (+ "fp8_meta"); x: (batch, seq, d_model) bf16
         b, t, d = x.shape
+        metas = p.get("fp8_meta")
+        meta = (lambda name: {}) if metas is None else (lambda name: {"meta": metas[name]})
         x2 = x.reshape(b * t, d)
-        qkv = dense(rms_norm(x2, p["ln1"]), p["w_qkv"])
+        qkv = dense(rms_norm(x2, p["ln1"]), p["w_qkv"], **meta("w_qkv"))
         q, k, v = (qkv[:, i * d:(i + 1) * d].reshape(b, t, heads, d // heads) for i in range(3))
         o = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=attention)
-        x2 = dense(o.reshape(b * t, d), p["w_o"], residual=x2)
-        h = swiglu(rms_norm(x2, p["ln2"]), p["w_gate_up"])
-        x2 = dense(h, p["w_down"], residual=x2)
+        x2 = dense(o.reshape(b * t, d), p["w_o"], residual=x2, **meta("w_o"))
+        h = swiglu(rms_norm(x2, p["ln2"]), p["w_gate_up"], **meta("w_gate_up"))
+        x2 = dense(h, p["w_down"], residual=x2, **meta("w_down"))
         return x2.reshape(b, t, d)
     return layer
 
@@ -198,8 +209,10 @@ def mse_loss(layer, p, x, target):
 
 
 def adam_init(p):
-    """fp32 moments: bf16 would round away most of (1 - b2) * g^2."""
-    zeros = jax.tree.map(lambda w: jnp.zeros(w.shape, F32), p)
+    """fp32 moments: bf16 would round away most of (1 - b2) * g^2. None for "fp8_meta" (not
+    optimized: make_train_step)."""
+    zeros = jax.tree.map(lambda w: jnp.zeros(w.shape, F32),
+                         {k: w for k, w in p.items() if k != "fp8_meta"})
     return jnp.zeros((), jnp.int32), zeros, zeros
 
 
@@ -217,9 +230,19 @@ def adam_update(p, g, state, lr=1e-4, b1=0.9, b2=0.999, eps=1e-8):
 def make_train_step(layer):
     def train_step(p, opt_state, x, target):
         loss, g = jax.value_and_grad(functools.partial(mse_loss, layer))(p, x, target)
-        p, opt_state = adam_update(p, g, opt_state)
-        return p, opt_state, loss
+        # Delayed scaling's amax histories: their gradient is their next value, not a step.
+        metas = g.pop("fp8_meta", None)
+        p, opt_state = adam_update({k: w for k, w in p.items() if k != "fp8_meta"}, g, opt_state)
+        return (p if metas is None else p | {"fp8_meta": metas}), opt_state, loss
     return train_step
+
+
+def with_calibrated_metas(layer, params, x, target):
+    """params with an "fp8_meta" entry per projection whose histories hold the amaxes of one
+    forward and backward pass (a fresh meta scales by 1: a coarse first step)."""
+    p = params | {"fp8_meta": {name: jax_hopper.fp8_meta() for name in PROJECTIONS}}
+    g = jax.jit(jax.grad(functools.partial(mse_loss, layer)))(p, x, target)
+    return p | {"fp8_meta": g["fp8_meta"]}
 
 
 def train_curve(train_step, params, x, target, steps):
@@ -233,12 +256,18 @@ def train_curve(train_step, params, x, target, steps):
     return losses
 
 
-def median_seconds(runs, reps, warmup=2):
-    """{name: f} -> {name: median wall time of f()}, after warm-up calls (the first compiles).
+def median_seconds(runs, reps, warmup=2, pipeline=3):
+    """{name: f} -> {name: median wall time of f() per call}, after warm-up calls (the first
+    compiles).
 
-    The timed calls go round robin, the order rotated every round: a GPU's clock drifts with
-    its temperature and power draw by several percent over seconds, and timed one after the
-    other, one version would get the cool GPU and the other the hot one.
+    One sample is `pipeline` calls issued back to back, then waited for: a training loop does
+    not wait for each step, so the host enqueues a step while the GPU runs the one before, and
+    the GPU's time is what counts (a step waited for alone adds the host's dispatch of its first
+    kernels, and any stretch where the host enqueues slower than the GPU runs: 1.2-1.8 ms per
+    step of this layer on the H100, 2026-11-25). The timed calls go round robin, the order
+    rotated every round: a GPU's clock drifts with its temperature and power draw by several
+    percent over seconds, and timed one after the other, one version would get the cool GPU and
+    the other the hot one.
     """
     for f in runs.values():
         for _ in range(warmup):
@@ -249,8 +278,8 @@ def median_seconds(runs, reps, warmup=2):
         shift = rep % len(names)
         for name in names[shift:] + names[:shift]:
             start = time.perf_counter()
-            jax.block_until_ready(runs[name]())
-            times[name].append(time.perf_counter() - start)
+            jax.block_until_ready([runs[name]() for _ in range(pipeline)])
+            times[name].append((time.perf_counter() - start) / pipeline)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -278,7 +307,7 @@ def parse_args(argv, on_hopper):
                          "versions (default: cudnn on a Hopper GPU, else xla)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    ap.add_argument("--fp8", choices=("tensor", "block"),
+    ap.add_argument("--fp8", choices=("tensor", "delayed", "block"),
                     help="also time and train the block with fp8_matmul (this recipe) and with "
                          "per-tensor fp8 written in jnp for XLA")
     ap.add_argument("--train-steps", type=int, default=30,
@@ -305,16 +334,18 @@ def run(args):
     versions = {"hopper": (hopper_dense, hopper_swiglu), "jnp": (jnp_dense, None)}
     if args.fp8:  # swiglu_from(dense): the gated MLP input goes through the fp8 dense as well
         versions |= {"fp8": (fp8_dense_for(args.fp8), None), "xla_fp8": (xla_fp8_dense, None)}
-    outs, losses, grads, runs, train_steps = {}, {}, {}, {}, {}
+    outs, losses, grads, runs, train_steps, start = {}, {}, {}, {}, {}, {}
     for name, (dense, swiglu) in versions.items():
         layer = make_layer(dense, args.heads, args.attention, swiglu)
+        p = start[name] = (with_calibrated_metas(layer, params, x, target)
+                           if name == "fp8" and args.fp8 == "delayed" else params)
         forward = jax.jit(layer)
         train_step = train_steps[name] = jax.jit(make_train_step(layer))
-        outs[name] = forward(params, x)
+        outs[name] = forward(p, x)
         losses[name], grads[name] = jax.jit(jax.value_and_grad(
-            functools.partial(mse_loss, layer)))(params, x, target)
-        runs[name, "forward_s"] = functools.partial(forward, params, x)
-        runs[name, "train_step_s"] = functools.partial(train_step, params, opt_state, x, target)
+            functools.partial(mse_loss, layer)))(p, x, target)
+        runs[name, "forward_s"] = functools.partial(forward, p, x)
+        runs[name, "train_step_s"] = functools.partial(train_step, p, opt_state, x, target)
     medians = median_seconds(runs, reps=args.reps)
     times = {name: {key: t for (n, key), t in medians.items() if n == name} for name in versions}
 
@@ -331,7 +362,7 @@ def run(args):
     fp8 = {}
     if args.fp8:
         config_keys += ("fp8", "train_steps")
-        fp8 = dict(fp8=fp8_results(args, params, x, target, outs, losses, grads, times,
+        fp8 = dict(fp8=fp8_results(args, params, start, x, target, outs, losses, grads, times,
                                    train_steps, kernels))
     return dict(
         config={k: getattr(args, k) for k in config_keys},
@@ -347,16 +378,18 @@ def run(args):
         passed=all(math.isfinite(e) and e <= bounds[k] for k, e in errors.items()), **fp8)
 
 
-def fp8_results(args, params, x, target, outs, losses, grads, times, train_steps, kernels):
+def fp8_results(args, params, start, x, target, outs, losses, grads, times, train_steps,
+                kernels):
     """--fp8's part of the results: both fp8 versions' differences from the jnp (bf16) one, the
-    bf16-vs-fp8 training run, and (with the kernels) fp8_matmul's speed-up over the others."""
+    bf16-vs-fp8 training run (each from its `start` parameters), and (with the kernels)
+    fp8_matmul's speed-up over the others."""
     def differences(name):
         loss_j = float(losses["jnp"])
         d = {"output": rel_fro(outs[name], outs["jnp"]),
              "loss": abs(float(losses[name]) - loss_j) / abs(loss_j)}
         return d | {f"grad {k}": rel_fro(grads[name][k], grads["jnp"][k]) for k in params}
 
-    curves = {name: train_curve(train_steps[name], params, x, target, args.train_steps)
+    curves = {name: train_curve(train_steps[name], start[name], x, target, args.train_steps)
               for name in ("jnp", "fp8")}
     gap = max(abs(f - j) / abs(j) for f, j in zip(curves["fp8"], curves["jnp"], strict=True))
     return dict(

@@ -9,6 +9,7 @@
     y = hopper_fp8_matmul(a8, b8, a_scale, b_scale)   # fp8 (N, K) weight, per-tensor scales
     xq = quantize_fp8(x, scaling="block")             # fp8 + scales (+ transposed copy)
     y = fp8_matmul(x, w, recipe="block")              # differentiable, fp8 forward and backward
+    y = fp8_matmul(x, w, recipe="delayed", meta=m)    # scales from amax histories, m = fp8_meta()
 
 On a machine without a Hopper GPU (or in a package built without the CUDA toolkit) every op
 lowers to a pure-JAX reference with the same result; kernels_available() says which runs.
@@ -20,7 +21,7 @@ from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.dot_general import dot_general
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
-from jax_hopper.gemm.fp8_matmul import fp8_dot_general, fp8_matmul
+from jax_hopper.gemm.fp8_matmul import Fp8Meta, fp8_dot_general, fp8_matmul, fp8_meta
 from jax_hopper.gemm.glu import hopper_glu
 from jax_hopper.gemm.ragged import hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm.ragged_contract import hopper_ragged_contract
@@ -32,12 +33,14 @@ _ffi.register_targets()
 
 __all__ = [
     "Fp8Array",
+    "Fp8Meta",
     "GemmConfig",
     "KernelStatus",
     "dequantize_fp8",
     "dot_general",
     "fp8_dot_general",
     "fp8_matmul",
+    "fp8_meta",
     "hopper_fp8_matmul",
     "hopper_glu",
     "hopper_matmul",

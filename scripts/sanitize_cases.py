@@ -550,11 +550,13 @@ class QuantCase:
     transpose: bool
     transpose_block: str
     shape: tuple
+    amax: float | None = None  # per tensor: scale by it, the kernel records x's (delayed)
 
     def label(self) -> str:
         t = f" +T({self.transpose_block})" if self.transpose else ""
-        return (f"quantize_fp8 {self.in_dtype}->{self.dtype} {self.scaling}/{self.block}{t} "
-                f"x{self.shape}")
+        given = f" amax={self.amax}" if self.amax is not None else ""
+        return (f"quantize_fp8 {self.in_dtype}->{self.dtype} {self.scaling}/{self.block}{t}"
+                f"{given} x{self.shape}")
 
 
 def quant_groups(quick: bool) -> list[list[QuantCase]]:
@@ -563,10 +565,11 @@ def quant_groups(quick: bool) -> list[list[QuantCase]]:
     shapes = [(208, 304)] if quick else [(208, 304), (128, 128), (3, 144, 272)]
     ins = ["bfloat16"] if quick else ["bfloat16", "float16", "float32"]
     outs = ["float8_e4m3fn"] if quick else ["float8_e4m3fn", "float8_e5m2"]
-    modes = [("tensor", "row", "row"), ("block", "row", "row"), ("block", "row", "tile"),
-             ("block", "tile", "tile")]
-    group = [QuantCase(i, o, s, b, t, tb, shape)
-             for i, o, (s, b, tb), shape in itertools.product(ins, outs, modes, shapes)
+    modes = [("tensor", "row", "row", None), ("tensor", "row", "row", 2.0),
+             ("block", "row", "row", None), ("block", "row", "tile", None),
+             ("block", "tile", "tile", None)]
+    group = [QuantCase(i, o, s, b, t, tb, shape, amax)
+             for i, o, (s, b, tb, amax), shape in itertools.product(ins, outs, modes, shapes)
              for t in ((True,) if quick else (False, True))]
     return [group]
 
@@ -578,7 +581,8 @@ def quant_inputs(c: QuantCase, rng) -> dict:
 def quant_call(c: QuantCase, arrays: dict):
     from jax_hopper import quantize_fp8
     return quantize_fp8(arrays["x"], dtype=c.dtype, scaling=c.scaling, block=c.block,
-                        transpose=c.transpose, transpose_block=c.transpose_block)
+                        transpose=c.transpose, transpose_block=c.transpose_block,
+                        amax=None if c.amax is None else np.float32(c.amax))
 
 
 def quant_check(c: QuantCase, arrays: dict, out) -> str | None:

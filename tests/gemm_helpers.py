@@ -287,17 +287,34 @@ def run_in_command_buffer(child: str, *custom_call: str) -> list[float]:
 # float64 of the unquantized inputs. e4m3 keeps 3 mantissa bits (a product of two rounded
 # operands: ~3.6% rms for normal data), e5m2 (the tensor recipe's gradient) 2 bits.
 FP8_MATMUL_BOUND = {"tensor": dict(y=0.06, dx=0.09, dw=0.09),
+                    "delayed": dict(y=0.06, dx=0.09, dw=0.09),
                     "block": dict(y=0.06, dx=0.06, dw=0.06)}
 
 
+def amax_of(a) -> np.float32:
+    return np.float32(np.abs(np.asarray(a, np.float32)).max())
+
+
 def check_fp8_matmul(rng, lead, k, n, recipe, dtype=jnp.bfloat16, jit=False):
-    """Forward and both gradients of fp8_matmul against float64 (the helper the GPU tests share)."""
+    """Forward and both gradients of fp8_matmul against float64 (the helper the GPU tests share).
+    Recipe "delayed" runs with histories whose largest entries are this step's amaxes (the
+    newest entry, the older ones smaller), so it must meet "tensor"'s bounds, and its meta's
+    gradient must be each history pushed on by the amax just seen."""
     x = jnp.asarray(rng.standard_normal((*lead, k)), dtype)
     w = jnp.asarray(rng.standard_normal((k, n)) / np.sqrt(k), dtype)
     g = jnp.asarray(rng.standard_normal((*lead, n)), dtype)
-    f = lambda x, w: jax_hopper.fp8_matmul(x, w, recipe=recipe)  # noqa: E731
-    y, vjp = jax.vjp(jax.jit(f) if jit else f, x, w)
-    dx, dw = vjp(g)
+    if recipe == "delayed":
+        amaxes = [amax_of(a) for a in (x, w, g)]
+        meta = jax_hopper.Fp8Meta(*(jnp.asarray([a, a / 2, a / 4], jnp.float32) for a in amaxes))
+        f = lambda x, w, meta: jax_hopper.fp8_matmul(x, w, recipe=recipe, meta=meta)  # noqa: E731
+        y, vjp = jax.vjp(jax.jit(f) if jit else f, x, w, meta)
+        dx, dw, new_meta = vjp(g)
+        for got, a, old in zip(new_meta, amaxes, meta, strict=True):
+            np.testing.assert_array_equal(got, np.concatenate([[a], old[:-1]]))
+    else:
+        f = lambda x, w: jax_hopper.fp8_matmul(x, w, recipe=recipe)  # noqa: E731
+        y, vjp = jax.vjp(jax.jit(f) if jit else f, x, w)
+        dx, dw = vjp(g)
     assert (y.dtype, dx.dtype, dw.dtype) == (x.dtype, x.dtype, w.dtype)
     x64, w64, g64 = (np.asarray(a, np.float64) for a in (x, w, g))
     want = dict(y=x64 @ w64, dx=g64 @ w64.T,

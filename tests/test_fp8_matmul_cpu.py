@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from gemm_helpers import FP8_MATMUL_BOUND as BOUND, check_fp8_matmul, rel_frob
 
-from jax_hopper import fp8_dot_general, fp8_matmul
+from jax_hopper import Fp8Meta, fp8_dot_general, fp8_matmul, fp8_meta, quantize_fp8
+from jax_hopper.gemm.fp8 import hopper_fp8_matmul
 from jax_hopper.gemm import dot_general as dg
 
 @pytest.fixture(autouse=True)
@@ -19,7 +20,7 @@ def _on_cpu():
         yield
 
 
-@pytest.mark.parametrize("recipe", ["tensor", "block"])
+@pytest.mark.parametrize("recipe", ["tensor", "delayed", "block"])
 @pytest.mark.parametrize("lead,k,n", [((64,), 256, 128), ((2, 50), 300, 200), ((7,), 40, 24)])
 def test_product_and_gradients(rng, recipe, lead, k, n):
     check_fp8_matmul(rng, lead, k, n, recipe)
@@ -45,7 +46,15 @@ def test_empty():
     (jnp.ones((4, 8)), jnp.ones((8, 4), jnp.float8_e4m3fn), {}, "w.dtype"),
     (jnp.ones((4, 8)), jnp.ones((2, 8, 4)), {}, r"w \(K, N\)"),
     (jnp.ones((4, 8)), jnp.ones((6, 4)), {}, "last dimension 8"),
-    (jnp.ones((4, 8)), jnp.ones((8, 4)), dict(recipe="delayed"), "recipe='delayed'"),
+    (jnp.ones((4, 8)), jnp.ones((8, 4)), dict(recipe="delayed"), "recipe='delayed' needs meta"),
+    (jnp.ones((4, 8)), jnp.ones((8, 4)), dict(recipe="tensor", meta=fp8_meta()), "takes none"),
+    (jnp.ones((4, 8)), jnp.ones((8, 4)), dict(recipe="delayed", meta=(1, 2, 3)),
+     "got tuple"),
+    (jnp.ones((4, 8)), jnp.ones((8, 4)),
+     dict(recipe="delayed", meta=Fp8Meta(jnp.zeros(4), jnp.zeros(4), jnp.zeros(3))),
+     "one length"),
+    (jnp.ones((4, 8)), jnp.ones((8, 4)),
+     dict(recipe="delayed", meta=Fp8Meta(*[jnp.zeros(4, jnp.int32)] * 3)), "float32"),
     (jnp.ones((4, 8)), jnp.ones((8, 4)), dict(out_dtype=jnp.int32), "out_dtype"),
 ])
 def test_bad_arguments(x, w, kwargs, match):
@@ -67,6 +76,8 @@ def test_dot_general_takes_dense_and_falls_back_otherwise(rng):
     np.testing.assert_allclose(batched, jnp.einsum("abk,ack->abc", x, x), rtol=1e-5)
     with pytest.raises(ValueError, match="recipe"):
         fp8_dot_general("int8")
+    with pytest.raises(ValueError, match="call fp8_matmul"):
+        fp8_dot_general("delayed")
 
 
 @pytest.mark.parametrize("recipe", ["tensor", "block"])
@@ -111,3 +122,89 @@ def test_inference_skips_the_transposed_copy_of_x():
     assert quantizations(lambda x, w: fp8_matmul(x, w, recipe="block")) == ["False", "True"]
     assert quantizations(lambda x, w: jax.vjp(
         lambda x, w: fp8_matmul(x, w, recipe="block"), x, w)[0]) == ["True", "True"]
+
+
+def _operands(rng, m=64, k=256, n=96):
+    x = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((k, n)) / 16, jnp.bfloat16)
+    g = jnp.asarray(rng.standard_normal((m, n)) / 1000, jnp.bfloat16)
+    return x, w, g
+
+
+def _amax(a):
+    return float(np.abs(np.asarray(a, np.float32)).max())
+
+
+def test_delayed_with_current_amaxes_is_the_tensor_recipe(rng):
+    # Histories whose largest entries are this step's amaxes scale as "tensor" does: the same
+    # bits forward and backward.
+    x, w, g = _operands(rng)
+    meta = Fp8Meta(*(jnp.asarray([_amax(a) / 3, _amax(a), 0.0]) for a in (x, w, g)))
+    y_d, vjp_d = jax.vjp(lambda x, w: fp8_matmul(x, w, recipe="delayed", meta=meta), x, w)
+    y_t, vjp_t = jax.vjp(lambda x, w: fp8_matmul(x, w, recipe="tensor"), x, w)
+    for got, want in zip((y_d, *vjp_d(g)), (y_t, *vjp_t(g))):
+        np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+
+
+def test_delayed_fresh_meta_scales_by_one(rng):
+    x, w, _ = _operands(rng)
+    y = fp8_matmul(x, w, recipe="delayed", meta=fp8_meta(4))
+    e4m3_max = 448.0  # an amax of fp8 max: a scale of 1
+    xq, wq = quantize_fp8(x, amax=e4m3_max), quantize_fp8(w, amax=e4m3_max, transpose=True)
+    assert float(xq.scale) == 1.0
+    want = hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=jnp.bfloat16)
+    np.testing.assert_array_equal(np.asarray(y, np.float32), np.asarray(want, np.float32))
+
+
+def test_delayed_training_fills_the_histories(rng):
+    # Each step's meta gradient is the histories pushed on by the amaxes that step saw; after
+    # the first step the scales come from them, and the loss falls as in float32.
+    x, w, _ = _operands(rng)
+    target = jnp.asarray(rng.standard_normal((64, 96)), jnp.float32)
+
+    def loss(w, meta):
+        y = fp8_matmul(x, w, recipe="delayed", meta=meta).astype(jnp.float32)
+        return jnp.mean((y - target) ** 2)
+
+    step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+    meta, seen = fp8_meta(3), []
+    losses = []
+    for _ in range(4):
+        l, (gw, meta) = step(w, meta)
+        seen.append(_amax(w))
+        w = (w.astype(jnp.float32) - 0.5 * gw.astype(jnp.float32)).astype(jnp.bfloat16)
+        losses.append(float(l))
+    np.testing.assert_array_equal(meta.w, np.asarray(seen[::-1][:3], np.float32))
+    np.testing.assert_array_equal(meta.x, np.full(3, _amax(x), np.float32))
+    assert np.all(np.asarray(meta.grad) > 0)
+    assert losses[-1] < losses[1] < losses[0] * 1.01
+
+
+def test_delayed_stale_history_saturates(rng):
+    # An amax history far below the data: every value saturates to fp8 max, finite.
+    x, w, _ = _operands(rng)
+    meta = Fp8Meta(*(jnp.full((2,), 1e-3, jnp.float32),) * 3)
+    y = np.asarray(fp8_matmul(x, w, recipe="delayed", meta=meta), np.float32)
+    assert np.all(np.isfinite(y))
+
+
+def test_delayed_step_has_no_amax_pass_over_a_tensor():
+    # The amaxes come from histories (rank 1) and the kernel's records: no reduction over a
+    # whole operand (all its dimensions), which "tensor" has for x, w and dy.
+    x, w, g = (jnp.ones(s, jnp.bfloat16) for s in ((256, 512), (512, 384), (256, 384)))
+
+    def whole_reductions(recipe, meta):
+        def step(x, w, g):
+            y, vjp = jax.vjp(lambda x, w: fp8_matmul(x, w, recipe=recipe, meta=meta), x, w)
+            return y, vjp(g)
+        return len(re.findall(r"across dimensions = \[0, 1\]",
+                              jax.jit(step).lower(x, w, g).as_text()))
+
+    assert whole_reductions("tensor", None) == 3
+    assert whole_reductions("delayed", fp8_meta()) == 0
+
+
+def test_fp8_meta_length():
+    assert fp8_meta(5).x.shape == (5,)
+    with pytest.raises(ValueError, match="length=0"):
+        fp8_meta(0)

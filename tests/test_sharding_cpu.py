@@ -28,7 +28,7 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "ragged_k_split", "ragged_n_grad", "ragged_glu_f", "contract_columns", "ragged_rows",
          "ragged_dp_grad", "contract_rows", "fp8_rows", "fp8_block_n", "fp8_block_k",
          "fp8_tensor_k_scatter", "quantize_rows_tensor", "quantize_cols_blocks",
-         "quantize_unaligned_rows", "fp8_matmul_data_parallel"]
+         "quantize_unaligned_rows", "quantize_given_amax", "fp8_matmul_data_parallel"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -452,6 +452,14 @@ def _cases():
         for g, w in zip(got[:2], jax.jit(f)(x)[:2]):  # q and its scales (no transposed copy)
             assert rel_frob(g.astype(f32), to64(w.astype(f32))) == 0
 
+    def quantize_given_amax():
+        # An amax given (delayed scaling): no amax pass before; the maxima each device records
+        # for its shard meet in one all-reduce (max), so every device holds the whole's.
+        from jax_hopper import quantize_fp8
+        got = _compare(lambda x: tuple(quantize_fp8(x, transpose=True, amax=jnp.float32(3.0))),
+                       (_rand(rng, (4 * 32, 64)),), (named("x"),), all_reduce=True)
+        assert tuple(got[0].sharding.spec)[:1] == ("x",), got[0].sharding.spec
+
     def fp8_matmul_data_parallel():
         # The differentiable fp8 matmul on rows split over the devices: quantize and the GEMMs
         # run on local shards; the weight gradient is one all-reduce, nothing is gathered.
@@ -473,7 +481,8 @@ def _cases():
                             ragged_n_grad, ragged_glu_f, contract_columns, ragged_rows,
                             ragged_dp_grad, contract_rows, fp8_rows, fp8_block_n, fp8_block_k,
                             fp8_tensor_k_scatter, quantize_rows_tensor, quantize_cols_blocks,
-                            quantize_unaligned_rows, fp8_matmul_data_parallel]))
+                            quantize_unaligned_rows, quantize_given_amax,
+                            fp8_matmul_data_parallel]))
 
 
 def main():

@@ -2,8 +2,9 @@
 // shared memory; the CTA takes the absolute maxima its scaling modes need (per row, per column,
 // per tile), turns each into a scale (amax / fp8 max) and a multiplier (fp8 max / amax), writes
 // q = saturate(x * multiplier) into a staging tile (and the transposed copy into a second one,
-// 128B-swizzled) and TMA-stores both. Partial tiles load as zeros (which leave every maximum as
-// it is) and store only their in-bounds part.
+// 128B-swizzled) and TMA-stores both. Per tensor the scale comes from the amax it is given, and
+// the tile's own maximum can be recorded (delayed scaling). Partial tiles load as zeros (which
+// leave every maximum as it is) and store only their in-bounds part.
 // PTX ISA: cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 (through cuda_fp8.h), cp.async.bulk.tensor.
 // NOTES (H100, 2026-11-25; ab_h100_20261125_quantize_persistent.json, _drain_read.json,
 // _quantize_tensor.json): a persistent grid (two 98 KB CTAs per SM for 16-bit inputs, each keeping
@@ -151,6 +152,9 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   for (int w = 0; w < kWarps; ++w) tile_bits = max(tile_bits, warp_amax[w]);
+  // Recorded for delayed scaling, whose scale comes from earlier amaxes: the tile's maximum was
+  // taken above in every mode, so recording it costs one atomic per tile.
+  if (p.amax_out != nullptr && tid == 0) atomicMax(&p.amax_out[b], tile_bits);
   const float whole = p.mode == QuantMode::kTensor ? p.amax[b] : __uint_as_float(tile_bits);
   const Scale common = make_scale<kFmt>(whole);  // the tile's (or tensor's) scale
 

@@ -23,7 +23,9 @@ struct QuantizeArgs {
   QuantMode mode;                 // q's scaling
   bool transpose;                 // also write qt
   QuantMode t_mode;               // qt's scaling (kTensor exactly when mode is kTensor)
-  const float* amax;              // kTensor: (batch,) the absolute maximum of each batch entry
+  const float* amax;              // kTensor: (batch,) the absolute maximum to scale each batch entry by
+  uint32_t* amax_out;             // or null: (batch,) each batch entry's own max |x| as float bits,
+                                  // atomically maxed in (the handler zeroes it before the launch)
   float* scale;                   // kRow: (batch, rows, col tiles); kTile: (batch, row tiles, col tiles)
   float* scale_t;                 // kRow: (batch, cols, row tiles); kTile: (batch, col tiles, row tiles)
   CUtensorMap x_map, q_map, qt_map;  // x and q: (cols, rows, batch), box 128 x 128, no swizzle;

@@ -1,7 +1,7 @@
 // XLA FFI handler of quantize_fp8 (jax_hopper/quantize/fp8.py): x (batch, rows, cols) bf16 / f16 /
 // f32 -> q (batch, rows, cols) fp8 with its block scales, and optionally the transposed copy qt
-// (batch, cols, rows) with its own. Python validates first and computes per-tensor amaxes; these
-// checks are the last line before the kernel.
+// (batch, cols, rows) with its own, and optionally x's amax per batch entry (amax_out). Python
+// validates first and gives per-tensor amaxes; these checks are the last line before the kernel.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -71,7 +71,8 @@ ffi::Error tile_map(void* base, int64_t batch, int64_t rows, int64_t cols, size_
 ffi::Error quantize_impl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer amax,
                          ffi::Result<ffi::AnyBuffer> q, ffi::Result<ffi::AnyBuffer> scale,
                          ffi::Result<ffi::AnyBuffer> qt, ffi::Result<ffi::AnyBuffer> scale_t,
-                         int64_t mode_code, bool transpose, int64_t t_mode_code) {
+                         ffi::Result<ffi::AnyBuffer> amax_out, int64_t mode_code, bool transpose,
+                         int64_t t_mode_code) {
   QuantizeArgs a = {};
   JH_RETURN_IF_ERROR(decode_mode("mode", mode_code, &a.mode));
   JH_RETURN_IF_ERROR(decode_mode("t_mode", t_mode_code, &a.t_mode));
@@ -104,6 +105,11 @@ ffi::Error quantize_impl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer a
   if (a.mode == QuantMode::kTensor &&
       (amax.element_type() != ffi::DataType::F32 || !dims_are(amax, {batch})))
     return invalid(std::string(kOp) + ": per-tensor scaling needs amax, float32 (batch,)");
+  const bool record = dims_are(*amax_out, {batch});
+  if (amax_out->element_type() != ffi::DataType::F32 || (!record && !dims_are(*amax_out, {0})))
+    return invalid(std::string(kOp) + ": amax_out must be float32, (batch,) to record x's " +
+                   "amax or (0,) not to");
+  if (record) a.amax_out = static_cast<uint32_t*>(amax_out->untyped_data());
   a.batch = static_cast<int32_t>(batch);
   a.rows = static_cast<int32_t>(rows);
   a.cols = static_cast<int32_t>(cols);
@@ -118,6 +124,9 @@ ffi::Error quantize_impl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer a
   if (transpose)
     JH_RETURN_IF_ERROR(tile_map(qt->untyped_data(), batch, cols, rows, 1,
                                 CU_TENSOR_MAP_SWIZZLE_128B, &a.qt_map));
+  // The kernel maxes each tile's amax into amax_out (as unsigned bits): it starts from +0.
+  if (record)
+    JH_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(a.amax_out, 0, sizeof(float) * batch, stream));
   JH_CUDA_RETURN_IF_ERROR(launch_quantize_fp8(a, stream));
   return ffi::Error::Success();
 }
@@ -133,6 +142,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(QuantizeFp8Handler, quantize_impl,
                                   .Ret<ffi::AnyBuffer>()  // scale
                                   .Ret<ffi::AnyBuffer>()  // qt (batch, cols, rows) or (batch, 0, 0)
                                   .Ret<ffi::AnyBuffer>()  // scale_t
+                                  .Ret<ffi::AnyBuffer>()  // amax_out (batch,) or (0,)
                                   .Attr<int64_t>("mode")  // QuantMode of q
                                   .Attr<bool>("transpose")
                                   .Attr<int64_t>("t_mode"),  // QuantMode of qt

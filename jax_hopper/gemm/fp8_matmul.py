@@ -2,6 +2,7 @@
 
     y = jax_hopper.fp8_matmul(x, w, recipe="block")     # x (..., K) bf16, w (K, N) as flax stores it
     nn.Dense(features, dot_general=jax_hopper.fp8_dot_general("block"))
+    y = jax_hopper.fp8_matmul(x, w, recipe="delayed", meta=meta)   # meta = jax_hopper.fp8_meta()
 
 x and w stay high precision (bf16, fp16 or fp32); each GEMM quantizes its operands with
 quantize_fp8 (one pass gives an operand and its transposed copy) and runs hopper_fp8_matmul:
@@ -15,6 +16,17 @@ quantize_fp8 (one pass gives an operand and its transposed copy) and runs hopper
 Recipes:
 - "tensor": one scale per tensor, computed from the current amax (no history); x and w e4m3, the
   gradient dy e5m2 (range over precision), so dx and dw multiply e5m2 by e4m3.
+- "delayed": "tensor"'s types and layouts, each scale from the largest amax in a history of
+  earlier steps (Transformer Engine's delayed scaling, amax_compute_algo "max"), so no pass
+  over a tensor precedes its quantization: the quantize kernel records the tensor's own amax in
+  the same pass, and the histories move on by one. They live in an Fp8Meta (fp8_meta(length)),
+  one per call site, passed as `meta` and differentiated like a parameter whose gradient IS its
+  next value (flax's "overwrite with gradient"): a training step replaces each meta by its
+  gradient, never feeds it to an optimizer. A history of zeros (a fresh meta) scales by 1, so
+  the first step's quantization is coarse (gradients far below 1 flush to zero in e5m2) until
+  the histories hold amaxes; values beyond a history's maximum saturate. A call whose result
+  does not reach the loss (or that multiplies nothing) gives its meta a zero gradient: a fresh
+  history.
 - "block" (DeepSeek-V3): everything e4m3; x and dy scaled per row and 128 contraction elements
   (x^T per column of x and 128 rows), w and dy^T per 128 x 128 tile; the kernel adds each 128-wide
   k-block's product in fp32 with its scales (hopper_fp8_matmul's block mode).
@@ -29,29 +41,78 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jax_hopper.gemm.api import SUPPORTED_OUTPUTS
 from jax_hopper.gemm.dot_general import fallback
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
 from jax_hopper.gemm.pitch import pitch_pad
-from jax_hopper.quantize.fp8 import INPUT_DTYPES, quantize_fp8
+from jax_hopper.kernels import catalog
+from jax_hopper.quantize.fp8 import INPUT_DTYPES, abs_max, quantize_fp8
 
 # (forward operands, gradient) fp8 types and the block layouts (module docstring).
 RECIPES = {
     "tensor": dict(fwd=jnp.float8_e4m3fn, grad=jnp.float8_e5m2, scaling="tensor"),
+    "delayed": dict(fwd=jnp.float8_e4m3fn, grad=jnp.float8_e5m2, scaling="tensor"),
     "block": dict(fwd=jnp.float8_e4m3fn, grad=jnp.float8_e4m3fn, scaling="block"),
 }
 
 
-def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None):
+class Fp8Meta(NamedTuple):
+    """The amax histories of one fp8_matmul call site under recipe "delayed", newest first,
+    float32 (L,): x's, w's and the gradient dy's (module docstring)."""
+    x: jax.Array
+    w: jax.Array
+    grad: jax.Array
+
+
+def fp8_meta(length: int = 16) -> Fp8Meta:
+    """A fresh Fp8Meta whose histories hold `length` steps (zeros: nothing seen yet)."""
+    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+        raise ValueError(f"fp8_meta: length={length!r} must be an int >= 1")
+    zeros = jnp.zeros((length,), jnp.float32)
+    return Fp8Meta(zeros, zeros, zeros)
+
+
+def _check_meta(meta):
+    if not isinstance(meta, Fp8Meta):
+        raise ValueError(f"fp8_matmul: recipe='delayed' needs meta=jax_hopper.fp8_meta() (this "
+                         f"call site's amax histories), got {type(meta).__name__}")
+    shapes = {jnp.shape(h) for h in meta}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 1 or next(iter(shapes))[0] < 1 or any(
+            jnp.result_type(h) != jnp.float32 for h in meta):
+        raise ValueError(f"fp8_matmul: meta's histories must be float32 (L,) of one length "
+                         f"L >= 1; got {[(jnp.shape(h), jnp.result_type(h).name) for h in meta]}")
+
+
+def _history_amax(history, dtype):
+    """The amax a history scales by: its largest entry, or fp8_max (a scale of 1) while it
+    holds nothing but zeros. NaN stays (taken over the bit patterns, as abs_max does)."""
+    amax = abs_max(history, axis=None)
+    return jnp.where(amax == 0, np.float32(catalog.FP8_MAX[jnp.dtype(dtype).name]), amax)
+
+
+def _pushed(history, amax):
+    """The history one step on: the newest amax first, the oldest dropped."""
+    return jnp.concatenate([amax.astype(jnp.float32)[None], history[:-1]])
+
+
+def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None, meta=None):
     """x (..., K) @ w (K, N) -> (..., N) with fp8 GEMMs forward and backward (module docstring).
-    recipe "tensor" or "block"; out_dtype bfloat16, float16 or float32 (default x.dtype)."""
+    recipe "tensor", "delayed" or "block"; out_dtype bfloat16, float16 or float32 (default
+    x.dtype); meta: this call site's Fp8Meta, with recipe "delayed" only."""
     x, w = jnp.asarray(x), jnp.asarray(w)
     if recipe not in RECIPES:
         raise ValueError(f"fp8_matmul: recipe={recipe!r} must be one of {tuple(RECIPES)}")
+    if recipe == "delayed":
+        _check_meta(meta)
+    elif meta is not None:
+        raise ValueError(f"fp8_matmul: meta is recipe 'delayed''s amax histories; recipe "
+                         f"{recipe!r} takes none")
     for name, t in (("x", x), ("w", w)):
         if t.dtype not in INPUT_DTYPES:
             raise ValueError(f"fp8_matmul: {name}.dtype={t.dtype} must be one of "
@@ -75,45 +136,55 @@ def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None):
     if (mp, kp) != (m, k):
         x2 = jnp.pad(x2, ((0, mp - m), (0, kp - k)))
     wp = jnp.pad(w, ((0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else w
-    y = _fp8_matmul(x2, wp, recipe, out_dtype, (x.dtype, w.dtype))
+    y = _fp8_matmul(x2, wp, meta, recipe, out_dtype, (x.dtype, w.dtype))
     return y[:m, :n].reshape(*lead, n)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
-def _fp8_matmul(x, w, recipe, out_dtype, grad_dtypes):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _fp8_matmul(x, w, meta, recipe, out_dtype, grad_dtypes):
     # Not differentiated (inference): x's transposed copy, needed only for dw, is not written.
     del grad_dtypes
-    xq, wq = _operands(x, w, RECIPES[recipe], transpose_x=False)
+    xq, wq = _operands(x, w, meta, RECIPES[recipe], transpose_x=False)
     return hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype)
 
 
-def _operands(x, w, r, *, transpose_x):
+def _operands(x, w, meta, r, *, transpose_x):
     """x and w quantized as the recipe `r` says: x per row (its transposed copy per column of x)
     and w per tile with its transposed copy, the one y multiplies; per tensor (scaling "tensor")
-    the block layouts do not apply and each copy has the one scale."""
-    xq = quantize_fp8(x, dtype=r["fwd"], scaling=r["scaling"], block="row", transpose=transpose_x)
-    wq = quantize_fp8(w, dtype=r["fwd"], scaling=r["scaling"], block="tile", transpose=True)
+    the block layouts do not apply and each copy has the one scale, from meta's histories where
+    given (recipe "delayed")."""
+    amax = ((None, None) if meta is None else
+            (_history_amax(meta.x, r["fwd"]), _history_amax(meta.w, r["fwd"])))
+    xq = quantize_fp8(x, dtype=r["fwd"], scaling=r["scaling"], block="row", transpose=transpose_x,
+                      amax=amax[0])
+    wq = quantize_fp8(w, dtype=r["fwd"], scaling=r["scaling"], block="tile", transpose=True,
+                      amax=amax[1])
     return xq, wq
 
 
-def _forward(x, w, recipe, out_dtype, grad_dtypes):
-    """y and the residuals: x's and w's quantized copies (grad_dtypes: dx's and dw's dtypes)."""
+def _forward(x, w, meta, recipe, out_dtype, grad_dtypes):
+    """y and the residuals: x's and w's quantized copies and meta (grad_dtypes: dx's and dw's
+    dtypes)."""
     del grad_dtypes
-    xq, wq = _operands(x, w, RECIPES[recipe], transpose_x=True)
+    xq, wq = _operands(x, w, meta, RECIPES[recipe], transpose_x=True)
     y = hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype)
-    return y, (xq, wq)
+    if meta is not None:  # x's and w's histories one step on; dy's follows in _backward
+        meta = meta._replace(x=_pushed(meta.x, xq.amax), w=_pushed(meta.w, wq.amax))
+    return y, (xq._replace(amax=None), wq._replace(amax=None), meta)
 
 
 def _backward(recipe, out_dtype, grad_dtypes, res, dy):
     del out_dtype
-    (xq, wq), (x_dtype, w_dtype) = res, grad_dtypes
+    (xq, wq, meta), (x_dtype, w_dtype) = res, grad_dtypes
     r = RECIPES[recipe]
     # dy per row for dx (its contraction is N), its transposed copy per tile for dw (b operand).
     gq = quantize_fp8(dy, dtype=r["grad"], scaling=r["scaling"], block="row", transpose=True,
-                      transpose_block="tile")
+                      transpose_block="tile",
+                      amax=None if meta is None else _history_amax(meta.grad, r["grad"]))
     dx = hopper_fp8_matmul(gq.q, wq.q, gq.scale, wq.scale, out_dtype=x_dtype)
     dw = hopper_fp8_matmul(xq.q_t, gq.q_t, xq.scale_t, gq.scale_t, out_dtype=w_dtype)
-    return dx, dw
+    # meta's gradient is its next value (module docstring).
+    return dx, dw, None if meta is None else meta._replace(grad=_pushed(meta.grad, gq.amax))
 
 
 _fp8_matmul.defvjp(_forward, _backward)
@@ -127,6 +198,9 @@ def fp8_dot_general(recipe="tensor"):
     lax.dot_general in the inputs' precision, logged and counted as in jax_hopper.dot_general."""
     if recipe not in RECIPES:
         raise ValueError(f"fp8_dot_general: recipe={recipe!r} must be one of {tuple(RECIPES)}")
+    if recipe == "delayed":
+        raise ValueError("fp8_dot_general: recipe 'delayed' keeps amax histories per call site, "
+                         "which a dot_general cannot hold; call fp8_matmul(..., meta=) instead")
 
     def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,
                     out_sharding=None):

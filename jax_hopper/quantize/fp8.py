@@ -8,8 +8,10 @@ Scales dequantise: x ~= q * scale. Each scale comes from the absolute maximum (a
 scale = amax / fp8_max, q = saturate(x * (fp8_max / amax)), with a finite amax clamped to
 [catalog.FP8_MIN_AMAX, FP8_MAX_AMAX] = [2^-100, 2^126] (an all-zero block gets a finite scale;
 finite values above 2^126 saturate) and fp8_max 448 (e4m3) or 57344 (e5m2). The modes of one copy (catalog.QUANT_MODES):
-- "tensor": one scale for the whole array (the amax is an XLA reduction, so per-tensor scaling
-  reads x twice; XLA fuses that reduction into whatever produced x where it can);
+- "tensor": one scale for the whole array, from x's amax (an XLA reduction, so per-tensor
+  scaling reads x twice; XLA fuses that reduction into whatever produced x where it can) or
+  from an `amax=` given (delayed scaling: an amax history's), in which case the kernel records
+  x's own amax in the same pass (Fp8Array.amax) and x is read once;
 - "row" (scaling="block", block="row"): one per row and 128 columns, scale (..., R, ceil(C/128)):
   the layout of hopper_fp8_matmul's a_scale (activations, DeepSeek-V3's 1 x 128);
 - "tile" (block="tile"): one per 128 x 128 tile, scale (..., ceil(R/128), ceil(C/128)): the
@@ -54,19 +56,24 @@ _BLOCK = catalog.FP8_SCALE_BLOCK
 
 class Fp8Array(NamedTuple):
     """An fp8 array with its scales (x ~= q * scale, block by block) and optionally its
-    transposed copy: q (..., R, C), q_t (..., C, R) or None; module docstring for the shapes."""
+    transposed copy: q (..., R, C), q_t (..., C, R) or None; module docstring for the shapes.
+    Per tensor, amax is x's absolute maximum (float32 scalar; NaN if x holds one); None with
+    block scales."""
     q: jax.Array
     scale: jax.Array
     q_t: jax.Array | None = None
     scale_t: jax.Array | None = None
+    amax: jax.Array | None = None
 
 
 def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", transpose=False,
-                 transpose_block=None) -> Fp8Array:
+                 transpose_block=None, amax=None) -> Fp8Array:
     """x (..., R, C) bfloat16, float16 or float32 -> Fp8Array of fp8 `dtype` (float8_e4m3fn or
     float8_e5m2). scaling "tensor" or "block"; with "block", `block` ("row": 1 x 128, "tile":
     128 x 128) scales q and `transpose_block` (default: block) scales q_t. transpose=True also
-    returns q_t = the transposed copy, quantized from x in the same pass."""
+    returns q_t = the transposed copy, quantized from x in the same pass. amax (per tensor
+    only; a float scalar, traced): scale by it instead of x's own amax, which the kernel then
+    records (Fp8Array.amax) without a pass of its own; values beyond it saturate."""
     x = jnp.asarray(x)
     dtype = jnp.dtype(dtype)
     if dtype.name not in catalog.FP8_MAX:
@@ -86,28 +93,42 @@ def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", t
                              f"'tile' ({_BLOCK} x {_BLOCK})")
     if not isinstance(transpose, bool):
         raise ValueError(f"quantize_fp8: transpose must be a bool, got {transpose!r}")
+    record = amax is not None
+    if record:
+        if scaling != "tensor":
+            raise ValueError("quantize_fp8: amax= is for scaling='tensor' (block scales come "
+                             "from their own blocks)")
+        amax = jnp.asarray(amax)
+        if amax.shape != () or not jnp.issubdtype(amax.dtype, jnp.floating):
+            raise ValueError(f"quantize_fp8: amax must be a float scalar, got shape "
+                             f"{amax.shape} of {amax.dtype}")
+        amax = amax.astype(jnp.float32)
     mode, t_mode = ("tensor", "tensor") if scaling == "tensor" else (block, transpose_block)
 
     lead, (r, c) = x.shape[:-2], x.shape[-2:]
     x3 = x.reshape(-1, r, c)
     if mode == "tensor":  # one amax for the whole array, every batch entry
-        amax = abs_max(x, axis=None) if x.size else jnp.float32(0)
+        if not record:
+            amax = abs_max(x, axis=None) if x.size else jnp.float32(0)
         amax3 = jnp.broadcast_to(amax, (x3.shape[0],))
     else:
         amax3 = jnp.zeros((0,), jnp.float32)
-    q, scale, q_t, scale_t = sharding.partitioned(
+    q, scale, q_t, scale_t, seen = sharding.partitioned(
         quantize_fp8_p.bind, freeze(dict(dtype=dtype, mode=mode, transpose=transpose,
-                                         t_mode=t_mode)), x3, amax3)
+                                         t_mode=t_mode, record_amax=record)), x3, amax3)
     if mode == "tensor":
         scale = scales_from_amax(amax, dtype)[0]
         scale_t = scale
+        if record:  # the batch entries' maxima (an empty x has none: 0)
+            amax = abs_max(seen, axis=None) if seen.size else jnp.float32(0)
     else:
         scale = scale.reshape(*lead, *scale.shape[1:])
         scale_t = scale_t.reshape(*lead, *scale_t.shape[1:])
     q = q.reshape(x.shape)
+    amax = amax if mode == "tensor" else None
     if not transpose:
-        return Fp8Array(q, scale)
-    return Fp8Array(q, scale, q_t.reshape(*lead, c, r), scale_t)
+        return Fp8Array(q, scale, amax=amax)
+    return Fp8Array(q, scale, q_t.reshape(*lead, c, r), scale_t, amax)
 
 
 def dequantize_fp8(q, scale, *, block="row", dtype=jnp.float32):
@@ -164,14 +185,15 @@ def _quantize_copy(x, mode, amax, dtype):
     return q, scale if mode != "tensor" else jnp.zeros((b, 0, 0), jnp.float32)
 
 
-def reference(x, amax, *, dtype, mode, transpose, t_mode):
+def reference(x, amax, *, dtype, mode, transpose, t_mode, record_amax):
     """What the kernel computes, in jnp (float32 arithmetic, one rounding to fp8)."""
     x = x.astype(jnp.float32)
     q, scale = _quantize_copy(x, mode, amax, dtype)
+    seen = abs_max(x, axis=(1, 2)) if record_amax else jnp.zeros((0,), jnp.float32)
     if not transpose:
         empty = jnp.zeros((x.shape[0], 0, 0), dtype), jnp.zeros((x.shape[0], 0, 0), jnp.float32)
-        return [q, scale, *empty]
-    return [q, scale, *_quantize_copy(jnp.swapaxes(x, 1, 2), t_mode, amax, dtype)]
+        return [q, scale, *empty, seen]
+    return [q, scale, *_quantize_copy(jnp.swapaxes(x, 1, 2), t_mode, amax, dtype), seen]
 
 
 def _scale_shape(mode, b, r, c):
@@ -179,14 +201,15 @@ def _scale_shape(mode, b, r, c):
             "tile": (b, -(-r // _BLOCK), -(-c // _BLOCK))}[mode]
 
 
-def _abstract_eval(x, amax, *, dtype, mode, transpose, t_mode):
+def _abstract_eval(x, amax, *, dtype, mode, transpose, t_mode, record_amax):
     del amax
     b, r, c = x.shape
     f32 = jnp.dtype(jnp.float32)
     return [jax.core.ShapedArray((b, r, c), dtype),
             jax.core.ShapedArray(_scale_shape(mode, b, r, c), f32),
             jax.core.ShapedArray((b, c, r) if transpose else (b, 0, 0), dtype),
-            jax.core.ShapedArray(_scale_shape(t_mode, b, c, r) if transpose else (b, 0, 0), f32)]
+            jax.core.ShapedArray(_scale_shape(t_mode, b, c, r) if transpose else (b, 0, 0), f32),
+            jax.core.ShapedArray((b,) if record_amax else (0,), f32)]
 
 
 def kernel_runs(shape) -> bool:
@@ -201,17 +224,17 @@ def _addressable(shape, transpose, dtype) -> bool:
     return not pitch_pad(c, dtype) and not (transpose and pitch_pad(r, dtype))
 
 
-def _padded(x, amax, *, dtype, mode, transpose, t_mode):
+def _padded(x, amax, *, dtype, mode, transpose, t_mode, record_amax):
     """The kernel on x padded with zeros to rows TMA can address (C, and R for the transposed
     copy, whole 16-byte fp8 rows), its outputs sliced back. A pad stays within its last
-    128-wide block and zeros raise no block's amax, so every q and scale is the unpadded
-    call's; the scale arrays keep their block counts."""
+    128-wide block and zeros raise no block's amax, so every q, scale and recorded amax is the
+    unpadded call's; the scale arrays keep their block counts."""
     b, r, c = x.shape
     rp = r + (pitch_pad(r, dtype) if transpose else 0)
     cp = c + pitch_pad(c, dtype)
-    q, scale, q_t, scale_t = quantize_fp8_p.bind(
+    q, scale, q_t, scale_t, seen = quantize_fp8_p.bind(
         jnp.pad(x, ((0, 0), (0, rp - r), (0, cp - c))), amax, dtype=dtype, mode=mode,
-        transpose=transpose, t_mode=t_mode)
+        transpose=transpose, t_mode=t_mode, record_amax=record_amax)
     q = q[:, :r, :c]
     if mode == "row":
         scale = scale[:, :r]
@@ -219,7 +242,7 @@ def _padded(x, amax, *, dtype, mode, transpose, t_mode):
         q_t = q_t[:, :c, :r]
         if t_mode == "row":
             scale_t = scale_t[:, :c]
-    return [q, scale, q_t, scale_t]
+    return [q, scale, q_t, scale_t, seen]
 
 
 # Lowerings of jnp functions: the reference (nothing to launch for an empty array), and the
@@ -228,9 +251,10 @@ _reference_lowering = mlir.lower_fun(reference, multiple_results=True)
 _padded_lowering = mlir.lower_fun(_padded, multiple_results=True)
 
 
-def _cuda_lowering(ctx, x, amax, *, dtype, mode, transpose, t_mode):
+def _cuda_lowering(ctx, x, amax, *, dtype, mode, transpose, t_mode, record_amax):
     shape = ctx.avals_in[0].shape
-    kwargs = dict(dtype=dtype, mode=mode, transpose=transpose, t_mode=t_mode)
+    kwargs = dict(dtype=dtype, mode=mode, transpose=transpose, t_mode=t_mode,
+                  record_amax=record_amax)
     if not kernel_runs(shape):
         return _reference_lowering(ctx, x, amax, **kwargs)
     if not _addressable(shape, transpose, dtype):

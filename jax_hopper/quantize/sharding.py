@@ -1,10 +1,12 @@
 """quantize_fp8 under jit with a sharded x: every device quantizes its own shard, with no
-communication (a per-tensor amax is reduced over the whole array before, by XLA).
+communication (a per-tensor amax is reduced over the whole array before, by XLA, or given) but
+for a recorded amax: the shards' maxima, one pmax.
 
 `partitioned` wraps the primitive in jax.experimental.custom_partitioning with a Shardy rule
 
     x: b r c,  amax: b (per tensor) ->  q: b r c,  q_t: b c r,
-    scale (row): b r cb, (tile): b rb cb;  scale_t (row): b c rb, (tile): b cb rb
+    scale (row): b r cb, (tile): b rb cb;  scale_t (row): b c rb, (tile): b cb rb;
+    amax_out (recorded): b
 
 (where R or C is whole 128-wide blocks, r = (rb, 128) and c = (cb, 128) are compound factors, so
 that propagation splits the scales with their dimension; the partition splits rb and cb on the
@@ -20,6 +22,8 @@ from __future__ import annotations
 import functools
 import math
 
+import jax
+import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 from jax.experimental.custom_partitioning import custom_partitioning
 
@@ -28,7 +32,7 @@ from jax_hopper.kernels import catalog
 
 
 def partitioned(bind, params: tuple, x3, amax3):
-    """bind(x3, amax3, **dict(params)) (the quantize primitive's 4 outputs) on local shards
+    """bind(x3, amax3, **dict(params)) (the quantize primitive's 5 outputs) on local shards
     under a sharded jit."""
     return _vmappable(bind, params)(x3, amax3)
 
@@ -45,8 +49,9 @@ def _vmappable(bind, params):
         b = x.shape[1]
         if dict(params)["mode"] == "tensor":
             amax = (amax if amax_b else amax[None].repeat(axis_size, 0)).reshape(axis_size * b)
-        outs = _vmappable(bind, params)(x.reshape(axis_size * b, *x.shape[2:]), amax)
-        return [o.reshape(axis_size, b, *o.shape[1:]) for o in outs], [True] * 4
+        *outs, seen = _vmappable(bind, params)(x.reshape(axis_size * b, *x.shape[2:]), amax)
+        seen = seen.reshape(axis_size, b if dict(params)["record_amax"] else 0)
+        return [o.reshape(axis_size, b, *o.shape[1:]) for o in outs] + [seen], [True] * 5
 
     return fn
 
@@ -85,7 +90,8 @@ def _rule(bind, params, mesh, value_types, result_types):
     rule = (f"b {full['r']} {full['c']}, {'b' if p['mode'] == 'tensor' else 'az'} -> "
             f"b {full['r']} {full['c']}, {scales(p['mode'], 'r', 'c', 's')}, "
             f"{'b ' + full['c'] + ' ' + full['r'] if t else 'b t1 t2'}, "
-            f"{scales(p['t_mode'], 'c', 'r', 'u') if t else 'b v1 v2'}")
+            f"{scales(p['t_mode'], 'c', 'r', 'u') if t else 'b v1 v2'}, "
+            f"{'b' if p['record_amax'] else 'w1'}")
     return rule, {f"{d}q": catalog.FP8_SCALE_BLOCK for d in "rc" if compound[d]}
 
 
@@ -102,11 +108,17 @@ def _partition(bind, params, mesh, arg_shapes, result_shape):
     empty = spec("b", None, None)
     outs = [spec("b", "r", "c"), empty if p["mode"] == "tensor" else spec("b", "r", "c"),
             spec("b", "c", "r") if p["transpose"] else empty,
-            spec("b", "c", "r") if p["transpose"] and p["t_mode"] != "tensor" else empty]
+            spec("b", "c", "r") if p["transpose"] and p["t_mode"] != "tensor" else empty,
+            spec("b" if p["record_amax"] else None)]
     args = (spec("b", "r", "c"), spec("b" if p["mode"] == "tensor" else None))
+    split = axes["r"] + axes["c"]  # the mesh axes x's rows and columns are split over
 
     def lower_fn(x3, amax3):
-        return bind(x3, amax3, **p)
+        *outs, seen = bind(x3, amax3, **p)
+        if p["record_amax"] and split:  # as bits: the order the kernel maxes in, NaN on top
+            bits = jax.lax.pmax(jax.lax.bitcast_convert_type(seen, jnp.uint32), split)
+            seen = jax.lax.bitcast_convert_type(bits, jnp.float32)
+        return [*outs, seen]
 
     return mesh, lower_fn, outs, args
 
