@@ -24,9 +24,12 @@ Recipes:
   next value (flax's "overwrite with gradient"): a training step replaces each meta by its
   gradient, never feeds it to an optimizer. A history of zeros (a fresh meta) scales by 1, so
   the first step's quantization is coarse (gradients far below 1 flush to zero in e5m2) until
-  the histories hold amaxes; values beyond a history's maximum saturate. A call whose result
-  does not reach the loss (or that multiplies nothing) gives its meta a zero gradient: a fresh
-  history.
+  the histories hold amaxes: calibrate a model's metas with forward and backward passes before
+  its first update, keeping each pass's meta gradients, one pass per fp8_matmul on the longest
+  chain a gradient flows through (a dy recorded behind an uncalibrated one is wrong; see
+  examples/transformer_layer.py, with_calibrated_metas). Values beyond a history's maximum
+  saturate. A call whose result does not reach the loss (or that multiplies nothing) gives its
+  meta a zero gradient: a fresh history.
 - "block" (DeepSeek-V3): everything e4m3; x and dy scaled per row and 128 contraction elements
   (x^T per column of x and 128 rows), w and dy^T per 128 x 128 tile; the kernel adds each 128-wide
   k-block's product in fp32 with its scales (hopper_fp8_matmul's block mode).
