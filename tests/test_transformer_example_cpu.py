@@ -107,7 +107,7 @@ def test_fp8_versions_run_every_projection_in_fp8(example, inputs):
     with mock.patch.object(example, "fp8_matmul", wraps=jax_hopper.fp8_matmul) as spy:
         jax.jit(example.make_layer(example.fp8_dense_for("block"), HEADS))(params, x)
         calls = [(c.args[0].shape, c.args[1].shape, c.kwargs) for c in spy.call_args_list]
-    block = {"recipe": "block"}
+    block = {"recipe": "block", "meta": None}
     assert calls == [((m, D), (D, 3 * D), block), ((m, D), (D, D), block),
                      ((m, D), (D, 2 * D_FF), block), ((m, D_FF), (D_FF, D), block)]
     layer = example.make_layer(example.xla_fp8_dense, HEADS)
@@ -193,6 +193,7 @@ def test_wrong_projection_fails_the_check(example, capsys):
 def test_median_seconds_interleaves_the_versions(example):
     calls = []
     runs = {name: (lambda name=name: calls.append(name) or jnp.zeros(())) for name in "ab"}
-    medians = example.median_seconds(runs, reps=3, warmup=1)
+    medians = example.median_seconds(runs, reps=3, warmup=1, pipeline=2)
     assert set(medians) == {"a", "b"} and all(t >= 0 for t in medians.values())
-    assert calls == ["a", "b"] + ["a", "b", "b", "a", "a", "b"]
+    # A sample is `pipeline` calls back to back; the order rotates every round.
+    assert calls == ["a", "b"] + [v for v in "abbaab" for _ in range(2)]
