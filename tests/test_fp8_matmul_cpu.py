@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from gemm_helpers import FP8_MATMUL_BOUND as BOUND, check_fp8_matmul, rel_frob
+from gemm_helpers import FP8_MATMUL_BOUND as BOUND, amax_of, check_fp8_matmul, rel_frob
 
 from jax_hopper import Fp8Meta, fp8_dot_general, fp8_matmul, fp8_meta, quantize_fp8
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
@@ -131,15 +131,11 @@ def _operands(rng, m=64, k=256, n=96):
     return x, w, g
 
 
-def _amax(a):
-    return float(np.abs(np.asarray(a, np.float32)).max())
-
-
 def test_delayed_with_current_amaxes_is_the_tensor_recipe(rng):
     # Histories whose largest entries are this step's amaxes scale as "tensor" does: the same
     # bits forward and backward.
     x, w, g = _operands(rng)
-    meta = Fp8Meta(*(jnp.asarray([_amax(a) / 3, _amax(a), 0.0]) for a in (x, w, g)))
+    meta = Fp8Meta(*(jnp.asarray([amax_of(a) / 3, amax_of(a), 0.0]) for a in (x, w, g)))
     y_d, vjp_d = jax.vjp(lambda x, w: fp8_matmul(x, w, recipe="delayed", meta=meta), x, w)
     y_t, vjp_t = jax.vjp(lambda x, w: fp8_matmul(x, w, recipe="tensor"), x, w)
     for got, want in zip((y_d, *vjp_d(g)), (y_t, *vjp_t(g))):
@@ -171,11 +167,11 @@ def test_delayed_training_fills_the_histories(rng):
     losses = []
     for _ in range(4):
         l, (gw, meta) = step(w, meta)
-        seen.append(_amax(w))
+        seen.append(amax_of(w))
         w = (w.astype(jnp.float32) - 0.5 * gw.astype(jnp.float32)).astype(jnp.bfloat16)
         losses.append(float(l))
     np.testing.assert_array_equal(meta.w, np.asarray(seen[::-1][:3], np.float32))
-    np.testing.assert_array_equal(meta.x, np.full(3, _amax(x), np.float32))
+    np.testing.assert_array_equal(meta.x, np.full(3, amax_of(x), np.float32))
     assert np.all(np.asarray(meta.grad) > 0)
     assert losses[-1] < losses[1] < losses[0] * 1.01
 

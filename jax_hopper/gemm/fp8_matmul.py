@@ -85,9 +85,8 @@ def _check_meta(meta):
     if not isinstance(meta, Fp8Meta):
         raise ValueError(f"fp8_matmul: recipe='delayed' needs meta=jax_hopper.fp8_meta() (this "
                          f"call site's amax histories), got {type(meta).__name__}")
-    shapes = {jnp.shape(h) for h in meta}
-    if len(shapes) != 1 or len(next(iter(shapes))) != 1 or next(iter(shapes))[0] < 1 or any(
-            jnp.result_type(h) != jnp.float32 for h in meta):
+    if (len({jnp.shape(h) for h in meta}) != 1 or jnp.ndim(meta.x) != 1
+            or jnp.size(meta.x) < 1 or any(jnp.result_type(h) != jnp.float32 for h in meta)):
         raise ValueError(f"fp8_matmul: meta's histories must be float32 (L,) of one length "
                          f"L >= 1; got {[(jnp.shape(h), jnp.result_type(h).name) for h in meta]}")
 
@@ -173,7 +172,7 @@ def _forward(x, w, meta, recipe, out_dtype, grad_dtypes):
     y = hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype)
     if meta is not None:  # x's and w's histories one step on; dy's follows in _backward
         meta = meta._replace(x=_pushed(meta.x, xq.amax), w=_pushed(meta.w, wq.amax))
-    return y, (xq._replace(amax=None), wq._replace(amax=None), meta)
+    return y, (xq, wq, meta)
 
 
 def _backward(recipe, out_dtype, grad_dtypes, res, dy):

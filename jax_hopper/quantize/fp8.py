@@ -124,8 +124,7 @@ def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", t
     else:
         scale = scale.reshape(*lead, *scale.shape[1:])
         scale_t = scale_t.reshape(*lead, *scale_t.shape[1:])
-    q = q.reshape(x.shape)
-    amax = amax if mode == "tensor" else None
+    q = q.reshape(x.shape)  # amax: None with block scales (none given, none computed)
     if not transpose:
         return Fp8Array(q, scale, amax=amax)
     return Fp8Array(q, scale, q_t.reshape(*lead, c, r), scale_t, amax)
