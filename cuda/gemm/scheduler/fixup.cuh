@@ -1,8 +1,8 @@
 // Stream-K fix-up (cuda/gemm/scheduler/stream_k_plan.h): the pieces of a split tile meet as fp32 partial sums in a
-// global workspace. Each consumer warpgroup moves its own accumulators in fragment order, so
-// thread t's register i sits at [i * 128 + t]: every access is one coalesced 512-byte row and no
-// shared memory or index arithmetic is needed. Accesses go through L2 only (.cg): the data was
-// written by another SM.
+// global workspace. Each consumer warpgroup moves its own accumulators in fragment order, four
+// registers per 16-byte access: thread t's registers 4 j .. 4 j + 3 sit at [j * 512 + 4 t, +4),
+// so every warp instruction is one coalesced 512-byte row and no shared memory or index
+// arithmetic is needed. Accesses go through L2 only (.cg): the data was written by another SM.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +38,38 @@ struct Partials {
 
 template <int kRegs>
 __device__ __forceinline__ float* partial_slot(const Partials& p, uint32_t cta, uint32_t wg) {
+  static_assert(kRegs % 4 == 0, "partials move four registers per access");
   return p.tiles + (static_cast<int64_t>(cta) * 2 + wg) * kRegs * 128;
+}
+
+// This thread's part of a warpgroup's slot (the layout above): registers i.. at slot + i * 128.
+__device__ __forceinline__ float* thread_part(float* slot, uint32_t wg_thread) {
+  return slot + 4 * wg_thread;
+}
+__device__ __forceinline__ const float* thread_part(const float* slot, uint32_t wg_thread) {
+  return slot + 4 * wg_thread;
+}
+
+// Writes kRegs accumulators to this thread's part of a slot.
+template <int kRegs>
+__device__ __forceinline__ void store_partial(float* part, const float* acc) {
+#pragma unroll
+  for (int i = 0; i < kRegs; i += 4)
+    __stcg(reinterpret_cast<float4*>(part + i * 128),
+           make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]));
+}
+
+// Reads kCount partial values (registers i.. of a part, src = part + i * 128), all issued at once.
+template <int kCount>
+__device__ __forceinline__ void load_partial(float* v, const float* src) {
+#pragma unroll
+  for (int j = 0; j < kCount; j += 4) {
+    const float4 x = __ldcg(reinterpret_cast<const float4*>(src + j * 128));
+    v[j] = x.x;
+    v[j + 1] = x.y;
+    v[j + 2] = x.z;
+    v[j + 3] = x.w;
+  }
 }
 
 // Writes this warpgroup's accumulators to CTA `cta`'s slot, then raises its flag. The flag is
@@ -48,9 +79,7 @@ template <int kRegs>
 __device__ __forceinline__ void publish_partial(const float* acc, const Partials& p,
                                                 uint32_t cta, uint32_t wg, uint32_t wg_thread,
                                                 uint32_t barrier_id) {
-  float* slot = partial_slot<kRegs>(p, cta, wg) + wg_thread;
-#pragma unroll
-  for (int i = 0; i < kRegs; ++i) __stcg(slot + i * 128, acc[i]);
+  store_partial<kRegs>(thread_part(partial_slot<kRegs>(p, cta, wg), wg_thread), acc);
   ptx::named_barrier_sync(barrier_id, 128);
   if (wg_thread == 0) {
     __threadfence();
@@ -64,12 +93,18 @@ __device__ __forceinline__ void publish_partial(const float* acc, const Partials
 template <int kBatch>
 __device__ __forceinline__ void add_batch(float* acc, const float* src) {
   float v[kBatch];
-#pragma unroll
-  for (int j = 0; j < kBatch; ++j) v[j] = __ldcg(src + j * 128);
+  load_partial<kBatch>(v, src);
 #pragma unroll
   for (int j = 0; j < kBatch; ++j) acc[j] += v[j];
   asm volatile("" ::: "memory");
 }
+
+// Partial values in flight per thread per L2 round trip where the tile allows: 16 KB per
+// warpgroup. The fix-up is latency-bound: a globaltimer trace of 256 x 4096 x 4096 (128 x 128
+// tiles in 2 pieces, H100, 2026-11-25) spent 2.8 us reading a 32 KB partial per warpgroup in
+// eight round trips of 8 values, 23 GB/s per SM; 32 per round trip (and 16-byte accesses) ran
+// split plans 1.02-1.11x faster (ab_h100_20261125_fixup_batches.json).
+constexpr int kFixupBatch = 32;
 
 // Waits for the partials of this warpgroup's strip from clusters [first, end) (CTA c * csize +
 // rank of each), clearing each flag it waited for, and adds them to the accumulators in cluster
@@ -77,7 +112,8 @@ __device__ __forceinline__ void add_batch(float* acc, const float* src) {
 // NOTES: adding one value per L2 round trip made split tiles cost more than they saved
 // (4096^3 fell from 646 to 472 TFLOP/s, H100, 2026-11-22), hence batches. Both loop orders
 // below add the same values in the same order; each is the one that ptxas fits into the 168
-// registers of its kernel without spilling (the other spilled 8-20 bytes, CUDA 13.0).
+// registers of its kernel without spilling (with batches of 8 and 16 the other spilled 8-20
+// bytes, CUDA 13.0).
 template <int kRegs>
 __device__ __forceinline__ void add_partials(float* acc, const Partials& p, int32_t first,
                                              int32_t end, uint32_t csize, uint32_t rank,
@@ -91,18 +127,18 @@ __device__ __forceinline__ void add_partials(float* acc, const Partials& p, int3
     }
   }
   ptx::named_barrier_sync(barrier_id, 128);
-  const float* slot = partial_slot<kRegs>(p, first * csize + rank, wg) + wg_thread;
+  const float* slot = thread_part(partial_slot<kRegs>(p, first * csize + rank, wg), wg_thread);
   // Consecutive clusters' slots of the same rank and warpgroup are this far apart.
   const int32_t stride = static_cast<int32_t>(csize) * 2 * kRegs * 128;
   if constexpr (kRegs > 64) {
-    constexpr int kBatch = 16;
+    constexpr int kBatch = 16;  // 128 x 192 and 128 x 256 tiles: measured with 16
     for (int32_t c = 0; c < end - first; ++c) {
 #pragma unroll
       for (int i = 0; i < kRegs; i += kBatch)
         add_batch<kBatch>(acc + i, slot + c * stride + i * 128);
     }
   } else {
-    constexpr int kBatch = 8;
+    constexpr int kBatch = kRegs < kFixupBatch ? kRegs : kFixupBatch;
 #pragma unroll
     for (int i = 0; i < kRegs; i += kBatch) {
       for (int32_t c = 0; c < end - first; ++c)

@@ -57,14 +57,16 @@ struct LastArrivalSplitScheduler : StreamKScheduler<BM, BN> {
   __device__ static bool fixup(float* acc, const Params& p, const WorkUnit& u, int32_t cluster,
                                uint32_t, uint32_t, uint32_t wg, uint32_t wg_thread,
                                uint32_t barrier_id) {
-    static_assert(kRegs % 8 == 0, "partials are added 8 registers at a time");
+    // The last arrival reads the other pieces' partials kPerRound pieces at a time (all their
+    // values in flight at once), so a tile of n pieces costs ceil(n / kPerRound) L2 round trips.
+    static_assert(kRegs <= kFixupBatch && kFixupBatch % kRegs == 0,
+                  "a swap-AB strip's partial fits one round of loads");
+    constexpr int kPerRound = kFixupBatch / kRegs;
     const int32_t n = pieces(p.plan);
     if (n == 1) return true;
     const int32_t mine = u.k_begin / p.plan.sk_quota;
     const int32_t first = cluster - mine;  // the CTA of the tile's piece 0
-    float* slot = partial_slot<kRegs>(p.partials, cluster, wg) + wg_thread;
-#pragma unroll
-    for (int i = 0; i < kRegs; ++i) __stcg(slot + i * 128, acc[i]);
+    store_partial<kRegs>(thread_part(partial_slot<kRegs>(p.partials, cluster, wg), wg_thread), acc);
     ptx::named_barrier_sync(barrier_id, 128);
     bool last = false;
     if (wg_thread == 0) {
@@ -81,19 +83,25 @@ struct LastArrivalSplitScheduler : StreamKScheduler<BM, BN> {
     float own[kRegs];
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) own[i] = acc[i];
-    const float* piece0 = partial_slot<kRegs>(p.partials, first, 0) + wg_thread;
     // Consecutive pieces' slots of the same warpgroup are this far apart.
     constexpr int32_t kStride = 2 * kRegs * 128;
-    const float* wg_base = piece0 + wg * kRegs * 128;
+    const float* wg_base =
+        thread_part(partial_slot<kRegs>(p.partials, first, 0), wg_thread) + wg * kRegs * 128;
+    for (int32_t q0 = 0; q0 < n; q0 += kPerRound) {
+      float v[kPerRound][kRegs];
 #pragma unroll
-    for (int i = 0; i < kRegs; ++i) acc[i] = mine == 0 ? own[i] : __ldcg(wg_base + i * 128);
-    for (int32_t q = 1; q < n; ++q) {
-      if (q == mine) {
+      for (int j = 0; j < kPerRound; ++j)
+        if (q0 + j < n && q0 + j != mine) load_partial<kRegs>(v[j], wg_base + (q0 + j) * kStride);
 #pragma unroll
-        for (int i = 0; i < kRegs; ++i) acc[i] += own[i];
-      } else {
+      for (int j = 0; j < kPerRound; ++j) {
+        const int32_t q = q0 + j;
+        if (q < n) {
 #pragma unroll
-        for (int i = 0; i < kRegs; i += 8) add_batch<8>(acc + i, wg_base + q * kStride + i * 128);
+          for (int i = 0; i < kRegs; ++i) {
+            const float x = q == mine ? own[i] : v[j][i];
+            acc[i] = q == 0 ? x : acc[i] + x;
+          }
+        }
       }
     }
     return true;
