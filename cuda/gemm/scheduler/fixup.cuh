@@ -99,8 +99,7 @@ __device__ __forceinline__ void add_batch(float* acc, const float* src) {
   asm volatile("" ::: "memory");
 }
 
-// Partial values in flight per thread per L2 round trip where the tile allows: 16 KB per
-// warpgroup. The fix-up is latency-bound: a globaltimer trace of 256 x 4096 x 4096 (128 x 128
+// Partial values in flight per thread per L2 round trip: 16 KB per warpgroup. The fix-up is latency-bound: a globaltimer trace of 256 x 4096 x 4096 (128 x 128
 // tiles in 2 pieces, H100, 2026-11-25) spent 2.8 us reading a 32 KB partial per warpgroup in
 // eight round trips of 8 values, 23 GB/s per SM; 32 per round trip (and 16-byte accesses) ran
 // split plans 1.02-1.11x faster (ab_h100_20261125_fixup_batches.json).
@@ -130,15 +129,14 @@ __device__ __forceinline__ void add_partials(float* acc, const Partials& p, int3
   const float* slot = thread_part(partial_slot<kRegs>(p, first * csize + rank, wg), wg_thread);
   // Consecutive clusters' slots of the same rank and warpgroup are this far apart.
   const int32_t stride = static_cast<int32_t>(csize) * 2 * kRegs * 128;
+  constexpr int kBatch = kRegs < kFixupBatch ? kRegs : kFixupBatch;
   if constexpr (kRegs > 64) {
-    constexpr int kBatch = 16;  // 128 x 192 and 128 x 256 tiles: measured with 16
     for (int32_t c = 0; c < end - first; ++c) {
 #pragma unroll
       for (int i = 0; i < kRegs; i += kBatch)
         add_batch<kBatch>(acc + i, slot + c * stride + i * 128);
     }
   } else {
-    constexpr int kBatch = kRegs < kFixupBatch ? kRegs : kFixupBatch;
 #pragma unroll
     for (int i = 0; i < kRegs; i += kBatch) {
       for (int32_t c = 0; c < end - first; ++c)
