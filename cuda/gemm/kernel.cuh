@@ -107,14 +107,19 @@ struct GemmKernel {
           Mainloop::load(p.mainloop, ml, pipe, tc, u, p.cluster_m, p.cluster_n, rank);
         }
       }
+      if (cluster_size > 1) ptx::cluster_arrive();
     } else {
       // -------------------------------------------------------------- consumers
       ptx::setmaxnreg_inc<kConsumerRegs>();
       Schedule::template consume<GemmKernel>(p, ml, epi, schedule_bars, cluster_id, cluster_size,
                                              rank, warpgroup - 1);
     }
-    // No CTA may exit while a peer can still arrive on its barriers or multicast into it.
-    if (cluster_size > 1) ptx::cluster_sync(); else __syncthreads();
+    // No CTA may exit while a peer can still arrive on its barriers or multicast into it. Every
+    // thread has arrived on the cluster barrier once past its last such access (the producer
+    // after its last load; the consumers where their schedule says, the cooperative one after
+    // its last mainloop); waiting only here lets the barrier's latency pass under the last
+    // epilogue.
+    if (cluster_size > 1) ptx::cluster_wait(); else __syncthreads();
   }
 };
 

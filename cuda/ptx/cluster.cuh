@@ -25,4 +25,15 @@ __device__ __forceinline__ void cluster_sync() {
                "barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
+// cluster_sync in two halves, for a barrier whose latency should pass under other work: every
+// thread of every CTA arrives once (release: its earlier accesses to peers' shared memory
+// happen before), then waits. Not .aligned: the threads of a warp may arrive apart.
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+}
+
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
+
 }  // namespace jax_hopper::ptx

@@ -13,6 +13,7 @@
 #include "cuda/gemm/named_barriers.cuh"
 #include "cuda/gemm/scheduler/stream_k_plan.h"
 #include "cuda/gemm/scheduler/tile_order.cuh"
+#include "cuda/ptx/cluster.cuh"
 
 namespace jax_hopper {
 
@@ -22,6 +23,11 @@ struct CooperativeSchedule {
   static constexpr int kProducerRegs = 56, kConsumerRegs = 224;  // setmaxnreg per thread
 
   __device__ static void init(uint64_t*) {}
+
+  // A consumer thread's arrival on the cluster's exit barrier (kernel.cuh), once per thread.
+  __device__ static void exit_arrive(uint32_t cluster_size) {
+    if (cluster_size > 1) ptx::cluster_arrive();
+  }
 
   // Consumer warpgroup `wg` (0 or 1) of the CTA of rank `rank` in cluster `cluster_id`.
   template <class K>
@@ -38,19 +44,28 @@ struct CooperativeSchedule {
     typename Mainloop::Pipe pipe;
     typename K::Epilogue::State state;
     typename Scheduler::Work work(p.scheduler, cluster_id);
-    for (WorkUnit u; work.next(p.scheduler, &u);) {
+    WorkUnit u;
+    bool have = work.next(p.scheduler, &u);
+    if (!have) exit_arrive(cluster_size);
+    while (have) {
       Mainloop::mma(p.mainloop, ml, pipe, u, wg, wg_thread, cluster_size, acc,
                     [&] { return Scheduler::coord(p.scheduler, u, rank); });
-      if (!Scheduler::template fixup<Mainloop::kAccRegs>(acc, p.scheduler, u, cluster_id,
-                                                         cluster_size, rank, wg, wg_thread,
-                                                         barrier_id))
-        continue;
-      // Where the tile goes, only now: nothing of it stays live across the mainloop next to
-      // the accumulators.
-      const TileCoord tc = Scheduler::coord(p.scheduler, u, rank);
-      K::Epilogue::store(acc, p.epilogue, epi, state, tc,
-                         tc.row0 + static_cast<int32_t>(wg) * 64, wg,
-                         wg_thread, barrier_id);
+      WorkUnit next;
+      const bool more = work.next(p.scheduler, &next);
+      // The last mainloop released the last stage: nothing of a peer's is touched after it.
+      if (!more) exit_arrive(cluster_size);
+      if (Scheduler::template fixup<Mainloop::kAccRegs>(acc, p.scheduler, u, cluster_id,
+                                                        cluster_size, rank, wg, wg_thread,
+                                                        barrier_id)) {
+        // Where the tile goes, only now: nothing of it stays live across the mainloop next to
+        // the accumulators.
+        const TileCoord tc = Scheduler::coord(p.scheduler, u, rank);
+        K::Epilogue::store(acc, p.epilogue, epi, state, tc,
+                           tc.row0 + static_cast<int32_t>(wg) * 64, wg,
+                           wg_thread, barrier_id);
+      }
+      u = next;
+      have = more;
     }
     K::Epilogue::drain(wg_thread);
   }

@@ -16,6 +16,7 @@
 #include "cuda/gemm/named_barriers.cuh"
 #include "cuda/gemm/scheduler/stream_k_plan.h"
 #include "cuda/gemm/scheduler/tile_order.cuh"
+#include "cuda/ptx/cluster.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 
 namespace jax_hopper {
@@ -76,6 +77,9 @@ struct PingPongSchedule {
         K::Epilogue::store(acc + i * kSliceRegs, p.epilogue, epi, state, tc,
                            tc.row0 + i * 64, wg, wg_thread, barrier_id);
     }
+    // Its arrival on the cluster's exit barrier (kernel.cuh): after the whole list, since a
+    // warpgroup cannot tell its last unit before it walks past the other's.
+    if (cluster_size > 1) ptx::cluster_arrive();
     K::Epilogue::drain(wg_thread);
   }
 };

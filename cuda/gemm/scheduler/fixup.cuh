@@ -99,10 +99,12 @@ __device__ __forceinline__ void add_batch(float* acc, const float* src) {
   asm volatile("" ::: "memory");
 }
 
-// Partial values in flight per thread per L2 round trip: 16 KB per warpgroup. The fix-up is latency-bound: a globaltimer trace of 256 x 4096 x 4096 (128 x 128
-// tiles in 2 pieces, H100, 2026-11-25) spent 2.8 us reading a 32 KB partial per warpgroup in
-// eight round trips of 8 values, 23 GB/s per SM; 32 per round trip (and 16-byte accesses) ran
-// split plans 1.02-1.11x faster (ab_h100_20261125_fixup_batches.json).
+// Partial values in flight per thread per L2 round trip: 16 KB per warpgroup. The fix-up is
+// latency-bound: a clock64 trace of 256 x 4096 x 4096 (128 x 128 tiles in 2 pieces; H100,
+// 2026-11-25, trace_h100_20261125_fixup.txt) spent 2.8 us reading a 32 KB partial per
+// warpgroup in eight round trips of 8 values, 23 GB/s per SM. 32 per round trip (and 16-byte
+// accesses) ran split plans 1.02-1.11x faster (ab_h100_20261125_fixup_batches.json; on the
+// 128 x 192 and 128 x 256 tiles' stream-K tails 1.01-1.04x, ab_h100_20261125_fixup_wide.json).
 constexpr int kFixupBatch = 32;
 
 // Waits for the partials of this warpgroup's strip from clusters [first, end) (CTA c * csize +
