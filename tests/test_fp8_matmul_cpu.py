@@ -204,3 +204,76 @@ def test_fp8_meta_length():
     assert fp8_meta(5).x.shape == (5,)
     with pytest.raises(ValueError, match="length=0"):
         fp8_meta(0)
+
+
+
+def _vmapped_step(meta_axis, w_axis=None):
+    """value, (dx, dw, dmeta) of sum(vmap(fp8_matmul delayed) ** 2) over x's leading axis."""
+    def loss(x, w, meta):
+        f = lambda x, w, meta: fp8_matmul(x, w, recipe="delayed", meta=meta)  # noqa: E731
+        return jnp.sum(jax.vmap(f, in_axes=(0, w_axis, meta_axis))(x, w, meta)
+                       .astype(jnp.float32) ** 2)
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
+
+
+def _calibrated(x, w):
+    return Fp8Meta(*(jnp.asarray([amax_of(a), 0.0], jnp.float32) for a in (x, w, x)))
+
+
+def _entries(rng, scales=(1.0, 4.0, 0.5)):
+    x = jnp.asarray(rng.standard_normal((len(scales), 32, 64)) *
+                    np.asarray(scales)[:, None, None], jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((64, 48)) / 8, jnp.bfloat16)
+    return x, w
+
+
+def test_delayed_vmap_shares_an_unmapped_meta(rng):
+    # x mapped, w and meta shared: every entry scales by the same histories, so y has the bits
+    # of the entries stacked into one call's leading dimension, and meta's gradient pushes the
+    # largest amax over the entries (vmap alone would add the entries' pushed histories up).
+    x, w = _entries(rng)
+    meta = _calibrated(x, w)
+    (l, (dx, dw, dmeta)) = _vmapped_step(None)(x, w, meta)
+
+    def stacked(x, w, meta):
+        return jnp.sum(fp8_matmul(x, w, recipe="delayed", meta=meta).astype(jnp.float32) ** 2)
+    l_s, (dx_s, dw_s, dmeta_s) = jax.jit(jax.value_and_grad(stacked, argnums=(0, 1, 2)))(
+        x, w, meta)
+    assert float(l) == float(l_s)
+    np.testing.assert_array_equal(np.asarray(dx, np.float32), np.asarray(dx_s, np.float32))
+    # dw: vmap adds the entries' bf16 products, the stacked call one fp32-accumulated product.
+    assert rel_frob(dw, dw_s) < 1e-2
+    for got, want in zip(dmeta, dmeta_s):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert float(dmeta.x[0]) == amax_of(x) == amax_of(x[1])
+    assert float(dmeta.w[0]) == amax_of(w) and float(dmeta.x[1]) == amax_of(x)
+
+
+def test_delayed_vmap_with_a_mapped_meta_keeps_one_per_entry(rng):
+    x, w = _entries(rng, (1.0, 4.0))
+    metas = jax.tree.map(lambda *h: jnp.stack(h), _calibrated(x[0], w), _calibrated(x[1], w))
+    _, (_, _, dmeta) = _vmapped_step(0)(x, w, metas)
+
+    def one(x, meta):
+        return jnp.sum(fp8_matmul(x, w, recipe="delayed", meta=meta).astype(jnp.float32) ** 2)
+    for i in range(2):
+        want = jax.grad(one, argnums=1)(x[i], jax.tree.map(lambda h: h[i], metas))
+        for got, w_i in zip(jax.tree.map(lambda h: h[i], dmeta), want):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(w_i))
+    assert float(dmeta.x[0, 0]) == amax_of(x[0]) and float(dmeta.x[1, 0]) == amax_of(x[1])
+
+
+def test_delayed_vmap_over_w_and_a_partly_mapped_meta(rng):
+    # Entries with their own weights and one w history: it records the largest weight's amax;
+    # x's history mapped (one per entry), the others shared.
+    x, _ = _entries(rng, (1.0, 3.0))
+    ws = jnp.asarray(rng.standard_normal((2, 64, 48)) * np.asarray([0.1, 0.2])[:, None, None],
+                     jnp.bfloat16)
+    meta = Fp8Meta(jnp.stack([_calibrated(x[i], ws[i]).x for i in range(2)]),
+                   _calibrated(x, ws).w, _calibrated(x, ws).grad)
+    step = _vmapped_step(Fp8Meta(0, None, None), w_axis=0)
+    _, (_, _, dmeta) = step(x, ws, meta)
+    assert dmeta.x.shape == (2, 2) and dmeta.w.shape == (2,)
+    assert [float(dmeta.x[i, 0]) for i in range(2)] == [amax_of(x[0]), amax_of(x[1])]
+    assert float(dmeta.w[0]) == amax_of(ws) == amax_of(ws[1])
+    assert np.all(np.isfinite(np.asarray(dmeta.grad))) and float(dmeta.grad[0]) > 0

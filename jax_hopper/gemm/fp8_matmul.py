@@ -29,7 +29,10 @@ Recipes:
   chain a gradient flows through (a dy recorded behind an uncalibrated one is wrong; see
   examples/transformer_layer.py, with_calibrated_metas). Values beyond a history's maximum
   saturate. A call whose result does not reach the loss (or that multiplies nothing) gives its
-  meta a zero gradient: a fresh history.
+  meta a zero gradient: a fresh history. Under jax.vmap a meta shared by the entries (not
+  mapped) scales them all alike and records the largest amax over them (not the sum of the
+  entries' pushed histories, which vmap makes of an unmapped argument's gradient); a mapped
+  meta keeps one history per entry.
 - "block" (DeepSeek-V3): everything e4m3; x and dy scaled per row and 128 contraction elements
   (x^T per column of x and 128 rows), w and dy^T per 128 x 128 tile; the kernel adds each 128-wide
   k-block's product in fp32 with its scales (hopper_fp8_matmul's block mode).
@@ -49,6 +52,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import custom_batching
 
 from jax_hopper.gemm.api import SUPPORTED_OUTPUTS
 from jax_hopper.gemm.dot_general import fallback
@@ -103,6 +107,29 @@ def _pushed(history, amax):
     return jnp.concatenate([amax.astype(jnp.float32)[None], history[:-1]])
 
 
+@custom_batching.custom_vmap
+def _next_meta(meta, x_amax, w_amax, grad_amax):
+    """meta's gradient (module docstring): each history pushed on by the amax just recorded."""
+    return Fp8Meta(_pushed(meta.x, x_amax), _pushed(meta.w, w_amax),
+                   _pushed(meta.grad, grad_amax))
+
+
+@_next_meta.def_vmap
+def _next_meta_vmap(axis_size, in_batched, meta, *amaxes):
+    """Under vmap a history shared by the entries (not mapped) is pushed on by the largest of
+    their amaxes, and stays unmapped: vmap would otherwise add the entries' pushed histories up
+    as the gradient of an unmapped argument. A mapped history is pushed per entry."""
+    meta_mapped, *amax_mapped = in_batched
+    histories = []
+    for history, mapped, amax, amax_is_mapped in zip(meta, meta_mapped, amaxes, amax_mapped):
+        if mapped:
+            amax = amax if amax_is_mapped else jnp.broadcast_to(amax, (axis_size,))
+            histories.append(jax.vmap(_pushed)(history, amax))
+        else:
+            histories.append(_pushed(history, jnp.max(amax, axis=0) if amax_is_mapped else amax))
+    return Fp8Meta(*histories), meta_mapped
+
+
 def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None, meta=None):
     """x (..., K) @ w (K, N) -> (..., N) with fp8 GEMMs forward and backward (module docstring).
     recipe "tensor", "delayed" or "block"; out_dtype bfloat16, float16 or float32 (default
@@ -122,13 +149,14 @@ def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None, meta=None):
     if x.ndim < 1 or w.ndim != 2:
         raise ValueError(f"fp8_matmul: x must be (..., K) and w (K, N); got x {x.shape}, "
                          f"w {w.shape}")
-    (k, n), lead = w.shape, x.shape[:-1]
-    if x.shape[-1] != k:
-        raise ValueError(f"fp8_matmul: x's last dimension {x.shape[-1]} != w's first {k}")
+    if x.shape[-1] != w.shape[0]:
+        raise ValueError(f"fp8_matmul: x's last dimension {x.shape[-1]} != w's first "
+                         f"{w.shape[0]}")
     out_dtype = jnp.dtype(out_dtype or x.dtype)
     if out_dtype not in SUPPORTED_OUTPUTS:
         raise ValueError(f"fp8_matmul: out_dtype={out_dtype} must be one of "
                          f"{', '.join(d.name for d in SUPPORTED_OUTPUTS)}")
+    (k, n), lead = w.shape, x.shape[:-1]
     m = math.prod(lead)
     if m == 0 or n == 0 or k == 0:
         return jnp.zeros((*lead, n), out_dtype)  # nothing to multiply (or a sum of nothing)
@@ -170,8 +198,6 @@ def _forward(x, w, meta, recipe, out_dtype, grad_dtypes):
     del grad_dtypes
     xq, wq = _operands(x, w, meta, RECIPES[recipe], transpose_x=True)
     y = hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype)
-    if meta is not None:  # x's and w's histories one step on; dy's follows in _backward
-        meta = meta._replace(x=_pushed(meta.x, xq.amax), w=_pushed(meta.w, wq.amax))
     return y, (xq, wq, meta)
 
 
@@ -186,7 +212,7 @@ def _backward(recipe, out_dtype, grad_dtypes, res, dy):
     dx = hopper_fp8_matmul(gq.q, wq.q, gq.scale, wq.scale, out_dtype=x_dtype)
     dw = hopper_fp8_matmul(xq.q_t, gq.q_t, xq.scale_t, gq.scale_t, out_dtype=w_dtype)
     # meta's gradient is its next value (module docstring).
-    return dx, dw, None if meta is None else meta._replace(grad=_pushed(meta.grad, gq.amax))
+    return dx, dw, None if meta is None else _next_meta(meta, xq.amax, wq.amax, gq.amax)
 
 
 _fp8_matmul.defvjp(_forward, _backward)
