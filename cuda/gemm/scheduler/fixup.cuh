@@ -132,6 +132,7 @@ __device__ __forceinline__ void add_partials(float* acc, const Partials& p, int3
   // Consecutive clusters' slots of the same rank and warpgroup are this far apart.
   const int32_t stride = static_cast<int32_t>(csize) * 2 * kRegs * 128;
   constexpr int kBatch = kRegs < kFixupBatch ? kRegs : kFixupBatch;
+  static_assert(kRegs % kBatch == 0, "whole batches of partial values");
   if constexpr (kRegs > 64) {
     for (int32_t c = 0; c < end - first; ++c) {
 #pragma unroll
