@@ -107,7 +107,7 @@ struct GemmKernel {
           Mainloop::load(p.mainloop, ml, pipe, tc, u, p.cluster_m, p.cluster_n, rank);
         }
       }
-      if (cluster_size > 1) ptx::cluster_arrive();
+      ptx::cluster_arrive_if(cluster_size);
     } else {
       // -------------------------------------------------------------- consumers
       ptx::setmaxnreg_inc<kConsumerRegs>();

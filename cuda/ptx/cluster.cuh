@@ -32,6 +32,11 @@ __device__ __forceinline__ void cluster_arrive() {
   asm volatile("barrier.cluster.arrive.release;" ::: "memory");
 }
 
+// cluster_arrive in a kernel launched with `cluster_size` CTAs per cluster (1: no peer to meet).
+__device__ __forceinline__ void cluster_arrive_if(uint32_t cluster_size) {
+  if (cluster_size > 1) cluster_arrive();
+}
+
 __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
 }

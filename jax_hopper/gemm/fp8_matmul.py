@@ -149,14 +149,13 @@ def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None, meta=None):
     if x.ndim < 1 or w.ndim != 2:
         raise ValueError(f"fp8_matmul: x must be (..., K) and w (K, N); got x {x.shape}, "
                          f"w {w.shape}")
-    if x.shape[-1] != w.shape[0]:
-        raise ValueError(f"fp8_matmul: x's last dimension {x.shape[-1]} != w's first "
-                         f"{w.shape[0]}")
+    (k, n), lead = w.shape, x.shape[:-1]
+    if x.shape[-1] != k:
+        raise ValueError(f"fp8_matmul: x's last dimension {x.shape[-1]} != w's first {k}")
     out_dtype = jnp.dtype(out_dtype or x.dtype)
     if out_dtype not in SUPPORTED_OUTPUTS:
         raise ValueError(f"fp8_matmul: out_dtype={out_dtype} must be one of "
                          f"{', '.join(d.name for d in SUPPORTED_OUTPUTS)}")
-    (k, n), lead = w.shape, x.shape[:-1]
     m = math.prod(lead)
     if m == 0 or n == 0 or k == 0:
         return jnp.zeros((*lead, n), out_dtype)  # nothing to multiply (or a sum of nothing)

@@ -129,8 +129,9 @@ class TileShape:
 # ping-pong, the transposed store in four 64-row passes) was correct (test_swap_ab_gpu: 109
 # passed) but slower still: 0.41-0.93x XLA on 17 shapes of M = 128-1024 against the default's
 # 0.65-1.03x, no better in 2-CTA clusters sharing the token tile (H100, 2026-11-25,
-# gemm_h100_20261125_swapwide.*; the code, on a local branch, did not outlive that session). Likely cause, not profiled: with one tile per CTA (one wave) a
-# ping-pong CTA computes on one warpgroup while the other has none. Not kept.
+# gemm_h100_20261125_swapwide.*; the code, on a local branch, did not outlive that session).
+# Likely cause, not profiled: with one tile per CTA (one wave) a ping-pong CTA computes on one
+# warpgroup while the other has none. Not kept.
 TILE_SHAPES = (TileShape(128, 256, 64, 4), TileShape(128, 192, 64, 4),
                TileShape(128, 128, 64, 6), TileShape(128, 128, 64, 6, "pingpong"),
                TileShape(64, 256, 64, 4, "pingpong"))

@@ -24,11 +24,6 @@ struct CooperativeSchedule {
 
   __device__ static void init(uint64_t*) {}
 
-  // A consumer thread's arrival on the cluster's exit barrier (kernel.cuh), once per thread.
-  __device__ static void exit_arrive(uint32_t cluster_size) {
-    if (cluster_size > 1) ptx::cluster_arrive();
-  }
-
   // Consumer warpgroup `wg` (0 or 1) of the CTA of rank `rank` in cluster `cluster_id`.
   template <class K>
   __device__ static void consume(const typename K::Params& p,
@@ -46,14 +41,14 @@ struct CooperativeSchedule {
     typename Scheduler::Work work(p.scheduler, cluster_id);
     WorkUnit u;
     bool have = work.next(p.scheduler, &u);
-    if (!have) exit_arrive(cluster_size);
+    if (!have) ptx::cluster_arrive_if(cluster_size);
     while (have) {
       Mainloop::mma(p.mainloop, ml, pipe, u, wg, wg_thread, cluster_size, acc,
                     [&] { return Scheduler::coord(p.scheduler, u, rank); });
       WorkUnit next;
       const bool more = work.next(p.scheduler, &next);
       // The last mainloop released the last stage: nothing of a peer's is touched after it.
-      if (!more) exit_arrive(cluster_size);
+      if (!more) ptx::cluster_arrive_if(cluster_size);
       if (Scheduler::template fixup<Mainloop::kAccRegs>(acc, p.scheduler, u, cluster_id,
                                                         cluster_size, rank, wg, wg_thread,
                                                         barrier_id)) {

@@ -79,7 +79,7 @@ struct PingPongSchedule {
     }
     // Its arrival on the cluster's exit barrier (kernel.cuh): after the whole list, since a
     // warpgroup cannot tell its last unit before it walks past the other's.
-    if (cluster_size > 1) ptx::cluster_arrive();
+    ptx::cluster_arrive_if(cluster_size);
     K::Epilogue::drain(wg_thread);
   }
 };

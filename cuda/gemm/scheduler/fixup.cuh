@@ -43,10 +43,8 @@ __device__ __forceinline__ float* partial_slot(const Partials& p, uint32_t cta, 
 }
 
 // This thread's part of a warpgroup's slot (the layout above): registers i.. at slot + i * 128.
-__device__ __forceinline__ float* thread_part(float* slot, uint32_t wg_thread) {
-  return slot + 4 * wg_thread;
-}
-__device__ __forceinline__ const float* thread_part(const float* slot, uint32_t wg_thread) {
+template <class F>  // float or const float
+__device__ __forceinline__ F* thread_part(F* slot, uint32_t wg_thread) {
   return slot + 4 * wg_thread;
 }
 

@@ -138,8 +138,8 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
 // NOTES: more pieces than CTAs handed out at run time (a per-CTA queue fed by a global counter,
 // up to 4 pieces per CTA, so faster SMs take more) measured slower on all 6 decode shapes
 // tried, 0.78-0.90x this plan (H100, 2026-11-25, ab_h100_20261125_decode_queue*.json; the code,
-// on a local branch, did not outlive that session): SM busy rose where this plan leaves SMs idle (64 x 12288 x
-// 4096: 0.60 -> 0.89) but each extra piece's fix-up waits on its arrival atomic in a saturated
+// on a local branch, did not outlive that session): SM busy rose where this plan leaves SMs
+// idle (64 x 12288 x 4096: 0.60 -> 0.89) but each extra piece's fix-up waits on its arrival atomic in a saturated
 // L2 (17% of the consumers' warp samples) and pieces at different k read the weight's rows
 // scattered (DRAM 67% vs 78% of peak on the same bytes; ncu_h100_20261125_decode_queue.txt).
 // Untried: the fix-up off the consumers' path (the producer warpgroup's three idle warps).
