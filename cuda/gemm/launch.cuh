@@ -120,7 +120,7 @@ GemmStatus launch_gemm(const GemmArgs& g) {
   cfg.gridDim = dim3(static_cast<unsigned>(Scheduler::grid_clusters(p.scheduler) * csize), 1, 1);
   // A grid without the cluster attribute runs as clusters of one CTA all the same (PTX: every
   // CTA is in a cluster; %cluster_nctarank reads 1), so one-CTA clusters launch as a plain grid:
-  // 1.00-1.09x per chained call on decode shapes against the attribute (H100, 2026-11-25,
+  // 0.99-1.09x per chained call on decode shapes against the attribute (H100, 2026-11-25,
   // ab_h100_20261125_plain_launch.json). The occupancy query keeps it (it needs a cluster size).
   if (csize == 1) cfg.numAttrs = 0;
   const cudaError_t err = cudaLaunchKernelEx(&cfg, sm90_gemm_kernel<Kernel>, p);
