@@ -109,13 +109,14 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
     // ab_h100_20261124_rounds.json; code: commit 9e53146 on the local branch
     // experiment/split-rounds, which may not outlive that session). Each piece pays a
     // pipeline fill and a fix-up; not profiled yet.
-    // NOTES: the collector waits ~2.1 us for a publisher's partial (trace_h100_20261125_fixup.txt),
-    // so the later pieces were made shorter, each leaving quota/16, /8 or /4 k-blocks to the
-    // collecting piece (a lead in the plan): no gain on 8 split shapes, in one process against
-    // equal pieces, 7 reps: best lead per shape 1.01-1.04x (128 x 4096 x 4096 1.039 at /8),
-    // elsewhere 0.84-0.99x (256 x 2048 x 8192 0.93 at /8, 0.84 at /4; 256 x 4096 x 14336 0.94
-    // at /8) (H100, 2026-11-25). The weight stream, not the collector's path, sets the time:
-    // moving k-blocks onto one piece lengthens that piece's stream by more than it hides.
+    // NOTES: the collector waits ~2.1 us for a publisher's partial
+    // (trace_h100_20261125_fixup.txt), so the later pieces were made shorter, each leaving
+    // quota/16, /8 or /4 k-blocks to the collecting piece (a lead in the plan). Against equal
+    // pieces, one process, 7 reps, on the 7 shapes where it split: the best lead per shape
+    // 0.97-1.04x (128 x 4096 x 4096 1.039 at /8, 384 x 2048 x 8192 1.025 at /16), and /8 itself
+    // 0.93-1.04x (256 x 2048 x 8192 0.93, 256 x 4096 x 14336 0.94; /4 down to 0.84) (H100,
+    // 2026-11-25; a session sweep, not kept). Not kept: the longer piece's own weight stream
+    // seems to cost more than the wait it hides (not profiled).
     if (split > 1) sk = split * tiles;
   }
   if (sk == 0) {
