@@ -95,11 +95,11 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
     while (split > 1 && k_blocks % split != 0) --split;
     // NOTES: with more than half a wave of tiles (no equal split fits), one stream-K range per
     // cluster ran 1.3-1.8x slower than whole tiles (768 x 4096 x 4096: 87 vs 57 us;
-    // 1024 x 4096 x 14336: 320 vs 180 us; H100, 2026-11-22, A/B logs in commit 4320d24): ranges start
-    // at a different k on every cluster, so the CTAs that share an operand tile no longer read
-    // it at the same time. If L2 then stops serving them, B comes from HBM once per M tile:
-    // 8 x 117 MB there, ~310 us at 3 TB/s, close to what was measured (not profiled). Equal
-    // pieces keep concurrently running clusters at the same k.
+    // 1024 x 4096 x 14336: 320 vs 180 us; H100, 2026-11-22, A/B logs in commit 4320d24): ranges
+    // start at a different k on every cluster, so the CTAs that share an operand tile no longer
+    // read it at the same time. If L2 then stops serving them, B comes from HBM once per M
+    // tile: 8 x 117 MB there, ~310 us at 3 TB/s, close to what was measured (not profiled).
+    // Equal pieces keep concurrently running clusters at the same k.
     // NOTES: equal pieces in rounds were tried for that case (more pieces than clusters, every
     // tile's later pieces first and the collecting ones last, so no cycle of waits; each
     // cluster's longest work at most 3/4 of a tile): correct on the GPU, but 0.78-0.94x
@@ -147,9 +147,10 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
 // up to 4 pieces per CTA, so faster SMs take more) measured slower on all 6 decode shapes
 // tried, 0.78-0.90x this plan (H100, 2026-11-25, ab_h100_20261125_decode_queue*.json; the code,
 // on a local branch, did not outlive that session): SM busy rose where this plan leaves SMs
-// idle (64 x 12288 x 4096: 0.60 -> 0.89) but each extra piece's fix-up waits on its arrival atomic in a saturated
-// L2 (17% of the consumers' warp samples) and pieces at different k read the weight's rows
-// scattered (DRAM 67% vs 78% of peak on the same bytes; ncu_h100_20261125_decode_queue.txt).
+// idle (64 x 12288 x 4096: 0.60 -> 0.89) but each extra piece's fix-up waits on its arrival
+// atomic in a saturated L2 (17% of the consumers' warp samples) and pieces at different k read
+// the weight's rows scattered (DRAM 67% vs 78% of peak on the same bytes;
+// ncu_h100_20261125_decode_queue.txt).
 // Untried: the fix-up off the consumers' path (the producer warpgroup's three idle warps).
 constexpr int32_t kMaxArrivalPieces = 16;
 
