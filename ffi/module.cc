@@ -118,6 +118,7 @@ NB_MODULE(_jax_hopper, m) {
       d["block_n"] = k->block_n;
       d["block_k"] = k->block_k;
       d["stages"] = k->stages;
+      d["ctas_per_sm"] = k->ctas_per_sm;
       d["a_mn_major"] = k->a_mn_major;
       d["b_mn_major"] = k->b_mn_major;
       d["smem_bytes"] = k->smem_bytes;

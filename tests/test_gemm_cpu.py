@@ -34,9 +34,12 @@ def test_extension_compiles_exactly_the_catalog():
         assert families[d["family"]] == inst.family
         assert (d["dtype"], d["b_dtype"]) == tuple(catalog.DTYPES[t].code for t in inst.dtypes)
         assert catalog.TileShape(d["block_m"], d["block_n"], d["block_k"], d["stages"],
-                                 list(catalog.SCHEDULES)[d["schedule"]]) == inst.tile
+                                 list(catalog.SCHEDULES)[d["schedule"]],
+                                 d["ctas_per_sm"]) == inst.tile
         assert (d["a_mn_major"], d["b_mn_major"]) == (inst.a_mn_major, inst.b_mn_major)
         assert 0 < d["smem_bytes"] <= catalog.SMEM_LIMIT_BYTES
+        assert (d["ctas_per_sm"] * (d["smem_bytes"] + catalog.SMEM_RESERVED_BYTES)
+                <= catalog.SMEM_PER_SM_BYTES)
         # A stream-K workspace slot per CTA (its fp32 partial tile) where tiles split; the ready
         # flags are kept outside the workspace (ffi/gemm/split_flags.h).
         splits = (catalog.SCHEDULES[inst.tile.schedule].stream_k and

@@ -27,6 +27,24 @@ def test_heuristic_swaps_up_to_the_widest_token_tile():
     assert not heuristics.heuristic_config("glu", False, 1, 16, 4096, 4096).swap_ab
 
 
+def test_heuristic_takes_two_ctas_per_sm_past_one_wave_of_weight_tiles():
+    # 128-column tiles: 132 of them fill an H100's SMs once; past that the narrow token tiles
+    # run two CTAs to an SM; 128 x 64 has no such kernel (it spills at 80 registers).
+    for family in ("matmul", "fp8"):
+        for m, n, occupancy in ((1, 28672, 2), (32, 28672, 2), (16, 132 * 128, 1),
+                                (16, 133 * 128, 2), (1, 4096, 1), (48, 28672, 1)):
+            cfg = heuristics.heuristic_config(family, False, 1, m, n, 4096)
+            assert cfg.swap_ab and cfg.ctas_per_sm == occupancy, (family, m, n, cfg)
+            assert cfg.tile in catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
+    # a batch of products counts every entry's tiles
+    assert heuristics.heuristic_config("matmul", False, 2, 1, 8192, 4096).ctas_per_sm == 1
+    assert heuristics.heuristic_config("matmul", False, 3, 1, 8192, 4096).ctas_per_sm == 2
+    # the kernel name carries the occupancy
+    cfg = heuristics.heuristic_config("matmul", False, 1, 1, 28672, 4096)
+    assert cfg.kernel("matmul", "bfloat16", False, True) == \
+        "sm90_gemm_bf16_128x16x64_s4_occ2_mk_swap"
+
+
 def test_fp8_per_tensor_swaps_on_its_own_tiles():
     for m, bn in ((1, 16), (17, 32), (64, 64)):
         cfg = heuristics.heuristic_config("fp8", False, 1, m, 4096, 4096)

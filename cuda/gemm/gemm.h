@@ -76,6 +76,7 @@ struct GemmKernelInfo {
   DType dtype, b_dtype;  // of a and of b
   GemmSchedule schedule;
   int32_t block_m, block_n, block_k, stages;
+  int32_t ctas_per_sm;  // resident at once on an SM (the launch bounds)
   bool a_mn_major, b_mn_major;
   int32_t smem_bytes;
   int64_t slot_bytes;  // stream-K workspace bytes per CTA that takes a split range

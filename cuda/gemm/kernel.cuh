@@ -11,7 +11,9 @@
 //             warpgroup's epilogue under the other's mainloop).
 // Warpgroup 0 is the producer (one thread issues the TMA loads for every tile of the cluster's
 // work list, in order); warpgroups 1 and 2 are the consumers. An optional 2-CTA cluster
-// multicasts the operand the two CTAs share. The generated catalog
+// multicasts the operand the two CTAs share. CTAS_PER_SM CTAs are resident on an SM at once (the
+// launch bounds and the register split follow it; the policies' shared memory must fit that
+// many times). The generated catalog
 // (jax_hopper/kernels/codegen.py) names one instance per compiled combination.
 #pragma once
 
@@ -28,7 +30,8 @@
 
 namespace jax_hopper {
 
-template <class Mainloop_, class Epilogue_, class Scheduler_, class Schedule_>
+template <class Mainloop_, class Epilogue_, class Scheduler_, class Schedule_,
+          int CTAS_PER_SM = 1>
 struct GemmKernel {
   using Mainloop = Mainloop_;
   using Epilogue = Epilogue_;
@@ -41,18 +44,27 @@ struct GemmKernel {
                 "a scheduler whose k-ranges end mid-block needs a mainloop that zeroes the tail");
 
   static constexpr int kThreads = 384;    // producer warpgroup + two consumer warpgroups
+  static constexpr int kCtasPerSm = CTAS_PER_SM;
+  static_assert(kCtasPerSm == 1 || kCtasPerSm == 2, "one or two CTAs per SM");
   // The register split between the producer and the consumer warpgroups is the schedule's,
   // unless the mainloop needs more per consumer thread (kMinConsumerRegs): the producer then
   // gets what is left. setmaxnreg.inc only redistributes the CTA's own registers, those of its
-  // launch: 168 per thread (65536 / 384, in steps of 8), so 504 per producer-consumer-consumer
-  // triple (more would leave a consumer's setmaxnreg.inc waiting forever).
-  static constexpr int kTripleRegs = 3 * 168;
-  static constexpr int kConsumerRegs = Mainloop::kMinConsumerRegs > Schedule::kConsumerRegs
-                                           ? Mainloop::kMinConsumerRegs
-                                           : Schedule::kConsumerRegs;
+  // launch: the register file (65536) over the SM's resident threads, in steps of 8 (168 per
+  // thread at one CTA per SM, 80 at two), three times that per producer-consumer-consumer
+  // triple (more would leave a consumer's setmaxnreg.inc waiting forever). At two CTAs per SM
+  // the consumers take what the triple leaves after the producer's 40 (96 each).
+  static constexpr int kLaunchRegs = 65536 / (kThreads * kCtasPerSm) / 8 * 8;
+  static constexpr int kTripleRegs = 3 * kLaunchRegs;
+  static constexpr int kWantedConsumerRegs =
+      Mainloop::kMinConsumerRegs > Schedule::kConsumerRegs ? Mainloop::kMinConsumerRegs
+                                                           : Schedule::kConsumerRegs;
+  static constexpr int kConsumerRegs = kWantedConsumerRegs < (kTripleRegs - 40) / 2 / 8 * 8
+                                           ? kWantedConsumerRegs
+                                           : (kTripleRegs - 40) / 2 / 8 * 8;
   static constexpr int kProducerRegs = Schedule::kProducerRegs < kTripleRegs - 2 * kConsumerRegs
                                            ? Schedule::kProducerRegs
                                            : kTripleRegs - 2 * kConsumerRegs;
+  static_assert(kConsumerRegs >= Mainloop::kMinConsumerRegs, "the mainloop's registers");
   static_assert(kProducerRegs >= 40 && kProducerRegs + 2 * kConsumerRegs <= kTripleRegs,
                 "the launch's registers");
   // Shared memory: the mainloop's ring, the epilogue's staging, then every barrier; + 1024 so
@@ -62,6 +74,8 @@ struct GemmKernel {
   static constexpr int kBarriers = Mainloop::kBarriers + Epilogue::kBarriers + Schedule::kBarriers;
   static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8 + 1024;
   static_assert(kSmemBytes <= kSmemLimitBytes, "the policies' shared memory exceeds the limit");
+  static_assert(kCtasPerSm * (kSmemBytes + kSmemReservedBytes) <= kSmemPerSmBytes,
+                "the policies' shared memory does not fit kCtasPerSm times on an SM");
   static_assert(kEpilogueOffset % 1024 == 0 && kBarrierOffset % 8 == 0, "alignment");
 
   struct Params {
@@ -126,7 +140,7 @@ struct GemmKernel {
 // The __global__ entry: one per compiled GemmKernel (the SASS function name contains
 // "sm90_gemm_kernel", which the SASS test and scripts/sanitize.sh look for).
 template <class Kernel>
-__global__ void __launch_bounds__(Kernel::kThreads, 1)
+__global__ void __launch_bounds__(Kernel::kThreads, Kernel::kCtasPerSm)
     sm90_gemm_kernel(const __grid_constant__ typename Kernel::Params p) {
   Kernel::run(p);
 }

@@ -136,7 +136,7 @@ constexpr GemmKernelInfo gemm_kernel_info(const char* name, GemmFamily family, D
                                           bool last_arrival_split = false) {
   using M = typename Kernel::Mainloop;
   return GemmKernelInfo{name, family, a_dtype, b_dtype, schedule, M::BM, M::BN, M::BK, M::STAGES,
-                        a_mn_major,
+                        Kernel::kCtasPerSm, a_mn_major,
                         b_mn_major, Kernel::kSmemBytes, Kernel::Scheduler::kSlotBytes,
                         min_piece_blocks, last_arrival_split,
                         &gemm_product_cols<Kernel>, &gemm_resident_clusters<Kernel>,

@@ -30,6 +30,8 @@ class GemmConfig:
     become wgmma's 64-row M, and block_n (16-64) the tokens, wgmma's N; the epilogue stores the
     tile transposed. For decode (M <= 64), where a 64-row MMA over a few tokens would waste
     most of its work.
+    `ctas_per_sm`: CTAs of the kernel resident on an SM at once (catalog.TileShape.ctas_per_sm):
+    1, or 2 for the swap-AB tiles compiled with half the stages.
     """
 
     block_m: int = 128
@@ -46,6 +48,7 @@ class GemmConfig:
     swap_ab: bool = False
     a_mn_major: bool | None = None
     b_mn_major: bool | None = None
+    ctas_per_sm: int = 1
 
     @classmethod
     def for_tile(cls, tile: catalog.TileShape, **fields) -> "GemmConfig":
@@ -53,12 +56,13 @@ class GemmConfig:
         given) with the other `fields`."""
         fields.setdefault("stream_k", catalog.SCHEDULES[tile.schedule].stream_k)
         return cls(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
-                   stages=tile.stages, schedule=tile.schedule, **fields)
+                   stages=tile.stages, schedule=tile.schedule, ctas_per_sm=tile.ctas_per_sm,
+                   **fields)
 
     @property
     def tile(self) -> catalog.TileShape:
         return catalog.TileShape(self.block_m, self.block_n, self.block_k, self.stages,
-                                 self.schedule)
+                                 self.schedule, self.ctas_per_sm)
 
     def validate(self, dtype: str, a_mn_major: bool, b_mn_major: bool,
                  family: str = "matmul", b_dtype: str | None = None) -> None:
@@ -89,8 +93,9 @@ class GemmConfig:
         if self.tile not in compiled:
             listed = ", ".join(t.tag for t in compiled)
             raise ValueError(
-                f"config: (block_m, block_n, block_k, stages, schedule) = ({self.block_m}, "
-                f"{self.block_n}, {self.block_k}, {self.stages}, {self.schedule!r}) is not "
+                f"config: (block_m, block_n, block_k, stages, schedule, ctas_per_sm) = "
+                f"({self.block_m}, {self.block_n}, {self.block_k}, {self.stages}, "
+                f"{self.schedule!r}, {self.ctas_per_sm}) is not "
                 "compiled"
                 f"{'' if family == 'matmul' else ' for ' + catalog.FAMILIES[family].what}; "
                 "compiled tile shapes: "

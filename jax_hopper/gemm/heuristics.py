@@ -129,19 +129,33 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
 SWAP_MAX_M = max(t.block_n for t in catalog.SWAP_TILES)
 
 
-def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...]) -> GemmConfig:
-    """The swap-AB config for a product of m <= SWAP_MAX_M rows: the narrowest token tile of
-    `tiles` (the swapped family's: catalog.SWAP_TILES or SWAP_TILES_FP8) that holds them all
-    (every tile then reads its weight columns once), split along K where the weight's column
-    tiles are fewer than half the SMs (the family's last-arrival split: the most equal pieces of
-    at least min_piece_blocks that one wave holds).
+def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...], n: int = 0, batch: int = 1,
+                       num_sms: int = DEFAULT_NUM_SMS) -> GemmConfig:
+    """The swap-AB config for a product of m <= SWAP_MAX_M rows against n weight columns: the
+    narrowest token tile of `tiles` (the swapped family's: catalog.SWAP_TILES or SWAP_TILES_FP8)
+    that holds them all (every tile then reads its weight columns once), split along K where the
+    weight's column tiles are fewer than half the SMs (the family's last-arrival split: the most
+    equal pieces of at least min_piece_blocks that one wave holds). Where the column tiles are
+    more than the SMs, the same tile two CTAs to an SM (ctas_per_sm=2) where it is compiled:
+    the tiles past the first wave then stream beside the others instead of after them.
 
     NOTES: above SWAP_MAX_M the swap-AB tiles would walk several token tiles, reading the
     weight once per token tile: at M = 96-512 against 4096-14336 wide weights they ran
     1.0-2.6x the time of the unswapped default (128 x 64 split: 96 x 4096 x 4096 29.8 vs
     29.9 us, 256 x 14336 x 4096 97.7 vs 63.4; 128 x 32: 167.6 there; H100, 2026-11-24, a
-    session script, not kept)."""
-    tile = min((t for t in tiles if t.block_n >= m), key=lambda t: t.block_n)
+    session script, not kept).
+    NOTES: two CTAs per SM against one, bf16, one process, 7 reps (H100, 2026-11-25,
+    gemm_h100_20261125_swap_occupancy.log): with more column tiles than SMs 1.01-1.07x
+    (1 x 28672 x 4096 88.1 vs 89.4 us, 32 x 28672 x 4096 92.2 vs 98.9, 1 x 33792 x 4096 1.011);
+    at one wave or fewer (split along K) 0.95-1.00x (1 x 14336 x 4096 0.957, 16 x 14336 x 4096
+    0.951): half the stages per CTA, and no second wave to share. A single SM streams a weight
+    at most ~45 GB/s (16-33 of 132 SMs busy: 0.73-1.54 TB/s in all), so a second wave on 92 of
+    the SMs ran below the HBM rate."""
+    width = min(t.block_n for t in tiles if t.block_n >= m)
+    narrowest = [t for t in tiles if t.block_n == width]
+    waves_over_one = batch * math.ceil(n / narrowest[0].block_m) > num_sms
+    tile = max(narrowest, key=lambda t: t.ctas_per_sm) if waves_over_one else min(
+        narrowest, key=lambda t: t.ctas_per_sm)
     return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
 
 
@@ -150,7 +164,8 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int,
     """The heuristic's config for a `family` call: swap-AB where the family has it, a is stored
     (M, K) and m <= SWAP_MAX_M; otherwise choose_config over the family's tiles."""
     if family in catalog.SWAP_FAMILIES and not a_mn_major and m <= SWAP_MAX_M:
-        return choose_swap_config(m, catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles)
+        return choose_swap_config(m, catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles,
+                                  n, batch)
     fam = catalog.FAMILIES[family]
     return choose_config(m, n, k, batch, tiles=fam.tiles, multicast=fam.multicast,
                          pingpong=fam.pingpong_mid_m)

@@ -20,6 +20,10 @@ import itertools
 
 # The opt-in shared memory per block on sm_90 (227 KB); kernels static_assert against it.
 SMEM_LIMIT_BYTES = 227 * 1024
+# An SM's shared memory (228 KB), of which each resident CTA takes SMEM_RESERVED_BYTES for the
+# system: a kernel resident `ctas_per_sm` times over fits ctas_per_sm x (its bytes + reserved).
+SMEM_PER_SM_BYTES = 228 * 1024
+SMEM_RESERVED_BYTES = 1024
 # TMA addresses a global array's rows only when they start a multiple of this many bytes apart.
 TMA_PITCH_BYTES = 16
 # H100 SXM and H200: the heuristic's SM count when no device is at hand (tracing on a CPU).
@@ -105,11 +109,15 @@ class TileShape:
     block_k: int
     stages: int
     schedule: str = "cooperative"
+    # CTAs resident on one SM at once: 2 halves each CTA's registers (launch bounds) and
+    # shared memory (the ring's stages), so that a second CTA streams beside the first.
+    ctas_per_sm: int = 1
 
     @property
     def tag(self) -> str:
         return (f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.stages}"
-                f"{SCHEDULES[self.schedule].suffix}")
+                f"{SCHEDULES[self.schedule].suffix}"
+                f"{'' if self.ctas_per_sm == 1 else f'_occ{self.ctas_per_sm}'}")
 
 
 # 128 x 256 (two consumer warpgroups of m64n256) is the large-problem tile; 128 x 192 and
@@ -190,8 +198,12 @@ _SS_TENSOR_SCALED = _SS.replace("NoScaling", "TensorScaling")
 
 # The swap-AB tiles (hopper_matmul at small M, GemmConfig.swap_ab): 128 weight columns (two
 # consumer warpgroups of 64 wgmma rows) by 16, 32 or 64 tokens (wgmma's N). The operand ring
-# holds mostly weight bytes, as deep as the 227 KB allow: 10, 9 and 8 stages.
-SWAP_TILES = (TileShape(128, 16, 64, 10), TileShape(128, 32, 64, 9), TileShape(128, 64, 64, 8))
+# holds mostly weight bytes, as deep as the 227 KB allow: 10, 9 and 8 stages. The narrower two
+# also two CTAs to an SM (ctas_per_sm=2: half the shared memory each, 4 and 3 stages next to the
+# epilogue's 32 KB, and 80 registers a thread), so that a partial wave of weight streams is
+# shared by every SM's second CTA; 128 x 64 spills (1.5 KB) at 80 registers.
+SWAP_TILES = (TileShape(128, 16, 64, 10), TileShape(128, 32, 64, 9), TileShape(128, 64, 64, 8),
+              TileShape(128, 16, 64, 4, ctas_per_sm=2), TileShape(128, 32, 64, 3, ctas_per_sm=2))
 # The same for fp8: a k-block is 128 one-byte elements, so each stage holds the same bytes.
 SWAP_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_TILES)
 

@@ -43,6 +43,8 @@ def constants_header() -> str:
             f"enum class GemmFamily : int32_t {{ {fams} }};\n"
             f"enum class GemmSchedule : int32_t {{ {scheds} }};\n\n"
             f"constexpr int kSmemLimitBytes = {catalog.SMEM_LIMIT_BYTES};\n"
+            f"constexpr int kSmemPerSmBytes = {catalog.SMEM_PER_SM_BYTES};\n"
+            f"constexpr int kSmemReservedBytes = {catalog.SMEM_RESERVED_BYTES};\n"
             f"constexpr int kTmaPitchBytes = {catalog.TMA_PITCH_BYTES};\n"
             f"constexpr int kGroupTileFields = {catalog.GROUP_TILE_FIELDS};\n"
             f"constexpr int kFp8ScaleBlock = {catalog.FP8_SCALE_BLOCK};\n\n"
@@ -57,14 +59,16 @@ def constants_header() -> str:
 def instance_source(inst: catalog.KernelInstance) -> str:
     pol, t = inst.policies(), inst.tile
     fam = catalog.FAMILIES[inst.family]
+    occupancy = "" if t.ctas_per_sm == 1 else f", {t.ctas_per_sm}"
     return (_HEADER + '#include "cuda/gemm/launch.cuh"\n\nnamespace jax_hopper {\n\n'
             f"using Kernel = GemmKernel<{pol['mainloop']},\n"
             f"                          {pol['epilogue']},\n"
             f"                          {pol['scheduler']},\n"
-            f"                          {pol['schedule']}>;\n"
+            f"                          {pol['schedule']}{occupancy}>;\n"
             f"static_assert(Kernel::Mainloop::BM == {t.block_m} && Kernel::Mainloop::BN == "
             f"{t.block_n} && Kernel::Mainloop::BK == {t.block_k} && Kernel::Mainloop::STAGES == "
-            f"{t.stages}, \"catalog.py and the policies disagree\");\n\n"
+            f"{t.stages} && Kernel::kCtasPerSm == {t.ctas_per_sm}, "
+            "\"catalog.py and the policies disagree\");\n\n"
             f"extern const GemmKernelInfo kGemmKernel_{inst.name} = gemm_kernel_info<Kernel>(\n"
             f'    "{inst.name}", GemmFamily::{fam.cpp}, DType::{catalog.DTYPES[inst.dtypes[0]].cpp},'
             f" DType::{catalog.DTYPES[inst.dtypes[1]].cpp},"
