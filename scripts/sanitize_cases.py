@@ -160,7 +160,8 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
     """The swap-AB kernels (GemmConfig.swap_ab): every token tile x weight layout x dtype (quick:
     the dtypes rotated), tokens short of the tile; the transposed epilogue in every out dtype;
     split weight streams summed by the last piece to arrive (16 x 4096 x 4096: 32 tiles in 4
-    pieces; 1 x 1024 x 8192: 8 in 16) and a batch against a shared weight."""
+    pieces; 1 x 1024 x 8192: 8 in 16), the same and 140 tiles (over a wave) two CTAs per SM
+    (ctas_per_sm=2), and a batch against a shared weight."""
     from jax_hopper.kernels import catalog
     tiles = catalog.SWAP_TILES
     groups = []
@@ -173,8 +174,10 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
     groups.append([GemmCase(24, 392, 264, tile=tiles[1], out_dtype=o, activation="gelu",
                             bias=True, residual=True, alpha=0.5, beta=-1.5)
                    for o in catalog.OUTPUT_DTYPES])
+    two = [t for t in tiles if t.ctas_per_sm == 2]
     groups.append([GemmCase(16, 4096, 4096, tile=tiles[0]),
                    GemmCase(1, 1024, 8192, tile=tiles[0]),
+                   GemmCase(3, 17920, 136, tile=two[0]), GemmCase(1, 1024, 8192, tile=two[0]),
                    GemmCase(5, 264, 136, batch=3, shared_b=True, tile=tiles[0], bias=True,
                             residual=True)])
     return groups

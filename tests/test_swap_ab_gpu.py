@@ -37,8 +37,19 @@ def test_every_tile_and_weight_layout(rng, dtype, tile, transpose_b):
                                    (16, 28672, 1032), (5, 14336, 4104)])
 @pytest.mark.parametrize("stream_k", (True, False))
 def test_shapes_split_and_whole(rng, m, n, k, stream_k):
-    tile = heuristics.choose_swap_config(m, catalog.SWAP_TILES).tile
+    tile = heuristics.choose_swap_config(m, catalog.SWAP_TILES, n).tile
     check_matmul(rng, m, n, k, config=_swap(tile, stream_k), transpose_b=True)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (30, 17920, 1032), (16, 33792, 264)])
+def test_two_ctas_per_sm(rng, m, n, k):
+    """The ctas_per_sm=2 tiles: 32 weight tiles split in 8 pieces (256 CTAs, two to an SM), and
+    140 or 264 tiles whole, a wave and more of two CTAs per SM, as the heuristic takes them."""
+    tile = min((t for t in catalog.SWAP_TILES if t.ctas_per_sm == 2 and t.block_n >= m),
+               key=lambda t: t.block_n)
+    if n // tile.block_m > catalog.DEFAULT_NUM_SMS:
+        assert heuristics.heuristic_config("matmul", False, 1, m, n, k).tile == tile
+    check_matmul(rng, m, n, k, config=_swap(tile))
 
 
 @pytest.mark.parametrize("m", [65, 200])
