@@ -81,7 +81,7 @@ def broken_configs(draw):
         assume(tile not in COMPILED)
         cfg = GemmConfig(*tile, cluster_m=cfg.cluster_m, cluster_n=cfg.cluster_n)
         return cfg, dtype, a_mn, b_mn, r"^config: \(block_m, block_n, block_k, stages, " \
-                                       r"schedule\) = .* is not compiled"
+                                       r"schedule, ctas_per_sm\) = .* is not compiled"
     if field == "schedule":
         # An unknown schedule; a known one at a tile it is not compiled for; or stream-K
         # under a schedule that computes whole tiles.
