@@ -55,17 +55,19 @@ struct GemmKernel {
   // the consumers take what the triple leaves after the producer's 40 (96 each).
   static constexpr int kLaunchRegs = 65536 / (kThreads * kCtasPerSm) / 8 * 8;
   static constexpr int kTripleRegs = 3 * kLaunchRegs;
+  static constexpr int kMinProducerRegs = 40;  // what the TMA-issuing producer needs
+  static constexpr int kMaxConsumerRegs = (kTripleRegs - kMinProducerRegs) / 2 / 8 * 8;
   static constexpr int kWantedConsumerRegs =
       Mainloop::kMinConsumerRegs > Schedule::kConsumerRegs ? Mainloop::kMinConsumerRegs
                                                            : Schedule::kConsumerRegs;
-  static constexpr int kConsumerRegs = kWantedConsumerRegs < (kTripleRegs - 40) / 2 / 8 * 8
-                                           ? kWantedConsumerRegs
-                                           : (kTripleRegs - 40) / 2 / 8 * 8;
+  static constexpr int kConsumerRegs =
+      kWantedConsumerRegs < kMaxConsumerRegs ? kWantedConsumerRegs : kMaxConsumerRegs;
   static constexpr int kProducerRegs = Schedule::kProducerRegs < kTripleRegs - 2 * kConsumerRegs
                                            ? Schedule::kProducerRegs
                                            : kTripleRegs - 2 * kConsumerRegs;
   static_assert(kConsumerRegs >= Mainloop::kMinConsumerRegs, "the mainloop's registers");
-  static_assert(kProducerRegs >= 40 && kProducerRegs + 2 * kConsumerRegs <= kTripleRegs,
+  static_assert(kProducerRegs >= kMinProducerRegs &&
+                    kProducerRegs + 2 * kConsumerRegs <= kTripleRegs,
                 "the launch's registers");
   // Shared memory: the mainloop's ring, the epilogue's staging, then every barrier; + 1024 so
   // the base can be rounded up to the 1024-byte alignment the 128B swizzle needs.

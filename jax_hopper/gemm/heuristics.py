@@ -153,9 +153,8 @@ def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...], n: int = 0,
     the SMs ran below the HBM rate."""
     width = min(t.block_n for t in tiles if t.block_n >= m)
     narrowest = [t for t in tiles if t.block_n == width]
-    waves_over_one = batch * math.ceil(n / narrowest[0].block_m) > num_sms
-    tile = max(narrowest, key=lambda t: t.ctas_per_sm) if waves_over_one else min(
-        narrowest, key=lambda t: t.ctas_per_sm)
+    occupancy = 2 if batch * math.ceil(n / narrowest[0].block_m) > num_sms else 1
+    tile = next((t for t in narrowest if t.ctas_per_sm == occupancy), narrowest[0])
     return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
 
 
