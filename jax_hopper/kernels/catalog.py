@@ -18,12 +18,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-# The opt-in shared memory per block on sm_90 (227 KB); kernels static_assert against it.
-SMEM_LIMIT_BYTES = 227 * 1024
-# An SM's shared memory (228 KB), of which each resident CTA takes SMEM_RESERVED_BYTES for the
-# system: a kernel resident `ctas_per_sm` times over fits ctas_per_sm x (its bytes + reserved).
+# An SM's shared memory on sm_90 (228 KB), of which each resident CTA takes SMEM_RESERVED_BYTES
+# for the system: a kernel resident `ctas_per_sm` times over fits ctas_per_sm x (its bytes +
+# reserved), and one CTA opts in to the rest, SMEM_LIMIT_BYTES (227 KB); kernels static_assert
+# against both.
 SMEM_PER_SM_BYTES = 228 * 1024
 SMEM_RESERVED_BYTES = 1024
+SMEM_LIMIT_BYTES = SMEM_PER_SM_BYTES - SMEM_RESERVED_BYTES
 # TMA addresses a global array's rows only when they start a multiple of this many bytes apart.
 TMA_PITCH_BYTES = 16
 # H100 SXM and H200: the heuristic's SM count when no device is at hand (tracing on a CPU).
