@@ -34,6 +34,16 @@ def test_every_instance(tile, out_dtype):
     _check(np.random.default_rng(), 300, 392, 400, out_dtype=out_dtype, config=config)
 
 
+@pytest.mark.parametrize("k_blocks", [8, 11, 15, 17])
+@pytest.mark.parametrize("tile", FAM.tiles, ids=lambda t: t.tag)
+def test_k_loop_steps_and_remainders(tile, k_blocks):
+    # The k-loop takes 8 k-blocks per step (cooperative tiles) and the rest in shorter steps
+    # (pairs, then singles, on 128 x 128): whole steps with each kind of remainder, the last
+    # k-block partial.
+    config = GemmConfig.for_tile(tile, stream_k=False)
+    _check(np.random.default_rng(), 200, 300, 128 * k_blocks - 40, config=config)
+
+
 @pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)
 def test_out_dtypes_and_epilogue(out_dtype):
     # Scales within 2^-1 .. 2^1: products of K = 1024 stay inside float16's range (65504).

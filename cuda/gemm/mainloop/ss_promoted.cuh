@@ -60,8 +60,18 @@
 // on 128 x 256 and ping-pong tiles: 0.86-0.89x on the four large shapes with two buffers,
 // 0.88-0.90x with three (wait_group 2), so neither shared-memory bandwidth nor the depth of
 // work in flight is what limits these tiles, and a narrower wgmma costs more than the A reads
-// it saves (ab_h100_20261125_fp8block_rs.json, _rs3.json; H100, 2026-11-25). What remains
-// untried: wider units need registers the 128 accumulators take (2 x 64 more at 128 columns).
+// it saves (ab_h100_20261125_fp8block_rs.json, _rs3.json; H100, 2026-11-25). Wider units need
+// registers the 128 accumulators take (2 x 64 more at 128 columns).
+// Ablations in a standalone harness (the kernels launched without jax; H100, 2026-11-25,
+// fp8_block_h100_20261125_ablation.txt) then showed what the promotion's scales cost on 128 x
+// 256: without any scale (acc += unit) the kernel ran 1.10-1.20x faster. Each unit loaded its
+// own three scales (four units of a k-block, twelve loads for four values); loading a k-block's
+// scales once, after its first unit's issue, into a set per k-block parity, and stepping 8
+// k-blocks per k-loop step instead of 1, brought it to 1.06-1.18x the build before, within 0-5%
+// of the scale-free variant. A single set loaded after the previous k-block's last promotion
+// gained only half of that: the loads then have less time to land. Through jax, against
+// f17303d: 1.06-1.12x on 7 of 8 shapes, geomean 1.075 (8192^3 1013 -> 1136 TFLOP/s;
+// ab_h100_20261125_fp8block_kscales.json).
 #pragma once
 
 #include <cstdint>
@@ -104,15 +114,22 @@ struct MainloopSSPromoted
                 "a unit is inside one scale block, and the tile's columns are whole units");
   static constexpr int kChunks = BN / kUnitN;       // units across the columns
   static constexpr int kUnits = kSlices * kChunks;  // units per k-block
-  // K-blocks per step of the k-loop: a step's units alternate between the two buffers, so a
-  // single-unit k-block goes in pairs (an odd count's last one alone).
-  static constexpr int kBlocksPerStep = kUnits == 1 ? 2 : 1;
+  // K-blocks per step of the k-loop: a step's last unit is promoted with nothing of its
+  // warpgroup in flight, so the longer the step the rarer that stall. With a set of scales per
+  // k-block, 8 ran 1.05-1.13x 1 on 128 x 256 tiles, and 0.96-1.05x 2 on 128 x 128 (harness,
+  // H100, 2026-11-25; see NOTES above). The ping-pong tile's warpgroup holds two slices (128
+  // accumulators and four rows' A scales): it spilled at 2 and at 4.
+  static constexpr int kBlocksPerStep = kSlices == 1 ? 8 : 1;
   using UnitMma = ptx::WgmmaSS<kUnitN, TA, TB, 0, 0>;
   static constexpr int kUnitRegs = UnitMma::kRegs;
   static constexpr int kKSteps = BK / UnitMma::kK;
   static constexpr int kChunkBytes = kUnitN * 128;  // a chunk's K-major rows of B
   static constexpr uint32_t kStepBytes = Base::template kStepBytes<false>;  // per k32 step
   static constexpr int kBColumnBlocks = BN / BlockScaling::kBlock;  // B scales per k-block
+  // A k-block's scales in a thread's registers: B's per 128-column block, then each slice's
+  // two rows' (r, r + 8) A scales.
+  static constexpr int kKBlockScales = kBColumnBlocks + 2 * kSlices;
+  using KBlockScales = float[kKBlockScales];
   // The accumulators, two units' registers and the scale pointers: with the cooperative
   // schedule's 224 registers a 128 x 256 tile spilled (CUDA 13.0); 232 (the producer keeps 40,
   // as in ping-pong) does not.
@@ -156,8 +173,11 @@ struct MainloopSSPromoted
     // the next step's first issue) makes ptxas serialise every wgmma (C7514, or a wait injected
     // before the read: C7517; CUDA 13.0), and copying its registers out first costs as many
     // instructions as the promotion it would hide.
+    // A k-block's scales are loaded right after its first unit is issued, into the set of its
+    // parity in the step: the previous k-block's last unit is promoted after that, from the
+    // other set.
     float buf[2][kUnitRegs];
-    float scale[2][3];  // the B scale and the rows' (r, r + 8) A scales of each buffer's unit
+    KBlockScales scales[2];
     const typename Base::Descs d0 = Base::first_descs(s, part);
     auto step = [&](auto blocks_const) {  // the next `blocks` k-blocks (a compile-time count)
       constexpr int kStepUnits = decltype(blocks_const)::value * kUnits;
@@ -170,7 +190,8 @@ struct MainloopSSPromoted
           stage[t / kUnits] = pipe.stage;
           d = d0.at_stage(pipe.stage);
         }
-        issue<j>(d, buf[t % 2], scale[t % 2], a_scales, b_scales);
+        issue<j>(d, buf[t % 2]);
+        if constexpr (j == 0) load_scales(scales[(t / kUnits) % 2], a_scales, b_scales);
         if constexpr (j == kUnits - 1) {  // the k-block's units are issued: on to the next
           pipe.advance();
 #pragma unroll
@@ -180,7 +201,7 @@ struct MainloopSSPromoted
         }
         if constexpr (t > 0) {
           ptx::wgmma_wait_group<1>();
-          promote<(t - 1) % kUnits>(acc, buf[(t - 1) % 2], scale[(t - 1) % 2]);
+          promote<(t - 1) % kUnits>(acc, buf[(t - 1) % 2], scales[((t - 1) / kUnits) % 2]);
           if constexpr ((t - 1) % kUnits == kUnits - 1)  // its stage's last reader is done
             Base::release(s, stage[(t - 1) / kUnits], cluster_size, wg_thread);
         }
@@ -188,26 +209,24 @@ struct MainloopSSPromoted
       for_each_unit(unit, std::make_integer_sequence<int, kStepUnits>{});
       ptx::wgmma_wait_group<0>();
       Base::release(s, stage[kStepUnits / kUnits - 1], cluster_size, wg_thread);
-      promote<kUnits - 1>(acc, buf[(kStepUnits - 1) % 2], scale[(kStepUnits - 1) % 2]);
+      promote<kUnits - 1>(acc, buf[(kStepUnits - 1) % 2], scales[(kStepUnits / kUnits - 1) % 2]);
     };
     int32_t kb = u.k_begin;
     for (; kb + kBlocksPerStep <= u.k_end; kb += kBlocksPerStep)
       step(std::integral_constant<int, kBlocksPerStep>{});
-    if constexpr (kBlocksPerStep > 1) {
-      if (kb < u.k_end) step(std::integral_constant<int, 1>{});  // an odd count's last one
+    // The remainder: single-unit k-blocks still in pairs where they can be, an odd last one
+    // alone.
+    constexpr int kRemainderBlocks = kUnits == 1 ? 2 : 1;
+    for (; kb + kRemainderBlocks <= u.k_end; kb += kRemainderBlocks)
+      step(std::integral_constant<int, kRemainderBlocks>{});
+    if constexpr (kRemainderBlocks > 1) {
+      if (kb < u.k_end) step(std::integral_constant<int, 1>{});
     }
   }
 
-  // Issues unit J of a k-block whose stage's descriptors are `d` into `unit` and loads its
-  // scales (L1 hits after a row's first k-block: 32 k-blocks of scales share a 128-byte line).
-  // Nothing uses them before the unit's promotion, so they land while it multiplies.
-  // NOTES: multiplying the B scale into the A scales here made the warp wait for the loads
-  // before its previous unit's promotion: ncu put 8-12% of the consumers' stall samples on that
-  // FMUL (H100, 2026-11-25, 8192^3, ncu_h100_20261125_fp8_block_units.txt).
+  // Issues unit J of a k-block whose stage's descriptors are `d` into `unit`.
   template <int J>
-  __device__ static void issue(const typename Base::Descs& d, float (&unit)[kUnitRegs],
-                               float (&sc)[3], const float* const (&a_scales)[kSlices][2],
-                               const float* const (&b_scales)[kBColumnBlocks]) {
+  __device__ static void issue(const typename Base::Descs& d, float (&unit)[kUnitRegs]) {
     constexpr int i = J / kChunks, c = J % kChunks;
 #pragma unroll
     for (int q = 0; q < kUnitRegs; ++q) ptx::wgmma_fence_operand(unit[q]);
@@ -218,9 +237,19 @@ struct MainloopSSPromoted
                    ptx::wgmma_desc_advance(d.b, c * kChunkBytes + kk * kStepBytes), unit,
                    kk == 0 ? 0 : 1);
     ptx::wgmma_commit_group();
-    sc[0] = __ldg(b_scales[c * kUnitN / BlockScaling::kBlock]);
-    sc[1] = __ldg(a_scales[i][0]);
-    sc[2] = __ldg(a_scales[i][1]);
+  }
+
+  // A k-block's scales (L1 hits after a row's first k-block: 32 k-blocks of scales share a
+  // 128-byte line). Nothing uses them before its first unit's promotion, so they land while
+  // that unit multiplies.
+  __device__ static void load_scales(KBlockScales& ks, const float* const (&a_scales)[kSlices][2],
+                                     const float* const (&b_scales)[kBColumnBlocks]) {
+#pragma unroll
+    for (int c = 0; c < kBColumnBlocks; ++c) ks[c] = __ldg(b_scales[c]);
+#pragma unroll
+    for (int i = 0; i < kSlices; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) ks[kBColumnBlocks + 2 * i + h] = __ldg(a_scales[i][h]);
   }
 
   // Calls f(integral_constant<T>) for T = 0, 1, ..., in order.
@@ -230,13 +259,17 @@ struct MainloopSSPromoted
   }
 
   // acc (unit J's columns of its slice) += the unit's product times its rows' scales.
+  // The scale products are formed here, not at the loads: there they made the warp wait for
+  // the loads before its previous unit's promotion (ncu put 8-12% of the consumers' stall
+  // samples on that FMUL; H100, 2026-11-25, ncu_h100_20261125_fp8_block_units.txt).
   template <int J>
-  __device__ static void promote(float* acc, float (&unit)[kUnitRegs], const float (&sc)[3]) {
+  __device__ static void promote(float* acc, float (&unit)[kUnitRegs], const KBlockScales& ks) {
 #pragma unroll
     for (int q = 0; q < kUnitRegs; ++q) ptx::wgmma_fence_operand(unit[q]);
     constexpr int i = J / kChunks, c = J % kChunks;
     float* out = acc + i * kSliceRegs + c * kUnitRegs;
-    const float s0 = sc[0] * sc[1], s1 = sc[0] * sc[2];
+    const float b = ks[c * kUnitN / BlockScaling::kBlock];
+    const float s0 = b * ks[kBColumnBlocks + 2 * i], s1 = b * ks[kBColumnBlocks + 2 * i + 1];
 #pragma unroll
     for (int q = 0; q < kUnitRegs; ++q) out[q] += unit[q] * ((q / 2) % 2 ? s1 : s0);
   }
