@@ -10,11 +10,12 @@
 // A warpgroup's k-block is units (64 rows by 128 or 64 columns, MainloopSSPromoted::kUnitN)
 // alternating between two register buffers: unit t multiplies while unit t - 1 is waited for
 // and promoted, so the CUDA cores' work overlaps the warpgroup's own tensor work; only the last
-// unit of a step (one k-block, or two of single-unit k-blocks) is promoted with nothing of its
-// warpgroup in flight. The tile's other warpgroup (cooperative) or the other tile's
+// unit of a step (8 k-blocks on the cooperative tiles, 1 on ping-pong) is promoted with nothing
+// of its warpgroup in flight. The tile's other warpgroup (cooperative) or the other tile's
 // (ping-pong) keeps the tensor cores busy meanwhile.
-// A unit's three scales are loaded after its wgmmas are issued, so the loads (L1 hits after a
-// row's first k-block: 32 k-blocks of scales share a 128-byte line) overlap the multiply.
+// A k-block's scales are loaded once, after its first unit's wgmmas are issued, so the loads
+// (L1 hits after a row's first k-block: 32 k-blocks of scales share a 128-byte line) overlap
+// the multiply.
 // NOTES (H100, 2026-11-24, bench_fp8.py --scaling block --sweep): 660-800 TFLOP/s on the
 // large shapes, 0.5-0.6x our per-tensor kernel on the same data (fp8_block_h100_20261124.json);
 // 128 x 128 beat 128 x 256 on 5 of 6 shapes (804 vs 777 at 8192^3), ping-pong was slowest.
@@ -64,7 +65,7 @@
 // registers the 128 accumulators take (2 x 64 more at 128 columns).
 // Ablations in a standalone harness (the kernels launched without jax; H100, 2026-11-25,
 // fp8_block_h100_20261125_ablation.txt) then showed what the promotion's scales cost on 128 x
-// 256: without any scale (acc += unit) the kernel ran 1.10-1.20x faster. Each unit loaded its
+// 256: without any scale (acc += unit) the kernel ran 1.08-1.20x faster. Each unit loaded its
 // own three scales (four units of a k-block, twelve loads for four values); loading a k-block's
 // scales once, after its first unit's issue, into a set per k-block parity, and stepping 8
 // k-blocks per k-loop step instead of 1, brought it to 1.06-1.18x the build before, within 0-5%
