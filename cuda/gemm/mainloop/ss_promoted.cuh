@@ -215,13 +215,15 @@ struct MainloopSSPromoted
     int32_t kb = u.k_begin;
     for (; kb + kBlocksPerStep <= u.k_end; kb += kBlocksPerStep)
       step(std::integral_constant<int, kBlocksPerStep>{});
-    // The remainder: single-unit k-blocks still in pairs where they can be, an odd last one
-    // alone.
-    constexpr int kRemainderBlocks = kUnits == 1 ? 2 : 1;
-    for (; kb + kRemainderBlocks <= u.k_end; kb += kRemainderBlocks)
-      step(std::integral_constant<int, kRemainderBlocks>{});
-    if constexpr (kRemainderBlocks > 1) {
-      if (kb < u.k_end) step(std::integral_constant<int, 1>{});
+    if constexpr (kBlocksPerStep > 1) {
+      // The remainder: single-unit k-blocks still in pairs where they can be, an odd last one
+      // alone.
+      constexpr int kRemainderBlocks = kUnits == 1 ? 2 : 1;
+      for (; kb + kRemainderBlocks <= u.k_end; kb += kRemainderBlocks)
+        step(std::integral_constant<int, kRemainderBlocks>{});
+      if constexpr (kRemainderBlocks > 1) {
+        if (kb < u.k_end) step(std::integral_constant<int, 1>{});
+      }
     }
   }
 
