@@ -93,10 +93,12 @@ def _call(p: Problem, config: GemmConfig):
 
 
 def tune_problem(p: Problem, reps: int = 5, key=None) -> dict:
-    """{label: median seconds} of every candidate and the heuristic's choice ("heuristic"), and
-    the fastest candidate other than the heuristic's config."""
+    """{label: median seconds} of every candidate and the heuristic's choice ("heuristic"), the
+    fastest candidate other than the heuristic's config (best; None where none ran) and
+    {label: error} of the candidates that failed."""
     pairs = _operands(p, key if key is not None else jax.random.key(0))
-    heuristic = heuristic_config(p.family, p.a_mn, p.batch, p.m, p.n, p.k)
+    heuristic = heuristic_config(p.family, p.a_mn, p.batch, p.m, p.n, p.k,
+                                 num_sms=tuned.device_sms())
     configs = {"heuristic": heuristic}
     # The candidate that is the heuristic's own config is timed once, as "heuristic": timed
     # twice, one of its two medians could beat the other by the noise (5% was seen on a
@@ -107,9 +109,11 @@ def tune_problem(p: Problem, reps: int = 5, key=None) -> dict:
     runs = {label: (timing.chained(_call(p, c)), pairs) for label, c in configs.items()}
     timed = timing.time_interleaved(runs, reps)
     times = {label: r["median_s"] for label, r in timed.items() if not isinstance(r, Exception)}
-    best = min((label for label in times if label != "heuristic"), key=times.get)
-    return dict(times=times, best=configs[best], best_s=times[best],
-                heuristic_s=times.get("heuristic"))
+    failed = {label: r for label, r in timed.items() if isinstance(r, Exception)}
+    best = min((label for label in times if label != "heuristic"), key=times.get, default=None)
+    return dict(times=times, best=configs[best] if best else None,
+                best_s=times[best] if best else None, heuristic_s=times.get("heuristic"),
+                failed=failed)
 
 
 def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: bool = False,
@@ -123,6 +127,12 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
     written, results = {}, {}
     for p in dict.fromkeys(problems):  # each problem once, in order
         r = tune_problem(p, reps)
+        for label, error in r.get("failed", {}).items():
+            log(f"{p.key}: candidate {label} failed ({type(error).__name__}: {error})")
+        if r["best"] is None:
+            log(f"{p.key}: no candidate ran -> heuristic kept")
+            results[p.key] = None
+            continue
         wins = r["heuristic_s"] is None or r["best_s"] < r["heuristic_s"] * (1 - min_gain)
         log(f"{p.key}: best {r['best_s'] * 1e6:.1f} us, heuristic "
             f"{(r['heuristic_s'] or float('nan')) * 1e6:.1f} us"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import warnings
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +31,26 @@ REL_FROB_BOUND_FP8_BLOCK = {"bfloat16": 6e-3, "float16": 1.5e-3, "float32": 2e-4
 def random_operand(rng, shape, dtype):
     """Random-normal values rounded to `dtype` (never zeros: they hide unwritten outputs)."""
     return jnp.asarray(rng.standard_normal(shape, dtype=np.float32)).astype(dtype)
+
+
+@contextlib.contextmanager
+def launched_configs():
+    """[(a's shape, b's shape, config)] of every 16-bit or fp8 GEMM launched (bound, at trace
+    time) inside the block: the config that reaches the kernel, on the operands of one device."""
+    from jax_hopper.gemm.fp8 import hopper_fp8_gemm_p
+    from jax_hopper.gemm.primitive import hopper_gemm_p
+    seen = []
+
+    def spy(prim):
+        real = prim.bind
+
+        def bind(*args, **params):
+            seen.append((tuple(args[0].shape), tuple(args[1].shape), params["config"]))
+            return real(*args, **params)
+        return mock.patch.object(prim, "bind", bind)
+
+    with spy(hopper_gemm_p), spy(hopper_fp8_gemm_p):
+        yield seen
 
 
 def to64(x):

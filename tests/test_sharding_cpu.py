@@ -28,7 +28,8 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "ragged_k_split", "ragged_n_grad", "ragged_glu_f", "contract_columns", "ragged_rows",
          "ragged_dp_grad", "contract_rows", "fp8_rows", "fp8_block_n", "fp8_block_k",
          "fp8_tensor_k_scatter", "quantize_rows_tensor", "quantize_cols_blocks",
-         "quantize_unaligned_rows", "quantize_given_amax", "fp8_matmul_data_parallel"]
+         "quantize_unaligned_rows", "quantize_given_amax", "fp8_matmul_data_parallel",
+         "config_per_shard"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -473,6 +474,37 @@ def _cases():
         _compare(grads, (_rand(rng, (4 * 64, 128)), _rand(rng, (128, 64))),
                  (named("x"), None), all_reduce=True, bound=REL_FROB_BOUND["bfloat16"])
 
+    def config_per_shard():
+        # A data-parallel decode: 64 rows a device. Each shard's product takes the config of its
+        # own problem (the swap-AB kernels), which the whole batch's is not; so do the fp8 GEMM
+        # and the backward products.
+        from gemm_helpers import REL_FROB_BOUND, launched_configs
+        from jax_hopper import hopper_fp8_matmul
+        from jax_hopper.gemm import tuned
+        rows = 64 * n_dev
+
+        def launched(seen, a_shape, b_shape):
+            return [(shapes, c) for *shapes, c in seen if shapes == [a_shape, b_shape]]
+
+        want = tuned.default_config("matmul", "bfloat16", False, True, 1, 64, n, k)
+        assert want.swap_ab and not tuned.default_config("matmul", "bfloat16", False, True, 1,
+                                                         rows, n, k).swap_ab
+        x, w = _rand(rng, (rows, k)), _rand(rng, (k, n))
+        with launched_configs() as seen:
+            _compare(mm(), (x, w), (named("x"), None), all_reduce=False)
+            _compare(jax.grad(lambda x, w: (mm()(x, w) ** 2).sum(), (0, 1)), (x, w),
+                     (named("x"), None), all_reduce=True, bound=REL_FROB_BOUND["bfloat16"])
+        assert {c for shapes, c in launched(seen, (1, 64, k), (1, k, n))} == {want}, seen
+        # dX = dY W^T on each device's 64 rows: (64, N) against W stored (K, N)
+        dx = tuned.default_config("matmul", "bfloat16", False, False, 1, 64, k, n)
+        assert {c for shapes, c in launched(seen, (1, 64, n), (1, k, n))} == {dx}, seen
+        e4m3 = jnp.float8_e4m3fn
+        with launched_configs() as seen:
+            _compare(lambda a, b: hopper_fp8_matmul(a, b, 1.0, 1.0, out_dtype=f32),
+                     (x.astype(e4m3), w.T.astype(e4m3)), (named("x"), None), all_reduce=False)
+        fp8 = tuned.default_config("fp8", "float8_e4m3fn", False, False, 1, 64, n, k)
+        assert fp8.swap_ab and {c for _, c in launched(seen, (1, 64, k), (1, n, k))} == {fp8}
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
@@ -482,7 +514,7 @@ def _cases():
                             ragged_dp_grad, contract_rows, fp8_rows, fp8_block_n, fp8_block_k,
                             fp8_tensor_k_scatter, quantize_rows_tensor, quantize_cols_blocks,
                             quantize_unaligned_rows, quantize_given_amax,
-                            fp8_matmul_data_parallel]))
+                            fp8_matmul_data_parallel, config_per_shard]))
 
 
 def main():

@@ -9,10 +9,11 @@ from unittest import mock
 import jax
 import jax.numpy as jnp
 import pytest
+from gemm_helpers import launched_configs
 
 import jax_hopper.tune as tune
 from jax_hopper import GemmConfig, hopper_glu, hopper_matmul, kernels_available
-from jax_hopper.gemm import api, tuned
+from jax_hopper.gemm import tuned
 from jax_hopper.gemm.heuristics import choose_config, heuristic_config
 from jax_hopper.kernels import catalog
 
@@ -33,9 +34,10 @@ def _entry(config: GemmConfig) -> dict:
 
 
 def _config_of_the_call(a, b, **kw):
-    with mock.patch.object(api.autodiff, "gemm", wraps=api.autodiff.gemm) as spy:
+    with launched_configs() as seen:
         hopper_matmul(a, b, **kw)
-    return dict(spy.call_args.args[4])["config"]
+    (config,) = {config for *_, config in seen}  # eager: the bind and its jitted trace
+    return config
 
 
 def test_a_cached_config_is_what_calls_without_one_use(cache):
@@ -166,3 +168,64 @@ def test_the_cli_refuses_without_the_kernels(cache, capsys):
     assert tune.main(["--shapes", "64x64x64"]) == 2
     assert "needs the kernels" in capsys.readouterr().err
     assert not cache.exists()
+
+
+class _FakeGpu:
+    """A device as jax reports an H100 PCIe: 114 SMs."""
+    platform, device_kind, core_count = "gpu", "NVIDIA H100 PCIe", 114
+
+
+def test_the_heuristic_weighs_tiles_against_this_gpus_sms(cache):
+    # 1 x 16000 x 4096 has 125 weight tiles of 128 columns: past one wave of 114 SMs (two CTAs
+    # to an SM) but not of 132; 384 x 3840 x 8192's 90 tiles of 128 x 128 fill more than half
+    # and at most three quarters of 132 SMs in one wave (ping-pong), more than that of 114.
+    shapes = [("matmul", 1, 16000, 4096), ("matmul", 384, 3840, 8192)]
+    with mock.patch.object(tuned.jax, "devices", return_value=[_FakeGpu()]):
+        assert tuned.device_sms() == 114 and tuned.gpu_key() == "NVIDIA H100 PCIe, 114 SMs"
+        got = [tuned.default_config(f, "bfloat16", False, True, 1, m, n, k)
+               for f, m, n, k in shapes]
+    for config, (family, m, n, k) in zip(got, shapes):
+        assert config == heuristic_config(family, False, 1, m, n, k, num_sms=114)
+        assert config != heuristic_config(family, False, 1, m, n, k, num_sms=132)
+    assert got[0].ctas_per_sm == 2 and got[1].schedule == "cooperative"
+    assert tuned.device_sms() == catalog.DEFAULT_NUM_SMS  # a CPU reports no SMs
+
+
+def test_a_vmapped_call_gets_the_config_of_its_whole_batch():
+    # One row per entry is a decode product (swap-AB); vmapped over 256 entries against one
+    # weight it is one product of 256 rows, and the config is chosen for that.
+    x = jnp.ones((256, 1, 64), jnp.bfloat16)
+    w = jnp.ones((64, 512), jnp.bfloat16)
+    with launched_configs() as seen:
+        jax.jit(jax.vmap(lambda x: hopper_matmul(x, w))).lower(x)
+    # (custom_vmap also traces the unmapped call: one row, launched nowhere)
+    (config,) = {config for a_shape, _, config in seen if a_shape == (1, 256, 64)}
+    assert config == heuristic_config("matmul", False, 1, 256, 512, 64) and not config.swap_ab
+
+
+@pytest.mark.parametrize("gpus", [[1, 2], "x", {"p": "not an entry"}, {"p": {"config": 3}}])
+def test_a_malformed_gpu_section_or_entry_is_ignored(cache, gpus):
+    cache.parent.mkdir(parents=True)
+    section = {PROBLEM.key: gpus["p"]} if isinstance(gpus, dict) else gpus
+    cache.write_text(json.dumps({"format": tuned.FORMAT, "gpus": {tuned.gpu_key(): section}}))
+    with pytest.warns(UserWarning, match="not a mapping|not a compiled config"):
+        got = tuned.default_config("matmul", "bfloat16", False, True, 1, 256, 512, 128)
+    assert got == choose_config(256, 512, 128)
+    # ...warned once per version of the file, not once per trace
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tuned.default_config("matmul", "bfloat16", False, True, 1, 256, 512, 128)
+    winner = GemmConfig.for_tile(PINGPONG)
+    tuned.store(tuned.gpu_key(), {PROBLEM.key: _entry(winner)})  # a store replaces it
+    assert tuned.lookup("matmul", "bfloat16", False, True, 1, 256, 512, 128) == winner
+
+
+def test_a_problem_whose_candidates_all_fail_keeps_the_heuristic(cache):
+    timed = dict(times={}, best=None, best_s=None, heuristic_s=None,
+                 failed={"c0": RuntimeError("boom")})
+    lines = []
+    with mock.patch.object(tune, "tune_problem", return_value=timed):
+        result = tune.tune([PROBLEM], allow_reference=True, log=lines.append)
+    assert result == {PROBLEM.key: None} and not cache.exists()
+    assert any("c0 failed (RuntimeError: boom)" in line for line in lines), lines
+    assert any("no candidate ran" in line for line in lines), lines

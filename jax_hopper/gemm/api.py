@@ -11,9 +11,9 @@ import numpy as np
 from jax_hopper.gemm import autodiff
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code
-from jax_hopper.gemm.tuned import default_config
 from jax_hopper.gemm.pitch import tma_unaddressable
 from jax_hopper.gemm.primitive import freeze, reference
+from jax_hopper.gemm.shared_batch import fold_shared_batch
 from jax_hopper.kernels import catalog
 
 SUPPORTED_INPUTS = tuple(jnp.dtype(d) for d in catalog.INPUT_DTYPES)
@@ -36,7 +36,8 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     activation: None, "relu", "gelu_tanh", "gelu" (exact erf) or "silu".
     config: a GemmConfig; by default the tuned one for this GPU and problem (python -m
     jax_hopper.tune), else jax_hopper.gemm.heuristics.heuristic_config's (the swap-AB kernels for
-    M <= 64 with a stored (M, K)).
+    M <= 64 with a stored (M, K)), chosen for the problem each device runs (a shard of a
+    sharded call; a vmapped call's whole batch).
     Every shape runs on the kernels. An operand whose rows TMA cannot address (a row pitch
     that is not a multiple of 16 bytes, e.g. K=100 in bf16 row-major) is copied into a padded
     pitch first (jax_hopper/gemm/pitch.py); strict=True raises ValueError instead of copying.
@@ -79,14 +80,11 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
 
     a_mn_major, b_mn_major = bool(transpose_a), not transpose_b
     b3 = as_batched_3d(b, batch_shape)
-    a3, res_arr, folded = fold_shared_batch(as_batched_3d(a, batch_shape), b3, res_arr,
-                                            a_mn_major)
-    if config is None:
-        config = default_config("matmul", a.dtype.name, a_mn_major, b_mn_major,
-                                1 if folded else batch, batch * m if folded else m, n, k)
-    elif not isinstance(config, GemmConfig):
-        raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-    config.validate(a.dtype.name, a_mn_major, b_mn_major)
+    a3, res_arr = fold_shared_batch(as_batched_3d(a, batch_shape), b3, res_arr, a_mn_major)
+    if config is not None:  # None: chosen at launch for the problem (primitive.launch)
+        if not isinstance(config, GemmConfig):
+            raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
+        config.validate(a.dtype.name, a_mn_major, b_mn_major)
 
     params = dict(family="matmul", a_mn_major=a_mn_major, b_mn_major=b_mn_major,
                   out_dtype=out_dtype, activation=act, alpha=alpha, beta=beta, config=config)
@@ -105,28 +103,6 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     if squeeze_n:
         out = out[..., 0]
     return out
-
-
-def fold_shared_batch(a3, b3, res3, a_mn_major: bool):
-    """(a3, res3, whether folded) with a batch of K-major a against one shared b made one product of batch x M
-    rows (free reshapes of a and of a batched residual): b is then read once, not once per
-    entry, and the config fits the whole product (a decode step's (B, 1, K) tokens are B rows).
-    Unchanged where b is batched, a is MN-major, a residual is shared by the batch (folding
-    would copy it) or a is explicitly sharded."""
-    if (b3.shape[0] != 1 or a3.shape[0] < 2 or a_mn_major or res3.shape[0] == 1 or
-            explicitly_sharded(a3)):
-        return a3, res3, False
-    rows = a3.shape[0] * a3.shape[1]
-    return (a3.reshape(1, rows, a3.shape[2]),
-            res3.reshape(1, rows, res3.shape[2]) if res3.size else res3, True)
-
-
-def explicitly_sharded(x) -> bool:
-    """Whether x's type carries a sharding (jax's explicit sharding mode): a reshape that merges
-    a sharded axis would then need its output sharding spelled out, so such a batch stays a
-    batch (the sharding rule splits it)."""
-    spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None)
-    return spec is not None and any(p is not None for p in spec)
 
 
 def out_dtype_arg(out_dtype, preferred_element_type):

@@ -33,7 +33,6 @@ import jax.numpy as jnp
 
 from jax_hopper.gemm import batching
 from jax_hopper.gemm.epilogue import apply_activation
-from jax_hopper.gemm.tuned import default_config
 from jax_hopper.gemm.primitive import freeze, problem_shape
 
 _F32 = jnp.dtype(jnp.float32)
@@ -96,13 +95,11 @@ gemm.defvjp(_fwd, _bwd)
 
 
 def _product(x, y, x_mn, y_mn, out_dtype, alpha):
-    """out = alpha * op(x) @ op(y) through the kernel, no epilogue."""
-    batch, m, n, k = problem_shape(x.shape, y.shape, x_mn, y_mn)
+    """out = alpha * op(x) @ op(y) through the kernel, no epilogue, in the config chosen at
+    launch (primitive.launch)."""
     params = dict(family="matmul", a_mn_major=x_mn, b_mn_major=y_mn,
-                  out_dtype=jnp.dtype(out_dtype), activation=0,
-                  alpha=alpha, beta=1.0,
-                  config=default_config("matmul", jnp.dtype(x.dtype).name, x_mn, y_mn, batch, m,
-                                        n, k))
+                  out_dtype=jnp.dtype(out_dtype), activation=0, alpha=alpha, beta=1.0,
+                  config=None)
     return batching.gemm(x, y, jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), out_dtype),
                          freeze(params))
 

@@ -10,7 +10,11 @@ and b each with batch 1 (shared) or V*B, so
   kernel batch is the other axis: b shared along B (e.g. the outer product of nested vmaps,
   vmap(vmap(f, (0, None)), (None, 0))) folds B, and a varying along V only while b varies
   along B only folds V (then the output is transposed once: custom_vmap wants V first);
-- otherwise an operand shared along one axis is broadcast: the one case that copies it.
+- otherwise an operand shared along one axis is broadcast: the one case that copies it;
+- a K-major a against a b shared by the whole merged batch is one product of all its rows
+  (shared_batch.fold_shared_batch, as an unmapped hopper_matmul call): b is read once and the
+  config is chosen for those rows (a vmapped decode step of one token per entry is one
+  product of V tokens, not V products of one).
 A vmapped bias, or a vmapped residual with a and b unmapped, splits the epilogue off: the kernel
 computes alpha*A.B in float32 (once, when a and b are unmapped) and jnp applies the epilogue.
 Nested vmaps apply the rule once per level, each merging into the batch the level below made.
@@ -29,6 +33,7 @@ from jax.custom_batching import custom_vmap
 
 from jax_hopper.gemm import sharding
 from jax_hopper.gemm.primitive import apply_epilogue, freeze, problem_shape
+from jax_hopper.gemm.shared_batch import fold_shared_batch
 
 
 def gemm(a, b, bias, res, params: tuple, unfused=None):
@@ -95,7 +100,9 @@ def _rule(params, unfused, v, in_batched, a, b, bias, res):
 
     if r4 is not None:
         r3 = _merge(r4, v, batch)
-    out = gemm(_merge(a4, v, batch), _merge(b4, v, batch), bias, r3, params)
+    b3 = _merge(b4, v, batch)
+    a3, r3 = fold_shared_batch(_merge(a4, v, batch), b3, r3, p["a_mn_major"])
+    out = gemm(a3, b3, bias, r3, params)
     return out.reshape(v, batch, m, n), True
 
 

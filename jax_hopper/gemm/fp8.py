@@ -109,11 +109,10 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
     bias_arr = prepare_bias(bias, (n,), "(N,)")
     res_arr = prepare_residual(residual, batch_shape, m, n, out_dtype)
     batch = math.prod(batch_shape)
-    if config is None:
-        config = default_config(family, pair[0], False, False, batch, m, n, k)
-    elif not isinstance(config, GemmConfig):
-        raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-    config.validate(pair[0], False, False, family=family, b_dtype=pair[1])
+    if config is not None:  # None: chosen at launch for the problem (launch)
+        if not isinstance(config, GemmConfig):
+            raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
+        config.validate(pair[0], False, False, family=family, b_dtype=pair[1])
 
     a3, b3 = as_batched_3d(a, batch_shape), as_batched_3d(b, batch_shape)
     if scaling == "block":  # the scales' batch entries follow their operands'
@@ -153,7 +152,12 @@ def launch(a, b, bias, res, a_scale, b_scale, **params):
     16-byte rows is padded with zero columns in a and b (copies of both; zeros add nothing to
     any product, and the block scales keep their shape: the padded K stays within its last
     128-wide block, as 16 divides 128). TMA stores need a 16-byte output pitch too: N is padded
-    with zero rows of b (a copy of b) and sliced off."""
+    with zero rows of b (a copy of b) and sliced off. config None (no config asked for) is
+    chosen here for this device's problem, as primitive.launch does."""
+    if params["config"] is None:
+        batch, m, n, k = max(a.shape[0], b.shape[0]), a.shape[1], b.shape[1], a.shape[2]
+        params = {**params, "config": default_config(_FAMILY[params["scaling"]], a.dtype.name,
+                                                     False, False, batch, m, n, k)}
     if k_pad := pitch_pad(a.shape[2], a.dtype):
         a, b = (jnp.pad(x, ((0, 0), (0, 0), (0, k_pad))) for x in (a, b))
     n = b.shape[1]

@@ -37,8 +37,8 @@ from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code, apply_gated
 from jax_hopper.gemm.heuristics import SWAP_MAX_M
 from jax_hopper.gemm.pitch import tma_unaddressable
-from jax_hopper.gemm.tuned import default_config
 from jax_hopper.gemm.primitive import freeze, reference
+from jax_hopper.gemm.shared_batch import explicitly_sharded, fold_shared_batch
 
 _F32 = jnp.dtype(jnp.float32)
 
@@ -88,12 +88,11 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
     # the gated unit has no form of, and the unit after it in XLA on a float32 (rows, 2F) that
     # is small next to the weight the product reads. (Not with an explicitly sharded w: its
     # reshape into the product's b would need its output sharding spelled out.)
-    decode = config is None and batch * rows <= SWAP_MAX_M and not api.explicitly_sharded(w)
-    if config is None:
-        config = default_config("glu", x.dtype.name, False, True, batch, rows, 2 * f, k)
-    elif not isinstance(config, GemmConfig):
-        raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-    config.validate(x.dtype.name, False, True, family="glu")
+    decode = config is None and batch * rows <= SWAP_MAX_M and not explicitly_sharded(w)
+    if config is not None:  # None: chosen at launch for the problem (primitive.launch)
+        if not isinstance(config, GemmConfig):
+            raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
+        config.validate(x.dtype.name, False, True, family="glu")
     if strict and (reason := tma_unaddressable(x, names=("x",))) is not None:
         raise ValueError(f"hopper_glu(strict=True): {reason}; without strict x and w are "
                          "copied into a padded pitch")
@@ -115,12 +114,10 @@ def _unfused(x3, w, bias, res, params, product_dtype=None):
     p = dict(params)
     k, _, f = w.shape
     b3 = w.reshape(1, k, 2 * f)
-    # The batch of x against the shared weight as one product (api.fold_shared_batch).
-    xf, _, _ = api.fold_shared_batch(x3, b3, jnp.zeros((0, 0, 0), x3.dtype), False)
+    # The batch of x against the shared weight as one product.
+    xf, _ = fold_shared_batch(x3, b3, jnp.zeros((0, 0, 0), x3.dtype), False)
     product = freeze({**p, "family": "matmul", "activation": 0, "beta": 1.0,
-                      "out_dtype": jnp.dtype(product_dtype or x3.dtype),
-                      "config": default_config("matmul", x3.dtype.name, False, True,
-                                               xf.shape[0], xf.shape[1], 2 * f, k)})
+                      "out_dtype": jnp.dtype(product_dtype or x3.dtype), "config": None})
     z = autodiff.gemm(xf, b3, bias.reshape(-1), jnp.zeros((0, 0, 0), x3.dtype), product,
                       0).reshape(*x3.shape[:2], 2 * f)
     y = apply_gated(z.astype(_F32), p["activation"])

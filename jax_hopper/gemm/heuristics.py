@@ -7,7 +7,8 @@ import math
 from jax_hopper.kernels import catalog
 from jax_hopper.gemm.config import GemmConfig
 
-# Tiles are weighed against this many SMs (the lowering plans the launch on the real device).
+# Tiles are weighed against this many SMs where no GPU is at hand (tuned.device_sms reads the
+# device's own count; the lowering plans the launch on the real device).
 DEFAULT_NUM_SMS = catalog.DEFAULT_NUM_SMS
 # H100 SXM: dense bf16 peak per SM (989 TFLOP/s over 132 SMs) and HBM3 bandwidth, in FLOP and
 # bytes per second, for the small-M roofline below (an H200's faster HBM only widens it).
@@ -158,13 +159,14 @@ def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...], n: int = 0,
     return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
 
 
-def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int,
-                     k: int) -> GemmConfig:
-    """The heuristic's config for a `family` call: swap-AB where the family has it, a is stored
-    (M, K) and m <= SWAP_MAX_M; otherwise choose_config over the family's tiles."""
+def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, k: int,
+                     num_sms: int = DEFAULT_NUM_SMS) -> GemmConfig:
+    """The heuristic's config for a `family` call on a GPU of `num_sms` SMs: swap-AB where the
+    family has it, a is stored (M, K) and m <= SWAP_MAX_M; otherwise choose_config over the
+    family's tiles."""
     if family in catalog.SWAP_FAMILIES and not a_mn_major and m <= SWAP_MAX_M:
         return choose_swap_config(m, catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles,
-                                  n, batch)
+                                  n, batch, num_sms)
     fam = catalog.FAMILIES[family]
-    return choose_config(m, n, k, batch, tiles=fam.tiles, multicast=fam.multicast,
+    return choose_config(m, n, k, batch, num_sms, tiles=fam.tiles, multicast=fam.multicast,
                          pingpong=fam.pingpong_mid_m)

@@ -29,6 +29,7 @@ from jax.interpreters import mlir
 from jax_hopper import _ffi
 from jax_hopper.gemm import pitch
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
+from jax_hopper.gemm.tuned import default_config
 
 hopper_gemm_p = Primitive("hopper_gemm")
 
@@ -48,17 +49,21 @@ def freeze(params: dict) -> tuple:
     return tuple(sorted(params.items()))
 
 
+def product_shape(b_shape, family: str) -> tuple:
+    """b's shape as the kernel's product sees it: glu's (K, 2, F) weight is (1, K, 2F)."""
+    return (1, b_shape[0], 2 * b_shape[2]) if family == "glu" else tuple(b_shape)
+
+
 def product_operand(b, family: str):
-    """b as the kernel's product sees it: glu's (K, 2, F) weight is (1, K, 2F) [gate | up]."""
-    return b.reshape(1, b.shape[0], 2 * b.shape[2]) if family == "glu" else b
+    """b as the kernel's product sees it: glu's weight [gate | up] (product_shape)."""
+    return b.reshape(product_shape(b.shape, family)) if family == "glu" else b
 
 
 def _abstract_eval(a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, family,
                    **_):
-    gated = family == "glu"
-    b_shape = (1, b.shape[0], 2 * b.shape[2]) if gated else b.shape
-    batch, m, n, _k = problem_shape(a.shape, b_shape, a_mn_major, b_mn_major)
-    return jax.core.ShapedArray((batch, m, n // 2 if gated else n), out_dtype)
+    batch, m, n, _k = problem_shape(a.shape, product_shape(b.shape, family), a_mn_major,
+                                    b_mn_major)
+    return jax.core.ShapedArray((batch, m, n // 2 if family == "glu" else n), out_dtype)
 
 
 def apply_epilogue(x, bias, residual, *, activation, beta, out_dtype, family):
@@ -86,11 +91,25 @@ def reference(a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, activa
 
 def launch(a, b, bias, res, **params):
     """One device's GEMM on operands as they lie on it (whole, or one shard of a sharded call).
+    config None (no config asked for) is chosen here, for this problem: a shard's under a
+    sharded jit (a data-parallel decode of 64 rows a device takes the swap-AB kernels though the
+    whole batch has 512), the merged batch's under vmap.
     A gated weight's F (whole or per device) is padded: TMA addresses its two halves only with
     F a multiple of 8. Other odd pitches are the CUDA lowering's (pitch.py)."""
+    if params["config"] is None:
+        params = {**params, "config": local_config(a, b, params)}
     if params["family"] == "glu" and (f := b.shape[2]) % 8:
         return launch(a, *_pad_columns(b, bias, res, 2, -f % 8), **params)[..., :f]
     return hopper_gemm_p.bind(a, b, bias, res, **params)
+
+
+def local_config(a, b, params: dict):
+    """tuned.default_config of the problem of stored operands a and b (N in product columns:
+    2F for the gated unit)."""
+    batch, m, n, k = problem_shape(a.shape, product_shape(b.shape, params["family"]),
+                                   params["a_mn_major"], params["b_mn_major"])
+    return default_config(params["family"], a.dtype.name, params["a_mn_major"],
+                          params["b_mn_major"], batch, m, n, k)
 
 
 def _pad_columns(b, bias, res, axis, pad):

@@ -1,8 +1,10 @@
 """Tuned configs: the cache `python -m jax_hopper.tune` writes, consulted at trace time.
 
-default_config() is the config of every call that passes none (hopper_matmul, hopper_glu, the
-backward GEMMs): the cache's entry for this GPU and problem when there is one, else the
-heuristic (jax_hopper.gemm.heuristics.heuristic_config).
+default_config() is the config of every call that passes none (hopper_matmul, hopper_glu,
+hopper_fp8_matmul, the backward GEMMs): the cache's entry for this GPU and problem when there is
+one, else the heuristic (jax_hopper.gemm.heuristics.heuristic_config) weighing tiles against
+this GPU's SM count. Such calls choose at launch (primitive.launch, fp8.launch), on the problem
+one device runs: a shard of a sharded call, the whole batch of a vmapped one.
 
 The cache is one JSON file: $JAX_HOPPER_TUNE_CACHE, else $XDG_CACHE_HOME/jax_hopper/tune.json
 (~/.cache when XDG_CACHE_HOME is unset).
@@ -15,7 +17,8 @@ The cache is one JSON file: $JAX_HOPPER_TUNE_CACHE, else $XDG_CACHE_HOME/jax_hop
 A problem key is family, input dtype, operand majors (k: K-major, m/n: MN-major) and
 batch x M x N x K (N in product columns: 2F for the gated unit). A file that cannot be read, is
 not this format, or holds an entry that is no longer a compiled config (the catalog changed) is
-ignored, that file or entry, with one warning: a cache never makes a call fail.
+ignored, that file, GPU section or entry, with one warning each: a cache never makes a call
+fail.
 """
 
 from __future__ import annotations
@@ -44,11 +47,22 @@ def cache_path() -> str:
     return os.path.join(root, "jax_hopper", "tune.json")
 
 
+def _sm_count(device) -> int | None:
+    """A GPU's multiprocessor count (None for a device that reports none, e.g. a CPU)."""
+    return getattr(device, "core_count", None) or None
+
+
 def gpu_key(device=None) -> str:
     """The device the entries were timed on: its kind and (for a GPU) SM count."""
     device = device or jax.devices()[0]
-    cores = getattr(device, "core_count", None)
+    cores = _sm_count(device)
     return f"{device.device_kind}, {cores} SMs" if cores else device.device_kind
+
+
+def device_sms(device=None) -> int:
+    """The SM count the heuristic weighs tiles against: the device's own (an H100 PCIe has
+    114, a MIG slice fewer), else catalog.DEFAULT_NUM_SMS (tracing on a CPU)."""
+    return _sm_count(device or jax.devices()[0]) or catalog.DEFAULT_NUM_SMS
 
 
 def problem_key(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int, n: int,
@@ -68,7 +82,8 @@ def _warn(message: str) -> None:
 
 @functools.lru_cache(maxsize=4)
 def _load(path: str, mtime: float) -> dict:
-    """path's entries for every GPU (an unreadable or foreign file: none, with a warning)."""
+    """path's entries for every GPU (an unreadable or foreign file: none, with a warning; a GPU
+    section that is not a mapping of entries: dropped, with a warning)."""
     del mtime  # part of the cache key only: a rewritten file is read again
     try:
         with open(path) as f:
@@ -79,31 +94,39 @@ def _load(path: str, mtime: float) -> dict:
     if not _is_cache(data):
         _warn(f"{path} is not a format-{FORMAT} jax_hopper tune cache")
         return {}
-    return data["gpus"]
+    gpus = {}
+    for gpu, entries in data["gpus"].items():
+        if isinstance(entries, dict):
+            gpus[gpu] = entries
+        else:
+            _warn(f"{path}: the section of {gpu!r} is not a mapping of problems")
+    return gpus
 
 
-def _entries(path: str) -> dict:
-    try:
-        mtime = os.stat(path).st_mtime
-    except OSError:
-        return {}  # no cache: nothing tuned yet
-    return _load(path, mtime)
+@functools.lru_cache(maxsize=256)
+def _warn_entry_once(path: str, mtime: float, key: str, reason: str) -> None:
+    """One warning per bad entry of one version of the file, not one per trace."""
+    del mtime
+    _warn(f"{path}: entry {key!r} is not a compiled config ({reason})")
 
 
 def lookup(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int, n: int,
            k: int) -> GemmConfig | None:
     """The tuned config for this problem on this GPU, if the cache holds a valid one."""
     path = cache_path()
-    entry = _entries(path).get(gpu_key(), {}).get(problem_key(family, dtype, a_mn, b_mn, batch,
-                                                              m, n, k))
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        return None  # no cache: nothing tuned yet
+    key = problem_key(family, dtype, a_mn, b_mn, batch, m, n, k)
+    entry = _load(path, mtime).get(gpu_key(), {}).get(key)
     if entry is None:
         return None
     try:
         config = GemmConfig(**entry["config"])
         config.validate(dtype, a_mn, b_mn, family=family)
     except (KeyError, TypeError, ValueError) as e:
-        _warn(f"{path}: entry {problem_key(family, dtype, a_mn, b_mn, batch, m, n, k)!r} is "
-              f"not a compiled config ({e})")
+        _warn_entry_once(path, mtime, key, str(e))
         return None
     return config
 
@@ -115,7 +138,7 @@ def default_config(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, 
         if dtype in catalog.INPUT_DTYPES else None
     if tuned is not None:
         return tuned
-    return heuristic_config(family, a_mn, batch, m, n, k)
+    return heuristic_config(family, a_mn, batch, m, n, k, num_sms=device_sms())
 
 
 def store(gpu: str, entries: dict, path: str | None = None) -> str:
@@ -129,7 +152,9 @@ def store(gpu: str, entries: dict, path: str | None = None) -> str:
         data = None
     if not _is_cache(data):
         data = {"format": FORMAT, "gpus": {}}
-    data["gpus"].setdefault(gpu, {}).update(entries)
+    if not isinstance(data["gpus"].get(gpu), dict):  # absent, or not a mapping (replaced)
+        data["gpus"][gpu] = {}
+    data["gpus"][gpu].update(entries)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
     with os.fdopen(fd, "w") as f:
