@@ -270,6 +270,47 @@ def contract_grads64(x, y, dout, group_sizes):
     return dx, dy
 
 
+def ragged_grads64(lhs, rhs, bias, dout, group_sizes):
+    """The float64 gradients (d lhs, d rhs, d bias) of sum(dout * silu(lhs_g @ rhs[g] +
+    bias[g])) over each group's rows (sizes64): exact zeros for the rows past every group and
+    for the groups without rows."""
+    l64, r64, b64, d64 = (np.asarray(a).astype(np.float64) for a in (lhs, rhs, bias, dout))
+    dl, dr, db, row = np.zeros(l64.shape), np.zeros(r64.shape), np.zeros(b64.shape), 0
+    for g, size in enumerate(sizes64(group_sizes, l64.shape[0])):
+        rows = slice(row, row + size)
+        z = l64[rows] @ r64[g] + b64[g]
+        s = 1 / (1 + np.exp(-z))
+        dz = d64[rows] * s * (1 + z * (1 - s))  # silu'(z)
+        dl[rows], dr[g], db[g] = dz @ r64[g].T, l64[rows].T @ dz, dz.sum(0)
+        row += size
+    return dl, dr, db
+
+
+def check_ragged_grads(rng, m, k, n, group_sizes, bound):
+    """jax.grad of hopper_ragged_dot (silu, bias; under jit) against ragged_grads64: within
+    `bound` (relative Frobenius), and exactly zero where the reference is (rows past every
+    group, groups without rows), whatever the sizes say."""
+    g = len(group_sizes)
+    lhs = random_operand(rng, (m, k), "bfloat16")
+    rhs = (random_operand(rng, (g, k, n), "bfloat16").astype(jnp.float32) / np.sqrt(k)
+           ).astype(jnp.bfloat16)
+    bias = random_operand(rng, (g, n), "float32")
+    dout = random_operand(rng, (m, n), "float32")
+    gs = jnp.asarray(group_sizes, jnp.int32)
+
+    def loss(lhs, rhs, bias):
+        y = jax_hopper.hopper_ragged_dot(lhs, rhs, gs, bias=bias, activation="silu",
+                                         out_dtype=jnp.float32)
+        return jnp.sum(y * dout)
+
+    got = jax.jit(jax.grad(loss, (0, 1, 2)))(lhs, rhs, bias)
+    for name, a, want in zip(("lhs", "rhs", "bias"), got,
+                             ragged_grads64(lhs, rhs, bias, dout, group_sizes)):
+        got64 = to64(a)
+        assert np.array_equal(got64[want == 0], want[want == 0]), f"d {name}: not zero"
+        assert rel_frob(got64, want) < bound, f"d {name}"
+
+
 # Group sizes that stress the grouped kernels' bookkeeping, for 700 rows.
 ADVERSARIAL_SIZES = {"empty_groups": [0, 0, 350, 0, 350, 0],
                      "one_group_all_rows": [0, 0, 700, 0],

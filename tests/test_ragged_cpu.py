@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import REL_FROB_BOUND, random_operand, rel_frob, to64
+from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged_grads, random_operand,
+                          rel_frob, to64)
 from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.ragged import choose_grouped_config
@@ -194,6 +195,14 @@ def test_grads_equal_lax_version(rng):
     for a, b in zip(got, want):
         assert a.shape == b.shape and a.dtype == b.dtype
         assert rel_frob(a, to64(b)) < 5e-3
+
+
+@pytest.mark.parametrize("case", list(ADVERSARIAL_SIZES))
+def test_grads_with_adversarial_sizes(rng, case):
+    """Negative sizes, sums past M (to 2^32), empty groups: the backward pass follows the same
+    rules as the forward (ragged_tiles.valid_sizes), zeros where no group has rows. (dz is
+    rounded to bf16 for the products, as XLA's dot does: 2.4e-3 here.)"""
+    check_ragged_grads(rng, 700, 24, 40, ADVERSARIAL_SIZES[case], REL_FROB_BOUND["bfloat16"])
 
 
 @pytest.mark.parametrize("m,n,k,groups", [(0, 16, 16, 2), (8, 16, 0, 2), (8, 16, 16, 0)])

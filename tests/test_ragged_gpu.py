@@ -9,8 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, poisoned_call, ragged_reference64,
-                          random_operand, rel_frob, run_in_command_buffer, sizes64, to64)
+from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged_grads, poisoned_call,
+                          ragged_reference64, random_operand, rel_frob, run_in_command_buffer,
+                          sizes64, to64)
 from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.ragged_primitive import build_tile_table
@@ -199,6 +200,14 @@ def test_grad_matches_lax_ragged_dot(rng, m, k, n, sizes):
     for a, b in zip(got, want):
         assert a.shape == b.shape and a.dtype == b.dtype
         assert rel_frob(a, to64(b)) < 2e-2
+
+
+@pytest.mark.parametrize("case", list(ADVERSARIAL_SIZES))
+def test_grads_with_adversarial_sizes_against_float64(rng, case):
+    """The backward kernels (d lhs on the grouped GEMM, d rhs on the grouped contraction) under
+    negative sizes, sums past M and empty groups: float64 within bf16 bounds, exact zeros for
+    the rows past every group and the groups without rows."""
+    check_ragged_grads(rng, 700, 256, 136, ADVERSARIAL_SIZES[case], REL_FROB_BOUND["bfloat16"])
 
 
 _GRAPH_CHILD = r"""
