@@ -2,6 +2,8 @@
 
     python -m jax_hopper.tune --shapes 8192x8192x8192 256x4096x4096 [--layout nn] [--batch 1]
                               [--family matmul] [--dtype bfloat16] [--reps 5] [--cache PATH]
+    python -m jax_hopper.tune --family fp8 --shapes 64x4096x4096 [--dtype float8_e4m3fn]
+                              [--b-dtype float8_e5m2]         (fp8_block: block scales)
 
 or from Python, with the problems a jitted function runs (forward and, under jax.grad,
 backward GEMMs alike):
@@ -25,19 +27,26 @@ import datetime
 import sys
 
 import jax
+import jax.numpy as jnp
 
 from jax_hopper import _ffi, timing
 from jax_hopper.gemm import tuned
 from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.fp8 import hopper_fp8_matmul
 from jax_hopper.gemm.glu import hopper_glu
 from jax_hopper.gemm.heuristics import heuristic_config
 from jax_hopper.kernels import catalog
 
 
+# The fp8 families and the scaling of their hopper_fp8_matmul calls.
+FP8_SCALING = {"fp8": "tensor", "fp8_block": "block"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    """One GEMM as the kernel sees it: n counts product columns (2F for the gated unit)."""
+    """One GEMM as the kernel sees it: n counts product columns (2F for the gated unit); dtype
+    is a's, b_dtype b's where it differs (the fp8 pairs)."""
     family: str
     dtype: str
     a_mn: bool
@@ -46,11 +55,12 @@ class Problem:
     m: int
     n: int
     k: int
+    b_dtype: str | None = None
 
     @property
     def key(self) -> str:
         return tuned.problem_key(self.family, self.dtype, self.a_mn, self.b_mn, self.batch,
-                                 self.m, self.n, self.k)
+                                 self.m, self.n, self.k, self.b_dtype)
 
 
 def candidates(p: Problem) -> list[GemmConfig]:
@@ -70,7 +80,8 @@ def candidates(p: Problem) -> list[GemmConfig]:
 
 
 def _operands(p: Problem, key):
-    """Rotating sets of (a, b) stored as p's majors say."""
+    """Rotating sets of (a, b) stored as p's majors say; for fp8, ((a, a_scale), (b, b_scale))
+    with unit scales of the family's shapes."""
     n_calls, n_sets = timing.call_plan(p.m * p.batch, p.n, p.k)
     sets = []
     for kk in jax.random.split(key, n_sets):
@@ -80,14 +91,29 @@ def _operands(p: Problem, key):
             b = jax.random.normal(kb, (p.k, 2, p.n // 2))
         else:
             b = jax.random.normal(kb, (p.batch, p.k, p.n) if p.b_mn else (p.batch, p.n, p.k))
-        sets.append((a.astype(p.dtype), b.astype(p.dtype)))
+        a, b = a.astype(p.dtype), b.astype(p.b_dtype or p.dtype)
+        if p.family in FP8_SCALING:
+            block = catalog.FP8_SCALE_BLOCK  # a: a scale per row, b: per 128 rows
+            a, b = (a, _unit_scale(p, p.m, 1)), (b, _unit_scale(p, p.n, block))
+        sets.append((a, b))
     jax.block_until_ready(sets)
     return timing.rotation(sets, n_calls)
+
+
+def _unit_scale(p: Problem, rows: int, rows_per_scale: int):
+    """Ones in hopper_fp8_matmul's scale shape: per tensor a scalar, per block
+    (batch, ceil(rows / rows_per_scale), ceil(K / 128))."""
+    if FP8_SCALING[p.family] == "tensor":
+        return jnp.float32(1.0)
+    return jnp.ones((p.batch, -(-rows // rows_per_scale), -(-p.k // catalog.FP8_SCALE_BLOCK)),
+                    jnp.float32)
 
 
 def _call(p: Problem, config: GemmConfig):
     if p.family == "glu":
         return lambda x, w: hopper_glu(x, w, config=config)
+    if p.family in FP8_SCALING:
+        return lambda a, b: hopper_fp8_matmul(a[0], b[0], a[1], b[1], config=config)
     return lambda a, b: hopper_matmul(a, b, config=config, transpose_a=p.a_mn,
                                       transpose_b=not p.b_mn)
 
@@ -150,12 +176,20 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
 
 def problems_of(fn, *args, **kwargs) -> list[Problem]:
     """The GEMM problems `fn(*args, **kwargs)` runs (traced, not run), nested jits, custom_vjp
-    and (under jax.grad) backward passes included, in the order they appear."""
+    and (under jax.grad) backward passes included, fp8 GEMMs too, in the order they appear."""
+    from jax_hopper.gemm.fp8 import hopper_fp8_gemm_p  # noqa: PLC0415
     from jax_hopper.gemm.primitive import hopper_gemm_p  # noqa: PLC0415
+    family_of = {scaling: family for family, scaling in FP8_SCALING.items()}
     found = []
 
     def walk(jaxpr):
         for eqn in jaxpr.eqns:
+            if eqn.primitive is hopper_fp8_gemm_p:  # a (B, M, K), b (B, N, K): both K-major
+                a, b = eqn.invars[0].aval, eqn.invars[1].aval
+                batch, m, n = eqn.outvars[0].aval.shape
+                found.append(Problem(family_of[eqn.params["scaling"]], a.dtype.name, False,
+                                     False, batch, m, n, a.shape[2],
+                                     None if b.dtype == a.dtype else b.dtype.name))
             if eqn.primitive is hopper_gemm_p:
                 a = eqn.invars[0].aval
                 prm = eqn.params
@@ -179,11 +213,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", type=timing.parse_shape, required=True,
                         help="MxNxK of each problem (N: output columns)")
-    parser.add_argument("--family", choices=("matmul", "glu"), default="matmul",
-                        help="hopper_matmul (with its swap-AB kernels) or hopper_glu")
-    parser.add_argument("--dtype", choices=catalog.INPUT_DTYPES, default="bfloat16")
-    parser.add_argument("--layout", default="nn",
-                        help="two letters, n or t: transpose_a and transpose_b of the call")
+    parser.add_argument("--family", choices=("matmul", "glu", *FP8_SCALING), default="matmul",
+                        help="hopper_matmul (with its swap-AB kernels), hopper_glu, or "
+                             "hopper_fp8_matmul per tensor (fp8, with its swap-AB kernels) or "
+                             "with block scales (fp8_block)")
+    parser.add_argument("--dtype", choices=catalog.INPUT_DTYPES + catalog.FP8_DTYPES,
+                        help="a's dtype (default bfloat16; fp8 families float8_e4m3fn)")
+    parser.add_argument("--b-dtype", choices=catalog.FP8_DTYPES,
+                        help="fp8 families: b's dtype where it differs from a's")
+    parser.add_argument("--layout", default=None,
+                        help="two letters, n or t: transpose_a and transpose_b of the call "
+                             "(default nn; fp8 families: nt, the one they read)")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--cache", default=None, help=f"default: {tuned.cache_path()}")
@@ -191,13 +231,28 @@ def main(argv=None) -> int:
                         help="run without the kernels (times XLA's reference: only to test this "
                              "tool)")
     args = parser.parse_args(argv)
-    if len(args.layout) != 2 or set(args.layout) - {"n", "t"}:
-        parser.error(f"--layout {args.layout!r}: two letters, each n or t")
-    a_mn, b_mn = args.layout[0] == "t", args.layout[1] == "n"
+    fp8 = args.family in FP8_SCALING
+    layout = args.layout or ("nt" if fp8 else "nn")
+    if len(layout) != 2 or set(layout) - {"n", "t"}:
+        parser.error(f"--layout {layout!r}: two letters, each n or t")
+    a_mn, b_mn = layout[0] == "t", layout[1] == "n"
     if args.family == "glu" and (a_mn or not b_mn):
         parser.error("--family glu takes x K-major and the weight MN-major: --layout nn")
-    problems = [Problem(args.family, args.dtype, a_mn, b_mn, args.batch, m,
-                        2 * n if args.family == "glu" else n, k) for m, n, k in args.shapes]
+    dtype = args.dtype or ("float8_e4m3fn" if fp8 else "bfloat16")
+    pairs = catalog.FAMILIES[args.family].dtypes
+    if fp8:
+        if layout != "nt":
+            parser.error(f"--family {args.family} reads a (M, K) and b (N, K): --layout nt")
+        if (dtype, args.b_dtype or dtype) not in pairs:
+            parser.error(f"--family {args.family} compiles the (a, b) dtype pairs {pairs}; "
+                         f"got ({dtype}, {args.b_dtype or dtype})")
+    elif dtype not in catalog.INPUT_DTYPES or args.b_dtype:
+        parser.error(f"--family {args.family} takes --dtype {' or '.join(catalog.INPUT_DTYPES)} "
+                     "for both operands")
+    problems = [Problem(args.family, dtype, a_mn, b_mn, args.batch, m,
+                        2 * n if args.family == "glu" else n, k,
+                        None if args.b_dtype in (None, dtype) else args.b_dtype)
+                for m, n, k in args.shapes]
     try:
         tune(problems, args.reps, args.cache, args.allow_reference)
     except RuntimeError as e:

@@ -12,7 +12,8 @@ import pytest
 from gemm_helpers import launched_configs
 
 import jax_hopper.tune as tune
-from jax_hopper import GemmConfig, hopper_glu, hopper_matmul, kernels_available
+from jax_hopper import (GemmConfig, hopper_fp8_matmul, hopper_glu, hopper_matmul,
+                        kernels_available)
 from jax_hopper.gemm import tuned
 from jax_hopper.gemm.heuristics import choose_config, heuristic_config
 from jax_hopper.kernels import catalog
@@ -229,3 +230,59 @@ def test_a_problem_whose_candidates_all_fail_keeps_the_heuristic(cache):
     assert result == {PROBLEM.key: None} and not cache.exists()
     assert any("c0 failed (RuntimeError: boom)" in line for line in lines), lines
     assert any("no candidate ran" in line for line in lines), lines
+
+
+FP8_PROBLEM = tune.Problem("fp8", "float8_e4m3fn", False, False, 1, 32, 256, 128,
+                           "float8_e5m2")
+
+
+def test_fp8_problems_are_found_cached_and_used(cache):
+    x = jnp.ones((32, 128), jnp.float8_e4m3fn)
+    w = jnp.ones((256, 128), jnp.float8_e5m2)
+    sa, sb = jnp.ones((32, 1)), jnp.ones((2, 1))
+
+    def per_tensor(x, w):
+        return hopper_fp8_matmul(x, w, 1.0, 1.0)
+
+    def per_block(x, w):
+        return hopper_fp8_matmul(x, w.astype(jnp.float8_e4m3fn), sa, sb)
+
+    found = tune.problems_of(lambda x, w: per_tensor(x, w) + per_block(x, w), x, w)
+    assert FP8_PROBLEM in found
+    assert tune.Problem("fp8_block", "float8_e4m3fn", False, False, 1, 32, 256, 128) in found
+    assert "float8_e4m3fn*float8_e5m2" in FP8_PROBLEM.key
+    winner = GemmConfig.for_tile(next(t for t in catalog.FAMILIES["fp8"].tiles
+                                      if t.schedule == "pingpong"))
+    tuned.store(tuned.gpu_key(), {FP8_PROBLEM.key: _entry(winner)})
+    configs = []
+    for f in (per_tensor, per_block):
+        with launched_configs() as seen:
+            jax.jit(f).lower(x, w)
+        configs.append({c for *_, c in seen})
+    # The entry is the e4m3 x e5m2 pair's: the block-scaled e4m3 x e4m3 call keeps the
+    # heuristic's config (as would an e4m3 x e4m3 call per tensor).
+    assert configs == [{winner}, {heuristic_config("fp8_block", False, 1, 32, 256, 128)}]
+    assert tuned.lookup("fp8", "float8_e4m3fn", False, False, 1, 32, 256, 128) is None
+
+
+def test_the_tuner_times_every_fp8_candidate(cache):
+    # The machinery on a CPU (reference timings): every fp8 candidate, swap-AB ones included,
+    # runs on unit-scaled operands of the family's shapes, per tensor and per block.
+    for p in (FP8_PROBLEM, tune.Problem("fp8_block", "float8_e4m3fn", False, False, 2, 32,
+                                        160, 200)):
+        r = tune.tune_problem(p, reps=1)
+        assert not r["failed"], r["failed"]
+        assert len(r["times"]) == len(tune.candidates(p))
+        r["best"].validate(p.dtype, False, False, family=p.family, b_dtype=p.b_dtype)
+    assert any(c.swap_ab for c in tune.candidates(FP8_PROBLEM))
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--family", "fp8", "--layout", "nn"], "--layout nt"),
+    (["--family", "fp8_block", "--b-dtype", "float8_e5m2"], "dtype pairs"),
+    (["--family", "glu", "--dtype", "float8_e4m3fn"], "takes --dtype"),
+])
+def test_the_cli_names_the_rule_for_a_bad_family_layout_or_dtype(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        tune.main(["--shapes", "64x64x64", *argv])
+    assert message in capsys.readouterr().err

@@ -157,7 +157,7 @@ def launch(a, b, bias, res, a_scale, b_scale, **params):
     if params["config"] is None:
         batch, m, n, k = max(a.shape[0], b.shape[0]), a.shape[1], b.shape[1], a.shape[2]
         params = {**params, "config": default_config(_FAMILY[params["scaling"]], a.dtype.name,
-                                                     False, False, batch, m, n, k)}
+                                                     False, False, batch, m, n, k, b.dtype.name)}
     if k_pad := pitch_pad(a.shape[2], a.dtype):
         a, b = (jnp.pad(x, ((0, 0), (0, 0), (0, k_pad))) for x in (a, b))
     n = b.shape[1]

@@ -14,8 +14,9 @@ The cache is one JSON file: $JAX_HOPPER_TUNE_CACHE, else $XDG_CACHE_HOME/jax_hop
         "matmul bfloat16 kn 1x8192x8192x8192": {"config": {GemmConfig fields}, "us": ...,
                                                  "heuristic_us": ..., "date": ...}}}}
 
-A problem key is family, input dtype, operand majors (k: K-major, m/n: MN-major) and
-batch x M x N x K (N in product columns: 2F for the gated unit). A file that cannot be read, is
+A problem key is family, input dtype (fp8: "a*b" where b's differs, e.g.
+"float8_e4m3fn*float8_e5m2"), operand majors (k: K-major, m/n: MN-major) and batch x M x N x K
+(N in product columns: 2F for the gated unit). A file that cannot be read, is
 not this format, or holds an entry that is no longer a compiled config (the catalog changed) is
 ignored, that file, GPU section or entry, with one warning each: a cache never makes a call
 fail.
@@ -66,9 +67,10 @@ def device_sms(device=None) -> int:
 
 
 def problem_key(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int, n: int,
-                k: int) -> str:
+                k: int, b_dtype: str | None = None) -> str:
     majors = ("m" if a_mn else "k") + ("n" if b_mn else "k")
-    return f"{family} {dtype} {majors} {batch}x{m}x{n}x{k}"
+    dtypes = dtype if b_dtype in (None, dtype) else f"{dtype}*{b_dtype}"
+    return f"{family} {dtypes} {majors} {batch}x{m}x{n}x{k}"
 
 
 def _is_cache(data) -> bool:
@@ -111,20 +113,21 @@ def _warn_entry_once(path: str, mtime: float, key: str, reason: str) -> None:
 
 
 def lookup(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int, n: int,
-           k: int) -> GemmConfig | None:
-    """The tuned config for this problem on this GPU, if the cache holds a valid one."""
+           k: int, b_dtype: str | None = None) -> GemmConfig | None:
+    """The tuned config for this problem on this GPU, if the cache holds a valid one (dtype is
+    a's, b_dtype b's where it differs: the fp8 pairs)."""
     path = cache_path()
     try:
         mtime = os.stat(path).st_mtime
     except OSError:
         return None  # no cache: nothing tuned yet
-    key = problem_key(family, dtype, a_mn, b_mn, batch, m, n, k)
+    key = problem_key(family, dtype, a_mn, b_mn, batch, m, n, k, b_dtype)
     entry = _load(path, mtime).get(gpu_key(), {}).get(key)
     if entry is None:
         return None
     try:
         config = GemmConfig(**entry["config"])
-        config.validate(dtype, a_mn, b_mn, family=family)
+        config.validate(dtype, a_mn, b_mn, family=family, b_dtype=b_dtype)
     except (KeyError, TypeError, ValueError) as e:
         _warn_entry_once(path, mtime, key, str(e))
         return None
@@ -132,10 +135,9 @@ def lookup(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int, 
 
 
 def default_config(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int, n: int,
-                   k: int) -> GemmConfig:
+                   k: int, b_dtype: str | None = None) -> GemmConfig:
     """The config of a call that passes none: tuned for this GPU, else the heuristic's."""
-    tuned = lookup(family, dtype, a_mn, b_mn, batch, m, n, k) \
-        if dtype in catalog.INPUT_DTYPES else None
+    tuned = lookup(family, dtype, a_mn, b_mn, batch, m, n, k, b_dtype)
     if tuned is not None:
         return tuned
     return heuristic_config(family, a_mn, batch, m, n, k, num_sms=device_sms())
