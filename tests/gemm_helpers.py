@@ -35,10 +35,13 @@ def random_operand(rng, shape, dtype):
 
 @contextlib.contextmanager
 def launched_configs():
-    """[(a's shape, b's shape, config)] of every 16-bit or fp8 GEMM launched (bound, at trace
-    time) inside the block: the config that reaches the kernel, on the operands of one device."""
+    """[(a's shape, b's shape, config)] of every GEMM launched (bound, at trace time) inside the
+    block, dense, fp8 or grouped: the config that reaches the kernel, on one device's operands
+    (the grouped contraction's a and b are its x and y)."""
     from jax_hopper.gemm.fp8 import hopper_fp8_gemm_p
     from jax_hopper.gemm.primitive import hopper_gemm_p
+    from jax_hopper.gemm.ragged_contract import hopper_ragged_contract_p
+    from jax_hopper.gemm.ragged_primitive import hopper_ragged_p
     seen = []
 
     def spy(prim):
@@ -49,7 +52,8 @@ def launched_configs():
             return real(*args, **params)
         return mock.patch.object(prim, "bind", bind)
 
-    with spy(hopper_gemm_p), spy(hopper_fp8_gemm_p):
+    with spy(hopper_gemm_p), spy(hopper_fp8_gemm_p), spy(hopper_ragged_p), \
+            spy(hopper_ragged_contract_p):
         yield seen
 
 

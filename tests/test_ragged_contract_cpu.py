@@ -11,7 +11,7 @@ import pytest
 from gemm_helpers import (REL_FROB_BOUND, contract_grads64, contract_reference64,
                           random_operand, rel_frob, to64)
 from jax_hopper import GemmConfig, hopper_ragged_contract, hopper_ragged_dot
-from jax_hopper.gemm.ragged_contract import choose_contraction_config
+from jax_hopper.gemm.heuristics import choose_contraction_config
 from jax_hopper.kernels import catalog
 
 

@@ -14,7 +14,7 @@ from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged_grads,
                           rel_frob, to64)
 from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm import ragged_tiles
-from jax_hopper.gemm.ragged import choose_grouped_config
+from jax_hopper.gemm.heuristics import choose_grouped_config
 from jax_hopper.kernels import catalog
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from gemm_helpers import REL_FROB_BOUND, ragged_glu_reference64, random_operand, rel_frob, to64
 from jax_hopper import GemmConfig, hopper_ragged_glu
-from jax_hopper.gemm.ragged_glu import choose_grouped_glu_config
+from jax_hopper.gemm.heuristics import choose_grouped_glu_config
 from jax_hopper.kernels import catalog
 
 

@@ -256,6 +256,7 @@ def _cases():
 
     # hopper_ragged_dot: the experts' N split runs locally; other splits are gathered.
     groups, rows = 6, 8 * n_dev * 6
+    moe_rows = rows
     sizes = jnp.asarray(rng.multinomial(rows - 5, np.ones(groups) / groups), jnp.int32)
 
     def ragged(**kw):
@@ -504,6 +505,17 @@ def _cases():
                      (x.astype(e4m3), w.T.astype(e4m3)), (named("x"), None), all_reduce=False)
         fp8 = tuned.default_config("fp8", "float8_e4m3fn", False, False, 1, 64, n, k)
         assert fp8.swap_ab and {c for _, c in launched(seen, (1, 64, k), (1, n, k))} == {fp8}
+        # The experts' N split (tensor parallel): 768 columns a device are 3 column tiles,
+        # which no 2-CTA cluster pairs, though the 3 x devices of the whole would pair.
+        from jax_hopper.gemm.heuristics import choose_grouped_config
+        cols = 768 * n_dev
+        local = choose_grouped_config(moe_rows, 768, groups)
+        assert local.cluster_n == 1 and choose_grouped_config(
+            moe_rows, cols, groups).cluster_n == (2 if n_dev > 1 else 1)
+        with launched_configs() as seen:
+            _compare(ragged(), (_rand(rng, (moe_rows, k)), _rand(rng, (groups, k, cols))),
+                     (None, named(None, None, "x")), all_reduce=False)
+        assert {c for _, c in launched(seen, (1, moe_rows, k), (groups, k, 768))} == {local}
 
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,

@@ -1,4 +1,6 @@
-"""Picks a GemmConfig from the compiled set for a problem shape."""
+"""Picks a GemmConfig from the compiled set for a problem shape: the dense families (matmul,
+glu, fp8; swap-AB at small M) and the grouped ones (grouped, grouped_glu, grouped_contraction).
+Calls without a config take it at launch, for the problem one device runs."""
 
 from __future__ import annotations
 
@@ -170,3 +172,62 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
     fam = catalog.FAMILIES[family]
     return choose_config(m, n, k, batch, num_sms, tiles=fam.tiles, multicast=fam.multicast,
                          pingpong=fam.pingpong_mid_m)
+
+
+def choose_grouped_config(m: int, n: int, groups: int) -> GemmConfig:
+    """A compiled grouped tile for rows spread over `groups` (sizes unknown until run time: the
+    average decides): 64 x 256 ping-pong for 64 rows per group or fewer (decode: a 128-row tile
+    would be mostly another group's rows), else 128 x 256; in 2-CTA clusters along N (the two
+    CTAs share the M tile's A by multicast) where the column tiles pair up: an odd count of
+    them leaves one CTA per row of tiles on a tile past N, which costs more than the multicast
+    saves unless the tiles are many.
+
+    NOTES: H100, bf16, 2026-11-23 (benchmarks/results/grouped_h100_20261123_sweep.json),
+    uniform routing, TFLOP/s of tiles 128x256 / 128x128 ping-pong / 64x256 ping-pong, without
+    and with the cluster: Mixtral up (16384 rows, 8 experts) 541 / 442 / 382 and 616 / 481 /
+    401; DeepSeek up (32768, 32) 344 / 274 / 301 and 555 / 479 / 355; decode (1024 rows, 32
+    experts) 54 / 52 / 57 and 59 / 51 / 62. 128 x 128 ping-pong, twice the tiles of 128 x 256,
+    never won; it stays compiled for explicit configs.
+    2026-11-24 (grouped_h100_20261124_swap.json): 512 rows over 128 experts, 2048 -> 768 (3
+    column tiles): 64 x 256 without the cluster 76% of the floor, with it 71% (skewed routing
+    68 / 59%). The grouped GEMM computed swapped (the experts' weights as wgmma's M, each
+    group's tokens its N, as hopper_matmul's swap-AB kernels) was built and measured on the
+    decode cases, 4 shapes x 2 routings: 58-87% of the floor with 16- to 64-token tiles
+    against 85-97% for 64 x 256 ping-pong in clusters. At a few rows per expert the weights'
+    bytes are the cost and a 64-row MMA's idle rows hide under them (at 4 rows per group its
+    FLOPs take a fifth of the weights' read time), so the swapped family was not kept.
+    2-CTA clusters along M (the pair multicasting one group's weights, over a paired table),
+    128 x 256, against clusters along N (grouped_h100_20261124_cluster_m.json): Mixtral up
+    625 vs 635, DeepSeek up 603 vs 575, DeepSeek down 586 vs 589 TFLOP/s: no clear winner,
+    so N stays the default (at decode sizes pairing would double the tiles: one per group)."""
+    tiles = {(t.block_m, t.block_n, t.schedule): t for t in catalog.FAMILIES["grouped"].tiles}
+    tile = tiles[64, 256, "pingpong"] if m <= 64 * groups else tiles[128, 256, "cooperative"]
+    column_tiles = -(-n // tile.block_n)
+    pairs = column_tiles >= 2 and (column_tiles % 2 == 0 or column_tiles >= 8)
+    return GemmConfig.for_tile(tile, stream_k=False, cluster_n=2 if pairs else 1)
+
+
+def choose_grouped_glu_config(m: int, f: int, groups: int) -> GemmConfig:
+    """choose_grouped_config's rule for the (M, 2F) gated product: 64 x 256 ping-pong for 64
+    rows per expert or fewer (decode), else 128 x 256; 2-CTA clusters along N wherever the
+    product has two column tiles."""
+    tiles = {(t.block_m, t.schedule): t for t in catalog.FAMILIES["grouped_glu"].tiles}
+    tile = tiles[64, "pingpong"] if m <= 64 * groups else tiles[128, "cooperative"]
+    return GemmConfig.for_tile(tile, stream_k=False, cluster_n=2 if 2 * f > tile.block_n else 1)
+
+
+def choose_contraction_config(p: int, q: int) -> GemmConfig:
+    """A compiled grouped_contraction config for an output (G, P, Q): 128 x 256 cooperative
+    tiles, each contracting its group's rows, in 2-CTA clusters along M (the CTAs share y's tile
+    by multicast) where a group has two row tiles, else along N.
+
+    NOTES: H100, bf16, 2026-11-23 (benchmarks/results/grouped_h100_20261123_wgrad.json), the
+    weight gradient of the Mixtral up, DeepSeek up and DeepSeek down cases (512-2048 rows per
+    group), TFLOP/s: 128 x 256 in clusters 1x1 / 2x1 / 1x2: 554 / 568 / 560, 546 / 573 / 558,
+    432 / 454 / 454; ping-pong 128 x 128 (same clusters) 371-462, slower in every case. Groups of
+    a few rows (short mainloops, where ping-pong's overlap of the epilogue could pay) are not
+    measured yet."""
+    tile = next(t for t in catalog.FAMILIES["grouped_contraction"].tiles
+                if (t.block_m, t.block_n, t.schedule) == (128, 256, "cooperative"))
+    cluster = (2, 1) if p > tile.block_m else (1, 2) if q > tile.block_n else (1, 1)
+    return GemmConfig.for_tile(tile, stream_k=False, cluster_m=cluster[0], cluster_n=cluster[1])

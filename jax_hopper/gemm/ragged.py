@@ -42,11 +42,9 @@ from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.primitive import freeze
-from jax_hopper.gemm.ragged_contract import choose_contraction_config
 from jax_hopper.gemm.ragged_contract import partitioned as contract
 from jax_hopper.gemm.ragged_primitive import epilogue
 from jax_hopper.gemm.ragged_sharding import partitioned
-from jax_hopper.kernels import catalog
 
 _F32 = jnp.dtype(jnp.float32)
 _LOG = logging.getLogger("jax_hopper")
@@ -66,7 +64,8 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
     bias: (G, N), one row per group, added in float32; residual: (M, N) or broadcastable to it.
     activation: None, "relu", "gelu_tanh", "gelu" or "silu". config: a GemmConfig of the
     grouped family (stream_k=False; 2-CTA clusters along N or M); default:
-    choose_grouped_config.
+    heuristics.choose_grouped_config of the problem each launch runs (a device's shard under a
+    sharded jit).
     """
     lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
     out_dtype, act, alpha, beta = api.epilogue_args(
@@ -88,11 +87,10 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
     bias2 = api.prepare_bias(bias, (groups, n), "(G, N)", ": one row per group")
     res3 = residual3(residual, (m, n), out_dtype)
     b_mn_major = not transpose_rhs
-    if config is None:
-        config = choose_grouped_config(m, n, groups)
-    elif not isinstance(config, GemmConfig):
-        raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-    config.validate(lhs.dtype.name, False, b_mn_major, family="grouped")
+    if config is not None:  # None: chosen at launch (ragged_primitive.launch)
+        if not isinstance(config, GemmConfig):
+            raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
+        config.validate(lhs.dtype.name, False, b_mn_major, family="grouped")
 
     params = freeze(dict(b_mn_major=b_mn_major, out_dtype=out_dtype, activation=act,
                          alpha=alpha, beta=beta, config=config, family="grouped"))
@@ -144,39 +142,6 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     return hopper_ragged_dot(lhs, rhs, group_sizes, preferred_element_type=out)
 
 
-def choose_grouped_config(m: int, n: int, groups: int) -> GemmConfig:
-    """A compiled grouped tile for rows spread over `groups` (sizes unknown until run time: the
-    average decides): 64 x 256 ping-pong for 64 rows per group or fewer (decode: a 128-row tile
-    would be mostly another group's rows), else 128 x 256; in 2-CTA clusters along N (the two
-    CTAs share the M tile's A by multicast) where the column tiles pair up: an odd count of
-    them leaves one CTA per row of tiles on a tile past N, which costs more than the multicast
-    saves unless the tiles are many.
-
-    NOTES: H100, bf16, 2026-11-23 (benchmarks/results/grouped_h100_20261123_sweep.json),
-    uniform routing, TFLOP/s of tiles 128x256 / 128x128 ping-pong / 64x256 ping-pong, without
-    and with the cluster: Mixtral up (16384 rows, 8 experts) 541 / 442 / 382 and 616 / 481 /
-    401; DeepSeek up (32768, 32) 344 / 274 / 301 and 555 / 479 / 355; decode (1024 rows, 32
-    experts) 54 / 52 / 57 and 59 / 51 / 62. 128 x 128 ping-pong, twice the tiles of 128 x 256,
-    never won; it stays compiled for explicit configs.
-    2026-11-24 (grouped_h100_20261124_swap.json): 512 rows over 128 experts, 2048 -> 768 (3
-    column tiles): 64 x 256 without the cluster 76% of the floor, with it 71% (skewed routing
-    68 / 59%). The grouped GEMM computed swapped (the experts' weights as wgmma's M, each
-    group's tokens its N, as hopper_matmul's swap-AB kernels) was built and measured on the
-    decode cases, 4 shapes x 2 routings: 58-87% of the floor with 16- to 64-token tiles
-    against 85-97% for 64 x 256 ping-pong in clusters. At a few rows per expert the weights'
-    bytes are the cost and a 64-row MMA's idle rows hide under them (at 4 rows per group its
-    FLOPs take a fifth of the weights' read time), so the swapped family was not kept.
-    2-CTA clusters along M (the pair multicasting one group's weights, over a paired table),
-    128 x 256, against clusters along N (grouped_h100_20261124_cluster_m.json): Mixtral up
-    625 vs 635, DeepSeek up 603 vs 575, DeepSeek down 586 vs 589 TFLOP/s: no clear winner,
-    so N stays the default (at decode sizes pairing would double the tiles: one per group)."""
-    tiles = {(t.block_m, t.block_n, t.schedule): t for t in catalog.FAMILIES["grouped"].tiles}
-    tile = tiles[64, 256, "pingpong"] if m <= 64 * groups else tiles[128, 256, "cooperative"]
-    column_tiles = -(-n // tile.block_n)
-    pairs = column_tiles >= 2 and (column_tiles % 2 == 0 or column_tiles >= 8)
-    return GemmConfig.for_tile(tile, stream_k=False, cluster_n=2 if pairs else 1)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
 def _ragged(lhs3, rhs, gs, bias, res, params, has_residual):
     """The (sharded) launch with a VJP. has_residual: static, so the residual need not be
@@ -204,15 +169,13 @@ def _bwd(params, has_residual, saved, dout):
     # d lhs = dP @ rhs[g]^T: rhs read through the other layout flag; N and K trade places
     # (under sharding, rhs's N split is this product's K split: partial sums, psum).
     dlhs_params = freeze(dict(b_mn_major=not p["b_mn_major"], out_dtype=lhs3.dtype,
-                              activation=0, alpha=1.0, beta=0.0, family="grouped",
-                              config=choose_grouped_config(m, lhs3.shape[2], rhs.shape[0])))
+                              activation=0, alpha=1.0, beta=0.0, family="grouped", config=None))
     dlhs = partitioned(dlhs_params, dp, rhs, gs, jnp.zeros((0,), _F32),
                        jnp.zeros((0, 0, 0), lhs3.dtype))
     # d rhs[g] = lhs_g^T dP_g, or dP_g^T lhs_g for rhs stored (G, N, K): the grouped
     # contraction kernel, the groups splitting the rows (dP's N split stays local).
     x, y = (lhs3[0], dp[0]) if p["b_mn_major"] else (dp[0], lhs3[0])
-    config = choose_contraction_config(x.shape[1], y.shape[1])
-    drhs = contract(freeze(dict(out_dtype=jnp.dtype(rhs.dtype), config=config)), x, y, gs)
+    drhs = contract(freeze(dict(out_dtype=jnp.dtype(rhs.dtype), config=None)), x, y, gs)
     dbias = bias
     if bias.size:
         dbias = jax.ops.segment_sum(dz[0], ragged_tiles.row_groups(gs, m),

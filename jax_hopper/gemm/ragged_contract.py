@@ -28,11 +28,11 @@ from jax.interpreters import mlir
 from jax_hopper import _ffi
 from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.heuristics import choose_contraction_config
 from jax_hopper.gemm.primitive import call_attrs, freeze
 from jax_hopper.gemm.ragged_primitive import register, vmapped_per_entry
 from jax_hopper.gemm.ragged_sharding import gathered_operands, shard_sizes, split_rows
 from jax_hopper.gemm.sharding import assign_factors, spec_of
-from jax_hopper.kernels import catalog
 
 hopper_ragged_contract_p = Primitive("hopper_ragged_contract")
 _F32 = jnp.dtype(jnp.float32)
@@ -46,7 +46,8 @@ def hopper_ragged_contract(x, y, group_sizes, *, preferred_element_type=None, ou
     x: (M, P), y: (M, Q), bfloat16 or float16 (both the same), float32 accumulation;
     group_sizes: (G,) integer, a device array (sizes of consecutive row groups); out_dtype
     (alias preferred_element_type) bfloat16, float16 or float32, default the input dtype.
-    config: a GemmConfig of the grouped_contraction family; default choose_contraction_config.
+    config: a GemmConfig of the grouped_contraction family; default
+    heuristics.choose_contraction_config of the problem each launch runs.
     Differentiable in x and y.
     """
     x, y, group_sizes = jnp.asarray(x), jnp.asarray(y), jnp.asarray(group_sizes)
@@ -59,39 +60,23 @@ def hopper_ragged_contract(x, y, group_sizes, *, preferred_element_type=None, ou
         raise ValueError(f"group_sizes must be a 1-D integer array (G,), one size per group; "
                          f"got {group_sizes.dtype} {group_sizes.shape}")
     (m, p), q, groups = x.shape, y.shape[1], group_sizes.shape[0]
-    if config is None:
-        config = choose_contraction_config(p, q)
-    elif not isinstance(config, GemmConfig):
-        raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-    config.validate(x.dtype.name, True, True, family=_FAMILY)
+    if config is not None:  # None: chosen at launch (launch)
+        if not isinstance(config, GemmConfig):
+            raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
+        config.validate(x.dtype.name, True, True, family=_FAMILY)
     if m == 0 or p == 0 or q == 0 or groups == 0:  # nothing to launch
         return jnp.zeros((groups, p, q), out_dtype)
     params = freeze(dict(out_dtype=jnp.dtype(out_dtype), config=config))
     return _contract(x, y, group_sizes.astype(jnp.int32), params)
 
 
-def choose_contraction_config(p: int, q: int) -> GemmConfig:
-    """A compiled grouped_contraction config for an output (G, P, Q): 128 x 256 cooperative
-    tiles, each contracting its group's rows, in 2-CTA clusters along M (the CTAs share y's tile
-    by multicast) where a group has two row tiles, else along N.
-
-    NOTES: H100, bf16, 2026-11-23 (benchmarks/results/grouped_h100_20261123_wgrad.json), the
-    weight gradient of the Mixtral up, DeepSeek up and DeepSeek down cases (512-2048 rows per
-    group), TFLOP/s: 128 x 256 in clusters 1x1 / 2x1 / 1x2: 554 / 568 / 560, 546 / 573 / 558,
-    432 / 454 / 454; ping-pong 128 x 128 (same clusters) 371-462, slower in every case. Groups of
-    a few rows (short mainloops, where ping-pong's overlap of the epilogue could pay) are not
-    measured yet."""
-    tile = next(t for t in catalog.FAMILIES[_FAMILY].tiles
-                if (t.block_m, t.block_n, t.schedule) == (128, 256, "cooperative"))
-    cluster = (2, 1) if p > tile.block_m else (1, 2) if q > tile.block_n else (1, 1)
-    return GemmConfig.for_tile(tile, stream_k=False, cluster_m=cluster[0], cluster_n=cluster[1])
-
-
 def launch(x, y, group_sizes, *, out_dtype, config):
     """One device's grouped contraction of x (M, P) and y (M, Q). TMA addresses rows whose
     pitch is whole 16-byte chunks, and stores outputs likewise: P and Q are padded with zero
-    columns where they are not (a copy of that operand), and the padding sliced off."""
+    columns where they are not (a copy of that operand), and the padding sliced off. config
+    None (none asked for): choose_contraction_config of this device's (P, Q)."""
     (m, p), q = x.shape, y.shape[1]
+    config = config or choose_contraction_config(p, q)
     pad_p = -p % 8
     pad_q = -q % max(8, 16 // np.dtype(out_dtype).itemsize)
     if pad_p:

@@ -36,7 +36,6 @@ from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged import check_group_sizes, hopper_ragged_dot, residual3
 from jax_hopper.gemm.ragged_primitive import epilogue
 from jax_hopper.gemm.ragged_sharding import partitioned
-from jax_hopper.kernels import catalog
 
 _F32 = jnp.dtype(jnp.float32)
 _FAMILY = "grouped_glu"
@@ -53,7 +52,8 @@ def hopper_ragged_glu(x, w, group_sizes, *, activation="silu", bias=None, residu
     (SwiGLU), "gelu", "gelu_tanh", "relu" or None (bilinear). bias: (G, 2, F), added in float32;
     residual: broadcastable to (M, F). out_dtype (alias preferred_element_type): bfloat16,
     float16 or float32, default x's dtype. config: a GemmConfig of the grouped_glu family (for
-    the (M, 2F) product); default choose_grouped_glu_config.
+    the (M, 2F) product); default heuristics.choose_grouped_glu_config of the problem each
+    launch runs.
     """
     x, w, group_sizes = jnp.asarray(x), jnp.asarray(w), jnp.asarray(group_sizes)
     out_dtype, act, alpha, beta = api.epilogue_args(
@@ -68,11 +68,10 @@ def hopper_ragged_glu(x, w, group_sizes, *, activation="silu", bias=None, residu
     check_group_sizes(group_sizes, groups, "expert")
     bias3 = api.prepare_bias(bias, (groups, 2, f), "(G, 2, F)", ": gate and up rows per expert")
     res3 = residual3(residual, (m, f), out_dtype)
-    if config is None:
-        config = choose_grouped_glu_config(m, f, groups)
-    elif not isinstance(config, GemmConfig):
-        raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-    config.validate(x.dtype.name, False, True, family=_FAMILY)
+    if config is not None:  # None: chosen at launch (ragged_primitive.launch)
+        if not isinstance(config, GemmConfig):
+            raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
+        config.validate(x.dtype.name, False, True, family=_FAMILY)
     params = freeze(dict(b_mn_major=True, out_dtype=out_dtype, activation=act, alpha=alpha,
                          beta=beta, config=config, family=_FAMILY))
     gs = group_sizes.astype(jnp.int32)
@@ -82,15 +81,6 @@ def hopper_ragged_glu(x, w, group_sizes, *, activation="silu", bias=None, residu
     else:
         out = _glu(x[None], w, gs, bias3, res3, params)
     return out[0]
-
-
-def choose_grouped_glu_config(m: int, f: int, groups: int) -> GemmConfig:
-    """choose_grouped_config's rule for the (M, 2F) gated product: 64 x 256 ping-pong for 64
-    rows per expert or fewer (decode), else 128 x 256; 2-CTA clusters along N wherever the
-    product has two column tiles."""
-    tiles = {(t.block_m, t.schedule): t for t in catalog.FAMILIES[_FAMILY].tiles}
-    tile = tiles[64, "pingpong"] if m <= 64 * groups else tiles[128, "cooperative"]
-    return GemmConfig.for_tile(tile, stream_k=False, cluster_n=2 if 2 * f > tile.block_n else 1)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))

@@ -28,6 +28,7 @@ from jax.interpreters import batching, mlir
 from jax_hopper import _ffi
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
+from jax_hopper.gemm.heuristics import choose_grouped_config, choose_grouped_glu_config
 from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
 from jax_hopper.gemm.primitive import _KERNELS, _pad_columns, call_attrs, freeze
 
@@ -81,9 +82,15 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
       padded along K (copies of both; zero columns add nothing to any product);
     - N not whole 16-byte rows of the output, or of rhs stored (G, K, N) or gated (G, K, 2, N):
       rhs padded with zero columns (a copy), bias and residual too, and the padded columns
-      sliced off the result."""
+      sliced off the result.
+    config None (none asked for) is chosen here for this device's problem (heuristics'
+    choose_grouped_config / choose_grouped_glu_config of its rows, columns and groups)."""
     b_mn_major, family = params["b_mn_major"], params["family"]
     gated = family == "grouped_glu"
+    if params["config"] is None:
+        choose = choose_grouped_glu_config if gated else choose_grouped_config
+        n = out_cols(rhs.shape, b_mn_major, family)
+        params = {**params, "config": choose(lhs.shape[1], n, rhs.shape[0])}
     if k_pad := pitch_pad(lhs.shape[2], lhs.dtype):
         k_axis = 1 if gated or b_mn_major else 2  # (G, K, [2,] N) or (G, N, K)
         lhs = jnp.pad(lhs, ((0, 0), (0, 0), (0, k_pad)))
