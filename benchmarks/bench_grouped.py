@@ -15,7 +15,8 @@ checked against XLA's (the tile table hopper builds before each launch is timed 
 scripts/ncu_tile_table.py: a few us, below what a host clock resolves). --shape adds a case of
 your own. With --sweep, every compiled grouped tile in every cluster shape it runs (2-CTA along
 N or M) is timed too ("hopper" is the default config). With --pallas, Pallas Mosaic GPU's
-ragged_dot in PALLAS_CONFIGS (block_m x block_n x grid_block_n; the best is reported). With
+ragged_dot in PALLAS_CONFIGS (block_m x block_n x pipeline steps x grid_block_n, 36 configs as
+the issue swept them; the best is reported). With
 --train, the training step's products (jax.grad of sum(out * dy) with respect to lhs and rhs:
 forward, d lhs and d rhs, three times the forward's FLOPs and floor) for XLA and hopper, with
 the bytes of temporaries each compiled step allocates beyond its inputs and outputs (XLA's
@@ -53,8 +54,9 @@ CASES = {
     "decode_256x64": (256, 64, 7168, 4096),
 }
 PEAK_FLOPS, HBM_BYTES_PER_S = 989e12, 3.0e12
-# Pallas ragged_dot configs (block_k 64, 4 pipeline stages): block_m, block_n, grid_block_n.
-PALLAS_CONFIGS = [(bm, bn, gbn) for bm in (64, 128) for bn in (128, 192, 256) for gbn in (1, 4)]
+# Pallas ragged_dot configs (block_k 64): block_m, block_n, max_concurrent_steps, grid_block_n.
+PALLAS_CONFIGS = [(bm, bn, steps, gbn) for bm in (64, 128) for bn in (128, 192, 256)
+                  for steps in (2, 3, 4) for gbn in (1, 4)]
 
 
 def group_sizes(rng, m: int, groups: int, routing: str) -> np.ndarray:
@@ -110,12 +112,12 @@ def pallas_variants() -> tuple[dict, str | None]:
     except ImportError as e:
         return {}, f"ragged_dot_mgpu unusable: {e!r}"
 
-    def variant(bm, bn, gbn):
+    def variant(bm, bn, steps, gbn):
         return lambda a, r: ragged_dot_mgpu.ragged_dot(
             a[0], r, group_sizes=a[1], block_m=bm, block_n=bn, block_k=64,
-            max_concurrent_steps=4, grid_block_n=gbn)
-    return {f"pallas_{bm}x{bn}_g{gbn}": variant(bm, bn, gbn)
-            for bm, bn, gbn in PALLAS_CONFIGS}, None
+            max_concurrent_steps=steps, grid_block_n=gbn)
+    return {f"pallas_{bm}x{bn}_s{steps}_g{gbn}": variant(bm, bn, steps, gbn)
+            for bm, bn, steps, gbn in PALLAS_CONFIGS}, None
 
 
 def wgrad_xla(a, rhs):
@@ -234,9 +236,10 @@ def report(row: dict, sweep: bool) -> None:
     ratio = x["us"] / h["us"] if "us" in x else float("nan")
     vs_dense = d["us"] / h["us"] if "us" in d else float("nan")
     best = row["best_pallas"]
+    vs_pallas = row[best]["us"] / h["us"] if best else float("nan")
     print(f"{name:16} {routing:8} {row['floor_us']:9.0f} {_tf(row, 'xla'):9.1f} "
           f"{_tf(row, best) if best else float('nan'):10.1f} {h['tflops']:11.1f} "
-          f"{h['floor_pct']:7.1f}% {ratio:6.2f} {vs_dense:8.2f} "
+          f"{h['floor_pct']:7.1f}% {ratio:6.2f} {vs_pallas:8.2f} {vs_dense:8.2f} "
           f"{row.get('error_vs_xla', float('nan')):8.1e}", flush=True)
     for cname in sweep_configs() if sweep else ():
         c = row[cname]
@@ -292,7 +295,8 @@ def main(argv=None) -> int:
     print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}, bf16, "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     print(f"{'case':16} {'routing':8} {'floor us':>9} {'xla TF/s':>9} {'pallas':>10} "
-          f"{'hopper TF/s':>11} {'% floor':>8} {'x xla':>6} {'x dense':>8} {'err':>8}")
+          f"{'hopper TF/s':>11} {'% floor':>8} {'x xla':>6} {'x pallas':>8} {'x dense':>8} "
+          f"{'err':>8}")
     for name in names:
         for routing in args.routing:
             row = run_case(name, routing, args.reps, rng, args.sweep, args.pallas, args.train)
