@@ -79,11 +79,10 @@ def jnp_dense(h, w, residual=None):
 
 def fp8_dense_for(recipe):
     """dense() through fp8_matmul with `recipe`: h and w stay bf16 and are quantized inside, the
-    same bf16 result and gradients come out. The residual is a separate bf16 add (fp8_matmul has
-    no epilogue to fuse it into). meta: the projection's Fp8Meta (recipe "delayed")."""
+    same bf16 result and gradients come out; the residual add is fused into the fp8 GEMM's
+    epilogue. meta: the projection's Fp8Meta (recipe "delayed")."""
     def fp8_dense(h, w, residual=None, meta=None):
-        y = fp8_matmul(h, w, recipe=recipe, meta=meta)
-        return y if residual is None else residual + y
+        return fp8_matmul(h, w, recipe=recipe, meta=meta, residual=residual)
     return fp8_dense
 
 
@@ -135,7 +134,8 @@ xla_fp8_matmul.defvjp(_xla_fp8_forward, _xla_fp8_backward)
 
 
 def xla_fp8_dense(h, w, residual=None):
-    """dense() through xla_fp8_matmul; the residual is a bf16 add, as in fp8_dense_for."""
+    """dense() through xla_fp8_matmul; the residual is a bf16 add (XLA may fuse it into the
+    cuBLASLt call's output; fp8_dense_for fuses it into our epilogue)."""
     y = xla_fp8_matmul(h, w)
     return y if residual is None else residual + y
 

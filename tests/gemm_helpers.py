@@ -362,30 +362,40 @@ def amax_of(a) -> np.float32:
     return np.float32(np.abs(np.asarray(a, np.float32)).max())
 
 
-def check_fp8_matmul(rng, lead, k, n, recipe, dtype=jnp.bfloat16, jit=False):
+def check_fp8_matmul(rng, lead, k, n, recipe, dtype=jnp.bfloat16, jit=False, epilogue=False):
     """Forward and both gradients of fp8_matmul against float64 (the helper the GPU tests share).
     Recipe "delayed" runs with histories whose largest entries are this step's amaxes (the
     newest entry, the older ones smaller), so it must meet "tensor"'s bounds, and its meta's
-    gradient must be each history pushed on by the amax just seen."""
+    gradient must be each history pushed on by the amax just seen. epilogue: with a float32
+    bias (N,) and a residual (..., N) in x's dtype, whose gradients (dy summed over the rows,
+    and dy) must come out too."""
     x = jnp.asarray(rng.standard_normal((*lead, k)), dtype)
     w = jnp.asarray(rng.standard_normal((k, n)) / np.sqrt(k), dtype)
     g = jnp.asarray(rng.standard_normal((*lead, n)), dtype)
+    extra = dict(bias=jnp.asarray(rng.standard_normal(n), jnp.float32),
+                 residual=jnp.asarray(rng.standard_normal((*lead, n)), dtype)) if epilogue else {}
     if recipe == "delayed":
         amaxes = [amax_of(a) for a in (x, w, g)]
         meta = jax_hopper.Fp8Meta(*(jnp.asarray([a, a / 2, a / 4], jnp.float32) for a in amaxes))
-        f = lambda x, w, meta: jax_hopper.fp8_matmul(x, w, recipe=recipe, meta=meta)  # noqa: E731
-        y, vjp = jax.vjp(jax.jit(f) if jit else f, x, w, meta)
-        dx, dw, new_meta = vjp(g)
+        f = lambda x, w, extra, meta: jax_hopper.fp8_matmul(  # noqa: E731
+            x, w, recipe=recipe, meta=meta, **extra)
+        y, vjp = jax.vjp(jax.jit(f) if jit else f, x, w, extra, meta)
+        dx, dw, dextra, new_meta = vjp(g)
         for got, a, old in zip(new_meta, amaxes, meta, strict=True):
             np.testing.assert_array_equal(got, np.concatenate([[a], old[:-1]]))
     else:
-        f = lambda x, w: jax_hopper.fp8_matmul(x, w, recipe=recipe)  # noqa: E731
-        y, vjp = jax.vjp(jax.jit(f) if jit else f, x, w)
-        dx, dw = vjp(g)
+        f = lambda x, w, extra: jax_hopper.fp8_matmul(x, w, recipe=recipe, **extra)  # noqa: E731
+        y, vjp = jax.vjp(jax.jit(f) if jit else f, x, w, extra)
+        dx, dw, dextra = vjp(g)
     assert (y.dtype, dx.dtype, dw.dtype) == (x.dtype, x.dtype, w.dtype)
     x64, w64, g64 = (np.asarray(a, np.float64) for a in (x, w, g))
     want = dict(y=x64 @ w64, dx=g64 @ w64.T,
                 dw=x64.reshape(-1, k).T @ g64.reshape(-1, n))
+    if epilogue:
+        want["y"] = want["y"] + to64(extra["bias"]) + to64(extra["residual"])
+        assert dextra["residual"].dtype == dtype and dextra["bias"].dtype == jnp.float32
+        np.testing.assert_array_equal(np.asarray(dextra["residual"]), np.asarray(g))
+        assert rel_frob(dextra["bias"], g64.reshape(-1, n).sum(0)) < 1e-5
     for name, got in (("y", y), ("dx", dx), ("dw", dw)):
         assert np.all(np.isfinite(np.asarray(got, np.float32))), name
         err = rel_frob(got, want[name])

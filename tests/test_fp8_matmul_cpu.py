@@ -30,6 +30,24 @@ def test_float32_and_jit(rng):
     check_fp8_matmul(rng, (96,), 160, 144, "block", dtype=jnp.float32, jit=True)
 
 
+@pytest.mark.parametrize("recipe", ["tensor", "delayed", "block"])
+def test_bias_and_residual_in_the_epilogue(rng, recipe):
+    # Odd sizes: the padded M and N carry the bias and residual too (sliced off after).
+    check_fp8_matmul(rng, (3, 50), 200, 100, recipe, epilogue=True)
+    check_fp8_matmul(rng, (64,), 256, 128, recipe, jit=True, epilogue=True)
+
+
+def test_a_broadcast_residual_gets_its_gradient_summed(rng):
+    x = jnp.asarray(rng.standard_normal((4, 32, 64)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((64, 48)), jnp.bfloat16)
+    res = jnp.asarray(rng.standard_normal((32, 48)), jnp.float32)  # shared by the batch of 4
+    g = jnp.asarray(rng.standard_normal((4, 32, 48)), jnp.bfloat16)
+    _, vjp = jax.vjp(lambda r: fp8_matmul(x, w, residual=r), res)
+    (dres,) = vjp(g)
+    assert dres.shape == res.shape and dres.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(dres), np.asarray(g, np.float32).sum(0), rtol=1e-6)
+
+
 def test_out_dtype(rng):
     x = jnp.asarray(rng.standard_normal((32, 64)), jnp.bfloat16)
     w = jnp.asarray(rng.standard_normal((64, 48)), jnp.bfloat16)
@@ -56,6 +74,10 @@ def test_empty():
     (jnp.ones((4, 8)), jnp.ones((8, 4)),
      dict(recipe="delayed", meta=Fp8Meta(*[jnp.zeros(4, jnp.int32)] * 3)), "float32"),
     (jnp.ones((4, 8)), jnp.ones((8, 4)), dict(out_dtype=jnp.int32), "out_dtype"),
+    (jnp.ones((4, 8)), jnp.ones((8, 4)), dict(bias=jnp.ones(8)), r"bias must be .* \(4,\)"),
+    (jnp.ones((4, 8)), jnp.ones((8, 4)), dict(bias=jnp.ones(4, jnp.int32)), "bias must be"),
+    (jnp.ones((4, 8)), jnp.ones((8, 4)), dict(residual=jnp.ones((3, 4))),
+     r"residual must .* broadcast to the result's shape \(4, 4\)"),
 ])
 def test_bad_arguments(x, w, kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -150,6 +150,11 @@ def test_fp8_matmul_on_the_kernels(rng, recipe, lead, k, n):
     check_fp8_matmul(rng, lead, k, n, recipe, jit=True)
 
 
+@pytest.mark.parametrize("recipe", ["tensor", "block"])
+def test_fp8_matmul_bias_and_residual_on_the_kernels(rng, recipe):
+    check_fp8_matmul(rng, (2, 100), 300, 200, recipe, jit=True, epilogue=True)
+
+
 def test_fp8_matmul_runs_quantize_and_fp8_gemms():
     # The cotangent is an argument: a constant one would be quantized while tracing.
     from jax_hopper import fp8_matmul

@@ -100,16 +100,19 @@ def test_cli_with_fp8_block_adds_the_fp8_versions(example, tmp_path, capsys):
 
 def test_fp8_versions_run_every_projection_in_fp8(example, inputs):
     """Every projection of the fp8 version is one fp8_matmul of a (K, N) weight (the gated MLP
-    input too, through swiglu_from), and the XLA fp8 version's forward and gradient are fp8 dots:
-    three per projection (forward, dx, dw)."""
+    input too, through swiglu_from; the residual adds fused into the output and down
+    projections), and the XLA fp8 version's forward and gradient are fp8 dots: three per
+    projection (forward, dx, dw)."""
     params, x, target = inputs
     m = BATCH * SEQ
     with mock.patch.object(example, "fp8_matmul", wraps=jax_hopper.fp8_matmul) as spy:
         jax.jit(example.make_layer(example.fp8_dense_for("block"), HEADS))(params, x)
-        calls = [(c.args[0].shape, c.args[1].shape, c.kwargs) for c in spy.call_args_list]
-    block = {"recipe": "block", "meta": None}
-    assert calls == [((m, D), (D, 3 * D), block), ((m, D), (D, D), block),
-                     ((m, D), (D, 2 * D_FF), block), ((m, D_FF), (D_FF, D), block)]
+        calls = [(c.args[0].shape, c.args[1].shape, c.kwargs["recipe"], c.kwargs["meta"],
+                  c.kwargs["residual"] is not None) for c in spy.call_args_list]
+    assert calls == [((m, D), (D, 3 * D), "block", None, False),
+                     ((m, D), (D, D), "block", None, True),
+                     ((m, D), (D, 2 * D_FF), "block", None, False),
+                     ((m, D_FF), (D_FF, D), "block", None, True)]
     layer = example.make_layer(example.xla_fp8_dense, HEADS)
     grad = jax.grad(functools.partial(example.mse_loss, layer))
     assert _count_fp8_dots(jax.make_jaxpr(layer)(params, x).jaxpr) == 4

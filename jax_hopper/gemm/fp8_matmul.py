@@ -41,6 +41,9 @@ residuals, 2 bytes per element, as bf16 would be; not differentiated, x's transp
 not written), dy in the backward pass. Dimensions are padded
 with zeros to multiples of 16 where TMA needs it (a copy of that operand; the result is sliced).
 The result's dtype is x's unless out_dtype says otherwise; dx takes x's dtype, dw w's.
+A bias (N,) and a residual (broadcastable to the result) are added in the forward GEMM's
+epilogue (fp32, one rounding): y = x w + bias + residual with no pass of its own (a residual
+stream's add, a projection's bias); their gradients are the sum of dy over the rows and dy.
 """
 
 from __future__ import annotations
@@ -130,10 +133,12 @@ def _next_meta_vmap(axis_size, in_batched, meta, *amaxes):
     return Fp8Meta(*histories), meta_mapped
 
 
-def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None, meta=None):
-    """x (..., K) @ w (K, N) -> (..., N) with fp8 GEMMs forward and backward (module docstring).
-    recipe "tensor", "delayed" or "block"; out_dtype bfloat16, float16 or float32 (default
-    x.dtype); meta: this call site's Fp8Meta, with recipe "delayed" only."""
+def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None, meta=None, bias=None, residual=None):
+    """x (..., K) @ w (K, N) [+ bias + residual] -> (..., N) with fp8 GEMMs forward and backward
+    (module docstring). recipe "tensor", "delayed" or "block"; out_dtype bfloat16, float16 or
+    float32 (default x.dtype); meta: this call site's Fp8Meta, with recipe "delayed" only;
+    bias (N,) and residual (broadcastable to (..., N)), any float dtype, added in the
+    epilogue."""
     x, w = jnp.asarray(x), jnp.asarray(w)
     if recipe not in RECIPES:
         raise ValueError(f"fp8_matmul: recipe={recipe!r} must be one of {tuple(RECIPES)}")
@@ -156,25 +161,59 @@ def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None, meta=None):
     if out_dtype not in SUPPORTED_OUTPUTS:
         raise ValueError(f"fp8_matmul: out_dtype={out_dtype} must be one of "
                          f"{', '.join(d.name for d in SUPPORTED_OUTPUTS)}")
+    bias, residual = _epilogue_operands(bias, residual, (*lead, n))
     m = math.prod(lead)
-    if m == 0 or n == 0 or k == 0:
-        return jnp.zeros((*lead, n), out_dtype)  # nothing to multiply (or a sum of nothing)
+    if m == 0 or n == 0 or k == 0:  # nothing to multiply (or a sum of nothing)
+        y = jnp.zeros((*lead, n), jnp.float32)
+        y = y if bias is None else y + bias.astype(jnp.float32)
+        y = y if residual is None else y + residual.astype(jnp.float32)
+        return y.astype(out_dtype)
     x2 = x.reshape(m, k)
     # Every dimension is a row pitch of some fp8 operand (x, x^T, w, w^T, dy, dy^T).
     mp, kp, np_ = (d + pitch_pad(d, jnp.float8_e4m3fn) for d in (m, k, n))
     if (mp, kp) != (m, k):
         x2 = jnp.pad(x2, ((0, mp - m), (0, kp - k)))
     wp = jnp.pad(w, ((0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else w
-    y = _fp8_matmul(x2, wp, meta, recipe, out_dtype, (x.dtype, w.dtype))
+    if bias is not None and np_ != n:
+        bias = jnp.pad(bias, (0, np_ - n))
+    if residual is not None:
+        residual = residual.reshape(m, n)
+        if (mp, np_) != (m, n):
+            residual = jnp.pad(residual, ((0, mp - m), (0, np_ - n)))
+    grad_dtypes = tuple(None if a is None else a.dtype for a in (x, w, bias, residual))
+    y = _fp8_matmul(x2, wp, meta, bias, residual, recipe, out_dtype, grad_dtypes)
     return y[:m, :n].reshape(*lead, n)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _fp8_matmul(x, w, meta, recipe, out_dtype, grad_dtypes):
+def _epilogue_operands(bias, residual, out_shape):
+    """bias as (N,) and residual broadcast to the result's shape (None where not given), or
+    ValueError naming the argument and the rule."""
+    n = out_shape[-1]
+    if bias is not None:
+        bias = jnp.asarray(bias)
+        if bias.shape != (n,) or not jnp.issubdtype(bias.dtype, jnp.floating):
+            raise ValueError(f"fp8_matmul: bias must be a float (N,) = ({n},) array; got "
+                             f"{bias.dtype} {bias.shape}")
+    if residual is not None:
+        residual = jnp.asarray(residual)
+        try:
+            shape = jnp.broadcast_shapes(residual.shape, out_shape)
+        except ValueError:
+            shape = None
+        if shape != tuple(out_shape) or not jnp.issubdtype(residual.dtype, jnp.floating):
+            raise ValueError(f"fp8_matmul: residual must be float and broadcast to the result's "
+                             f"shape {tuple(out_shape)}; got {residual.dtype} {residual.shape}")
+        residual = jnp.broadcast_to(residual, out_shape)
+    return bias, residual
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def _fp8_matmul(x, w, meta, bias, residual, recipe, out_dtype, grad_dtypes):
     # Not differentiated (inference): x's transposed copy, needed only for dw, is not written.
     del grad_dtypes
     xq, wq = _operands(x, w, meta, RECIPES[recipe], transpose_x=False)
-    return hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype)
+    return hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype, bias=bias,
+                             residual=residual)
 
 
 def _operands(x, w, meta, r, *, transpose_x):
@@ -191,18 +230,21 @@ def _operands(x, w, meta, r, *, transpose_x):
     return xq, wq
 
 
-def _forward(x, w, meta, recipe, out_dtype, grad_dtypes):
-    """y and the residuals: x's and w's quantized copies and meta (grad_dtypes: dx's and dw's
-    dtypes)."""
+def _forward(x, w, meta, bias, residual, recipe, out_dtype, grad_dtypes):
+    """y and the residuals: x's and w's quantized copies and meta (grad_dtypes: those of dx,
+    dw, d bias and d residual, None where there is none)."""
     del grad_dtypes
     xq, wq = _operands(x, w, meta, RECIPES[recipe], transpose_x=True)
-    y = hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype)
+    y = hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype, bias=bias,
+                          residual=residual)
     return y, (xq, wq, meta)
 
 
 def _backward(recipe, out_dtype, grad_dtypes, res, dy):
     del out_dtype
-    (xq, wq, meta), (x_dtype, w_dtype) = res, grad_dtypes
+    (xq, wq, meta), (x_dtype, w_dtype, bias_dtype, res_dtype) = res, grad_dtypes
+    dbias = None if bias_dtype is None else dy.astype(jnp.float32).sum(0).astype(bias_dtype)
+    dres = None if res_dtype is None else dy.astype(res_dtype)
     r = RECIPES[recipe]
     # dy per row for dx (its contraction is N), its transposed copy per tile for dw (b operand).
     gq = quantize_fp8(dy, dtype=r["grad"], scaling=r["scaling"], block="row", transpose=True,
@@ -211,7 +253,8 @@ def _backward(recipe, out_dtype, grad_dtypes, res, dy):
     dx = hopper_fp8_matmul(gq.q, wq.q, gq.scale, wq.scale, out_dtype=x_dtype)
     dw = hopper_fp8_matmul(xq.q_t, gq.q_t, xq.scale_t, gq.scale_t, out_dtype=w_dtype)
     # meta's gradient is its next value (module docstring).
-    return dx, dw, None if meta is None else _next_meta(meta, xq.amax, wq.amax, gq.amax)
+    return (dx, dw, None if meta is None else _next_meta(meta, xq.amax, wq.amax, gq.amax),
+            dbias, dres)
 
 
 _fp8_matmul.defvjp(_forward, _backward)
