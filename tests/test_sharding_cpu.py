@@ -499,6 +499,15 @@ def _cases():
         # dX = dY W^T on each device's 64 rows: (64, N) against W stored (K, N)
         dx = tuned.default_config("matmul", "bfloat16", False, False, 1, 64, k, n)
         assert {c for shapes, c in launched(seen, (1, 64, n), (1, k, n))} == {dx}, seen
+        # hopper_glu's decode route per shard: the swap-AB product (b as the (1, K, 2F)
+        # [gate | up] matrix) and the unit after it, not the fused kernel of the whole batch.
+        wg = _rand(rng, (k, 2, n))
+        with launched_configs() as seen:
+            _compare(glu(), (x, wg), (named("x"), None), all_reduce=False)
+        local = [c for a_shape, b_shape, c in seen if a_shape == (1, 64, k)]
+        assert local and all(c.swap_ab for c in local), seen
+        assert {b_shape for a_shape, b_shape, _ in seen if a_shape == (1, 64, k)} == \
+            {(1, k, 2 * n)}, seen
         e4m3 = jnp.float8_e4m3fn
         with launched_configs() as seen:
             _compare(lambda a, b: hopper_fp8_matmul(a, b, 1.0, 1.0, out_dtype=f32),

@@ -92,6 +92,21 @@ def test_an_entry_that_is_no_longer_compiled_is_ignored_with_a_warning(cache):
         assert tuned.lookup("matmul", "bfloat16", False, True, 1, 8, 8, 8) is None
 
 
+def test_a_tuned_gated_unit_at_decode_rows_keeps_the_fused_kernel(cache):
+    # Untuned, 15 rows of hopper_glu run as the swap-AB product and the unit after it; a
+    # cached glu config for the problem is what the tuner found faster: it is used.
+    x, w = jnp.ones((15, 64), jnp.bfloat16), jnp.ones((64, 2, 24), jnp.bfloat16)
+    with launched_configs() as seen:
+        jax.jit(hopper_glu).lower(x, w)
+    assert {c.swap_ab for *_, c in seen} == {True}
+    winner = GemmConfig.for_tile(next(t for t in catalog.FAMILIES["glu"].tiles))
+    tuned.store(tuned.gpu_key(), {tuned.problem_key("glu", "bfloat16", False, True, 1, 15, 48,
+                                                    64): _entry(winner)})
+    with launched_configs() as seen:  # a new trace (the cache is read at trace time)
+        jax.jit(lambda x, w: hopper_glu(x, w)).lower(x, w)
+    assert {(b_shape, c) for _, b_shape, c in seen} == {((64, 2, 24), winner)}
+
+
 def test_no_cache_file_is_quietly_the_heuristic(cache):
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -35,10 +35,9 @@ import jax.numpy as jnp
 from jax_hopper.gemm import api, autodiff
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code, apply_gated
-from jax_hopper.gemm.heuristics import SWAP_MAX_M
 from jax_hopper.gemm.pitch import tma_unaddressable
 from jax_hopper.gemm.primitive import freeze, reference
-from jax_hopper.gemm.shared_batch import explicitly_sharded, fold_shared_batch
+from jax_hopper.gemm.shared_batch import fold_shared_batch
 
 _F32 = jnp.dtype(jnp.float32)
 
@@ -52,8 +51,10 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
     (bilinear). bias: (2, F), added in float32; residual: broadcastable to (..., F), cast to
     out_dtype (default x's dtype: bfloat16, float16 or float32). Accumulation and the unit are in
     float32 with one rounding. config: a GemmConfig for the (rows, 2F, K) product. Without one,
-    at most heuristics.SWAP_MAX_M rows in all (decode) take hopper_matmul's swap-AB kernels for
-    the product (float32) and the unit after it in XLA: the fused kernel has no swapped form.
+    it is chosen for each launch's problem (a device's shard under a sharded jit), and at most
+    heuristics.SWAP_MAX_M rows in all (decode) take hopper_matmul's swap-AB kernels for the
+    product (float32) and the unit after it in XLA (primitive.swapped_gated_unit): the fused
+    kernel has no swapped form.
     strict: raise instead of copying x and w into a padded pitch when TMA cannot address x
     (K not a multiple of 8 for 16-bit inputs), as in hopper_matmul.
     """
@@ -84,11 +85,6 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
         res3 = jnp.broadcast_to(api.checked_residual(residual, (*lead, f), out_dtype),
                                 (*lead, f)).reshape(batch, rows, f)
 
-    # Decode (a few rows, no config asked for): the product runs on the swap-AB kernels, which
-    # the gated unit has no form of, and the unit after it in XLA on a float32 (rows, 2F) that
-    # is small next to the weight the product reads. (Not with an explicitly sharded w: its
-    # reshape into the product's b would need its output sharding spelled out.)
-    decode = config is None and batch * rows <= SWAP_MAX_M and not explicitly_sharded(w)
     if config is not None:  # None: chosen at launch for the problem (primitive.launch)
         if not isinstance(config, GemmConfig):
             raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
@@ -101,23 +97,20 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
                          alpha=alpha, beta=beta, config=config, family="glu"))
     if batch == 0 or rows == 0 or f == 0 or k == 0:
         out = reference(x3, w, bias2, res3, **dict(params))  # nothing to launch
-    elif decode:
-        out = _unfused(x3, w, bias2, res3, params, product_dtype=_F32)
     else:
         out = autodiff.gemm(x3, w, bias2, res3, params, res3.shape[0], _unfused)
     return out.reshape(*lead, f)
 
 
-def _unfused(x3, w, bias, res, params, product_dtype=None):
-    """The same unit from hopper_matmul's (differentiable) product in product_dtype (default
-    x's dtype) and jnp."""
+def _unfused(x3, w, bias, res, params):
+    """The same unit from hopper_matmul's (differentiable) product in x's dtype and jnp."""
     p = dict(params)
     k, _, f = w.shape
     b3 = w.reshape(1, k, 2 * f)
     # The batch of x against the shared weight as one product.
     xf, _ = fold_shared_batch(x3, b3, jnp.zeros((0, 0, 0), x3.dtype), False)
     product = freeze({**p, "family": "matmul", "activation": 0, "beta": 1.0,
-                      "out_dtype": jnp.dtype(product_dtype or x3.dtype), "config": None})
+                      "out_dtype": x3.dtype, "config": None})
     z = autodiff.gemm(xf, b3, bias.reshape(-1), jnp.zeros((0, 0, 0), x3.dtype), product,
                       0).reshape(*x3.shape[:2], 2 * f)
     y = apply_gated(z.astype(_F32), p["activation"])
