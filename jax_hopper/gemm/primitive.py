@@ -123,10 +123,11 @@ def takes_swapped_gated_unit(a, b, params: dict) -> bool:
     rows in all (decode), no tuned glu config for the problem, and a weight that is not
     explicitly sharded (its reshape into the product's b would need an output sharding).
 
-    NOTES: the fused kernel has no swapped form; at decode the unit after the product, on a
-    float32 (rows, 2F) that is small next to the weight the product reads, costs less than
-    128-row tiles of a few rows (decode loop, gate_up swapped too: 0.86-0.87x -> 0.89-0.91x
-    jnp at batch 1-32; H100, 2026-11-24)."""
+    NOTES: the fused kernel has no swapped form, and its 128-row tiles spend most of each MMA
+    on padding rows at decode; the unit after the swapped product works on a float32 (rows, 2F)
+    that is small next to the weight the product reads. The decode loop went from 0.86-0.87x to
+    0.89-0.91x jnp at batch 1-32 with this and the last-arrival split together (H100,
+    2026-11-24; the two were not timed apart)."""
     if params["family"] != "glu" or a.shape[0] * a.shape[1] > SWAP_MAX_M or explicitly_sharded(b):
         return False
     batch, m, n, k = problem_shape(a.shape, product_shape(b.shape, "glu"), False, True)
