@@ -35,7 +35,7 @@ from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
 from jax_hopper.gemm.glu import hopper_glu
-from jax_hopper.gemm.heuristics import heuristic_config
+from jax_hopper.gemm.heuristics import SWAP_MAX_M, heuristic_config
 from jax_hopper.kernels import catalog
 
 
@@ -152,6 +152,12 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
     gpu = tuned.gpu_key()
     written, results = {}, {}
     for p in dict.fromkeys(problems):  # each problem once, in order
+        if p.family == "glu" and p.batch * p.m <= SWAP_MAX_M:
+            log(f"{p.key}: a gated unit of {p.batch * p.m} rows runs as the swap-AB product "
+                f"and the unit after it, not on the glu kernels: tune the product "
+                f"(matmul {p.dtype} kn 1x{p.batch * p.m}x{p.n}x{p.k}) -> skipped")
+            results[p.key] = None
+            continue
         r = tune_problem(p, reps)
         for label, error in r.get("failed", {}).items():
             log(f"{p.key}: candidate {label} failed ({type(error).__name__}: {error})")

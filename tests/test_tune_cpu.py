@@ -92,19 +92,20 @@ def test_an_entry_that_is_no_longer_compiled_is_ignored_with_a_warning(cache):
         assert tuned.lookup("matmul", "bfloat16", False, True, 1, 8, 8, 8) is None
 
 
-def test_a_tuned_gated_unit_at_decode_rows_keeps_the_fused_kernel(cache):
-    # Untuned, 15 rows of hopper_glu run as the swap-AB product and the unit after it; a
-    # cached glu config for the problem is what the tuner found faster: it is used.
+def test_a_gated_unit_at_decode_rows_is_tuned_as_its_product(cache):
+    # 15 rows of hopper_glu run as the swap-AB product and the unit after it: problems_of
+    # reports that matmul product, and a glu problem of so few rows is skipped, not cached.
     x, w = jnp.ones((15, 64), jnp.bfloat16), jnp.ones((64, 2, 24), jnp.bfloat16)
     with launched_configs() as seen:
         jax.jit(hopper_glu).lower(x, w)
     assert {c.swap_ab for *_, c in seen} == {True}
-    winner = GemmConfig.for_tile(next(t for t in catalog.FAMILIES["glu"].tiles))
-    tuned.store(tuned.gpu_key(), {tuned.problem_key("glu", "bfloat16", False, True, 1, 15, 48,
-                                                    64): _entry(winner)})
-    with launched_configs() as seen:  # a new trace (the cache is read at trace time)
-        jax.jit(lambda x, w: hopper_glu(x, w)).lower(x, w)
-    assert {(b_shape, c) for _, b_shape, c in seen} == {((64, 2, 24), winner)}
+    assert tune.problems_of(hopper_glu, x, w) == [
+        tune.Problem("matmul", "bfloat16", False, True, 1, 15, 48, 64)]
+    lines = []
+    glu = tune.Problem("glu", "bfloat16", False, True, 1, 15, 48, 64)
+    with mock.patch.object(tune, "tune_problem") as timed:
+        assert tune.tune([glu], allow_reference=True, log=lines.append) == {glu.key: None}
+    assert not timed.called and not cache.exists() and "skipped" in lines[0]
 
 
 def test_no_cache_file_is_quietly_the_heuristic(cache):

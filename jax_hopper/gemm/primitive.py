@@ -31,7 +31,7 @@ from jax_hopper.gemm import pitch
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
 from jax_hopper.gemm.heuristics import SWAP_MAX_M
 from jax_hopper.gemm.shared_batch import explicitly_sharded, fold_shared_batch
-from jax_hopper.gemm.tuned import default_config, lookup
+from jax_hopper.gemm.tuned import default_config
 
 hopper_gemm_p = Primitive("hopper_gemm")
 
@@ -96,8 +96,8 @@ def launch(a, b, bias, res, **params):
     config None (no config asked for) is chosen here, for this problem: a shard's under a
     sharded jit (a data-parallel decode of 64 rows a device takes the swap-AB kernels though the
     whole batch has 512), the merged batch's under vmap.
-    A gated unit of at most SWAP_MAX_M rows in all, untuned, is the swap-AB product and the
-    unit after it (swapped_gated_unit). A gated weight's F (whole or per device) is padded: TMA
+    A gated unit of at most SWAP_MAX_M rows in all is the swap-AB product and the unit after
+    it (swapped_gated_unit). A gated weight's F (whole or per device) is padded: TMA
     addresses its two halves only with F a multiple of 8. Other odd pitches are the CUDA
     lowering's (pitch.py)."""
     if params["config"] is None:
@@ -120,18 +120,17 @@ def local_config(a, b, params: dict):
 
 def takes_swapped_gated_unit(a, b, params: dict) -> bool:
     """Whether a gated unit without a config runs as swapped_gated_unit: at most SWAP_MAX_M
-    rows in all (decode), no tuned glu config for the problem, and a weight that is not
-    explicitly sharded (its reshape into the product's b would need an output sharding).
+    rows in all (decode; the product's own config is then tuned as a matmul problem) and a
+    weight that is not explicitly sharded (its reshape into the product's b would need an
+    output sharding).
 
     NOTES: the fused kernel has no swapped form, and its 128-row tiles spend most of each MMA
     on padding rows at decode; the unit after the swapped product works on a float32 (rows, 2F)
     that is small next to the weight the product reads. The decode loop went from 0.86-0.87x to
     0.89-0.91x jnp at batch 1-32 with this and the last-arrival split together (H100,
     2026-11-24; the two were not timed apart)."""
-    if params["family"] != "glu" or a.shape[0] * a.shape[1] > SWAP_MAX_M or explicitly_sharded(b):
-        return False
-    batch, m, n, k = problem_shape(a.shape, product_shape(b.shape, "glu"), False, True)
-    return lookup("glu", a.dtype.name, False, True, batch, m, n, k) is None
+    return (params["family"] == "glu" and a.shape[0] * a.shape[1] <= SWAP_MAX_M
+            and not explicitly_sharded(b))
 
 
 def swapped_gated_unit(a, b, bias, res, params: dict):
