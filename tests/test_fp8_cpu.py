@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import fp8_operand, fp8_reference64, rel_frob
+from gemm_helpers import (block_scales, fp8_block_reference64, fp8_operand, fp8_reference64,
+                          launched_configs, rel_frob)
 from jax_hopper import GemmConfig, hopper_fp8_matmul
 from jax_hopper.kernels import catalog
 
@@ -111,3 +112,58 @@ def test_vmap_matches_the_loop():
         out = jax.vmap(lambda x, s: hopper_fp8_matmul(x, b, s, 1.0, out_dtype=jnp.float32))(a, sa)
     for i in range(3):
         assert rel_frob(out[i], fp8_reference64(a[i], b, float(sa[i]), 1.0)) < 1e-5
+
+
+def _launches(f, *args):
+    """(a's shape, b's shape) of each fp8 GEMM bound when f is traced."""
+    with launched_configs() as seen:
+        jax.jit(f).lower(*args)
+    return sorted({(a_shape, b_shape) for a_shape, b_shape, _ in seen})
+
+
+def test_vmap_joins_the_kernel_batch_and_folds_into_rows():
+    # Per tensor, a and the residual mapped against a shared b and shared scales: one launch of
+    # 4 x 16 rows; per block, a and its scale mapped: the scale's rows fold with a's; b and its
+    # scale mapped: the kernel's batch; nested vmaps: every level folds.
+    rng = np.random.default_rng()
+    a = fp8_operand(rng, (4, 16, 256), E4M3)
+    b = fp8_operand(rng, (24, 256), E4M3)
+    bs = fp8_operand(rng, (4, 24, 256), E4M3)
+    res = jnp.asarray(rng.standard_normal((4, 16, 24)), jnp.float32)
+    bias = jnp.asarray(rng.standard_normal(24), jnp.float32)
+    sa, sb = block_scales(rng, (4, 16, 2)), block_scales(rng, (4, 1, 2))
+
+    def tensor(x, r):
+        return hopper_fp8_matmul(x, b, 0.5, 2.0, bias=bias, residual=r, out_dtype=jnp.float32)
+
+    def block_a(x, s):
+        return hopper_fp8_matmul(x, b, s, sb[0], out_dtype=jnp.float32)
+
+    def block_b(w, s):
+        return hopper_fp8_matmul(a[0], w, sa[0], s, out_dtype=jnp.float32)
+
+    cases = [(jax.vmap(tensor), (a, res), [((1, 64, 256), (1, 24, 256))],
+              [fp8_reference64(a[i], b, 0.5, 2.0, bias=bias, residual=res[i]) for i in range(4)]),
+             (jax.vmap(block_a), (a, sa), [((1, 64, 256), (1, 24, 256))],
+              [fp8_block_reference64(a[i], b, sa[i], sb[0]) for i in range(4)]),
+             (jax.vmap(block_b), (bs, sb), [((1, 16, 256), (4, 24, 256))],
+              [fp8_block_reference64(a[0], bs[i], sa[0], sb[i]) for i in range(4)]),
+             (jax.vmap(jax.vmap(tensor)), (a.reshape(2, 2, 16, 256), res.reshape(2, 2, 16, 24)),
+              [((1, 64, 256), (1, 24, 256))],
+              [fp8_reference64(a[i], b, 0.5, 2.0, bias=bias, residual=res[i]) for i in range(4)])]
+    for f, args, launches, want in cases:
+        assert _launches(f, *args)[-1:] == launches  # (custom_vmap traces the unmapped call too)
+        with jax.default_device(CPU):
+            got = np.asarray(jax.jit(f)(*args)).reshape(4, 16, 24)
+        for i in range(4):
+            assert rel_frob(got[i], want[i]) < 1e-5, i
+
+
+def test_vmap_over_a_per_tensor_scale_launches_per_entry():
+    # One launch takes one pair of per-tensor scales: a mapped scale runs entry by entry.
+    rng = np.random.default_rng()
+    a = fp8_operand(rng, (3, 16, 32), E4M3)
+    b = fp8_operand(rng, (24, 32), E4M3)
+    sa = jnp.asarray([0.5, 1.0, 2.0], jnp.float32)
+    f = jax.vmap(lambda x, s: hopper_fp8_matmul(x, b, s, 1.0, out_dtype=jnp.float32))
+    assert _launches(f, a, sa) == [((1, 16, 32), (1, 24, 32))]

@@ -75,7 +75,7 @@ def test_scale_changes_without_recompiling():
     assert f._cache_size() == 1
 
 
-def test_vmap_runs_one_launch_per_entry():
+def test_vmap_over_a_per_tensor_scale_runs_one_launch_per_entry():
     rng = np.random.default_rng()
     a = fp8_operand(rng, (3, 64, 128), jnp.float8_e4m3fn)
     b = fp8_operand(rng, (96, 128), jnp.float8_e4m3fn)
@@ -83,4 +83,21 @@ def test_vmap_runs_one_launch_per_entry():
     out = jax.vmap(lambda x, s: hopper_fp8_matmul(x, b, s, 1.0, out_dtype=jnp.float32))(a, sa)
     for i in range(3):
         ref = fp8_reference64(a[i], b, float(sa[i]), 1.0)
+        assert rel_frob(out[i], ref) < REL_FROB_BOUND["float32"]
+
+
+def test_vmap_over_rows_is_one_folded_launch():
+    # a and the residual mapped against a shared b and shared scales: one launch of 4 x 48
+    # rows (fp8_batching), within fp8 bounds of float64 entry by entry.
+    rng = np.random.default_rng()
+    a = fp8_operand(rng, (4, 48, 256), jnp.float8_e4m3fn)
+    b = fp8_operand(rng, (200, 256), jnp.float8_e4m3fn)
+    res = jnp.asarray(rng.standard_normal((4, 48, 200)), jnp.float32)
+    f = jax.jit(jax.vmap(lambda x, r: hopper_fp8_matmul(x, b, 0.5, 2.0, residual=r,
+                                                        out_dtype=jnp.float32)))
+    text = f.lower(a, res).as_text()
+    assert text.count("jax_hopper_gemm_fp8") == 1 and "while" not in text  # no lax.map loop
+    out = f(a, res)
+    for i in range(4):
+        ref = fp8_reference64(a[i], b, 0.5, 2.0, residual=res[i])
         assert rel_frob(out[i], ref) < REL_FROB_BOUND["float32"]

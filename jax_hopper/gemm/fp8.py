@@ -17,10 +17,11 @@ The scales are arrays (traced values: a new scale never recompiles the call).
 The primitive's operands, as stored: a (Ba, M, K), b (Bb, N, K) with Ba, Bb 1 (shared) or the
 batch; bias (N,) float32 or (0,); residual (1 or batch, M, N) in the out dtype or (0, 0, 0);
 a_scale and b_scale float32, (1,) per tensor or (Ba, M, KB) and (Bb, NB, KB) per block. The
-result is (batch, M, N). vmap launches once per entry (ragged_primitive.register); there is no
+result is (batch, M, N). vmap joins the kernel's batch (fp8_batching.py); there is no
 differentiation rule (fp8 operands carry no useful gradient; a differentiable fp8 matmul
 quantizes high-precision operands around this op). Under a sharded jit each device multiplies
-its shards (fp8_sharding.py).
+its shards (fp8_sharding.py). The layers: fp8_batching.gemm (jax.vmap) ->
+fp8_sharding.partitioned (sharded jit) -> launch -> hopper_fp8_gemm_p.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from jax_hopper.gemm.api import (SUPPORTED_OUTPUTS, as_batched_3d, prepare_resid
                                  out_dtype_arg, prepare_bias, static_scalar)
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.epilogue import activation_code
-from jax_hopper.gemm import fp8_sharding
+from jax_hopper.gemm import fp8_batching
 from jax_hopper.gemm.pitch import pitch_pad
 from jax_hopper.gemm.primitive import _pad_columns, apply_epilogue, call_attrs, freeze
 from jax_hopper.gemm.ragged_primitive import register
@@ -122,8 +123,7 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
     if batch == 0 or m == 0 or n == 0 or k == 0:
         out = reference(a3, b3, bias_arr, res_arr, *scales, **params)  # nothing to launch
     else:
-        out = fp8_sharding.partitioned(launch, freeze(params), a3, b3, bias_arr, res_arr,
-                                       *scales)
+        out = fp8_batching.gemm(launch, freeze(params), a3, b3, bias_arr, res_arr, *scales)
     return out.reshape(*batch_shape, m, n)
 
 

@@ -17,7 +17,7 @@ own for propagation: the partition splits them on the mesh axes of k and n). Aft
   whole), the partials are summed (psum, or a reduce-scatter for an output split over K's
   axes: sharding.sum_partials), and the epilogue runs after the sum in jnp, as sharding.py
   does.
-Under vmap: one launch per entry (ragged_primitive.vmapped_per_entry).
+vmap is answered above this layer (fp8_batching.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import jax.numpy as jnp
 from jax.experimental.custom_partitioning import custom_partitioning
 
 from jax_hopper.gemm.primitive import apply_epilogue
-from jax_hopper.gemm.ragged_primitive import vmapped_per_entry
 from jax_hopper.gemm.sharding import (assign_factors, epilogue_shardings, k_scatter_dim,
                                       keep_k_axes, partial_dtype, rule_operands, spec_of,
                                       sum_partials)
@@ -40,12 +39,7 @@ def partitioned(launch, params: tuple, a, b, bias, res, a_scale, b_scale):
     """launch(a, b, bias, res, a_scale, b_scale, **dict(params)) on local shards under a
     sharded jit (launch: fp8.launch, one device's call)."""
     shapes = tuple(tuple(x.shape) for x in (a, b, bias, res))
-    return _vmappable(launch, params, shapes)(a, b, bias, res, a_scale, b_scale)
-
-
-@functools.lru_cache(maxsize=None)
-def _vmappable(launch, params, shapes):
-    return vmapped_per_entry(functools.partial(_partitioned, launch, params, shapes))
+    return _partitioned(launch, params, shapes, a, b, bias, res, a_scale, b_scale)
 
 
 @functools.partial(custom_partitioning, static_argnums=(0, 1, 2))
