@@ -10,7 +10,9 @@ fp8 shapes named by --fp8-cases (hopper_fp8_matmul with --fp8-scaling's scales, 
 against bench_fp8.py's peer: XLA's fp8 dot per tensor, the dequantise-then-bf16 dot per block),
 and the quantizations named by --quantize-cases (RxC:MODE, a bench_quantize.py mode: quantize_fp8
 of a bf16 (R, C) array against the same in jnp; the rate is GB/s of bench_quantize's traffic,
-not TFLOP/s). Per case the three variants (xla, base, new) are timed interleaved
+not TFLOP/s), and the vmapped products named by --vmap-cases (VxMxNxK: jax.vmap over V entries of
+(M, K) against one shared (K, N) weight, e.g. a decode step per sequence). Per case the three
+variants (xla, base, new) are timed interleaved
 (timing.time_interleaved), on rotating inputs larger than L2; each result is checked against an
 fp32-accumulated reference (a quantization: its dequantised copies against jnp's). The summary
 gives new/base per case, the geomean and the worst; the JSON (ab_<tag>.json) keeps every time.
@@ -93,6 +95,28 @@ def fp8_case(shape, scaling: str, key):
     return shape, timing.rotation(sets, n_calls), variants, reference
 
 
+def parse_vmap_case(text: str) -> tuple[int, int, int, int]:
+    """'VxMxNxK' -> (V, M, N, K)."""
+    dims = [int(d) for d in text.lower().split("x")]
+    if len(dims) != 4 or min(dims) <= 0:
+        raise argparse.ArgumentTypeError(f"vmap case {text!r}: want VxMxNxK")
+    return tuple(dims)
+
+
+def vmap_case(case, key):
+    """(shape, pairs, {variant: f(a, b)}, reference) of jax.vmap over V entries a (V, M, K)
+    against one b (K, N); shape is the (V*M, N, K) product it amounts to."""
+    v, m, n, k = case
+    n_calls, n_sets = timing.call_plan(v * m, n, k)
+    sets = [(a.reshape(v, m, k), b)
+            for a, b in timing.rotating_sets(key, v * m, n, k, n_sets)]
+    dot32 = lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32)  # noqa: E731
+    variants = {"xla": jax.vmap(jnp.dot, (0, None)),
+                "base": jax.vmap(jax_hopper_base.hopper_matmul, (0, None)),
+                "new": jax.vmap(jax_hopper.hopper_matmul, (0, None))}
+    return (v * m, n, k), timing.rotation(sets, n_calls), variants, jax.vmap(dot32, (0, None))
+
+
 def parse_quantize_case(text: str):
     """'RxC:MODE' -> ((R, C), MODE)."""
     shape, _, mode = text.partition(":")
@@ -132,6 +156,8 @@ def main():
     parser.add_argument("--fp8-scaling", choices=("tensor", "block"), default="block")
     parser.add_argument("--quantize-cases", nargs="*", type=parse_quantize_case, default=[],
                         help="RxC:MODE quantizations (bench_quantize.py's modes)")
+    parser.add_argument("--vmap-cases", nargs="*", type=parse_vmap_case, default=[],
+                        help="VxMxNxK: jax.vmap over V (M, K) entries against one (K, N)")
     args = parser.parse_args()
     timing.require_kernels(jax_hopper, jax_hopper_base)
     key = jax.random.key(0)
@@ -148,6 +174,9 @@ def main():
     for i, shape in enumerate(args.fp8_cases):
         plans.append((f"fp8_{args.fp8_scaling}_{bench_gemm.shape_name(shape)}",
                       *fp8_case(shape, args.fp8_scaling, jax.random.fold_in(key, 2000 + i))))
+    for i, case in enumerate(args.vmap_cases):
+        plans.append((f"vmap_{'x'.join(map(str, case))}",
+                      *vmap_case(case, jax.random.fold_in(key, 4000 + i))))
     # A plan: (name, shape, pairs, variants, reference[, check, bytes moved]); without the last
     # two, a product checked by its relative Frobenius error and rated in TFLOP/s.
     for i, (shape, mode) in enumerate(args.quantize_cases):
