@@ -127,8 +127,23 @@ def test_flax_dense_trains_in_fp8(rng, recipe):
         p = jax.tree.map(lambda a, g: a - 0.1 * g, p, jax.grad(lambda p: loss(dense, p))(p))
     assert float(loss(dense, p)) < 0.8 * float(l8)
 
+    # nnx: gradients as the float32 layer's with the same initial parameters, and SGD trains.
     layer = nnx.Linear(32, 16, dot_general=fp8_dot_general(recipe), rngs=nnx.Rngs(0))
+    ref_layer = nnx.Linear(32, 16, rngs=nnx.Rngs(0))
     assert layer(x).shape == (64, 16)
+
+    def nnx_loss(model):
+        return jnp.mean((model(x) - target) ** 2)
+
+    for g8, g32 in zip(jax.tree.leaves(nnx.grad(nnx_loss)(layer)),
+                       jax.tree.leaves(nnx.grad(nnx_loss)(ref_layer)), strict=True):
+        assert rel_frob(g8, np.asarray(g32, np.float64)) < 0.1
+    first = float(nnx_loss(layer))
+    for _ in range(20):
+        step = jax.tree.map(lambda p, g: p - 0.1 * g, nnx.state(layer, nnx.Param),
+                            nnx.grad(nnx_loss)(layer))
+        nnx.update(layer, step)
+    assert float(nnx_loss(layer)) < 0.8 * first
     del flax
 
 
