@@ -159,11 +159,20 @@ def test_vmap_joins_the_kernel_batch_and_folds_into_rows():
             assert rel_frob(got[i], want[i]) < 1e-5, i
 
 
-def test_vmap_over_a_per_tensor_scale_launches_per_entry():
-    # One launch takes one pair of per-tensor scales: a mapped scale runs entry by entry.
+def test_vmap_over_a_per_tensor_scale_or_a_lone_residual_launches_per_entry():
+    # One launch takes one pair of per-tensor scales, and a residual with its operands' batch:
+    # a mapped scale, or a mapped residual over unmapped operands, runs entry by entry.
     rng = np.random.default_rng()
     a = fp8_operand(rng, (3, 16, 32), E4M3)
     b = fp8_operand(rng, (24, 32), E4M3)
     sa = jnp.asarray([0.5, 1.0, 2.0], jnp.float32)
+    res = jnp.asarray(rng.standard_normal((3, 16, 24)), jnp.float32)
     f = jax.vmap(lambda x, s: hopper_fp8_matmul(x, b, s, 1.0, out_dtype=jnp.float32))
     assert _launches(f, a, sa) == [((1, 16, 32), (1, 24, 32))]
+    g = jax.vmap(lambda r: hopper_fp8_matmul(a[0], b, 0.5, 1.0, residual=r,
+                                             out_dtype=jnp.float32))
+    assert _launches(g, res) == [((1, 16, 32), (1, 24, 32))]
+    with jax.default_device(CPU):
+        got = jax.jit(g)(res)
+    for i in range(3):
+        assert rel_frob(got[i], fp8_reference64(a[0], b, 0.5, 1.0, residual=res[i])) < 1e-5

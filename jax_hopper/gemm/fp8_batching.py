@@ -9,8 +9,9 @@ vmapped size, B the batch of one call.
   along one of the two axes.
 - A K-major a against a b shared by the whole merged batch is one product of all its rows (a
   reshape of a, its block scale and the residual: shared_batch.fold_shared_batch), b read once.
-- One launch takes one pair of per-tensor scales and one bias: a vmapped per-tensor scale or
-  bias runs one launch per entry (ragged_primitive.per_entry).
+- One launch takes one pair of per-tensor scales and one bias, and its residual has the batch
+  of its operands: a vmapped per-tensor scale or bias, or a vmapped residual over operands
+  shared by every entry, runs one launch per entry (ragged_primitive.per_entry).
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def _rule(launch, params, v, in_batched, a, b, bias, res, a_scale, b_scale):
     ma, mb, mbias, mres, msa, msb = in_batched
     block = dict(params)["scaling"] == "block"
     args = (a, b, bias, res, a_scale, b_scale)
-    if mbias or (not block and (msa or msb)):
+    operands_mapped = ma or mb or (block and (msa or msb))
+    if mbias or (not block and (msa or msb)) or (mres and not operands_mapped):
         return per_entry(functools.partial(gemm, launch, params), in_batched, args), True
     a4, b4 = _as_4d(a, ma), _as_4d(b, mb)
     sa4, sb4 = (_as_4d(a_scale, msa), _as_4d(b_scale, msb)) if block else (None, None)
