@@ -95,14 +95,6 @@ def fp8_case(shape, scaling: str, key):
     return shape, timing.rotation(sets, n_calls), variants, reference
 
 
-def parse_vmap_case(text: str) -> tuple[int, int, int, int]:
-    """'VxMxNxK' -> (V, M, N, K)."""
-    dims = [int(d) for d in text.lower().split("x")]
-    if len(dims) != 4 or min(dims) <= 0:
-        raise argparse.ArgumentTypeError(f"vmap case {text!r}: want VxMxNxK")
-    return tuple(dims)
-
-
 def vmap_case(case, key):
     """(shape, pairs, {variant: f(a, b)}, reference) of jax.vmap over V entries a (V, M, K)
     against one b (K, N); shape is the (V*M, N, K) product it amounts to."""
@@ -156,7 +148,7 @@ def main():
     parser.add_argument("--fp8-scaling", choices=("tensor", "block"), default="block")
     parser.add_argument("--quantize-cases", nargs="*", type=parse_quantize_case, default=[],
                         help="RxC:MODE quantizations (bench_quantize.py's modes)")
-    parser.add_argument("--vmap-cases", nargs="*", type=parse_vmap_case, default=[],
+    parser.add_argument("--vmap-cases", nargs="*", type=timing.dims_parser("VxMxNxK"), default=[],
                         help="VxMxNxK: jax.vmap over V (M, K) entries against one (K, N)")
     args = parser.parse_args()
     timing.require_kernels(jax_hopper, jax_hopper_base)

@@ -215,12 +215,8 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
     return row
 
 
-def parse_case(text: str) -> tuple[int, int, int, int]:
-    """'MxGxKxN' (rows, experts, K, N) for --shape."""
-    dims = [int(d) for d in text.lower().split("x")]
-    if len(dims) != 4 or min(dims) <= 0:
-        raise argparse.ArgumentTypeError(f"shape {text!r}: want MxGxKxN")
-    return tuple(dims)
+# --shape: 'MxGxKxN' (rows, experts, K, N).
+parse_case = timing.dims_parser("MxGxKxN")
 
 
 def _tf(row, impl):

@@ -9,15 +9,30 @@ import sys
 # An installed jax_hopper first; the source tree (pure Python) where none is installed.
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import argparse  # noqa: E402
 import datetime  # noqa: E402
 
 from jax_hopper.timing import (call_plan, calls_for, chained, geomean,  # noqa: E402
                                n_sets_for, parse_shape, rel_fro_error, rotating_sets, rotation,
                                tflops, time_chained, time_interleaved)
 
-__all__ = ["add_output_args", "call_plan", "calls_for", "chained", "geomean", "n_sets_for",
-           "parse_shape", "rel_fro_error", "require_kernels", "rotating_sets", "rotation",
-           "tflops", "time_chained", "time_interleaved"]
+__all__ = ["add_output_args", "call_plan", "calls_for", "chained", "dims_parser", "geomean",
+           "n_sets_for", "parse_shape", "rel_fro_error", "require_kernels", "rotating_sets",
+           "rotation", "tflops", "time_chained", "time_interleaved"]
+
+
+def dims_parser(names: str):
+    """An argparse type for 'AxBx...' with one positive int per letter of `names` (e.g. "MxGxKxN":
+    rows, experts, K, N), naming the form in its error."""
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            dims = tuple(int(d) for d in text.lower().split("x"))
+        except ValueError:
+            dims = ()
+        if len(dims) != len(names.split("x")) or min(dims) <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: want {names}")
+        return dims
+    return parse
 
 
 def add_output_args(parser, reps: int = 7) -> None:
