@@ -1,5 +1,7 @@
 """hopper_fp8_matmul without a GPU: the reference lowering against float64, argument checks that
-name the rule, traced scales, and the fp8 catalog entries."""
+name the rule, traced scales, vmap, and the fp8 catalog entries."""
+
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -176,3 +178,34 @@ def test_vmap_over_a_per_tensor_scale_or_a_lone_residual_launches_per_entry():
         got = jax.jit(g)(res)
     for i in range(3):
         assert rel_frob(got[i], fp8_reference64(a[0], b, 0.5, 1.0, residual=res[i])) < 1e-5
+
+
+@pytest.mark.parametrize("block", [False, True], ids=["tensor", "block"])
+def test_vmap_over_any_operands_matches_the_loop(block):
+    # Every subset of the call's arrays mapped (a, b, residual, bias, and the scales: per
+    # tensor a's, per block both): the vmapped call equals the entries computed one by one.
+    rng = np.random.default_rng()
+    v, m, n, k = 3, 16, 136, 256
+    full = dict(a=fp8_operand(rng, (v, m, k), E4M3), b=fp8_operand(rng, (v, n, k), E4M3),
+                res=jnp.asarray(rng.standard_normal((v, m, n)), jnp.float32),
+                bias=jnp.asarray(rng.standard_normal((v, n)), jnp.float32))
+    if block:
+        full |= dict(sa=block_scales(rng, (v, m, 2)), sb=block_scales(rng, (v, 2, 2)))
+    else:
+        full |= dict(sa=jnp.asarray([0.5, 1.0, 2.0], jnp.float32))
+    names = list(full)
+
+    def f(*xs):
+        d = dict(zip(names, xs))
+        return hopper_fp8_matmul(d["a"], d["b"], d["sa"], d["sb"] if block else 1.5,
+                                 residual=d["res"], bias=d["bias"], out_dtype=jnp.float32)
+
+    with jax.default_device(CPU):
+        for mapped in itertools.product((False, True), repeat=len(names)):
+            if not any(mapped):
+                continue
+            args = [full[x] if on else full[x][0] for x, on in zip(names, mapped)]
+            got = jax.jit(jax.vmap(f, in_axes=[0 if on else None for on in mapped]))(*args)
+            want = [f(*[full[x][i] if on else full[x][0] for x, on in zip(names, mapped)])
+                    for i in range(v)]
+            assert rel_frob(got, np.asarray(jnp.stack(want), np.float64)) < 1e-6, mapped
