@@ -125,9 +125,10 @@ def test_problems_of_a_function_forward_and_backward():
             hopper_glu(x, wg).astype(jnp.float32).sum()
 
     forward = tune.problems_of(f, x, w, wg)
-    # The batch of x against the shared w is one product of 4 x 32 rows.
+    # The batch of x against the shared w (and the shared gated weight) is one product of
+    # 4 x 32 rows.
     assert tune.Problem("matmul", "bfloat16", False, True, 1, 128, 96, 64) in forward
-    assert tune.Problem("glu", "bfloat16", False, True, 4, 32, 80, 64) in forward
+    assert tune.Problem("glu", "bfloat16", False, True, 1, 128, 80, 64) in forward
     backward = tune.problems_of(jax.grad(lambda w: f(x, w, wg)), w)
     # dW = x^T dY: K is the 4 x 32 rows, N the 96 columns.
     assert any(p.family == "matmul" and p.n == 96 and p.k == 128 and p.m == 64

@@ -9,11 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_hopper.gemm import autodiff
-from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import activation_code
 from jax_hopper.gemm.pitch import tma_unaddressable
 from jax_hopper.gemm.primitive import freeze, reference
-from jax_hopper.gemm.shared_batch import fold_shared_batch
 from jax_hopper.kernels import catalog
 
 SUPPORTED_INPUTS = tuple(jnp.dtype(d) for d in catalog.INPUT_DTYPES)
@@ -80,11 +79,8 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
 
     a_mn_major, b_mn_major = bool(transpose_a), not transpose_b
     b3 = as_batched_3d(b, batch_shape)
-    a3, res_arr = fold_shared_batch(as_batched_3d(a, batch_shape), b3, res_arr, a_mn_major)
-    if config is not None:  # None: chosen at launch for the problem (primitive.launch)
-        if not isinstance(config, GemmConfig):
-            raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-        config.validate(a.dtype.name, a_mn_major, b_mn_major)
+    a3 = as_batched_3d(a, batch_shape)
+    config = checked_config(config, a.dtype.name, a_mn_major, b_mn_major)
 
     params = dict(family="matmul", a_mn_major=a_mn_major, b_mn_major=b_mn_major,
                   out_dtype=out_dtype, activation=act, alpha=alpha, beta=beta, config=config)

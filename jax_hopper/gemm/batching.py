@@ -10,11 +10,10 @@ and b each with batch 1 (shared) or V*B, so
   kernel batch is the other axis: b shared along B (e.g. the outer product of nested vmaps,
   vmap(vmap(f, (0, None)), (None, 0))) folds B, and a varying along V only while b varies
   along B only folds V (then the output is transposed once: custom_vmap wants V first);
-- otherwise an operand shared along one axis is broadcast: the one case that copies it;
-- a K-major a against a b shared by the whole merged batch is one product of all its rows
-  (shared_batch.fold_shared_batch, as an unmapped hopper_matmul call): b is read once and the
-  config is chosen for those rows (a vmapped decode step of one token per entry is one
-  product of V tokens, not V products of one).
+- otherwise an operand shared along one axis is broadcast: the one case that copies it.
+A K-major a against a b shared by the whole merged batch then runs as one product of all its
+rows (primitive.launch folds it, shared_batch.folds): a vmapped decode step of one token per
+entry is one product of V tokens, not V products of one.
 A vmapped bias, or a vmapped residual with a and b unmapped, splits the epilogue off: the kernel
 computes alpha*A.B in float32 (once, when a and b are unmapped) and jnp applies the epilogue.
 Nested vmaps apply the rule once per level, each merging into the batch the level below made.
@@ -33,7 +32,6 @@ from jax.custom_batching import custom_vmap
 
 from jax_hopper.gemm import sharding
 from jax_hopper.gemm.primitive import apply_epilogue, freeze, problem_shape
-from jax_hopper.gemm.shared_batch import fold_shared_batch
 
 
 def gemm(a, b, bias, res, params: tuple, unfused=None):
@@ -49,12 +47,12 @@ def _vmappable(params, unfused):
     return fn
 
 
-def _as_4d(x, batched):
+def as_4d(x, batched):
     """(V or 1, batch, r, c): the vmapped axis is already first when x is batched."""
     return x if batched else x.reshape(1, *x.shape)
 
 
-def _merge(x4, v, b):
+def merge(x4, v, b):
     """(1, 1, r, c) stays shared as (1, r, c); anything else becomes (v*b, r, c)."""
     if x4.shape[:2] == (1, 1):
         return x4.reshape(x4.shape[1:])
@@ -81,9 +79,9 @@ def _rule(params, unfused, v, in_batched, a, b, bias, res):
     ma, mb, mbias, mres = in_batched
     if mbias or (mres and not ma and not mb):
         return _split_epilogue(params, in_batched, (a, b, bias, res)), True
-    a4, b4 = _as_4d(a, ma), _as_4d(b, mb)
+    a4, b4 = as_4d(a, ma), as_4d(b, mb)
     batch, m, n, _ = problem_shape(a4.shape[1:], b4.shape[1:], p["a_mn_major"], p["b_mn_major"])
-    r4 = _as_4d(res, mres) if res.size else None
+    r4 = as_4d(res, mres) if res.size else None
     r3 = jnp.zeros((0, 0, 0), res.dtype) if mres else res  # no residual: (0, 0, 0) unmapped
 
     # Fold an axis into a's rows only when merging would copy an operand.
@@ -99,10 +97,8 @@ def _rule(params, unfused, v, in_batched, a, b, bias, res):
         return jnp.swapaxes(_folded(a4, b4, bias, r4, r3, v, m, n, params), 0, 1), True
 
     if r4 is not None:
-        r3 = _merge(r4, v, batch)
-    b3 = _merge(b4, v, batch)
-    a3, r3 = fold_shared_batch(_merge(a4, v, batch), b3, r3, p["a_mn_major"])
-    out = gemm(a3, b3, bias, r3, params)
+        r3 = merge(r4, v, batch)
+    out = gemm(merge(a4, v, batch), merge(b4, v, batch), bias, r3, params)
     return out.reshape(v, batch, m, n), True
 
 

@@ -166,3 +166,16 @@ class GemmConfig:
         return dict(cluster_m=np.int64(self.cluster_m), cluster_n=np.int64(self.cluster_n),
                     group_size=np.int64(self.group_size),
                     raster_n=np.int64(1 if self.raster == "n" else 0))
+
+
+def checked_config(config, dtype: str, a_mn_major: bool, b_mn_major: bool,
+                   family: str = "matmul", b_dtype: str | None = None) -> GemmConfig | None:
+    """A call's `config` argument: None (chosen at launch, for the problem each launch runs),
+    or a GemmConfig that `family` compiles for these operands (GemmConfig.validate); anything
+    else is a ValueError naming the rule."""
+    if config is None:
+        return None
+    if not isinstance(config, GemmConfig):
+        raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
+    config.validate(dtype, a_mn_major, b_mn_major, family=family, b_dtype=b_dtype)
+    return config

@@ -36,12 +36,13 @@ from jax.extend.core import Primitive
 from jax_hopper import _ffi
 from jax_hopper.gemm.api import (SUPPORTED_OUTPUTS, as_batched_3d, prepare_residual,
                                  out_dtype_arg, prepare_bias, static_scalar)
-from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import activation_code
 from jax_hopper.gemm import fp8_batching
 from jax_hopper.gemm.pitch import pitch_pad
 from jax_hopper.gemm.primitive import _pad_columns, apply_epilogue, call_attrs, freeze
 from jax_hopper.gemm.ragged_primitive import register
+from jax_hopper.gemm.shared_batch import fold, folds
 from jax_hopper.gemm.tuned import default_config
 from jax_hopper.kernels import catalog
 
@@ -110,10 +111,7 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
     bias_arr = prepare_bias(bias, (n,), "(N,)")
     res_arr = prepare_residual(residual, batch_shape, m, n, out_dtype)
     batch = math.prod(batch_shape)
-    if config is not None:  # None: chosen at launch for the problem (launch)
-        if not isinstance(config, GemmConfig):
-            raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-        config.validate(pair[0], False, False, family=family, b_dtype=pair[1])
+    config = checked_config(config, pair[0], False, False, family=family, b_dtype=pair[1])
 
     a3, b3 = as_batched_3d(a, batch_shape), as_batched_3d(b, batch_shape)
     if scaling == "block":  # the scales' batch entries follow their operands'
@@ -152,8 +150,13 @@ def launch(a, b, bias, res, a_scale, b_scale, **params):
     16-byte rows is padded with zero columns in a and b (copies of both; zeros add nothing to
     any product, and the block scales keep their shape: the padded K stays within its last
     128-wide block, as 16 divides 128). TMA stores need a 16-byte output pitch too: N is padded
-    with zero rows of b (a copy of b) and sliced off. config None (no config asked for) is
-    chosen here for this device's problem, as primitive.launch does."""
+    with zero rows of b (a copy of b) and sliced off. A batch against a shared b is one product
+    of its rows (shared_batch.folds; a's block scales fold with it), and config None (no config
+    asked for) is chosen here for this device's problem, as primitive.launch does."""
+    if folds(a, b.shape[0], res, False):
+        block = params["scaling"] == "block"
+        return launch(fold(a), b, bias, fold(res), fold(a_scale) if block else a_scale, b_scale,
+                      **params).reshape(*a.shape[:2], -1)
     if params["config"] is None:
         batch, m, n, k = max(a.shape[0], b.shape[0]), a.shape[1], b.shape[1], a.shape[2]
         params = {**params, "config": default_config(_FAMILY[params["scaling"]], a.dtype.name,

@@ -33,11 +33,10 @@ import math
 import jax.numpy as jnp
 
 from jax_hopper.gemm import api, autodiff
-from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import activation_code, apply_gated
 from jax_hopper.gemm.pitch import tma_unaddressable
 from jax_hopper.gemm.primitive import freeze, reference
-from jax_hopper.gemm.shared_batch import fold_shared_batch
 
 _F32 = jnp.dtype(jnp.float32)
 
@@ -85,10 +84,7 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
         res3 = jnp.broadcast_to(api.checked_residual(residual, (*lead, f), out_dtype),
                                 (*lead, f)).reshape(batch, rows, f)
 
-    if config is not None:  # None: chosen at launch for the problem (primitive.launch)
-        if not isinstance(config, GemmConfig):
-            raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-        config.validate(x.dtype.name, False, True, family="glu")
+    config = checked_config(config, x.dtype.name, False, True, family="glu")
     if strict and (reason := tma_unaddressable(x, names=("x",))) is not None:
         raise ValueError(f"hopper_glu(strict=True): {reason}; without strict x and w are "
                          "copied into a padded pitch")
@@ -107,12 +103,9 @@ def _unfused(x3, w, bias, res, params):
     p = dict(params)
     k, _, f = w.shape
     b3 = w.reshape(1, k, 2 * f)
-    # The batch of x against the shared weight as one product.
-    xf, _ = fold_shared_batch(x3, b3, jnp.zeros((0, 0, 0), x3.dtype), False)
     product = freeze({**p, "family": "matmul", "activation": 0, "beta": 1.0,
                       "out_dtype": x3.dtype, "config": None})
-    z = autodiff.gemm(xf, b3, bias.reshape(-1), jnp.zeros((0, 0, 0), x3.dtype), product,
-                      0).reshape(*x3.shape[:2], 2 * f)
+    z = autodiff.gemm(x3, b3, bias.reshape(-1), jnp.zeros((0, 0, 0), x3.dtype), product, 0)
     y = apply_gated(z.astype(_F32), p["activation"])
     if res.size:
         y = y + p["beta"] * res.astype(_F32)

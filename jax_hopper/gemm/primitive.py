@@ -30,7 +30,7 @@ from jax_hopper import _ffi
 from jax_hopper.gemm import pitch
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
 from jax_hopper.gemm.heuristics import SWAP_MAX_M
-from jax_hopper.gemm.shared_batch import explicitly_sharded, fold_shared_batch
+from jax_hopper.gemm.shared_batch import explicitly_sharded, fold, folds
 from jax_hopper.gemm.tuned import default_config
 
 hopper_gemm_p = Primitive("hopper_gemm")
@@ -96,10 +96,13 @@ def launch(a, b, bias, res, **params):
     config None (no config asked for) is chosen here, for this problem: a shard's under a
     sharded jit (a data-parallel decode of 64 rows a device takes the swap-AB kernels though the
     whole batch has 512), the merged batch's under vmap.
-    A gated unit of at most SWAP_MAX_M rows in all is the swap-AB product and the unit after
-    it (swapped_gated_unit). A gated weight's F (whole or per device) is padded: TMA
-    addresses its two halves only with F a multiple of 8. Other odd pitches are the CUDA
-    lowering's (pitch.py)."""
+    A batch against a shared b is one product of its rows (shared_batch.folds). A gated unit
+    of at most SWAP_MAX_M rows in all is the swap-AB product and the unit after it
+    (swapped_gated_unit). A gated weight's F (whole or per device) is padded: TMA addresses its
+    two halves only with F a multiple of 8. Other odd pitches are the CUDA lowering's
+    (pitch.py)."""
+    if folds(a, product_shape(b.shape, params["family"])[0], res, params["a_mn_major"]):
+        return launch(fold(a), b, bias, fold(res), **params).reshape(*a.shape[:2], -1)
     if params["config"] is None:
         if takes_swapped_gated_unit(a, b, params):
             return swapped_gated_unit(a, b, bias, res, params)
@@ -134,16 +137,13 @@ def takes_swapped_gated_unit(a, b, params: dict) -> bool:
 
 
 def swapped_gated_unit(a, b, bias, res, params: dict):
-    """The gated unit as hopper_matmul's product (the swap-AB kernels at these rows, float32,
-    the batch folded into its rows) and act(gate + bias) * (up + bias) + beta * residual in jnp
-    after it."""
+    """The gated unit as hopper_matmul's product (the swap-AB kernels at these rows, float32)
+    and act(gate + bias) * (up + bias) + beta * residual in jnp after it."""
     f32 = jnp.dtype(jnp.float32)
-    b3 = product_operand(b, "glu")
-    a_rows, _ = fold_shared_batch(a, b3, jnp.zeros((0, 0, 0), f32), False)
-    z = launch(a_rows, b3, jnp.zeros((0,), f32), jnp.zeros((0, 0, 0), f32),
+    z = launch(a, product_operand(b, "glu"), jnp.zeros((0,), f32), jnp.zeros((0, 0, 0), f32),
                **{**params, "family": "matmul", "activation": 0, "beta": 1.0, "out_dtype": f32})
-    return apply_epilogue(z.reshape(*a.shape[:2], -1), bias, res, activation=params["activation"],
-                          beta=params["beta"], out_dtype=params["out_dtype"], family="glu")
+    return apply_epilogue(z, bias, res, activation=params["activation"], beta=params["beta"],
+                          out_dtype=params["out_dtype"], family="glu")
 
 
 def _pad_columns(b, bias, res, axis, pad):

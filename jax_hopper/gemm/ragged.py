@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_hopper.gemm import api, ragged_tiles
-from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged_contract import partitioned as contract
@@ -87,10 +87,7 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
     bias2 = api.prepare_bias(bias, (groups, n), "(G, N)", ": one row per group")
     res3 = residual3(residual, (m, n), out_dtype)
     b_mn_major = not transpose_rhs
-    if config is not None:  # None: chosen at launch (ragged_primitive.launch)
-        if not isinstance(config, GemmConfig):
-            raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-        config.validate(lhs.dtype.name, False, b_mn_major, family="grouped")
+    config = checked_config(config, lhs.dtype.name, False, b_mn_major, family="grouped")
 
     params = freeze(dict(b_mn_major=b_mn_major, out_dtype=out_dtype, activation=act,
                          alpha=alpha, beta=beta, config=config, family="grouped"))

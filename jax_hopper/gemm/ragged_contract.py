@@ -27,7 +27,7 @@ from jax.interpreters import mlir
 
 from jax_hopper import _ffi
 from jax_hopper.gemm import api, ragged_tiles
-from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.heuristics import choose_contraction_config
 from jax_hopper.gemm.primitive import call_attrs, freeze
 from jax_hopper.gemm.ragged_primitive import register, vmapped_per_entry
@@ -60,10 +60,7 @@ def hopper_ragged_contract(x, y, group_sizes, *, preferred_element_type=None, ou
         raise ValueError(f"group_sizes must be a 1-D integer array (G,), one size per group; "
                          f"got {group_sizes.dtype} {group_sizes.shape}")
     (m, p), q, groups = x.shape, y.shape[1], group_sizes.shape[0]
-    if config is not None:  # None: chosen at launch (launch)
-        if not isinstance(config, GemmConfig):
-            raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-        config.validate(x.dtype.name, True, True, family=_FAMILY)
+    config = checked_config(config, x.dtype.name, True, True, family=_FAMILY)
     if m == 0 or p == 0 or q == 0 or groups == 0:  # nothing to launch
         return jnp.zeros((groups, p, q), out_dtype)
     params = freeze(dict(out_dtype=jnp.dtype(out_dtype), config=config))

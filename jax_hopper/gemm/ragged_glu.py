@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_hopper.gemm import api
-from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import apply_gated
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged import check_group_sizes, hopper_ragged_dot, residual3
@@ -68,10 +68,7 @@ def hopper_ragged_glu(x, w, group_sizes, *, activation="silu", bias=None, residu
     check_group_sizes(group_sizes, groups, "expert")
     bias3 = api.prepare_bias(bias, (groups, 2, f), "(G, 2, F)", ": gate and up rows per expert")
     res3 = residual3(residual, (m, f), out_dtype)
-    if config is not None:  # None: chosen at launch (ragged_primitive.launch)
-        if not isinstance(config, GemmConfig):
-            raise ValueError(f"config must be a GemmConfig, got {type(config).__name__}")
-        config.validate(x.dtype.name, False, True, family=_FAMILY)
+    config = checked_config(config, x.dtype.name, False, True, family=_FAMILY)
     params = freeze(dict(b_mn_major=True, out_dtype=out_dtype, activation=act, alpha=alpha,
                          beta=beta, config=config, family=_FAMILY))
     gs = group_sizes.astype(jnp.int32)
