@@ -99,6 +99,7 @@ NB_MODULE(_jax_hopper, m) {
     d["jax_hopper_gemm_fp8_block"] = gemm_stages(jax_hopper::Fp8BlockHandler);
     d["jax_hopper_gemm_fp8_swap"] = gemm_stages(jax_hopper::Fp8SwapHandler);
     d["jax_hopper_quantize_fp8"] = capsule(jax_hopper::QuantizeFp8Handler);
+    d["jax_hopper_transpose_fp8"] = capsule(jax_hopper::TransposeFp8Handler);
     d["jax_hopper_tma_copy"] = capsule(jax_hopper::TmaCopyHandler);
     d["jax_hopper_tma_smem_bytes"] = capsule(jax_hopper::TmaSmemBytesHandler);
     d["jax_hopper_tma_multicast"] = capsule(jax_hopper::TmaMulticastHandler);

@@ -8,6 +8,7 @@
     h = hopper_ragged_glu(x, w_gate_up, group_sizes)  # experts' SwiGLU, w (G, K, 2, F)
     y = hopper_fp8_matmul(a8, b8, a_scale, b_scale)   # fp8 (N, K) weight, per-tensor scales
     xq = quantize_fp8(x, scaling="block")             # fp8 + scales (+ transposed copy)
+    b8 = transpose_fp8(b8_kn)                         # an fp8 (K, N) weight as (N, K)
     y = fp8_matmul(x, w, recipe="block")              # differentiable, fp8 forward and backward
     y = fp8_matmul(x, w, recipe="delayed", meta=m)    # scales from amax histories, m = fp8_meta()
 
@@ -27,6 +28,7 @@ from jax_hopper.gemm.ragged import hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm.ragged_contract import hopper_ragged_contract
 from jax_hopper.gemm.ragged_glu import hopper_ragged_glu
 from jax_hopper.quantize.fp8 import Fp8Array, dequantize_fp8, quantize_fp8
+from jax_hopper.quantize.transpose import transpose_fp8
 from jax_hopper.tma.ops import tma_copy, tma_multicast, tma_reduce_add, tma_smem_bytes
 
 _ffi.register_targets()
@@ -55,5 +57,6 @@ __all__ = [
     "tma_multicast",
     "tma_reduce_add",
     "tma_smem_bytes",
+    "transpose_fp8",
 ]
 __version__ = "0.1.0"

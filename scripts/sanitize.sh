@@ -35,7 +35,7 @@ export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-1}"
 # (--kernel-name kns=...; several --kernel-name options are OR-ed). Only matching launches are
 # instrumented, so XLA's kernels (copies, pads, converts) run natively and cannot add noise.
 OURS=(sm90_gemm_kernel tma_store_back_kernel tma_smem_bytes_kernel tma_multicast_kernel
-      quantize_fp8_kernel grouped_tile_table_kernel)
+      quantize_fp8_kernel transpose_fp8_kernel grouped_tile_table_kernel)
 FILTER=()
 for k in "${OURS[@]}"; do FILTER+=(--kernel-name "kns=$k"); done
 OURS_RE="$(IFS='|'; echo "${OURS[*]}")"

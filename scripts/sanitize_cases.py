@@ -1,7 +1,7 @@
 """The cases scripts/sanitize_driver.py runs under compute-sanitizer: per kernel family (GEMM,
-the grouped GEMM, TMA ops) the case dataclass, the lists of cases (each list one jitted program), and how a case's
+the grouped GEMM, TMA ops, quantize, transpose) the case dataclass, the lists of cases (each list one jitted program), and how a case's
 inputs are made, how it is called and how its result is checked on the host (float64 for the
-GEMM, bit for bit for the TMA ops).
+GEMM, bit for bit for the others).
 """
 from __future__ import annotations
 
@@ -603,3 +603,36 @@ def quant_check(c: QuantCase, arrays: dict, out) -> str | None:
         if bad:
             return f"{name}: {bad} elements differ"
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class TransposeCase:
+    dtype: str        # fp8
+    shape: tuple
+
+    def label(self) -> str:
+        return f"transpose_fp8 {self.dtype} x{self.shape}"
+
+
+def transpose_groups(quick: bool) -> list[list[TransposeCase]]:
+    # Partial tiles both ways, a batch, one tile smaller than the box.
+    shapes = [(208, 304)] if quick else [(208, 304), (3, 144, 272), (16, 16)]
+    return [[TransposeCase(d, s) for d in ("float8_e4m3fn", "float8_e5m2") for s in shapes]]
+
+
+def transpose_inputs(c: TransposeCase, rng) -> dict:
+    return {"x": (3 * rng.standard_normal(c.shape)).astype(np.float32).astype(c.dtype)}
+
+
+def transpose_call(c: TransposeCase, arrays: dict):
+    from jax_hopper import transpose_fp8
+    return transpose_fp8(arrays["x"])
+
+
+def transpose_check(c: TransposeCase, arrays: dict, out) -> str | None:
+    """Bit for bit against the bytes swapped on the host."""
+    got, want = np.asarray(out), np.swapaxes(np.asarray(arrays["x"]), -1, -2)
+    if got.shape != want.shape:
+        return f"shape {got.shape}, expected {want.shape}"
+    bad = int(np.sum(_bits(got) != _bits(want)))
+    return f"{bad} elements differ" if bad else None

@@ -36,7 +36,8 @@ sys.path.insert(0, str(REPO / "tests"))  # gemm_helpers: error bounds and activa
 from sanitize_cases import (gemm_call, gemm_check, gemm_groups, gemm_inputs,  # noqa: E402
                             quant_call, quant_check, quant_groups, quant_inputs, ragged_call,
                             ragged_check, ragged_groups, ragged_inputs, tma_call, tma_check,
-                            tma_groups, tma_inputs)
+                            tma_groups, tma_inputs, transpose_call, transpose_check,
+                            transpose_groups, transpose_inputs)
 
 # ------------------------------------------------------------------------------- the self-test
 
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="every kernel family once: for racecheck, the slowest tool")
-    parser.add_argument("--only", choices=["gemm", "ragged", "tma", "quantize"], help="run one family")
+    parser.add_argument("--only", choices=["gemm", "ragged", "tma", "quantize", "transpose"], help="run one family")
     parser.add_argument("--list", action="store_true", help="print the cases and exit")
     parser.add_argument("--plant-fault", action="store_true",
                         help="launch one out-of-bounds store instead (sanitizer self-test)")
@@ -139,6 +140,9 @@ def main(argv=None) -> int:
     if args.only in (None, "quantize"):
         families.append(("quantize", quant_groups(args.quick), quant_inputs, quant_call,
                          quant_check))
+    if args.only in (None, "transpose"):
+        families.append(("transpose", transpose_groups(args.quick), transpose_inputs,
+                         transpose_call, transpose_check))
     total = sum(len(g) for _, groups, *_ in families for g in groups)
     if args.list:
         for _, groups, *_ in families:

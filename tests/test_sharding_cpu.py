@@ -27,7 +27,7 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "ragged_n", "ragged_n_k_major", "ragged_experts_gathered", "ragged_experts_shard_map",
          "ragged_k_split", "ragged_n_grad", "ragged_glu_f", "contract_columns", "ragged_rows",
          "ragged_dp_grad", "contract_rows", "fp8_rows", "fp8_block_n", "fp8_block_k",
-         "fp8_tensor_k_scatter", "quantize_rows_tensor", "quantize_cols_blocks",
+         "fp8_tensor_k_scatter", "fp8_kn_columns", "quantize_rows_tensor", "quantize_cols_blocks",
          "quantize_unaligned_rows", "quantize_given_amax", "fp8_matmul_data_parallel",
          "config_per_shard"]
 
@@ -425,6 +425,16 @@ def _cases():
         hlo = f.lower(*placed, jnp.float32(0.25), jnp.float32(4.0)).compile().as_text()
         assert "reduce-scatter" in hlo and "all-gather" not in hlo, "not a reduce-scatter"
 
+    def fp8_kn_columns():
+        # b stored (K, N) as flax stores a kernel, split along N (tensor parallel): each device
+        # transposes its columns (transpose_fp8) and multiplies them; nothing is gathered.
+        got = _compare(fp8(transpose_b=False),
+                       (_rand(rng, (m, k), e4m3), _rand(rng, (k, n), e4m3), jnp.float32(0.5),
+                        jnp.float32(2.0)),
+                       (None, named(None, "x"), None, None), all_reduce=False,
+                       reference=lambda a, b, sa, sb: fp8()(a, b.T, sa, sb))
+        assert tuple(got.sharding.spec) == (None, "x"), got.sharding.spec
+
     def quantize_rows_tensor():
         # Per-tensor scaling: the amax is one all-reduce (max); each device quantizes its rows
         # and writes its columns of the transposed copy.
@@ -533,7 +543,8 @@ def _cases():
                             ragged_experts_gathered, ragged_experts_shard_map, ragged_k_split,
                             ragged_n_grad, ragged_glu_f, contract_columns, ragged_rows,
                             ragged_dp_grad, contract_rows, fp8_rows, fp8_block_n, fp8_block_k,
-                            fp8_tensor_k_scatter, quantize_rows_tensor, quantize_cols_blocks,
+                            fp8_tensor_k_scatter, fp8_kn_columns, quantize_rows_tensor,
+                            quantize_cols_blocks,
                             quantize_unaligned_rows, quantize_given_amax,
                             fp8_matmul_data_parallel, config_per_shard]))
 

@@ -15,6 +15,7 @@
 // reads only, and per-tensor scaling skipping the row pass whose maxima it does not use. XLA's
 // per-tensor amax before this kernel already streams at 2.3-2.8 TB/s on the large arrays.
 #include "cuda/quantize/quantize.h"
+#include "cuda/quantize/staging.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -173,9 +174,8 @@ __global__ void __launch_bounds__(kThreads)
   if (tid == 0 && p.mode == QuantMode::kTile)
     p.scale[(static_cast<int64_t>(b) * row_tiles + by) * col_tiles + bx] = common.scale;
 
-  // qt: thread t writes column t % 128 of x (row t % 128 of qt), 16 rows of x per 16-byte chunk.
-  // 128B swizzle: chunk g of qt row c sits at chunk g ^ (c % 8), so the 8 lanes of a quarter-warp
-  // (8 consecutive c) store into 8 different bank groups.
+  // qt: thread t writes column t % 128 of x (row t % 128 of qt), 16 rows of x per 16-byte chunk,
+  // into the 128B-swizzled staging tile (staging.cuh).
   if (p.transpose) {
     const Scale s =
         p.t_mode == QuantMode::kRow
@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(kThreads)
                                                     s.mul))
                     << 16);
       }
-      *reinterpret_cast<uint4*>(qt + col * kQuantTile + ((g ^ (col % 8)) << 4)) =
+      *reinterpret_cast<uint4*>(qt + swizzled_chunk(col, g)) =
           make_uint4(words[0], words[1], words[2], words[3]);
     }
     if (p.t_mode == QuantMode::kRow && half == 0 && c0 + col < p.cols)

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "cuda/quantize/quantize.h"
-#include "cuda/tma/tensor_map.h"
 #include "ffi/common.h"
 #include "ffi/handlers.h"
+#include "ffi/quantize/tile_map.h"
 
 namespace jax_hopper {
 namespace {
@@ -24,15 +24,6 @@ ffi::Error decode_mode(const char* name, int64_t code, QuantMode* out) {
                    " is not a QuantMode (0 tensor, 1 row, 2 tile)");
   *out = static_cast<QuantMode>(code);
   return ffi::Error::Success();
-}
-
-bool dims_are(const ffi::AnyBuffer& x, std::initializer_list<int64_t> want) {
-  const auto d = x.dimensions();
-  if (d.size() != want.size()) return false;
-  size_t i = 0;
-  for (int64_t w : want)
-    if (d[i++] != w) return false;
-  return true;
 }
 
 // The shape a copy's scales must have: (batch, rows, col tiles) per row, (batch, row tiles, col
@@ -48,24 +39,6 @@ ffi::Error check_scales(const char* name, const ffi::AnyBuffer& s, QuantMode mod
             : invalid(std::string(kOp) + ": " + name + " must be float32 of the shape its " +
                       "scaling mode gives (batch, rows, ceil(cols/128)) per row, (batch, " +
                       "ceil(rows/128), ceil(cols/128)) per tile, (batch, 0, 0) per tensor");
-}
-
-// A (batch, rows, cols) array of `elem_bytes`-byte elements as a TMA map with a 128 x 128 box.
-ffi::Error tile_map(void* base, int64_t batch, int64_t rows, int64_t cols, size_t elem_bytes,
-                    CUtensorMapSwizzle swizzle, CUtensorMap* out) {
-  TensorMapSpec s = {};
-  if (!tma_bits_type(elem_bytes, &s.dtype)) return invalid(std::string(kOp) + ": element size");
-  s.rank = 3;
-  s.base = base;
-  s.dims[0] = static_cast<uint64_t>(cols);
-  s.dims[1] = static_cast<uint64_t>(rows);
-  s.dims[2] = static_cast<uint64_t>(batch);
-  s.strides_bytes[1] = static_cast<uint64_t>(cols) * elem_bytes;
-  s.strides_bytes[2] = static_cast<uint64_t>(rows * cols) * elem_bytes;
-  s.box[0] = s.box[1] = kQuantTile;
-  s.box[2] = 1;
-  s.swizzle = swizzle;
-  return tensor_map_error(encode_tensor_map(s, out));
 }
 
 ffi::Error quantize_impl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer amax,
@@ -116,13 +89,13 @@ ffi::Error quantize_impl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer a
   a.amax = static_cast<const float*>(amax.untyped_data());
   a.scale = static_cast<float*>(scale->untyped_data());
   a.scale_t = static_cast<float*>(scale_t->untyped_data());
-  JH_RETURN_IF_ERROR(tile_map(x.untyped_data(), batch, rows, cols, dtype_bytes(a.in),
+  JH_RETURN_IF_ERROR(tile_map(kOp, x.untyped_data(), batch, rows, cols, dtype_bytes(a.in),
                               CU_TENSOR_MAP_SWIZZLE_NONE, &a.x_map));
-  JH_RETURN_IF_ERROR(tile_map(q->untyped_data(), batch, rows, cols, 1, CU_TENSOR_MAP_SWIZZLE_NONE,
-                              &a.q_map));
+  JH_RETURN_IF_ERROR(tile_map(kOp, q->untyped_data(), batch, rows, cols, 1,
+                              CU_TENSOR_MAP_SWIZZLE_NONE, &a.q_map));
   // The kernel writes qt's staging tile 128B-swizzled (bank-conflict free); the map undoes it.
   if (transpose)
-    JH_RETURN_IF_ERROR(tile_map(qt->untyped_data(), batch, cols, rows, 1,
+    JH_RETURN_IF_ERROR(tile_map(kOp, qt->untyped_data(), batch, cols, rows, 1,
                                 CU_TENSOR_MAP_SWIZZLE_128B, &a.qt_map));
   // The kernel maxes each tile's amax into amax_out (as unsigned bits): it starts from +0.
   if (record)

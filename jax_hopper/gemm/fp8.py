@@ -45,6 +45,7 @@ from jax_hopper.gemm.ragged_primitive import register
 from jax_hopper.gemm.shared_batch import fold, folds
 from jax_hopper.gemm.tuned import default_config
 from jax_hopper.kernels import catalog
+from jax_hopper.quantize.transpose import transpose_fp8
 
 hopper_fp8_gemm_p = Primitive("hopper_fp8_gemm")
 _F32 = jnp.dtype(jnp.float32)
@@ -56,12 +57,15 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
     """act(alpha * (a_scale * a) @ (b_scale * op(b)) + bias) + beta * residual.
 
     a: (..., M, K) fp8. b: (..., N, K) fp8 (transpose_b=True, the default: the layout the kernel
-    reads); b as (..., K, N) (transpose_b=False) is refused with the rule, never transposed
-    behind your back. Leading dimensions broadcast as in jnp.matmul. a_scale, b_scale, traced:
+    reads), or (..., K, N) with transpose_b=False: fp8 wgmma reads no MN-major operand, so that
+    b is first copied to (..., N, K) by transpose_fp8 (our kernel: one read and one write of b;
+    transposing once ahead of a loop saves it per call). Leading dimensions broadcast as in
+    jnp.matmul. a_scale, b_scale, traced:
     float scalars or (1,) arrays (per tensor), or per 128-wide block (DeepSeek-V3's recipe)
     a_scale (..., M, ceil(K/128)) and b_scale (..., ceil(N/128), ceil(K/128)), the leading
     dimensions those of a and of b; scale [i, j] multiplies the operand's rows i (per 128 of
-    them for b) over k in [128 j, 128 j + 128). out_dtype (alias preferred_element_type): bfloat16
+    them for b) over k in [128 j, 128 j + 128): b_scale is (..., ceil(N/128), ceil(K/128))
+    whichever way b is stored. out_dtype (alias preferred_element_type): bfloat16
     (default), float16 or float32. bias (N,), activation, residual, alpha and beta as in
     hopper_matmul. Any K: one that is not a multiple of 16 (TMA reads rows 16 bytes apart) costs
     a copy of a and b with zero columns appended (launch).
@@ -85,10 +89,10 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
     if a.ndim < 2 or b.ndim < 2:
         raise ValueError(f"hopper_fp8_matmul: a and b must be at least 2-D; got a.ndim={a.ndim}, "
                          f"b.ndim={b.ndim}")
-    if not transpose_b:
-        raise ValueError("hopper_fp8_matmul: b as (..., K, N) is MN-major, which fp8 wgmma cannot "
-                         "read (no transpose for 8-bit operands); pass b as (..., N, K) with "
-                         "transpose_b=True")
+    if not isinstance(transpose_b, bool):
+        raise ValueError(f"hopper_fp8_matmul: transpose_b must be a bool, got {transpose_b!r}")
+    if not transpose_b:  # (..., K, N) is MN-major, which fp8 wgmma cannot read
+        b = transpose_fp8(b)
     (m, k), (n, kb) = a.shape[-2:], b.shape[-2:]
     if k != kb:
         raise ValueError(f"hopper_fp8_matmul: contraction dimensions differ: a is (..., {m}, {k}) "
