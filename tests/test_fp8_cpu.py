@@ -76,6 +76,7 @@ def test_scales_are_traced_not_compiled_in():
     (dict(a_dtype=jnp.bfloat16), r"not one of the pairs compiled for tensor scaling"),
     (dict(a_dtype=E5M2, b_dtype=E5M2), r"\('float8_e5m2', 'float8_e5m2'\) is not one"),
     (dict(transpose_b=1), r"transpose_b must be a bool"),
+    (dict(transpose_a=True, k=24), r"contraction dimensions differ: .*\(transpose_a=True"),
     (dict(a_scale=jnp.ones((2,))), r"a_scale must be a float scalar or a \(1,\) array"),
     (dict(b_scale=jnp.int32(1)), r"b_scale must be a float scalar"),
     (dict(out_dtype=E4M3), r"out_dtype=float8_e4m3fn must be one of"),

@@ -1,5 +1,6 @@
-"""transpose_fp8 without a GPU (the reference lowering) and hopper_fp8_matmul on a b stored
-(K, N) through it: the same values as the (N, K) call, argument checks that name the rule, vmap."""
+"""transpose_fp8 without a GPU (the reference lowering) and hopper_fp8_matmul on operands stored
+MN-major through it (a (K, M), b (K, N)): the same values as the K-major call; argument checks
+that name the rule; vmap."""
 
 import jax
 import jax.numpy as jnp
@@ -41,18 +42,23 @@ def test_vmap_matches_the_loop(in_axes):
     assert np.array_equal(bit_pattern(got), bit_pattern(want))
 
 
+@pytest.mark.parametrize("transpose_a,transpose_b", [(False, False), (True, True), (True, False)])
 @pytest.mark.parametrize("scaling", ["tensor", "block"])
-def test_fp8_matmul_of_a_kn_b_equals_the_nk_call(scaling):
+def test_fp8_matmul_of_mn_major_operands_equals_the_k_major_call(scaling, transpose_a,
+                                                                  transpose_b):
     rng = np.random.default_rng()
     m, n, k = 40, 136, 264
     a, b_nk = fp8_operand(rng, (2, m, k), E4M3), fp8_operand(rng, (n, k), E4M3)
     if scaling == "tensor":
         sa, sb = jnp.float32(0.5), jnp.float32(2.0)
-    else:  # b_scale is per 128 x 128 block of the logical (N, K) however b is stored
+    else:  # scales are per block of the logical (M, K) and (N, K) however stored
         sa, sb = block_scales(rng, (2, m, 3)), block_scales(rng, (2, 3))  # K: 3 blocks; N: 2
+    a_in = jnp.swapaxes(a, -1, -2) if transpose_a else a
+    b_in = b_nk if transpose_b else b_nk.T
     with jax.default_device(CPU):
         got = jax.jit(lambda a, b, sa, sb: hopper_fp8_matmul(
-            a, b, sa, sb, transpose_b=False, out_dtype=jnp.float32))(a, b_nk.T, sa, sb)
+            a, b, sa, sb, transpose_a=transpose_a, transpose_b=transpose_b,
+            out_dtype=jnp.float32))(a_in, b_in, sa, sb)
         want = hopper_fp8_matmul(a, b_nk, sa, sb, out_dtype=jnp.float32)
     assert np.array_equal(np.asarray(got), np.asarray(want))
     if scaling == "tensor":

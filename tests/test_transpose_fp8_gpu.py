@@ -1,6 +1,6 @@
 """transpose_fp8's kernel on an sm_90 GPU: bit for bit against jnp.swapaxes into a poisoned
 output (whole and partial 128 x 128 tiles, rows TMA cannot address, batches, NaN bytes), vmap in
-one launch, and hopper_fp8_matmul on a b stored (K, N) against float64."""
+one launch, and hopper_fp8_matmul on an a stored (K, M) or a b stored (K, N) against float64."""
 
 import jax
 import jax.numpy as jnp
@@ -42,9 +42,11 @@ def test_vmap_is_one_launch():
                                                                       -1, -2)))
 
 
+@pytest.mark.parametrize("transpose_a,transpose_b", [(False, False), (True, True)])
 @pytest.mark.parametrize("block", [False, True])
 @pytest.mark.parametrize("m,n,k", [(256, 384, 512), (64, 1000, 264), (1, 4096, 1024)])
-def test_fp8_matmul_of_a_kn_b_matches_float64(block, m, n, k):
+def test_fp8_matmul_of_mn_major_operands_matches_float64(block, m, n, k, transpose_a,
+                                                          transpose_b):
     rng = np.random.default_rng()
     a, b_nk = fp8_operand(rng, (m, k), E4M3), fp8_operand(rng, (n, k), E4M3)
     if block:
@@ -52,13 +54,16 @@ def test_fp8_matmul_of_a_kn_b_matches_float64(block, m, n, k):
         sb = block_scales(rng, (-(-n // 128), -(-k // 128)))
     else:
         sa, sb = jnp.float32(0.25), jnp.float32(0.5)
+    a_in, b_in = (a.T if transpose_a else a), (b_nk if transpose_b else b_nk.T)
 
     def fn(a, b, sa, sb):
-        return hopper_fp8_matmul(a, b, sa, sb, transpose_b=False, out_dtype=jnp.float32)
+        return hopper_fp8_matmul(a, b, sa, sb, transpose_a=transpose_a, transpose_b=transpose_b,
+                                 out_dtype=jnp.float32)
 
-    hlo = jax.jit(fn).lower(a, b_nk.T, sa, sb).as_text()
-    assert "jax_hopper_transpose_fp8" in hlo
-    out = poisoned_call(fn, (m, n), jnp.float32, a, b_nk.T, sa, sb)
+    hlo = jax.jit(fn).lower(a_in, b_in, sa, sb).compile().as_text()
+    # one launch: the operand stored MN-major
+    assert hlo.count('custom_call_target="jax_hopper_transpose_fp8"') == 1
+    out = poisoned_call(fn, (m, n), jnp.float32, a_in, b_in, sa, sb)
     if block:
         err, bound = rel_frob(out, fp8_block_reference64(a, b_nk, sa, sb)), REL_FROB_BOUND_FP8_BLOCK
     else:

@@ -53,19 +53,18 @@ _F32 = jnp.dtype(jnp.float32)
 
 def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_element_type=None,
                       bias=None, activation=None, residual=None, alpha=1.0, beta=1.0,
-                      transpose_b=True, config=None):
+                      transpose_a=False, transpose_b=True, config=None):
     """act(alpha * (a_scale * a) @ (b_scale * op(b)) + bias) + beta * residual.
 
-    a: (..., M, K) fp8. b: (..., N, K) fp8 (transpose_b=True, the default: the layout the kernel
-    reads), or (..., K, N) with transpose_b=False: fp8 wgmma reads no MN-major operand, so that
-    b is first copied to (..., N, K) by transpose_fp8 (our kernel: one read and one write of b;
-    transposing once ahead of a loop saves it per call). Leading dimensions broadcast as in
-    jnp.matmul. a_scale, b_scale, traced:
+    a: (..., M, K) fp8, or (..., K, M) with transpose_a=True. b: (..., N, K) fp8
+    (transpose_b=True, the default: the layout the kernel reads), or (..., K, N) with
+    transpose_b=False. fp8 wgmma reads no MN-major operand, so an operand stored so is first
+    copied K-major by transpose_fp8 (our kernel: one read and one write of it; transposing once
+    ahead of a loop saves that per call). Leading dimensions broadcast as in jnp.matmul. a_scale, b_scale, traced:
     float scalars or (1,) arrays (per tensor), or per 128-wide block (DeepSeek-V3's recipe)
     a_scale (..., M, ceil(K/128)) and b_scale (..., ceil(N/128), ceil(K/128)), the leading
     dimensions those of a and of b; scale [i, j] multiplies the operand's rows i (per 128 of
-    them for b) over k in [128 j, 128 j + 128): b_scale is (..., ceil(N/128), ceil(K/128))
-    whichever way b is stored. out_dtype (alias preferred_element_type): bfloat16
+    them for b) over k in [128 j, 128 j + 128), whichever way the operand is stored. out_dtype (alias preferred_element_type): bfloat16
     (default), float16 or float32. bias (N,), activation, residual, alpha and beta as in
     hopper_matmul. Any K: one that is not a multiple of 16 (TMA reads rows 16 bytes apart) costs
     a copy of a and b with zero columns appended (launch).
@@ -89,14 +88,19 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
     if a.ndim < 2 or b.ndim < 2:
         raise ValueError(f"hopper_fp8_matmul: a and b must be at least 2-D; got a.ndim={a.ndim}, "
                          f"b.ndim={b.ndim}")
-    if not isinstance(transpose_b, bool):
-        raise ValueError(f"hopper_fp8_matmul: transpose_b must be a bool, got {transpose_b!r}")
-    if not transpose_b:  # (..., K, N) is MN-major, which fp8 wgmma cannot read
+    for name, flag in (("transpose_a", transpose_a), ("transpose_b", transpose_b)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"hopper_fp8_matmul: {name} must be a bool, got {flag!r}")
+    # Stored MN-major ((..., K, M) a, (..., K, N) b), which fp8 wgmma cannot read.
+    if transpose_a:
+        a = transpose_fp8(a)
+    if not transpose_b:
         b = transpose_fp8(b)
     (m, k), (n, kb) = a.shape[-2:], b.shape[-2:]
     if k != kb:
         raise ValueError(f"hopper_fp8_matmul: contraction dimensions differ: a is (..., {m}, {k}) "
-                         f"and b is (..., {n}, {kb})")
+                         f"and b is (..., {n}, {kb}) read K-major (transpose_a={transpose_a}, "
+                         f"transpose_b={transpose_b})")
     try:
         batch_shape = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError as e:
