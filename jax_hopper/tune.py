@@ -182,7 +182,21 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
 
 def problems_of(fn, *args, **kwargs) -> list[Problem]:
     """The GEMM problems `fn(*args, **kwargs)` runs (traced, not run), nested jits, custom_vjp
-    and (under jax.grad) backward passes included, fp8 GEMMs too, in the order they appear."""
+    and (under jax.grad) backward passes included, fp8 GEMMs too, in the order they appear.
+
+    Where the program is partitioned over several devices (sharded arguments, or a jit with
+    shardings), the problems are each device's own: those the launches look configs up for
+    while XLA partitions it (compiled here, not run), which is what the cache is read with. A
+    program with no such lookups there (one device, or shard_map bodies, whose shapes are local
+    already) gives those of its jaxpr; a sharded program mixing both reports the partitioned
+    ones only."""
+    if jax.device_count() > 1:
+        # A fresh function: a jit cache hit would skip the partitioning that is recorded.
+        lowered = jax.jit(lambda *a: fn(*a, **kwargs)).lower(*args)
+        with tuned.recording() as seen:
+            lowered.compile()
+        if seen:
+            return [Problem(*p) for p in seen]
     from jax_hopper.gemm.fp8 import hopper_fp8_gemm_p  # noqa: PLC0415
     from jax_hopper.gemm.primitive import hopper_gemm_p  # noqa: PLC0415
     family_of = {scaling: family for family, scaling in FP8_SCALING.items()}

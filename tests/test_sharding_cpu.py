@@ -29,7 +29,7 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "ragged_dp_grad", "contract_rows", "fp8_rows", "fp8_block_n", "fp8_block_k",
          "fp8_tensor_k_scatter", "fp8_kn_columns", "quantize_rows_tensor", "quantize_cols_blocks",
          "quantize_unaligned_rows", "quantize_given_amax", "fp8_matmul_data_parallel",
-         "config_per_shard"]
+         "config_per_shard", "tune_problems_per_shard"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -536,6 +536,23 @@ def _cases():
                      (None, named(None, None, "x")), all_reduce=False)
         assert {c for _, c in launched(seen, (1, moe_rows, k), (groups, k, 768))} == {local}
 
+    def tune_problems_per_shard():
+        # The tuner sees what each device runs (the cache is read with a shard's problem): 64
+        # rows a device of a data-parallel product, and of an fp8 one; unsharded, the whole.
+        import dataclasses
+
+        from jax_hopper import hopper_fp8_matmul, tune
+        rows = 64 * n_dev
+        x, w = _rand(rng, (rows, k)), _rand(rng, (k, n))
+        xs = jax.device_put(x, named("x"))
+        local = tune.Problem("matmul", "bfloat16", False, True, 1, 64, n, k)
+        assert tune.problems_of(jax.jit(mm()), xs, w) == [local]
+        assert tune.problems_of(mm(), x, w) == [dataclasses.replace(local, m=rows)]
+        e4m3 = jnp.float8_e4m3fn
+        fp8, = tune.problems_of(lambda a, b: hopper_fp8_matmul(a, b, 1.0, 1.0),
+                                xs.astype(e4m3), w.T.astype(e4m3))
+        assert (fp8.family, fp8.m, fp8.n, fp8.k, fp8.b_dtype) == ("fp8", 64, n, k, None), fp8
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
@@ -546,7 +563,8 @@ def _cases():
                             fp8_tensor_k_scatter, fp8_kn_columns, quantize_rows_tensor,
                             quantize_cols_blocks,
                             quantize_unaligned_rows, quantize_given_amax,
-                            fp8_matmul_data_parallel, config_per_shard]))
+                            fp8_matmul_data_parallel, config_per_shard,
+                            tune_problems_per_shard]))
 
 
 def main():

@@ -303,3 +303,14 @@ def test_the_cli_names_the_rule_for_a_bad_family_layout_or_dtype(argv, message, 
     with pytest.raises(SystemExit):
         tune.main(["--shapes", "64x64x64", *argv])
     assert message in capsys.readouterr().err
+
+
+def test_recording_collects_the_problems_launches_look_up():
+    x, w = jnp.ones((8, 32), jnp.bfloat16), jnp.ones((32, 16), jnp.bfloat16)
+    with jax.default_device(jax.devices("cpu")[0]):
+        with tuned.recording() as seen:
+            jax.jit(hopper_matmul).lower(x, w)
+            jax.jit(lambda x, w: hopper_matmul(x, w, config=GemmConfig())).lower(x, w)
+        jax.jit(hopper_matmul).lower(x[:4], w)  # outside: not recorded
+    # The call with a config of its own looks nothing up.
+    assert seen == [("matmul", "bfloat16", False, True, 1, 8, 16, 32, None)]

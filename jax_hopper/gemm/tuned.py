@@ -24,6 +24,7 @@ fail.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -134,9 +135,29 @@ def lookup(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int, 
     return config
 
 
+# The lists recording() hands out, each collecting the problems default_config is asked for.
+_RECORDERS: list[list[tuple]] = []
+
+
+@contextlib.contextmanager
+def recording():
+    """Yields a list that collects (family, dtype, a_mn, b_mn, batch, m, n, k, b_dtype) of every
+    default_config call made inside: the problems launches look configs up for (tune.problems_of
+    uses it to see each device's problems while XLA partitions a sharded program)."""
+    seen: list[tuple] = []
+    _RECORDERS.append(seen)
+    try:
+        yield seen
+    finally:
+        _RECORDERS.remove(seen)
+
+
 def default_config(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int, n: int,
                    k: int, b_dtype: str | None = None) -> GemmConfig:
     """The config of a call that passes none: tuned for this GPU, else the heuristic's."""
+    for seen in _RECORDERS:  # b_dtype as problem_key keys it: only where it differs
+        seen.append((family, dtype, bool(a_mn), bool(b_mn), batch, m, n, k,
+                     None if b_dtype in (None, dtype) else b_dtype))
     tuned = lookup(family, dtype, a_mn, b_mn, batch, m, n, k, b_dtype)
     if tuned is not None:
         return tuned
