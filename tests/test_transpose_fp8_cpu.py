@@ -63,3 +63,17 @@ def test_fp8_matmul_of_mn_major_operands_equals_the_k_major_call(scaling, transp
     assert np.array_equal(np.asarray(got), np.asarray(want))
     if scaling == "tensor":
         assert rel_frob(got, fp8_reference64(a, b_nk, 0.5, 2.0)) < 1e-5
+
+
+def test_vmap_of_a_kn_b_matches_the_loop():
+    # vmap over an fp8 (K, N) b: the transposition joins the vmap batch, then the GEMM's.
+    rng = np.random.default_rng()
+    a, b_kn = fp8_operand(rng, (3, 16, 64), E4M3), fp8_operand(rng, (3, 64, 24), E4M3)
+
+    def f(a, b):
+        return hopper_fp8_matmul(a, b, 0.5, 2.0, transpose_b=False, out_dtype=jnp.float32)
+
+    with jax.default_device(CPU):
+        got = jax.jit(jax.vmap(f))(a, b_kn)
+        want = jnp.stack([f(x, y) for x, y in zip(a, b_kn)])
+    assert np.array_equal(np.asarray(got), np.asarray(want))
