@@ -15,7 +15,8 @@ E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2
 
 
 @pytest.mark.parametrize("dtype", [E4M3, E5M2])
-@pytest.mark.parametrize("shape", [(40, 24), (3, 17, 130), (2, 2, 1, 16)])
+@pytest.mark.parametrize("shape", [(40, 24), (3, 17, 130), (2, 2, 1, 16), (0, 16), (3, 0, 5),
+                                   (0, 4, 4)])
 def test_transpose_is_swapaxes_bit_for_bit(dtype, shape):
     x = fp8_operand(np.random.default_rng(), shape, dtype)
     with jax.default_device(CPU):

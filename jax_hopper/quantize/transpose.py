@@ -43,7 +43,7 @@ def transpose_fp8(x):
         raise ValueError(f"transpose_fp8: x must be at least 2-D (..., rows, cols); got shape "
                          f"{x.shape}")
     lead, (r, c) = x.shape[:-2], x.shape[-2:]
-    return _vmappable(x.reshape(-1, r, c)).reshape(*lead, c, r)
+    return _vmappable(x.reshape(math.prod(lead), r, c)).reshape(*lead, c, r)
 
 
 @custom_vmap
