@@ -73,17 +73,40 @@ def test_matches_lax_and_takes_the_kernel_where_it_can(lhs_shape, rhs_shape, dn,
     ("float32", "float32", None, "input dtypes"),
     ("bfloat16", "float16", None, "input dtypes"),
     ("bfloat16", "bfloat16", "int32", "preferred_element_type"),
+    # fp8 without a preferred_element_type: the result would be fp8, which no kernel writes
+    ("float8_e4m3fn", "float8_e4m3fn", None, "preferred_element_type"),
+    ("float8_e5m2", "float8_e5m2", "float32", "input dtypes"),  # not a compiled pair
 ])
 def test_what_the_kernel_cannot_take_goes_to_lax(lhs_dtype, rhs_dtype, out, reason):
     lhs, rhs = jnp.ones((8, 16), lhs_dtype), jnp.ones((16, 8), rhs_dtype)
     dn = (((1,), (0,)), ((), ()))
     before = sum(v for k, v in dg_module.FALLBACKS.items() if k.startswith(reason))
-    with mock.patch.object(dg_module, "hopper_matmul") as spy:
+    with mock.patch.object(dg_module, "hopper_matmul") as spy, \
+            mock.patch.object(dg_module, "hopper_fp8_matmul") as fp8_spy:
         got = jax_hopper.dot_general(lhs, rhs, dn, preferred_element_type=out)
-    assert not spy.called
+    assert not spy.called and not fp8_spy.called
     assert sum(v for k, v in dg_module.FALLBACKS.items() if k.startswith(reason)) == before + 1
     want = lax.dot_general(lhs, rhs, dn, preferred_element_type=out)
     assert got.dtype == want.dtype and np.array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize("lhs_shape,rhs_shape,dn,on_kernel", CASES)
+@pytest.mark.parametrize("pair", [("float8_e4m3fn", "float8_e4m3fn"),
+                                  ("float8_e5m2", "float8_e4m3fn")])
+def test_fp8_matches_lax_on_the_fp8_kernel_where_it_can(lhs_shape, rhs_shape, dn, on_kernel,
+                                                        pair):
+    # Every layout the 16-bit path takes, MN-major operands through transpose_fp8.
+    kl, kr = jax.random.split(jax.random.key(len(lhs_shape) * 5 + len(rhs_shape)))
+    lhs, rhs = _rand(kl, lhs_shape, pair[0]), _rand(kr, rhs_shape, pair[1])
+    want = lax.dot_general(lhs.astype(jnp.float32), rhs.astype(jnp.float32), dn)
+    with jax.default_device(jax.devices("cpu")[0]), \
+            mock.patch.object(dg_module, "hopper_fp8_matmul",
+                              wraps=dg_module.hopper_fp8_matmul) as spy:
+        got = jax.jit(functools.partial(jax_hopper.dot_general, dimension_numbers=dn,
+                                        preferred_element_type=jnp.float32))(lhs, rhs)
+    assert spy.called == on_kernel
+    assert got.shape == want.shape and got.dtype == jnp.float32
+    assert _rel(got, want) < 1e-6  # exact products of the fp8 values, summed in float32
 
 
 def test_an_out_sharding_goes_to_lax():

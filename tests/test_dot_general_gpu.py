@@ -11,7 +11,7 @@ import pytest
 from jax import lax
 
 import jax_hopper
-from gemm_helpers import REL_FROB_BOUND, random_operand, rel_frob
+from gemm_helpers import REL_FROB_BOUND, REL_FROB_BOUND_FP8, random_operand, rel_frob
 from jax_hopper.gemm import api
 from jax_hopper.gemm import dot_general as dg_module
 
@@ -36,6 +36,25 @@ def test_on_the_kernel_against_float64(rng, lhs_shape, rhs_shape, dn, out):
     assert spy.called
     assert got.shape == want.shape and got.dtype == jnp.dtype(out or "bfloat16")
     assert rel_frob(got, want) < REL_FROB_BOUND[jnp.dtype(out or "bfloat16").name]
+
+
+@pytest.mark.parametrize("lhs_shape,rhs_shape,dn", [
+    ((4, 256, 512), (512, 384), (((2,), (0,)), ((), ()))),             # rhs (K, N): transposed
+    ((256, 512), (384, 512), (((1,), (1,)), ((), ()))),                # both K-major
+    ((512, 264), (384, 512), (((0,), (1,)), ((), ()))),                # lhs (K, M): transposed
+    ((2, 4, 128, 64), (2, 4, 192, 64), (((3,), (3,)), ((0, 1), (0, 1)))),  # batched
+])
+def test_fp8_on_the_fp8_kernel_against_float64(rng, lhs_shape, rhs_shape, dn):
+    lhs = jnp.asarray(rng.standard_normal(lhs_shape) * 4, jnp.float32).astype(jnp.float8_e4m3fn)
+    rhs = jnp.asarray(rng.standard_normal(rhs_shape) * 4, jnp.float32).astype(jnp.float8_e4m3fn)
+    want = lax.dot_general(np.asarray(lhs, np.float64), np.asarray(rhs, np.float64), dn)
+    f = jax.jit(functools.partial(jax_hopper.dot_general, dimension_numbers=dn,
+                                  preferred_element_type=jnp.float32))
+    assert "jax_hopper_gemm_fp8" in f.lower(lhs, rhs).as_text()
+    got = f(lhs, rhs)
+    assert got.shape == want.shape and got.dtype == jnp.float32
+    # exact products; the tensor cores sum fp8 products with fewer bits than float32
+    assert rel_frob(got, want) < REL_FROB_BOUND_FP8["float32"]
 
 
 def test_a_flax_layer_trains_like_the_default():

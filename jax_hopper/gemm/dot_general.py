@@ -10,7 +10,11 @@ same order), the free dimensions are contiguous and the contracting dimensions a
 and paired in the same order: then lhs is (batch, M, K) or (batch, K, M) and rhs (batch, K, N)
 or (batch, N, K) by reshapes alone, and the transpose flags read the rest in place. Inputs must
 be both bfloat16 or both float16, the result bfloat16, float16 or float32; fp32 accumulation
-always (`precision` changes nothing for 16-bit inputs). Anything else, or an `out_sharding`,
+always (`precision` changes nothing for 16-bit inputs). fp8 inputs (a pair hopper_fp8_matmul
+takes, catalog.FP8_PAIRS) with a 16- or 32-bit `preferred_element_type` run on
+hopper_fp8_matmul with unit scales (the exact products, fp32 accumulation, as XLA's fp8 dot);
+an operand stored MN-major costs a transpose_fp8 copy there. Anything else (fp8 without a
+preferred_element_type gives an fp8 result, which no kernel writes), or an `out_sharding`,
 goes to `lax.dot_general` unchanged; each such call is logged at DEBUG level on the
 "jax_hopper" logger with the reason and counted in FALLBACKS.
 """
@@ -25,6 +29,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from jax_hopper.gemm.api import SUPPORTED_INPUTS, SUPPORTED_OUTPUTS, hopper_matmul
+from jax_hopper.gemm.fp8 import hopper_fp8_matmul
+from jax_hopper.kernels import catalog
 
 _LOG = logging.getLogger("jax_hopper")
 # Calls that went to lax.dot_general, by reason (a diagnostic; tests read it).
@@ -54,8 +60,10 @@ def _plan(lhs, rhs, dimension_numbers, preferred_element_type):
     """How the call maps onto hopper_matmul, or the reason it does not."""
     (lc, rc), (lb, rb) = dimension_numbers
     lc, rc, lb, rb = (tuple(int(d) for d in x) for x in (lc, rc, lb, rb))
-    if lhs.dtype != rhs.dtype or lhs.dtype not in SUPPORTED_INPUTS:
-        return None, f"input dtypes {lhs.dtype}, {rhs.dtype} (needs both bfloat16 or float16)"
+    fp8 = (lhs.dtype.name, rhs.dtype.name) in catalog.FP8_PAIRS
+    if not fp8 and (lhs.dtype != rhs.dtype or lhs.dtype not in SUPPORTED_INPUTS):
+        return None, (f"input dtypes {lhs.dtype}, {rhs.dtype} (needs both bfloat16 or float16, "
+                      "or an fp8 pair)")
     out = jnp.dtype(preferred_element_type) if preferred_element_type is not None else lhs.dtype
     if out not in SUPPORTED_OUTPUTS:
         return None, f"preferred_element_type {out}"
@@ -73,8 +81,8 @@ def _plan(lhs, rhs, dimension_numbers, preferred_element_type):
 
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,
                 out_sharding=None):
-    """`lax.dot_general` semantics; runs on hopper_matmul where the layout allows (module
-    docstring), else on lax.dot_general."""
+    """`lax.dot_general` semantics; runs on hopper_matmul (hopper_fp8_matmul for fp8 inputs)
+    where the layout allows (module docstring), else on lax.dot_general."""
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
     plan, why = _plan(lhs, rhs, dimension_numbers, preferred_element_type)
     if plan is None or out_sharding is not None:
@@ -89,8 +97,12 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     # (batch, K, M) with transpose_a; (batch, N, K) with transpose_b.
     a = lhs.reshape(*batch, *((k, m) if a_contract_first else (m, k)))
     b = rhs.reshape(*batch, *((k, n) if b_contract_first else (n, k)))
-    out = hopper_matmul(a, b, out_dtype=out_dtype, transpose_a=a_contract_first,
-                        transpose_b=not b_contract_first)
+    flags = dict(transpose_a=a_contract_first, transpose_b=not b_contract_first)
+    if a.dtype.itemsize == 1:  # an fp8 pair (_plan): the product of the values as they are
+        one = jnp.float32(1)
+        out = hopper_fp8_matmul(a, b, one, one, out_dtype=out_dtype, **flags)
+    else:
+        out = hopper_matmul(a, b, out_dtype=out_dtype, **flags)
     return out.reshape(*batch, *(lhs.shape[d] for d in lfree), *(rhs.shape[d] for d in rfree))
 
 
