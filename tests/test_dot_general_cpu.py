@@ -109,6 +109,23 @@ def test_fp8_matches_lax_on_the_fp8_kernel_where_it_can(lhs_shape, rhs_shape, dn
     assert _rel(got, want) < 1e-6  # exact products of the fp8 values, summed in float32
 
 
+def test_fp8_gradients_are_lax_s():
+    # hopper_fp8_matmul has no differentiation rule; the drop-in keeps XLA's fp8 dot's.
+    kl, kr = jax.random.split(jax.random.key(3))
+    lhs, rhs = _rand(kl, (40, 8), jnp.float8_e4m3fn), _rand(kr, (24, 40), jnp.float8_e4m3fn)
+    dn = (((0,), (1,)), ((), ()))
+
+    def loss(dot, lhs, rhs):
+        return jnp.sum(dot(lhs, rhs, dn, preferred_element_type=jnp.float32) ** 2)
+
+    with jax.default_device(jax.devices("cpu")[0]):
+        ours = jax.grad(functools.partial(loss, jax_hopper.dot_general), (0, 1))(lhs, rhs)
+        theirs = jax.grad(functools.partial(loss, lax.dot_general), (0, 1))(lhs, rhs)
+    for o, t in zip(ours, theirs):
+        assert o.dtype == t.dtype and np.array_equal(np.asarray(o, np.float32),
+                                                     np.asarray(t, np.float32))
+
+
 def test_an_out_sharding_goes_to_lax():
     lhs, rhs = jnp.ones((8, 16), jnp.bfloat16), jnp.ones((16, 8), jnp.bfloat16)
     mesh = jax.make_mesh((1,), ("x",))

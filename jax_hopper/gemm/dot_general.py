@@ -13,7 +13,8 @@ be both bfloat16 or both float16, the result bfloat16, float16 or float32; fp32 
 always (`precision` changes nothing for 16-bit inputs). fp8 inputs (a pair hopper_fp8_matmul
 takes, catalog.FP8_PAIRS) with a 16- or 32-bit `preferred_element_type` run on
 hopper_fp8_matmul with unit scales (the exact products, fp32 accumulation, as XLA's fp8 dot);
-an operand stored MN-major costs a transpose_fp8 copy there. Anything else (fp8 without a
+an operand stored MN-major costs a transpose_fp8 copy there, and gradients, where asked for,
+are lax.dot_general's. Anything else (fp8 without a
 preferred_element_type gives an fp8 result, which no kernel writes), or an `out_sharding`,
 goes to `lax.dot_general` unchanged; each such call is logged at DEBUG level on the
 "jax_hopper" logger with the reason and counted in FALLBACKS.
@@ -25,6 +26,7 @@ import collections
 import logging
 import math
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -94,16 +96,36 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     m = math.prod(lhs.shape[d] for d in lfree)
     n = math.prod(rhs.shape[d] for d in rfree)
     k = math.prod(lhs.shape[d] for d in dimension_numbers[0][0])
-    # (batch, K, M) with transpose_a; (batch, N, K) with transpose_b.
-    a = lhs.reshape(*batch, *((k, m) if a_contract_first else (m, k)))
-    b = rhs.reshape(*batch, *((k, n) if b_contract_first else (n, k)))
     flags = dict(transpose_a=a_contract_first, transpose_b=not b_contract_first)
-    if a.dtype.itemsize == 1:  # an fp8 pair (_plan): the product of the values as they are
-        one = jnp.float32(1)
-        out = hopper_fp8_matmul(a, b, one, one, out_dtype=out_dtype, **flags)
-    else:
-        out = hopper_matmul(a, b, out_dtype=out_dtype, **flags)
-    return out.reshape(*batch, *(lhs.shape[d] for d in lfree), *(rhs.shape[d] for d in rfree))
+    out_shape = (*batch, *(lhs.shape[d] for d in lfree), *(rhs.shape[d] for d in rfree))
+    fp8 = lhs.dtype.itemsize == 1  # an fp8 pair (_plan)
+
+    def on_kernel(lhs, rhs):
+        # (batch, K, M) with transpose_a; (batch, N, K) with transpose_b.
+        a = lhs.reshape(*batch, *((k, m) if a_contract_first else (m, k)))
+        b = rhs.reshape(*batch, *((k, n) if b_contract_first else (n, k)))
+        if fp8:  # the product of the values as they are
+            one = jnp.float32(1)
+            out = hopper_fp8_matmul(a, b, one, one, out_dtype=out_dtype, **flags)
+        else:
+            out = hopper_matmul(a, b, out_dtype=out_dtype, **flags)
+        return out.reshape(out_shape)
+
+    if not fp8:
+        return on_kernel(lhs, rhs)
+    return _with_lax_gradients(on_kernel, lambda lhs, rhs: lax.dot_general(
+        lhs, rhs, dimension_numbers, precision=precision,
+        preferred_element_type=preferred_element_type), lhs, rhs)
+
+
+def _with_lax_gradients(on_kernel, on_lax, lhs, rhs):
+    """on_kernel(lhs, rhs), differentiated as on_lax: hopper_fp8_matmul has no differentiation
+    rule (fp8_matmul is the differentiable fp8 product), XLA's fp8 dot has one, and a drop-in
+    keeps it."""
+    f = jax.custom_vjp(on_kernel)
+    f.defvjp(lambda lhs, rhs: (on_kernel(lhs, rhs), (lhs, rhs)),
+             lambda res, g: jax.vjp(on_lax, *res)[1](g))
+    return f(lhs, rhs)
 
 
 def fallback(why, op, lhs, rhs, dimension_numbers, precision, preferred_element_type,
