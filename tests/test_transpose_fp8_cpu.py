@@ -6,9 +6,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gemm_helpers import bit_pattern, block_scales, fp8_operand, fp8_reference64, rel_frob
 from jax_hopper import hopper_fp8_matmul, transpose_fp8
+from properties import RUNNING
 
 CPU = jax.devices("cpu")[0]
 E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2
@@ -78,3 +81,14 @@ def test_vmap_of_a_kn_b_matches_the_loop():
         got = jax.jit(jax.vmap(f))(a, b_kn)
         want = jnp.stack([f(x, y) for x, y in zip(a, b_kn)])
     assert np.array_equal(np.asarray(got), np.asarray(want))
+
+
+@given(st.lists(st.integers(0, 3), max_size=2), st.integers(0, 40), st.integers(0, 40),
+       st.sampled_from([E4M3, E5M2]))
+@RUNNING
+def test_any_shape_is_swapaxes(lead, r, c, dtype):
+    x = fp8_operand(np.random.default_rng(r * 41 + c), (*lead, r, c), dtype)
+    with jax.default_device(CPU):
+        got = transpose_fp8(x)
+    assert got.shape == (*lead, c, r)
+    assert np.array_equal(bit_pattern(got), bit_pattern(jnp.swapaxes(x, -1, -2)))
