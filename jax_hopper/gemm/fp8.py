@@ -54,20 +54,21 @@ _F32 = jnp.dtype(jnp.float32)
 def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_element_type=None,
                       bias=None, activation=None, residual=None, alpha=1.0, beta=1.0,
                       transpose_a=False, transpose_b=True, config=None):
-    """act(alpha * (a_scale * a) @ (b_scale * op(b)) + bias) + beta * residual.
+    """act(alpha * (a_scale * op(a)) @ (b_scale * op(b)) + bias) + beta * residual.
 
     a: (..., M, K) fp8, or (..., K, M) with transpose_a=True. b: (..., N, K) fp8
     (transpose_b=True, the default: the layout the kernel reads), or (..., K, N) with
     transpose_b=False. fp8 wgmma reads no MN-major operand, so an operand stored so is first
     copied K-major by transpose_fp8 (our kernel: one read and one write of it; transposing once
-    ahead of a loop saves that per call). Leading dimensions broadcast as in jnp.matmul. a_scale, b_scale, traced:
-    float scalars or (1,) arrays (per tensor), or per 128-wide block (DeepSeek-V3's recipe)
-    a_scale (..., M, ceil(K/128)) and b_scale (..., ceil(N/128), ceil(K/128)), the leading
-    dimensions those of a and of b; scale [i, j] multiplies the operand's rows i (per 128 of
-    them for b) over k in [128 j, 128 j + 128), whichever way the operand is stored. out_dtype (alias preferred_element_type): bfloat16
-    (default), float16 or float32. bias (N,), activation, residual, alpha and beta as in
-    hopper_matmul. Any K: one that is not a multiple of 16 (TMA reads rows 16 bytes apart) costs
-    a copy of a and b with zero columns appended (launch).
+    ahead of a loop saves that per call). Leading dimensions broadcast as in jnp.matmul.
+    a_scale, b_scale, traced: float scalars or (1,) arrays (per tensor), or per 128-wide block
+    (DeepSeek-V3's recipe) a_scale (..., M, ceil(K/128)) and b_scale (..., ceil(N/128),
+    ceil(K/128)), the leading dimensions those of a and of b; scale [i, j] multiplies the
+    operand's rows i (per 128 of them for b) over k in [128 j, 128 j + 128), whichever way the
+    operand is stored. out_dtype (alias preferred_element_type): bfloat16 (default), float16 or
+    float32. bias (N,), activation, residual, alpha and beta as in hopper_matmul. Any K: one
+    that is not a multiple of 16 (TMA reads rows 16 bytes apart) costs a copy of a and b with
+    zero columns appended (launch).
     """
     a, b = jnp.asarray(a), jnp.asarray(b)
     a_scale, b_scale = jnp.asarray(a_scale), jnp.asarray(b_scale)
