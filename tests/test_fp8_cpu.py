@@ -162,18 +162,29 @@ def test_vmap_joins_the_kernel_batch_and_folds_into_rows():
             assert rel_frob(got[i], want[i]) < 1e-5, i
 
 
-def test_vmap_over_a_per_tensor_scale_or_a_lone_residual_launches_per_entry():
-    # One launch takes one pair of per-tensor scales, and a residual with its operands' batch:
-    # a mapped scale, or a mapped residual over unmapped operands, runs entry by entry.
+def test_vmap_over_per_tensor_scales():
+    # A mapped per-tensor scale beside a mapped operand: one launch with a scale per batch entry
+    # (the entries' rows, scaled apart, do not fold into one product). Over operands every entry
+    # shares, a mapped scale, or residual, runs entry by entry.
     rng = np.random.default_rng()
     a = fp8_operand(rng, (3, 16, 32), E4M3)
     b = fp8_operand(rng, (24, 32), E4M3)
+    bs = fp8_operand(rng, (3, 24, 32), E4M3)
     sa = jnp.asarray([0.5, 1.0, 2.0], jnp.float32)
     res = jnp.asarray(rng.standard_normal((3, 16, 24)), jnp.float32)
-    f = jax.vmap(lambda x, s: hopper_fp8_matmul(x, b, s, 1.0, out_dtype=jnp.float32))
-    assert _launches(f, a, sa) == [((1, 16, 32), (1, 24, 32))]
-    g = jax.vmap(lambda r: hopper_fp8_matmul(a[0], b, 0.5, 1.0, residual=r,
-                                             out_dtype=jnp.float32))
+    f32 = jnp.float32
+    f = jax.vmap(lambda x, s: hopper_fp8_matmul(x, b, s, 1.0, out_dtype=f32))
+    w = jax.vmap(lambda y, s: hopper_fp8_matmul(a[0], y, 1.0, s, out_dtype=f32))
+    assert _launches(f, a, sa)[-1:] == [((3, 16, 32), (1, 24, 32))]
+    assert _launches(w, bs, sa)[-1:] == [((1, 16, 32), (3, 24, 32))]
+    with jax.default_device(CPU):
+        got_f, got_w = jax.jit(f)(a, sa), jax.jit(w)(bs, sa)
+    for i in range(3):
+        assert rel_frob(got_f[i], fp8_reference64(a[i], b, float(sa[i]), 1.0)) < 1e-5
+        assert rel_frob(got_w[i], fp8_reference64(a[0], bs[i], 1.0, float(sa[i]))) < 1e-5
+    h = jax.vmap(lambda s: hopper_fp8_matmul(a[0], b, s, 1.0, out_dtype=f32))
+    assert _launches(h, sa) == [((1, 16, 32), (1, 24, 32))]
+    g = jax.vmap(lambda r: hopper_fp8_matmul(a[0], b, 0.5, 1.0, residual=r, out_dtype=f32))
     assert _launches(g, res) == [((1, 16, 32), (1, 24, 32))]
     with jax.default_device(CPU):
         got = jax.jit(g)(res)

@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import REL_FROB_BOUND_FP8 as REL_FROB_BOUND, check_fp8, fp8_operand, fp8_reference64, rel_frob
+from gemm_helpers import (REL_FROB_BOUND_FP8 as REL_FROB_BOUND, check_fp8, fp8_operand,
+                          fp8_reference64, poisoned_call, rel_frob)
 from jax_hopper import GemmConfig, hopper_fp8_matmul
 from jax_hopper.kernels import catalog
 
@@ -75,14 +76,22 @@ def test_scale_changes_without_recompiling():
     assert f._cache_size() == 1
 
 
-def test_vmap_over_a_per_tensor_scale_runs_one_launch_per_entry():
+@pytest.mark.parametrize("m", [64, 200])  # the swap-AB kernels (M <= 64) and the plain ones
+def test_vmap_over_per_tensor_scales_is_one_launch(m):
+    # Each entry's a_scale (and b_scale, b mapped too) read by its tiles' batch entry
+    # (TensorScaling per entry), the entries split as the plan splits them.
     rng = np.random.default_rng()
-    a = fp8_operand(rng, (3, 64, 128), jnp.float8_e4m3fn)
-    b = fp8_operand(rng, (96, 128), jnp.float8_e4m3fn)
+    a = fp8_operand(rng, (3, m, 128), jnp.float8_e4m3fn)
+    b = fp8_operand(rng, (3, 96, 128), jnp.float8_e4m3fn)
     sa = jnp.asarray([0.5, 1.0, 2.0], jnp.float32)
-    out = jax.vmap(lambda x, s: hopper_fp8_matmul(x, b, s, 1.0, out_dtype=jnp.float32))(a, sa)
+    sb = jnp.asarray([4.0, 0.25, 1.0], jnp.float32)
+    f = jax.jit(jax.vmap(lambda x, y, s, t: hopper_fp8_matmul(x, y, s, t,
+                                                               out_dtype=jnp.float32)))
+    text = f.lower(a, b, sa, sb).as_text()
+    assert text.count("jax_hopper_gemm_fp8") == 1 and "while" not in text  # no lax.map loop
+    out = poisoned_call(f, (3, m, 96), jnp.float32, a, b, sa, sb)
     for i in range(3):
-        ref = fp8_reference64(a[i], b, float(sa[i]), 1.0)
+        ref = fp8_reference64(a[i], b[i], float(sa[i]), float(sb[i]))
         assert rel_frob(out[i], ref) < REL_FROB_BOUND["float32"]
 
 

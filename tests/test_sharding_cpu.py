@@ -27,9 +27,9 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "ragged_n", "ragged_n_k_major", "ragged_experts_gathered", "ragged_experts_shard_map",
          "ragged_k_split", "ragged_n_grad", "ragged_glu_f", "contract_columns", "ragged_rows",
          "ragged_dp_grad", "contract_rows", "fp8_rows", "fp8_block_n", "fp8_block_k",
-         "fp8_tensor_k_scatter", "fp8_kn_columns", "quantize_rows_tensor", "quantize_cols_blocks",
-         "quantize_unaligned_rows", "quantize_given_amax", "fp8_matmul_data_parallel",
-         "config_per_shard", "tune_problems_per_shard"]
+         "fp8_tensor_k_scatter", "fp8_kn_columns", "fp8_entry_scales", "quantize_rows_tensor",
+         "quantize_cols_blocks", "quantize_unaligned_rows", "quantize_given_amax",
+         "fp8_matmul_data_parallel", "config_per_shard", "tune_problems_per_shard"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -435,6 +435,15 @@ def _cases():
                        reference=lambda a, b, sa, sb: fp8()(a, b.T, sa, sb))
         assert tuple(got.sharding.spec) == (None, "x"), got.sharding.spec
 
+    def fp8_entry_scales():
+        # vmap over entries with a per-tensor scale each, the entries split over the devices:
+        # one launch per device, its entries' scales split with them; nothing gathered.
+        f = jax.vmap(lambda a, s: fp8()(a, b8, s, jnp.float32(2.0)))
+        b8 = _rand(rng, (n, k), e4m3)
+        got = _compare(f, (_rand(rng, (bsz, m, k), e4m3), jnp.abs(_rand(rng, (bsz,), f32))),
+                       (named("x"), named("x")), all_reduce=False)
+        assert tuple(got.sharding.spec)[:1] == ("x",), got.sharding.spec
+
     def quantize_rows_tensor():
         # Per-tensor scaling: the amax is one all-reduce (max); each device quantizes its rows
         # and writes its columns of the transposed copy.
@@ -560,7 +569,8 @@ def _cases():
                             ragged_experts_gathered, ragged_experts_shard_map, ragged_k_split,
                             ragged_n_grad, ragged_glu_f, contract_columns, ragged_rows,
                             ragged_dp_grad, contract_rows, fp8_rows, fp8_block_n, fp8_block_k,
-                            fp8_tensor_k_scatter, fp8_kn_columns, quantize_rows_tensor,
+                            fp8_tensor_k_scatter, fp8_kn_columns, fp8_entry_scales,
+                            quantize_rows_tensor,
                             quantize_cols_blocks,
                             quantize_unaligned_rows, quantize_given_amax,
                             fp8_matmul_data_parallel, config_per_shard,

@@ -50,7 +50,8 @@ struct GemmArgs {
   // The grouped contraction: where each group's rows end (prefix sums, (batch,) int32;
   // cuda/gemm/scheduler/grouped_contraction.cuh).
   const int32_t* group_ends;
-  // The fp8 families' float32 scales in device memory: per tensor, (1, 1, 1) each; per block
+  // The fp8 families' float32 scales in device memory: per tensor, (1, 1, 1) each or (batch, 1,
+  // 1) for one per batch entry; per block
   // (fp8_block), a (Ba, M, ceil(K/128)) and b (Bb, ceil(N/128), ceil(K/128)), Ba and Bb 1
   // (shared) or `batch` (cuda/gemm/mainloop/scaling.cuh).
   Array3 a_scale, b_scale;

@@ -1,6 +1,6 @@
 // XLA FFI handlers of hopper_fp8_matmul: out = act(alpha * (A scaled) (B scaled)^T + bias) +
 // beta * residual, A (Ba, M, K) and B (Bb, N, K) fp8, both K-major. Family fp8: one float32
-// scale per tensor; family fp8_block: a_scale (Ba', M, ceil(K/128)) and b_scale
+// scale per tensor (or per batch entry); family fp8_block: a_scale (Ba', M, ceil(K/128)) and b_scale
 // (Bb', ceil(N/128), ceil(K/128)) (cuda/gemm/mainloop/scaling.cuh checks them against the
 // problem); family fp8_swap: per tensor, the product computed swapped. The scales are the
 // call's fifth and sixth inputs.
@@ -29,15 +29,17 @@ ffi::Error fp8_shapes(const GemmKernelInfo&, const GemmArgs& g, GemmShape* s) {
 }
 
 // A scale array: float32 in device memory (read by the kernel, never by the host); `rank` 1
-// (per tensor: one element) or 3 (per block: its shape is checked against the problem).
+// (per tensor: one element, or one per batch entry) or 3 (per block). Its size against the
+// problem is checked by the kernel's Scaling policy (cuda/gemm/mainloop/scaling.cuh).
 ffi::Error read_scales(const char* name, const ffi::AnyBuffer& x, int rank, Array3* out) {
   const auto d = x.dimensions();
   const bool ok = x.element_type() == ffi::DataType::F32 &&
-                  static_cast<int>(d.size()) == rank && (rank == 3 || x.element_count() == 1);
+                  static_cast<int>(d.size()) == rank && x.element_count() > 0;
   if (!ok)
     return invalid(std::string("hopper_fp8_matmul: ") + name + " must be " +
-                   (rank == 1 ? "one float32" : "a rank-3 float32 array"));
-  *out = rank == 1 ? Array3{x.untyped_data(), 1, 1, 1} : array3(x);
+                   (rank == 1 ? "a (1,) or (batch,) float32 array" : "a rank-3 float32 array"));
+  *out = rank == 1 ? Array3{x.untyped_data(), static_cast<int64_t>(x.element_count()), 1, 1}
+                   : array3(x);
   return ffi::Error::Success();
 }
 

@@ -162,8 +162,9 @@ def launch(a, b, bias, res, a_scale, b_scale, **params):
     with zero rows of b (a copy of b) and sliced off. A batch against a shared b is one product
     of its rows (shared_batch.folds; a's block scales fold with it), and config None (no config
     asked for) is chosen here for this device's problem, as primitive.launch does."""
-    if folds(a, b.shape[0], res, False):
-        block = params["scaling"] == "block"
+    block = params["scaling"] == "block"
+    # Per tensor, rows of entries with scales of their own cannot share one product.
+    if folds(a, b.shape[0], res, False) and (block or a_scale.size == b_scale.size == 1):
         return launch(fold(a), b, bias, fold(res), fold(a_scale) if block else a_scale, b_scale,
                       **params).reshape(*a.shape[:2], -1)
     if params["config"] is None:
@@ -190,8 +191,8 @@ def reference(a, b, bias, res, a_scale, b_scale, *, out_dtype, activation, alpha
         a = a * _expand_blocks(a_scale, a.shape, rows=False)
         b = b * _expand_blocks(b_scale, b.shape, rows=True)
     x = jnp.matmul(a, jnp.swapaxes(b, 1, 2), precision=jax.lax.Precision.HIGHEST)
-    if scaling == "tensor":
-        x = x * (a_scale[0] * b_scale[0])
+    if scaling == "tensor":  # (1,) each, or one per batch entry
+        x = x * (a_scale * b_scale).reshape(-1, 1, 1)
     x = x * alpha
     return apply_epilogue(x, bias, res, activation=activation, beta=beta, out_dtype=out_dtype,
                           family="matmul")

@@ -8,9 +8,11 @@ vmapped size, B the batch of one call.
   any other is broadcast to (V, B) and merged into V*B entries (batching.merge): a copy only
   where it is shared along one of the two axes. A K-major a against a b shared by the whole
   merged batch then runs as one product of all its rows (fp8.launch folds it).
-- One launch takes one pair of per-tensor scales and one bias, and its residual has the batch
-  of its operands: a vmapped per-tensor scale or bias, or a vmapped residual over operands
-  shared by every entry, runs one launch per entry (ragged_primitive.per_entry).
+- A vmapped per-tensor scale becomes one scale per entry of the merged batch (the kernel reads
+  each tile's by its batch entry, cuda/gemm/mainloop/scaling.cuh), where an operand is mapped
+  too; over operands every entry shares it runs one launch per entry, as a vmapped bias does
+  (one launch takes one bias) and a vmapped residual over such operands (a launch's residual
+  has its operands' batch): ragged_primitive.per_entry.
 """
 
 from __future__ import annotations
@@ -45,11 +47,17 @@ def _merged(x4, s4, v: int, batch: int):
     return merge(x4, v, batch), merge(s4, v, batch)
 
 
+def _per_entry(scale, mapped: bool, v: int, batch: int):
+    """A per-tensor scale, (1,) or mapped (V, 1), as the merged batch's: (1,) shared, else one
+    per entry (V * B,), each vmapped entry's scale for its B."""
+    return jnp.repeat(scale.reshape(v), batch) if mapped else scale
+
+
 def _rule(launch, params, v, in_batched, a, b, bias, res, a_scale, b_scale):
     ma, mb, mbias, mres, msa, msb = in_batched
     block = dict(params)["scaling"] == "block"
     operands_mapped = ma or mb or (block and (msa or msb))
-    if mbias or (not block and (msa or msb)) or (mres and not operands_mapped):
+    if mbias or (not operands_mapped and (msa or msb or mres)):
         args = (a, b, bias, res, a_scale, b_scale)
         return per_entry(functools.partial(gemm, launch, params), in_batched, args), True
     a4, b4 = as_4d(a, ma), as_4d(b, mb)
@@ -60,6 +68,8 @@ def _rule(launch, params, v, in_batched, a, b, bias, res, a_scale, b_scale):
         b3, b_scale = _merged(b4, as_4d(b_scale, msb), v, batch)
     else:
         a3, b3 = merge(a4, v, batch), merge(b4, v, batch)
+        a_scale, b_scale = (_per_entry(s, mapped, v, batch)
+                            for s, mapped in ((a_scale, msa), (b_scale, msb)))
     r3 = merge(as_4d(res, mres), v, batch) if res.size else res
     out = gemm(launch, params, a3, b3, bias, r3, a_scale, b_scale)
     return out.reshape(v, batch, m, n), True

@@ -4,8 +4,8 @@ as the 16-bit GEMM does (sharding.py), its scales going with them.
 `partitioned` wraps the launch in jax.experimental.custom_partitioning with a Shardy rule
 
     a: b m k,  b: b n k (both K-major),  bias: n,  residual: b m n,
-    per tensor a_scale, b_scale: (1,) each;  per block a_scale: b m kb,  b_scale: b nb kb
-                                                                            ->  out: b m n
+    per tensor a_scale, b_scale: (1,) each, or (batch,) (one per entry: b);
+    per block a_scale: b m kb,  b_scale: b nb kb                            ->  out: b m n
 
 (k a reduction factor; kb and nb, the 128-wide scale blocks of K and N, are factors of their
 own for propagation: the partition splits them on the mesh axes of k and n). After propagation `_partition` fixes the axes:
@@ -38,7 +38,7 @@ from jax_hopper.kernels import catalog
 def partitioned(launch, params: tuple, a, b, bias, res, a_scale, b_scale):
     """launch(a, b, bias, res, a_scale, b_scale, **dict(params)) on local shards under a
     sharded jit (launch: fp8.launch, one device's call)."""
-    shapes = tuple(tuple(x.shape) for x in (a, b, bias, res))
+    shapes = tuple(tuple(x.shape) for x in (a, b, bias, res, a_scale, b_scale))
     return _partitioned(launch, params, shapes, a, b, bias, res, a_scale, b_scale)
 
 
@@ -50,16 +50,16 @@ def _partitioned(launch, params, shapes, a, b, bias, res, a_scale, b_scale):
 
 def _rule(launch, params, shapes, mesh, value_types, result_types):
     del launch, mesh, value_types, result_types
-    operands, lead = rule_operands(shapes, False, False)  # both K-major
-    (ba, *_), (bb, *_) = shapes[:2]
+    operands, lead = rule_operands(shapes[:4], False, False)  # both K-major
+    (ba, *_), (bb, *_), *_, (na, *_), (nb, *_) = shapes
     scales = (f"{lead(ba, 'ba')} m kb, {lead(bb, 'bb')} nb kb"
-              if dict(params)["scaling"] == "block" else "sa, sb")
+              if dict(params)["scaling"] == "block" else f"{lead(na, 'sa')}, {lead(nb, 'sb')}")
     return f"{operands}, {scales} -> b m n", {"reduction_factors": ("k",)}
 
 
 def _partition(launch, params, shapes, mesh, arg_shapes, result_shape):
     p = dict(params)
-    a, b, bias, res, _, _ = arg_shapes
+    a, b, bias, res, a_scale, b_scale = arg_shapes
     ba, bb = a.shape[0], b.shape[0]
     batch = max(ba, bb)
     sa, sb, so = spec_of(a), spec_of(b), spec_of(result_shape)
@@ -85,8 +85,8 @@ def _partition(launch, params, shapes, mesh, arg_shapes, result_shape):
     scatter = k_scatter_dim(mesh, axes, so, result_shape.shape, ("m", "n"))
     a_lead, b_lead = "b" if ba == batch else None, "b" if bb == batch else None
     a_sh, b_sh = spec(a_lead, "m", "k"), spec(b_lead, "n", "k")
-    scale_sh = ((spec(a_lead, "m", "k"), spec(b_lead, "n", "k")) if block
-                else (spec(None), spec(None)))
+    scale_sh = ((spec(a_lead, "m", "k"), spec(b_lead, "n", "k")) if block  # per entry or one
+                else tuple(spec("b" if s.shape[0] == batch else None) for s in (a_scale, b_scale)))
     if scatter:  # from here on: the output's dims, and the residual's and bias's that match them
         axes[{1: "m", 2: "n"}[scatter]] += k_axes
     bias_sh, res_sh = epilogue_shardings(spec, bias, res, batch)

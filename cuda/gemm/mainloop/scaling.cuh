@@ -1,9 +1,9 @@
 // How fp8 operands' scales reach the product. A scaled operand is a = scale * A_fp8.
 //  - NoScaling: the 16-bit families.
-//  - TensorScaling: one float32 per tensor, so the product is (a_scale * b_scale) * (A_fp8
-//    B_fp8): MainloopSS multiplies its fp32 accumulators once, after the k-loop, before the
-//    epilogue (alpha, bias, activation) and before a stream-K fix-up sums the pieces (each
-//    piece is scaled alike).
+//  - TensorScaling: one float32 per tensor (or per batch entry), so the product is (a_scale *
+//    b_scale) * (A_fp8 B_fp8): MainloopSS multiplies its fp32 accumulators once, after the
+//    k-loop, before the epilogue (alpha, bias, activation) and before a stream-K fix-up sums the
+//    pieces (each piece is scaled alike).
 //  - BlockScaling (DeepSeek-V3's fine-grained recipe): one float32 per row of A and 128-wide
 //    k-block, one per 128 x 128 block of B (128 of its N rows by a k-block). The scale then
 //    varies inside the product, so each k-block's wgmma result is scaled on its own and added
@@ -22,7 +22,8 @@ struct NoScaling {
   struct Params {};
   struct Value {};
   static std::string host_params(const GemmArgs&, Params*) { return {}; }
-  __device__ static Value load(const Params&) { return {}; }
+  template <class CoordFn>
+  __device__ static Value load(const Params&, const CoordFn&) { return {}; }
   template <int kRegs>
   __device__ static void apply(Value, float*) {}
 };
@@ -31,17 +32,31 @@ struct TensorScaling {
   struct Params {
     const float* a;
     const float* b;
+    // 1: one scale per batch entry (the tile's TileCoord::batch indexes it; in the grouped
+    // GEMM that is the group, so b_scale is per expert); 0: one scale for every entry.
+    int32_t a_per_entry, b_per_entry;
   };
   using Value = float;
   static std::string host_params(const GemmArgs& g, Params* p) {
-    if (g.a_scale.data == nullptr || g.b_scale.data == nullptr)
+    const Array3 &sa = g.a_scale, &sb = g.b_scale;
+    if (sa.data == nullptr || sb.data == nullptr)
       return "per-tensor scaled operands need a_scale and b_scale";
-    *p = Params{static_cast<const float*>(g.a_scale.data),
-                static_cast<const float*>(g.b_scale.data)};
+    const int64_t na = sa.batch * sa.rows * sa.cols, nb = sb.batch * sb.rows * sb.cols;
+    if ((na != 1 && na != g.batch) || (nb != 1 && nb != g.batch))
+      return "per-tensor scales must be one float32, or one per batch entry";
+    *p = Params{static_cast<const float*>(sa.data), static_cast<const float*>(sb.data),
+                na == 1 ? 0 : 1, nb == 1 ? 0 : 1};
     return {};
   }
-  // Issued before the mainloop waits on its first stage, so the loads' latency is hidden.
-  __device__ static Value load(const Params& p) { return __ldg(p.a) * __ldg(p.b); }
+  // Issued before the mainloop waits on its first stage, so the loads' latency is hidden; the
+  // tile's coordinates are computed for it only where a scale differs per entry.
+  template <class CoordFn>
+  __device__ static Value load(const Params& p, const CoordFn& coord) {
+    if ((p.a_per_entry | p.b_per_entry) == 0) return __ldg(p.a) * __ldg(p.b);
+    // The grouped GEMM's rows past every group have batch -1: never stored, any scale serves.
+    const int32_t batch = max(coord().batch, 0);
+    return __ldg(p.a + batch * p.a_per_entry) * __ldg(p.b + batch * p.b_per_entry);
+  }
   template <int kRegs>
   __device__ static void apply(Value s, float* acc) {
 #pragma unroll

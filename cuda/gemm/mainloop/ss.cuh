@@ -206,12 +206,12 @@ struct MainloopSS {
   // The consumer warpgroup with rows [part * kSlices * 64, +kSlices * 64) of the tile: acc =
   // those rows over unit u's k-blocks (scaled); slice i's accumulators at acc[i * kSliceRegs].
   // coord() gives the unit's TileCoord, for a mainloop that needs it (MainloopSSPromoted reads
-  // per-row scales); this one does not call it.
+  // per-row scales); this one passes it to Scaling, which calls it only for scales per entry.
   template <class CoordFn>
   __device__ static void mma(const Params& p, const Shared& s, Pipe& pipe, const WorkUnit& u,
                              uint32_t part, uint32_t wg_thread, uint32_t cluster_size,
-                             float* acc, const CoordFn&) {
-    const typename Scaling::Value scale = Scaling::load(p.scale);
+                             float* acc, const CoordFn& coord) {
+    const typename Scaling::Value scale = Scaling::load(p.scale, coord);
     const Descs d0 = first_descs(s, part);
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
