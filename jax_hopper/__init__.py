@@ -26,6 +26,7 @@ from jax_hopper.gemm.fp8_matmul import Fp8Meta, fp8_dot_general, fp8_matmul, fp8
 from jax_hopper.gemm.glu import hopper_glu
 from jax_hopper.gemm.ragged import hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm.ragged_contract import hopper_ragged_contract
+from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_dot
 from jax_hopper.gemm.ragged_glu import hopper_ragged_glu
 from jax_hopper.quantize.fp8 import Fp8Array, dequantize_fp8, quantize_fp8
 from jax_hopper.quantize.transpose import transpose_fp8
@@ -49,6 +50,7 @@ __all__ = [
     "hopper_ragged_contract",
     "hopper_ragged_glu",
     "hopper_ragged_dot",
+    "hopper_ragged_fp8_dot",
     "kernels_available",
     "layout",
     "quantize_fp8",

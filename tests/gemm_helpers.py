@@ -439,3 +439,25 @@ def check_matmul(rng, m, n, k, *, dtype="bfloat16", out_dtype=None, transpose_a=
     assert out.dtype == jnp.dtype(out_dtype)
     assert err < REL_FROB_BOUND[jnp.dtype(out_dtype).name], (m, n, k, err)
     return out
+
+
+def ragged_fp8_reference64(lhs, rhs_nk, group_sizes, lhs_scale, rhs_scale, *, bias=None,
+                           activation=None, residual=None, alpha=1.0, beta=1.0):
+    """hopper_ragged_fp8_dot in float64: rows of group g are act(alpha * (lhs_scale * lhs_rows)
+    @ (rhs_scale[g] * rhs[g])^T + bias[g]) + beta * residual; rows past every group act(0) +
+    beta * residual. rhs_nk (G, N, K); rhs_scale one or (G,)."""
+    x, w = to64(lhs), to64(rhs_nk)
+    groups, n = w.shape[0], w.shape[1]
+    rs = np.broadcast_to(np.asarray(rhs_scale, np.float64).reshape(-1), (groups,))
+    y = np.zeros((x.shape[0], n))
+    pos = 0
+    for g, size in enumerate(sizes64(group_sizes, x.shape[0])):
+        rows = slice(pos, pos + size)
+        y[rows] = alpha * float(lhs_scale) * rs[g] * (x[rows] @ w[g].T)
+        if bias is not None:
+            y[rows] += to64(bias)[g]
+        pos += size
+    y = act64(y, activation)
+    if residual is not None:
+        y = y + beta * to64(residual)
+    return y

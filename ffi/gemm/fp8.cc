@@ -28,21 +28,6 @@ ffi::Error fp8_shapes(const GemmKernelInfo&, const GemmArgs& g, GemmShape* s) {
   return ffi::Error::Success();
 }
 
-// A scale array: float32 in device memory (read by the kernel, never by the host); `rank` 1
-// (per tensor: one element, or one per batch entry) or 3 (per block). Its size against the
-// problem is checked by the kernel's Scaling policy (cuda/gemm/mainloop/scaling.cuh).
-ffi::Error read_scales(const char* name, const ffi::AnyBuffer& x, int rank, Array3* out) {
-  const auto d = x.dimensions();
-  const bool ok = x.element_type() == ffi::DataType::F32 &&
-                  static_cast<int>(d.size()) == rank && x.element_count() > 0;
-  if (!ok)
-    return invalid(std::string("hopper_fp8_matmul: ") + name + " must be " +
-                   (rank == 1 ? "a (1,) or (batch,) float32 array" : "a rank-3 float32 array"));
-  *out = rank == 1 ? Array3{x.untyped_data(), static_cast<int64_t>(x.element_count()), 1, 1}
-                   : array3(x);
-  return ffi::Error::Success();
-}
-
 template <GemmFamily kFamily>
 ffi::Error fp8_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a, ffi::AnyBuffer b,
                     ffi::AnyBuffer bias, ffi::AnyBuffer residual, ffi::AnyBuffer a_scale,
@@ -52,11 +37,12 @@ ffi::Error fp8_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a, ff
   // Swapped, the kernel's operands (and so their scales) are b's, then a's.
   constexpr bool kSwap = kFamily == GemmFamily::kFp8Swap;
   GemmArgs preset = {};
+  constexpr const char* kOp = "hopper_fp8_matmul";
   JH_RETURN_IF_ERROR(
-      read_scales("a_scale", a_scale, kRank, kSwap ? &preset.b_scale : &preset.a_scale));
+      read_scales(kOp, "a_scale", a_scale, kRank, kSwap ? &preset.b_scale : &preset.a_scale));
   JH_RETURN_IF_ERROR(
-      read_scales("b_scale", b_scale, kRank, kSwap ? &preset.a_scale : &preset.b_scale));
-  return run_gemm(kFamily, "hopper_fp8_matmul", fp8_shapes<kSwap>, stream, flags,
+      read_scales(kOp, "b_scale", b_scale, kRank, kSwap ? &preset.a_scale : &preset.b_scale));
+  return run_gemm(kFamily, kOp, fp8_shapes<kSwap>, stream, flags,
                   kSwap ? b : a, kSwap ? a : b, bias, residual, out, workspace, attrs, &preset);
 }
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -57,6 +58,22 @@ ffi::Error run_gemm(GemmFamily family, const char* op, GemmShapeCheck check, cud
 inline Array3 array3(const ffi::AnyBuffer& x) {
   auto d = x.dimensions();
   return Array3{x.untyped_data(), d[0], d[1], d[2]};
+}
+
+// An fp8 scale array: float32 in device memory (read by the kernel, never by the host); `rank`
+// 1 (per tensor: one element, or one per batch entry) or 3 (per block). Its size against the
+// problem is checked by the kernel's Scaling policy (cuda/gemm/mainloop/scaling.cuh).
+inline ffi::Error read_scales(const char* op, const char* name, const ffi::AnyBuffer& x,
+                              int rank, Array3* out) {
+  const auto d = x.dimensions();
+  const bool ok = x.element_type() == ffi::DataType::F32 &&
+                  static_cast<int>(d.size()) == rank && x.element_count() > 0;
+  if (!ok)
+    return invalid(std::string(op) + ": " + name + " must be " +
+                   (rank == 1 ? "a (1,) or (batch,) float32 array" : "a rank-3 float32 array"));
+  *out = rank == 1 ? Array3{x.untyped_data(), static_cast<int64_t>(x.element_count()), 1, 1}
+                   : array3(x);
+  return ffi::Error::Success();
 }
 
 }  // namespace jax_hopper

@@ -1,7 +1,9 @@
 // XLA FFI handlers of hopper_ragged_dot (the grouped kernel family): out rows of group g =
 // act(alpha * lhs rows @ rhs[g] + bias[g]) + beta * residual, and of hopper_ragged_glu (the
 // grouped_glu family: act(gate) * up of expert g's gated weight), the groups' row ranges given
-// by the tile table the wrapper builds on the device (cuda/gemm/scheduler/grouped.cuh).
+// by the tile table the wrapper builds on the device (cuda/gemm/scheduler/grouped.cuh), and of
+// hopper_ragged_fp8_dot (the grouped_fp8 family: fp8 operands with per-tensor or per-expert
+// scales).
 #include <string>
 
 #include "ffi/gemm/gemm_call.h"
@@ -64,12 +66,32 @@ ffi::Error grouped_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a
                   bias, residual, out, workspace, attrs, &preset);
 }
 
+// The grouped fp8 GEMM (hopper_ragged_fp8_dot, family grouped_fp8): lhs (1, M, K) and rhs
+// (G, N, K) fp8, both K-major; lhs_scale one float32, rhs_scale one or one per expert (G,),
+// which the kernel reads by each tile's group (TensorScaling).
+ffi::Error grouped_fp8_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a,
+                            ffi::AnyBuffer b, ffi::AnyBuffer bias, ffi::AnyBuffer residual,
+                            ffi::AnyBuffer tiles, ffi::AnyBuffer a_scale, ffi::AnyBuffer b_scale,
+                            ffi::Result<ffi::AnyBuffer> out,
+                            ffi::Result<ffi::AnyBuffer> workspace, GemmAttrs attrs) {
+  constexpr const char* kOp = "hopper_ragged_fp8_dot";
+  GemmArgs preset = {};
+  JH_RETURN_IF_ERROR(read_tile_table(kOp, tiles, &preset));
+  JH_RETURN_IF_ERROR(read_scales(kOp, "lhs_scale", a_scale, 1, &preset.a_scale));
+  JH_RETURN_IF_ERROR(read_scales(kOp, "rhs_scale", b_scale, 1, &preset.b_scale));
+  return run_gemm(GemmFamily::kGroupedFp8, kOp, grouped_shapes, stream, flags, a, b, bias,
+                  residual, out, workspace, attrs, &preset);
+}
+
 }  // namespace
 
-// The gemm binding with the tile table as a fifth input.
+// The gemm binding with the tile table as a fifth input (and the two scales after it).
 XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedHandler, grouped_impl<GemmFamily::kGrouped>,
                               gemm_binding<1>(), {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedGluHandler, grouped_impl<GemmFamily::kGroupedGlu>,
                               gemm_binding<1>(), {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedFp8Handler, grouped_fp8_impl, gemm_binding<3>(),
+                              {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jax_hopper

@@ -174,7 +174,7 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
                          pingpong=fam.pingpong_mid_m)
 
 
-def choose_grouped_config(m: int, n: int, groups: int) -> GemmConfig:
+def choose_grouped_config(m: int, n: int, groups: int, family: str = "grouped") -> GemmConfig:
     """A compiled grouped tile for rows spread over `groups` (sizes unknown until run time: the
     average decides): 64 x 256 ping-pong for 64 rows per group or fewer (decode: a 128-row tile
     would be mostly another group's rows), else 128 x 256; in 2-CTA clusters along N (the two
@@ -199,8 +199,10 @@ def choose_grouped_config(m: int, n: int, groups: int) -> GemmConfig:
     2-CTA clusters along M (the pair multicasting one group's weights, over a paired table),
     128 x 256, against clusters along N (grouped_h100_20261124_cluster_m.json): Mixtral up
     625 vs 635, DeepSeek up 603 vs 575, DeepSeek down 586 vs 589 TFLOP/s: no clear winner,
-    so N stays the default (at decode sizes pairing would double the tiles: one per group)."""
-    tiles = {(t.block_m, t.block_n, t.schedule): t for t in catalog.FAMILIES["grouped"].tiles}
+    so N stays the default (at decode sizes pairing would double the tiles: one per group).
+    The grouped fp8 family (`family`) has the same two tiles with a 128-element k-block, and
+    takes the same rule (not measured for fp8)."""
+    tiles = {(t.block_m, t.block_n, t.schedule): t for t in catalog.FAMILIES[family].tiles}
     tile = tiles[64, 256, "pingpong"] if m <= 64 * groups else tiles[128, 256, "cooperative"]
     column_tiles = -(-n // tile.block_n)
     pairs = column_tiles >= 2 and (column_tiles % 2 == 0 or column_tiles >= 8)

@@ -253,6 +253,16 @@ FAMILIES = {
         (TileShape(128, 256, 64, 4), TileShape(64, 256, 64, 4, "pingpong")), ((False, True),),
         "_grouped_glu", "the grouped GLU", scheduler="GroupedScheduler<{bm}, {bn}>",
         clusters=((1, 1), (1, 2))),
+    # hopper_ragged_fp8_dot: the grouped GEMM on fp8 operands, lhs (M, K) and rhs (G, N, K)
+    # both K-major (fp8 wgmma has no transpose), a float32 scale for lhs and one for rhs or one
+    # per expert (TensorScaling reads it by the tile's group); the grouped tiles with a k-block
+    # of 128 fp8 elements (the same bytes per stage as the 16-bit ones).
+    "grouped_fp8": Family("grouped_fp8", "kGroupedFp8", _SS_TENSOR_SCALED,
+                          "TmaStoreEpilogue<{bn}, LinearOps, GroupedOutput>",
+                          (TileShape(128, 256, 128, 4), TileShape(64, 256, 128, 4, "pingpong")),
+                          ((False, False),), "_grouped_fp8", "the grouped fp8 GEMM",
+                          scheduler="GroupedScheduler<{bm}, {bn}>",
+                          clusters=((1, 1), (1, 2), (2, 1)), dtypes=FP8_PAIRS),
     # hopper_ragged_contract (hopper_ragged_dot's weight gradient): out[g] = x_g^T y_g, the
     # groups splitting the contracted rows of x (R, P) and y (R, Q), both read MN-major; one
     # output entry per group (GroupedContractionScheduler), the plain linear epilogue.

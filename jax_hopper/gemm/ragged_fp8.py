@@ -1,0 +1,172 @@
+"""hopper_ragged_fp8_dot: the grouped GEMM of Mixture-of-Experts layers on fp8 operands (the
+grouped_fp8 kernel family), with one float32 scale for lhs and one for rhs or one per expert:
+the fp8 MoE recipe whose experts are quantized one by one.
+
+    y = hopper_ragged_fp8_dot(x8, w8, group_sizes, x_scale, w_scales)  # w8 (G, N, K), (G,) scales
+
+Rows of group g are act(alpha * (lhs_scale * lhs_rows) @ (rhs_scale[g] * rhs[g])^T + bias[g]) +
+beta * residual, with hopper_ragged_dot's group-size rules (ragged_tiles.py). fp8 wgmma reads
+K-major operands only, so rhs is (G, N, K) (transpose_rhs=True, the default); (G, K, N) is
+first copied by transpose_fp8. The kernel scales its fp32 accumulators by lhs_scale *
+rhs_scale[group] (TensorScaling reads the tile's group) before the epilogue.
+
+Layers: hopper_ragged_fp8_dot checks its arguments -> launch (one device's call: the tile
+table, padding, the config) -> hopper_ragged_fp8_p. Forward only (fp8 operands carry no useful
+gradient); vmap runs one launch per entry (ragged_primitive.vmapped_per_entry). No partitioning
+rule yet: under a sharded jit XLA gathers the operands.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Primitive
+
+from jax_hopper import _ffi
+from jax_hopper.gemm import api, ragged_tiles
+from jax_hopper.gemm.config import checked_config
+from jax_hopper.gemm.epilogue import activation_code
+from jax_hopper.gemm.heuristics import choose_grouped_config
+from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
+from jax_hopper.gemm.primitive import _pad_columns, call_attrs, freeze
+from jax_hopper.gemm.ragged import check_group_sizes, residual3
+from jax_hopper.gemm.ragged_primitive import (build_tile_table, epilogue, register,
+                                              vmapped_per_entry)
+from jax_hopper.kernels import catalog
+from jax_hopper.quantize.transpose import transpose_fp8
+
+hopper_ragged_fp8_p = Primitive("hopper_ragged_fp8_dot")
+_F32 = jnp.dtype(jnp.float32)
+_FAMILY = "grouped_fp8"
+
+
+def hopper_ragged_fp8_dot(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, out_dtype=None,
+                          preferred_element_type=None, transpose_rhs=True, bias=None,
+                          activation=None, residual=None, alpha=1.0, beta=1.0, config=None):
+    """lhs (M, K) fp8; rhs (G, N, K) fp8 (transpose_rhs=True) or (G, K, N) (copied K-major
+    first); group_sizes (G,) integer, a device array. (lhs, rhs) dtypes: a pair of
+    catalog.FP8_PAIRS. lhs_scale: a float scalar or (1,) array; rhs_scale: one, or (G,) one per
+    expert; traced. out_dtype (alias preferred_element_type): bfloat16 (default), float16 or
+    float32. bias (G, N), activation, residual (M, N), alpha and beta as in hopper_ragged_dot.
+    config: a GemmConfig of the grouped_fp8 family; default: choose_grouped_config's rule over
+    its tiles."""
+    lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
+    fn = "hopper_ragged_fp8_dot"
+    pair = (lhs.dtype.name, rhs.dtype.name)
+    if pair not in catalog.FAMILIES[_FAMILY].dtypes:
+        raise ValueError(f"{fn}: (lhs.dtype, rhs.dtype) = {pair} is not one of the pairs "
+                         f"compiled {catalog.FAMILIES[_FAMILY].dtypes} (for 16-bit inputs use "
+                         "hopper_ragged_dot)")
+    out_dtype = api.out_dtype_arg(out_dtype, preferred_element_type) or jnp.dtype(jnp.bfloat16)
+    if out_dtype not in api.SUPPORTED_OUTPUTS:
+        raise ValueError(f"{fn}: out_dtype={out_dtype} must be one of "
+                         f"{', '.join(d.name for d in api.SUPPORTED_OUTPUTS)}")
+    act = activation_code(activation)
+    alpha, beta = api.static_scalar("alpha", alpha), api.static_scalar("beta", beta)
+    if lhs.ndim != 2 or rhs.ndim != 3:
+        raise ValueError(f"{fn}: lhs.shape={lhs.shape} must be (M, K) and rhs.shape={rhs.shape} "
+                         "(G, N, K), or (G, K, N) with transpose_rhs=False")
+    if not isinstance(transpose_rhs, bool):
+        raise ValueError(f"{fn}: transpose_rhs must be a bool, got {transpose_rhs!r}")
+    if not transpose_rhs:  # (G, K, N) is MN-major, which fp8 wgmma cannot read
+        rhs = transpose_fp8(rhs)
+    (m, k), (groups, n, kr) = lhs.shape, rhs.shape
+    if k != kr:
+        raise ValueError(f"{fn}: lhs's K ({k}) must be rhs's (G, N, K) K ({kr}) "
+                         f"(transpose_rhs={transpose_rhs})")
+    check_group_sizes(group_sizes, groups, "rhs group")
+    scales = [_scale(fn, "lhs_scale", lhs_scale, (1,)),
+              _scale(fn, "rhs_scale", rhs_scale, (1, groups))]
+    bias2 = api.prepare_bias(bias, (groups, n), "(G, N)", ": one row per group")
+    res3 = residual3(residual, (m, n), out_dtype)
+    config = checked_config(config, pair[0], False, False, family=_FAMILY, b_dtype=pair[1])
+    params = freeze(dict(out_dtype=out_dtype, activation=act, alpha=alpha, beta=beta,
+                         config=config))
+    gs = group_sizes.astype(jnp.int32)
+    if m == 0 or n == 0 or groups == 0 or k == 0:  # a zero product: nothing to launch
+        return epilogue(jnp.zeros((m, n), _F32), gs, bias2, res3, activation=act, beta=beta,
+                        out_dtype=out_dtype)[0]
+    return _launch_per_entry(params)(lhs[None], rhs, gs, bias2, res3, *scales)[0]
+
+
+def _scale(fn, name, s, sizes):
+    """A per-tensor scale as float32 (n,), n one of `sizes`, or ValueError naming the rule."""
+    s = jnp.asarray(s)
+    if s.ndim > 1 or s.size not in sizes or not jnp.issubdtype(s.dtype, jnp.floating):
+        rule = "a float scalar or a (1,) array" + (" or one per expert (G,)" if len(sizes) > 1
+                                                   else "")
+        raise ValueError(f"{fn}: {name} must be {rule}; got shape {s.shape}, dtype {s.dtype}")
+    return s.astype(jnp.float32).reshape(-1)
+
+
+@functools.lru_cache(maxsize=None)
+def _launch_per_entry(params):
+    """launch for these params, with a vmap rule of one launch per entry."""
+    return vmapped_per_entry(lambda *args: launch(*args, **dict(params)))
+
+
+def launch(lhs, rhs, group_sizes, bias, res, lhs_scale, rhs_scale, **params):
+    """One device's call: K not whole 16-byte rows pads lhs and rhs with zero columns (copies),
+    N not whole rows of the output pads rhs with zero rows (and bias and residual with zero
+    columns), sliced off the result; config None is chosen here for this problem."""
+    if params["config"] is None:
+        params = {**params, "config": choose_grouped_config(lhs.shape[1], rhs.shape[1],
+                                                            rhs.shape[0], family=_FAMILY)}
+    if k_pad := pitch_pad(lhs.shape[2], lhs.dtype):
+        lhs = jnp.pad(lhs, ((0, 0), (0, 0), (0, k_pad)))
+        rhs = jnp.pad(rhs, ((0, 0), (0, 0), (0, k_pad)))
+    n = rhs.shape[1]
+    if pad := -n % pitch_granule(params["out_dtype"]):
+        rhs, bias, res = _pad_columns(rhs, bias, res, 1, pad)
+    config = params["config"]
+    tiles = build_tile_table(group_sizes, lhs.shape[1], config.block_m,
+                             paired=config.cluster_m == 2)
+    out = hopper_ragged_fp8_p.bind(lhs, rhs, group_sizes, tiles, bias, res, lhs_scale,
+                                   rhs_scale, **params)
+    return out[..., :n] if pad else out
+
+
+def _abstract_eval(lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale, rhs_scale, *,
+                   out_dtype, **_):
+    return jax.core.ShapedArray((1, lhs.shape[1], rhs.shape[1]), out_dtype)
+
+
+def reference(lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale, rhs_scale, *, out_dtype,
+              activation, alpha, beta, config=None):
+    """What the kernel computes, in jnp: exact fp8 products summed in fp32, scaled by lhs_scale
+    and the row's group's rhs_scale, then the epilogue in fp32 and one rounding."""
+    del tiles, config
+    sizes = ragged_tiles.valid_sizes(group_sizes, lhs.shape[1])
+    x = jax.lax.ragged_dot(lhs[0].astype(_F32), jnp.swapaxes(rhs, 1, 2).astype(_F32), sizes,
+                           precision=jax.lax.Precision.HIGHEST)
+    per_group = jnp.broadcast_to(rhs_scale, (rhs.shape[0],))
+    per_row = jnp.concatenate([per_group, jnp.ones((1,), _F32)])  # rows past the groups: 0
+    x = x * (lhs_scale[0] * per_row[ragged_tiles.row_groups(group_sizes, x.shape[0])])[:, None]
+    return epilogue(alpha * x, group_sizes, bias, residual, activation=activation, beta=beta,
+                    out_dtype=out_dtype)
+
+
+def _cuda_lowering(ctx, lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale, rhs_scale, *,
+                   out_dtype, activation, alpha, beta, config):
+    # As the grouped GEMM's lowering (ragged_primitive.py): the plan covers every slot of the
+    # tile table; the table and the two scales are the call's fifth to seventh inputs.
+    del group_sizes, out_dtype
+    lhs_aval, rhs_aval, tiles_aval = ctx.avals_in[0], ctx.avals_in[1], ctx.avals_in[3]
+    kernel = config.kernel(_FAMILY, lhs_aval.dtype.name, False, False, rhs_aval.dtype.name)
+    _, m, n = ctx.avals_out[0].shape
+    slots = (tiles_aval.shape[0] - 1) // ragged_tiles.GROUP_TILE_FIELDS
+    resident = _ffi.resident_clusters(kernel, config.cluster_m * config.cluster_n)
+    plan = config.plan(kernel, 1, slots * config.block_m, n, lhs_aval.shape[2], resident)
+    workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
+    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{_FAMILY}")(
+        ctx.replace(avals_in=[ctx.avals_in[i] for i in (0, 1, 4, 5, 3, 6, 7)],
+                    avals_out=[*ctx.avals_out, workspace]),
+        lhs, rhs, bias, residual, tiles, lhs_scale, rhs_scale,
+        **call_attrs(kernel, config, plan, activation, alpha, beta))
+    return [out]
+
+
+register(hopper_ragged_fp8_p, _abstract_eval, reference, _cuda_lowering)
