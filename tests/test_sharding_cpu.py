@@ -27,7 +27,8 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "ragged_n", "ragged_n_k_major", "ragged_experts_gathered", "ragged_experts_shard_map",
          "ragged_k_split", "ragged_n_grad", "ragged_glu_f", "contract_columns", "ragged_rows",
          "ragged_dp_grad", "contract_rows", "fp8_rows", "fp8_block_n", "fp8_block_k",
-         "fp8_tensor_k_scatter", "fp8_kn_columns", "fp8_entry_scales", "quantize_rows_tensor",
+         "fp8_tensor_k_scatter", "fp8_kn_columns", "fp8_entry_scales", "ragged_fp8_n",
+         "ragged_fp8_rows", "quantize_rows_tensor",
          "quantize_cols_blocks", "quantize_unaligned_rows", "quantize_given_amax",
          "fp8_matmul_data_parallel", "config_per_shard", "tune_problems_per_shard"]
 
@@ -444,6 +445,28 @@ def _cases():
                        (named("x"), named("x")), all_reduce=False)
         assert tuple(got.sharding.spec)[:1] == ("x",), got.sharding.spec
 
+    def ragged_fp8(**kw):
+        from jax_hopper import hopper_ragged_fp8_dot
+        scales = jnp.linspace(0.5, 2.0, groups, dtype=f32)  # one per expert
+        return lambda x, w, *extra: hopper_ragged_fp8_dot(
+            x, w, sizes, 0.5, scales, out_dtype=f32,
+            **dict(zip(("bias", "residual"), extra)), **kw)
+
+    def ragged_fp8_n():
+        # The grouped fp8 GEMM, the experts' N split (weights stored (G, N, K)): local.
+        got = _compare(ragged_fp8(activation="silu"),
+                       (_rand(rng, (rows, k), e4m3), _rand(rng, (groups, n, k), e4m3),
+                        _rand(rng, (groups, n), f32), _rand(rng, (rows, n), f32)),
+                       (None, named(None, "x"), named(None, "x"), None), all_reduce=False)
+        assert tuple(got.sharding.spec) == (None, "x"), got.sharding.spec
+
+    def ragged_fp8_rows():
+        # ... and the rows split evenly: each device its rows, the sizes cut to them.
+        got = _compare(ragged_fp8(), (_rand(rng, (rows, k), e4m3),
+                                      _rand(rng, (groups, n, k), e4m3)),
+                       (named("x"), None), all_reduce=False)
+        assert tuple(got.sharding.spec)[:1] == ("x",), got.sharding.spec
+
     def quantize_rows_tensor():
         # Per-tensor scaling: the amax is one all-reduce (max); each device quantizes its rows
         # and writes its columns of the transposed copy.
@@ -570,6 +593,7 @@ def _cases():
                             ragged_n_grad, ragged_glu_f, contract_columns, ragged_rows,
                             ragged_dp_grad, contract_rows, fp8_rows, fp8_block_n, fp8_block_k,
                             fp8_tensor_k_scatter, fp8_kn_columns, fp8_entry_scales,
+                            ragged_fp8_n, ragged_fp8_rows,
                             quantize_rows_tensor,
                             quantize_cols_blocks,
                             quantize_unaligned_rows, quantize_given_amax,

@@ -10,19 +10,22 @@ K-major operands only, so rhs is (G, N, K) (transpose_rhs=True, the default); (G
 first copied by transpose_fp8. The kernel scales its fp32 accumulators by lhs_scale *
 rhs_scale[group] (TensorScaling reads the tile's group) before the epilogue.
 
-Layers: hopper_ragged_fp8_dot checks its arguments -> launch (one device's call: the tile
-table, padding, the config) -> hopper_ragged_fp8_p. Forward only (fp8 operands carry no useful
-gradient); vmap runs one launch per entry (ragged_primitive.vmapped_per_entry). No partitioning
-rule yet: under a sharded jit XLA gathers the operands.
+Layers: hopper_ragged_fp8_dot checks its arguments -> _partitioned (custom_partitioning under a
+sharded jit: rows split evenly and rhs's N split run locally, as hopper_ragged_dot's; anything
+else is gathered with a warning that names it) -> launch (one device's call: the tile table,
+padding, the config) -> hopper_ragged_fp8_p. Forward only (fp8 operands carry no useful
+gradient); vmap runs one launch per entry (ragged_primitive.vmapped_per_entry).
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend.core import Primitive
 
 from jax_hopper import _ffi
@@ -35,6 +38,8 @@ from jax_hopper.gemm.primitive import _pad_columns, call_attrs, freeze
 from jax_hopper.gemm.ragged import check_group_sizes, residual3
 from jax_hopper.gemm.ragged_primitive import (build_tile_table, epilogue, register,
                                               vmapped_per_entry)
+from jax_hopper.gemm.ragged_sharding import gathered_operands, shard_sizes, split_rows
+from jax_hopper.gemm.sharding import assign_factors, spec_of
 from jax_hopper.kernels import catalog
 from jax_hopper.quantize.transpose import transpose_fp8
 
@@ -104,8 +109,59 @@ def _scale(fn, name, s, sizes):
 
 @functools.lru_cache(maxsize=None)
 def _launch_per_entry(params):
-    """launch for these params, with a vmap rule of one launch per entry."""
-    return vmapped_per_entry(lambda *args: launch(*args, **dict(params)))
+    """The partitioned launch for these params, with a vmap rule of one launch per entry
+    (custom_partitioning has no batching rule of its own)."""
+    def one(*args):
+        return _partitioned(params, tuple(tuple(x.shape) for x in args), *args)
+
+    return vmapped_per_entry(one)
+
+
+@functools.partial(custom_partitioning, static_argnums=(0, 1))
+def _partitioned(params, shapes, lhs3, rhs, gs, bias, res, lhs_scale, rhs_scale):
+    del shapes  # only the sharding rule needs them
+    return launch(lhs3, rhs, gs, bias, res, lhs_scale, rhs_scale, **dict(params))
+
+
+def _rule(params, shapes, mesh, value_types, result_types):
+    del params, mesh, value_types, result_types
+    (_, _, _), (groups, _, _), _, bias_shape, res_shape, _, rs_shape = shapes
+    bias = "g n" if bias_shape[0] else "z"
+    res = "o m n" if res_shape[0] else "r1 r2 r3"
+    rs = "g" if rs_shape[0] == groups else "s"
+    return (f"o m k, g n k, g, {bias}, {res}, l, {rs} -> o m n",
+            {"reduction_factors": ("k",), "need_replication_factors": ("o", "g")})
+
+
+def _partition(params, shapes, mesh, arg_shapes, result_shape):
+    """hopper_ragged_dot's rows split evenly and rhs's N split (ragged_sharding.py), run
+    locally; anything else, K split included, gathered with a warning that names it."""
+    p = dict(params)
+    lhs, rhs, gs, bias, res, _, rs = arg_shapes
+    s_lhs, s_rhs, s_out = spec_of(lhs), spec_of(rhs), spec_of(result_shape)
+    axes, spec = assign_factors(mesh, {"m": [s_lhs[1], s_out[1]], "n": [s_rhs[1], s_out[2]],
+                                       "k": []}, lhs.shape[2])
+    rows = lhs.shape[1]
+    m_axes = split_rows(mesh, axes, rows)
+    gathered = gathered_operands(axes, (("lhs", lhs, (None, "m", None)),
+                                        ("rhs", rhs, (None, "n", None)),
+                                        ("group_sizes", gs, (None,)), ("rhs_scale", rs, (None,))))
+    if gathered:
+        warnings.warn(f"hopper_ragged_fp8_dot: {', '.join(gathered)} gathered to every device "
+                      "(rows split evenly and rhs's N are split without gathering)", stacklevel=2)
+    bias_sh = spec(None, "n") if bias.shape[0] else spec(None)
+    res_sh = spec(None, "m", "n") if res.shape[0] else spec(None, None, None)
+
+    def lower_fn(lhs, rhs, gs, bias, res, lhs_scale, rhs_scale):
+        gs = shard_sizes(gs, m_axes, rows, lhs.shape[1])
+        return launch(lhs, rhs, gs, bias, res, lhs_scale, rhs_scale, **p)
+
+    return (mesh, lower_fn, spec(None, "m", "n"),
+            (spec(None, "m", None), spec(None, "n", None), spec(None), bias_sh, res_sh,
+             spec(None), spec(None)))
+
+
+_partitioned.def_partition(partition=_partition, sharding_rule=_rule)
 
 
 def launch(lhs, rhs, group_sizes, bias, res, lhs_scale, rhs_scale, **params):
