@@ -3,7 +3,7 @@ GPU's ragged_dot and a dense hopper_matmul of the same FLOPs, timed interleaved 
 
     python benchmarks/bench_grouped.py [--cases mixtral_up ...] [--shape MxGxKxN]
                                        [--routing uniform skewed] [--sweep] [--pallas]
-                                       [--train] [--reps 7] [--out-dir D] [--tag T]
+                                       [--train] [--fp8] [--reps 7] [--out-dir D] [--tag T]
 
 Cases (rows M sorted by expert, G experts, K -> N per expert, bf16 in and out): the issue's
 Mixtral-8x7B up and down, DeepSeek-V3 routed-expert up and down, and two decodes. Routing:
@@ -22,6 +22,9 @@ forward, d lhs and d rhs, three times the forward's FLOPs and floor) for XLA and
 the bytes of temporaries each compiled step allocates beyond its inputs and outputs (XLA's
 memory analysis), and the weight gradient alone (d rhs: XLA's transpose of jax.lax.ragged_dot
 against hopper_ragged_contract; with --sweep every compiled contraction tile and cluster too).
+With --fp8, hopper_ragged_fp8_dot on e4m3 copies of the operands (rhs stored (G, N, K), one
+scale per expert) against jax.lax.ragged_dot on the same fp8 operands (rhs (G, K, N)), both
+with bf16 out; its floor is the fp8 one (1979 TFLOP/s, one byte per operand element).
 Writes grouped_<tag>.json.
 """
 
@@ -54,6 +57,7 @@ CASES = {
     "decode_256x64": (256, 64, 7168, 4096),
 }
 PEAK_FLOPS, HBM_BYTES_PER_S = 989e12, 3.0e12
+FP8_PEAK_FLOPS = 1979e12
 # Pallas ragged_dot configs (block_k 64): block_m, block_n, max_concurrent_steps, grid_block_n.
 PALLAS_CONFIGS = [(bm, bn, steps, gbn) for bm in (64, 128) for bn in (128, 192, 256)
                   for steps in (2, 3, 4) for gbn in (1, 4)]
@@ -65,11 +69,13 @@ def group_sizes(rng, m: int, groups: int, routing: str) -> np.ndarray:
     return rng.multinomial(m, probs).astype(np.int32)
 
 
-def floor_s(m: int, active: int, k: int, n: int) -> float:
-    """The roofline floor with `active` experts' weights read (those with rows)."""
+def floor_s(m: int, active: int, k: int, n: int, fp8: bool = False) -> float:
+    """The roofline floor with `active` experts' weights read (those with rows); fp8: one-byte
+    operands on the fp8 tensor cores (a bf16 output)."""
     flops = 2.0 * m * n * k
-    bytes_ = 2.0 * (m * k + active * k * n + m * n)
-    return max(flops / PEAK_FLOPS, bytes_ / HBM_BYTES_PER_S)
+    operand_bytes = 1.0 if fp8 else 2.0
+    bytes_ = operand_bytes * (m * k + active * k * n) + 2.0 * m * n
+    return max(flops / (FP8_PEAK_FLOPS if fp8 else PEAK_FLOPS), bytes_ / HBM_BYTES_PER_S)
 
 
 def family_configs(family: str, prefix: str = "") -> dict:
@@ -151,8 +157,30 @@ def temp_bytes(f, a, rhs) -> int | None:
         return None
 
 
+def fp8_sets(sets, k: int) -> list:
+    """e4m3 copies of operand_sets' operands: ((lhs, sizes), (rhs (G, N, K), rhs (G, K, N),
+    per-expert scales)); rhs quantized as rhs * sqrt(K) (values near 1) with scale 1/sqrt(K)."""
+    e4m3 = jnp.float8_e4m3fn
+    out = []
+    for (lhs, sizes), rhs in sets:
+        w8 = (rhs.astype(jnp.float32) * np.sqrt(k)).astype(e4m3)
+        scales = jnp.full((rhs.shape[0],), 1 / np.sqrt(k), jnp.float32)
+        out.append(((lhs.astype(e4m3), sizes), (jnp.swapaxes(w8, 1, 2), w8, scales)))
+    return out
+
+
+def fp8_variants() -> dict:
+    one = jnp.float32(1)
+    return {
+        "hopper_fp8": lambda a, r: jax_hopper.hopper_ragged_fp8_dot(a[0], r[0], a[1], one, r[2]),
+        "xla_fp8": lambda a, r: (jax.lax.ragged_dot(a[0], r[1], a[1],
+                                                    preferred_element_type=jnp.float32)
+                                 * r[2][0]).astype(jnp.bfloat16),
+    }
+
+
 def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
-             train: bool) -> dict:
+             train: bool, fp8: bool = False) -> dict:
     m, groups, k, n = CASES[name]
     sizes = group_sizes(rng, m, groups, routing)
     active = int(np.count_nonzero(sizes))
@@ -187,6 +215,11 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
                        for cname, cfg in contraction_configs().items()})
     runs.update({wname: (timing.chained(f), timing.rotation(train_sets, calls))
                  for wname, f in wgrads.items()})
+    fp8_runs = fp8_variants() if fp8 else {}
+    if fp8:
+        f8 = fp8_sets(sets, k)
+        runs.update({fname: (timing.chained(f), timing.rotation(f8, calls))
+                     for fname, f in fp8_runs.items()})
     results = timing.time_interleaved(runs, reps=reps)
     floor = floor_s(m, active, k, n)
     row = dict(case=name, routing=routing, m=m, groups=groups, active_groups=active, k=k, n=n,
@@ -197,9 +230,10 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
             continue
         # A training step is three products of the forward's FLOPs; its floor three times.
         work = 3 if impl in steps else 1
+        impl_floor = floor_s(m, active, k, n, fp8=True) if impl in fp8_runs else floor
         row[impl] = dict(us=r["median_s"] * 1e6,
                          tflops=work * timing.tflops(m, n, k, r["median_s"]),
-                         floor_pct=100 * work * floor / r["median_s"])
+                         floor_pct=100 * work * impl_floor / r["median_s"])
         if impl in steps:
             row[impl]["temp_bytes"] = temp_bytes(steps[impl], *train_sets[0])
     if pallas_skip:
@@ -209,6 +243,9 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
     if "us" in row["xla"] and "us" in row["hopper"]:
         row["error_vs_xla"] = float(timing.rel_fro_error(results["hopper"]["out"],
                                                          results["xla"]["out"]))
+    if "us" in row.get("xla_fp8", {}) and "us" in row.get("hopper_fp8", {}):
+        row["fp8_error_vs_xla"] = float(timing.rel_fro_error(results["hopper_fp8"]["out"],
+                                                             results["xla_fp8"]["out"]))
     if "us" in row.get("xla_wgrad", {}) and "us" in row.get("hopper_wgrad", {}):
         row["wgrad_error_vs_xla"] = float(timing.rel_fro_error(
             results["hopper_wgrad"]["out"], results["xla_wgrad"]["out"]))
@@ -262,6 +299,15 @@ def report(row: dict, sweep: bool) -> None:
             c = row[cname]
             print(f"{'':25} {cname:28} " + (f"{c['tflops']:7.1f} TF/s {c['floor_pct']:6.1f}%"
                                              if "us" in c else c["error"][:80]))
+    if "hopper_fp8" in row:
+        hf, xf = row["hopper_fp8"], row["xla_fp8"]
+        print(f"{'':25} fp8: hopper " + (f"{hf['tflops']:.1f} TF/s ({hf['floor_pct']:.1f}% of "
+                                          "the fp8 floor)" if "us" in hf else hf["error"][:60])
+              + ", xla " + (f"{xf['tflops']:.1f}" if "us" in xf else xf["error"][:60])
+              + (f" ({xf['us'] / hf['us']:.2f}x)" if "us" in xf and "us" in hf else "")
+              + (f", {row['hopper']['us'] / hf['us']:.2f}x our bf16"
+                 if "us" in hf and "us" in row["hopper"] else "")
+              + f", error vs xla {row.get('fp8_error_vs_xla', float('nan')):.1e}", flush=True)
     if row.get("pallas_skipped"):
         print(f"{'':25} pallas skipped: {row['pallas_skipped']}")
 
@@ -279,6 +325,8 @@ def main(argv=None) -> int:
                         help="also time every compiled grouped tile and cluster")
     parser.add_argument("--pallas", action="store_true", help="also time Pallas's ragged_dot")
     parser.add_argument("--train", action="store_true", help="also time the training step")
+    parser.add_argument("--fp8", action="store_true",
+                        help="also time hopper_ragged_fp8_dot against lax.ragged_dot on fp8")
     timing.add_output_args(parser)
     args = parser.parse_args(argv)
     timing.require_kernels(jax_hopper)
@@ -295,7 +343,8 @@ def main(argv=None) -> int:
           f"{'err':>8}")
     for name in names:
         for routing in args.routing:
-            row = run_case(name, routing, args.reps, rng, args.sweep, args.pallas, args.train)
+            row = run_case(name, routing, args.reps, rng, args.sweep, args.pallas, args.train,
+                           args.fp8)
             rows.append(row)
             report(row, args.sweep)
     os.makedirs(args.out_dir, exist_ok=True)

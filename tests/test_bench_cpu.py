@@ -222,14 +222,15 @@ def test_grouped_bench_on_cpu(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_grouped.timing, "require_kernels", lambda *mods: None)
     monkeypatch.setattr(bench_grouped, "CASES", dict(bench_grouped.CASES))
     assert bench_grouped.main(["--shape", "200x4x64x48", "--routing", "skewed", "--reps", "1",
-                               "--pallas", "--train", "--out-dir", str(tmp_path),
+                               "--pallas", "--train", "--fp8", "--out-dir", str(tmp_path),
                                "--tag", "t"]) == 0
     (row,) = json.loads((tmp_path / "grouped_t.json").read_text())["rows"]
     assert (row["m"], row["groups"], row["k"], row["n"]) == (200, 4, 64, 48)
     for impl in ("xla", "hopper", "dense", "xla_train", "hopper_train",
-                 "xla_wgrad", "hopper_wgrad"):
+                 "xla_wgrad", "hopper_wgrad", "hopper_fp8", "xla_fp8"):
         assert row[impl]["us"] > 0, (impl, row[impl])
     assert row["error_vs_xla"] < 1e-2 and row["wgrad_error_vs_xla"] < 1e-2
+    assert row["fp8_error_vs_xla"] < 1e-2
     assert "temp_bytes" in row["hopper_train"]
     if jax.default_backend() == "gpu":  # the suite on a GPU machine: Pallas runs there
         assert row["best_pallas"] is not None or row["pallas_skipped"]
