@@ -338,6 +338,8 @@ class RaggedCase:
     # hopper_ragged_glu instead: rhs the gated weights (G, k, 2, n), out (m, n), SwiGLU.
     glu: bool = False
     cluster_m: int = 1
+    # hopper_ragged_fp8_dot instead: fp8 lhs and rhs (G, n, k), lhs scale 0.5, one per expert.
+    fp8: bool = False
 
     @property
     def config(self):
@@ -350,7 +352,7 @@ class RaggedCase:
         tile = self.tile.tag if self.tile is not None else "auto"
         epi = ",".join(x for x in (self.activation, "bias" if self.bias else None,
                                    "res" if self.residual else None) if x)
-        op = ("contract" if self.contract else "glu" if self.glu else
+        op = ("contract" if self.contract else "glu" if self.glu else "fp8" if self.fp8 else
               "gnk" if self.transpose_rhs else "gkn")
         return (f"ragged {self.dtype}->{self.out_dtype or self.dtype} {tile} cluster"
                 f"{self.cluster_m}x{self.cluster_n} {op} {self.m}x{self.n}x"
@@ -390,7 +392,9 @@ def ragged_groups(quick: bool) -> list[list[RaggedCase]]:
     ])
     # The grouped GLU, and the grouped contraction (the weight gradient).
     return (groups + _family_groups(rng, quick, "grouped_glu", glu=True)
-            + _family_groups(rng, quick, "grouped_contraction", contract=True))
+            + _family_groups(rng, quick, "grouped_contraction", contract=True)
+            + _family_groups(rng, quick, "grouped_fp8", fp8=True, dtype="float8_e4m3fn",
+                             out_dtype="bfloat16"))
 
 
 def ragged_inputs(c: RaggedCase, rng) -> dict:
@@ -401,18 +405,24 @@ def ragged_inputs(c: RaggedCase, rng) -> dict:
 
     g = len(c.sizes)
     rhs_shape = ((c.m, c.n) if c.contract else (g, c.k, 2, c.n) if c.glu else
-                 (g, c.n, c.k) if c.transpose_rhs else (g, c.k, c.n))
+                 (g, c.n, c.k) if c.transpose_rhs or c.fp8 else (g, c.k, c.n))
     arrays = {"lhs": normal((c.m, c.k), c.dtype), "rhs": normal(rhs_shape, c.dtype),
               "sizes": np.asarray(c.sizes, np.int32)}
     if c.bias:
         arrays["bias"] = normal((g, c.n), "float32")
     if c.residual:
         arrays["residual"] = normal((c.m, c.n), c.out_dtype or c.dtype)
+    if c.fp8:
+        arrays["rhs_scale"] = rng.uniform(0.5, 2, g).astype(np.float32)
     return arrays
 
 
 def ragged_call(c: RaggedCase, arrays: dict):
-    from jax_hopper import hopper_ragged_contract, hopper_ragged_dot, hopper_ragged_glu
+    from jax_hopper import (hopper_ragged_contract, hopper_ragged_dot, hopper_ragged_fp8_dot,
+                            hopper_ragged_glu)
+    if c.fp8:
+        return hopper_ragged_fp8_dot(arrays["lhs"], arrays["rhs"], arrays["sizes"], 0.5,
+                                     arrays["rhs_scale"], out_dtype=c.out_dtype, config=c.config)
     if c.glu:
         return hopper_ragged_glu(arrays["lhs"], arrays["rhs"], arrays["sizes"],
                                  out_dtype=c.out_dtype, config=c.config)
@@ -427,7 +437,11 @@ def ragged_call(c: RaggedCase, arrays: dict):
 
 def ragged_check(c: RaggedCase, arrays: dict, out) -> str | None:
     """None when out matches the float64 reference (sizes made valid as documented)."""
-    from gemm_helpers import contract_reference64, ragged_glu_reference64, ragged_reference64
+    from gemm_helpers import (contract_reference64, ragged_fp8_reference64,
+                              ragged_glu_reference64, ragged_reference64)
+    if c.fp8:
+        return matches64(out, ragged_fp8_reference64(arrays["lhs"], arrays["rhs"], c.sizes, 0.5,
+                                                     arrays["rhs_scale"]), c.out_dtype, fp8=True)
     if c.glu:
         return matches64(out, ragged_glu_reference64(arrays["lhs"], arrays["rhs"], c.sizes),
                          c.out_dtype or c.dtype)
