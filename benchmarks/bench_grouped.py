@@ -24,7 +24,9 @@ memory analysis), and the weight gradient alone (d rhs: XLA's transpose of jax.l
 against hopper_ragged_contract; with --sweep every compiled contraction tile and cluster too).
 With --fp8, hopper_ragged_fp8_dot on e4m3 copies of the operands (rhs stored (G, N, K), one
 scale per expert) against jax.lax.ragged_dot on the same fp8 operands (rhs (G, K, N)), both
-with bf16 out; its floor is the fp8 one (1979 TFLOP/s, one byte per operand element).
+with bf16 out; and with block scales (per row and 128 of K, per expert's 128 x 128 block)
+against the operands dequantised to bf16 and lax.ragged_dot on them (the recipe written in
+JAX). Their floor is the fp8 one (1979 TFLOP/s, one byte per operand element).
 Writes grouped_<tag>.json.
 """
 
@@ -158,24 +160,47 @@ def temp_bytes(f, a, rhs) -> int | None:
 
 
 def fp8_sets(sets, k: int) -> list:
-    """e4m3 copies of operand_sets' operands: ((lhs, sizes), (rhs (G, N, K), rhs (G, K, N),
-    per-expert scales)); rhs quantized as rhs * sqrt(K) (values near 1) with scale 1/sqrt(K)."""
-    e4m3 = jnp.float8_e4m3fn
+    """e4m3 copies of operand_sets' operands: ((lhs, sizes, lhs block scales), (rhs (G, N, K),
+    rhs (G, K, N), per-expert scales, rhs block scales)); rhs quantized as rhs * sqrt(K)
+    (values near 1) with scale 1/sqrt(K), the same value in each of its blocks' scales (the
+    kernels' time does not depend on the values)."""
+    e4m3, blk = jnp.float8_e4m3fn, catalog.FP8_SCALE_BLOCK
     out = []
     for (lhs, sizes), rhs in sets:
+        (groups, k_, n), m = rhs.shape, lhs.shape[0]
         w8 = (rhs.astype(jnp.float32) * np.sqrt(k)).astype(e4m3)
-        scales = jnp.full((rhs.shape[0],), 1 / np.sqrt(k), jnp.float32)
-        out.append(((lhs.astype(e4m3), sizes), (jnp.swapaxes(w8, 1, 2), w8, scales)))
+        scales = jnp.full((groups,), 1 / np.sqrt(k), jnp.float32)
+        lhs_blocks = jnp.ones((m, -(-k_ // blk)), jnp.float32)
+        rhs_blocks = jnp.full((groups, -(-n // blk), -(-k_ // blk)), 1 / np.sqrt(k), jnp.float32)
+        out.append(((lhs.astype(e4m3), sizes, lhs_blocks),
+                    (jnp.swapaxes(w8, 1, 2), w8, scales, rhs_blocks)))
     return out
 
 
+def _dequantized(x8, scales, axes):
+    """x8 in bfloat16 times its block scales repeated over the blocks along `axes` (the
+    dequantise-then-bf16 recipe a JAX program writes for block scales)."""
+    s = scales
+    for axis, extent in zip(axes, (x8.shape[a] for a in axes)):
+        s = jnp.repeat(s, catalog.FP8_SCALE_BLOCK, axis=axis)[
+            (slice(None),) * axis + (slice(0, extent),)]
+    return (x8.astype(jnp.float32) * s).astype(jnp.bfloat16)
+
+
 def fp8_variants() -> dict:
+    """Per tensor: ours against lax.ragged_dot on the same e4m3 operands. Block scales: ours
+    against the operands dequantised to bf16 and lax.ragged_dot on them."""
     one = jnp.float32(1)
     return {
         "hopper_fp8": lambda a, r: jax_hopper.hopper_ragged_fp8_dot(a[0], r[0], a[1], one, r[2]),
         "xla_fp8": lambda a, r: (jax.lax.ragged_dot(a[0], r[1], a[1],
                                                     preferred_element_type=jnp.float32)
                                  * r[2][0]).astype(jnp.bfloat16),
+        "hopper_fp8_block": lambda a, r: jax_hopper.hopper_ragged_fp8_dot(a[0], r[0], a[1], a[2],
+                                                                          r[3]),
+        "xla_fp8_block": lambda a, r: jax.lax.ragged_dot(
+            _dequantized(a[0], a[2], (1,)),
+            jnp.swapaxes(_dequantized(r[0], r[3], (1, 2)), 1, 2), a[1]),
     }
 
 
@@ -243,9 +268,10 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
     if "us" in row["xla"] and "us" in row["hopper"]:
         row["error_vs_xla"] = float(timing.rel_fro_error(results["hopper"]["out"],
                                                          results["xla"]["out"]))
-    if "us" in row.get("xla_fp8", {}) and "us" in row.get("hopper_fp8", {}):
-        row["fp8_error_vs_xla"] = float(timing.rel_fro_error(results["hopper_fp8"]["out"],
-                                                             results["xla_fp8"]["out"]))
+    for ours, peer, key in (("hopper_fp8", "xla_fp8", "fp8_error_vs_xla"),
+                            ("hopper_fp8_block", "xla_fp8_block", "fp8_block_error_vs_xla")):
+        if "us" in row.get(peer, {}) and "us" in row.get(ours, {}):
+            row[key] = float(timing.rel_fro_error(results[ours]["out"], results[peer]["out"]))
     if "us" in row.get("xla_wgrad", {}) and "us" in row.get("hopper_wgrad", {}):
         row["wgrad_error_vs_xla"] = float(timing.rel_fro_error(
             results["hopper_wgrad"]["out"], results["xla_wgrad"]["out"]))
@@ -308,6 +334,16 @@ def report(row: dict, sweep: bool) -> None:
               + (f", {row['hopper']['us'] / hf['us']:.2f}x our bf16"
                  if "us" in hf and "us" in row["hopper"] else "")
               + f", error vs xla {row.get('fp8_error_vs_xla', float('nan')):.1e}", flush=True)
+        hb, xb = row["hopper_fp8_block"], row["xla_fp8_block"]
+        print(f"{'':25} fp8 block scales: hopper "
+              + (f"{hb['tflops']:.1f} TF/s ({hb['floor_pct']:.1f}% of the fp8 floor)"
+                 if "us" in hb else hb["error"][:60])
+              + ", xla dequantised " + (f"{xb['tflops']:.1f}" if "us" in xb else xb["error"][:60])
+              + (f" ({xb['us'] / hb['us']:.2f}x)" if "us" in xb and "us" in hb else "")
+              + (f", {hb['us'] / hf['us']:.2f}x our per-tensor time" if "us" in hb and "us" in hf
+                 else "")
+              + f", error vs xla {row.get('fp8_block_error_vs_xla', float('nan')):.1e}",
+              flush=True)
     if row.get("pallas_skipped"):
         print(f"{'':25} pallas skipped: {row['pallas_skipped']}")
 

@@ -94,6 +94,7 @@ NB_MODULE(_jax_hopper, m) {
     d["jax_hopper_gemm_grouped"] = gemm_stages(jax_hopper::GroupedHandler);
     d["jax_hopper_gemm_grouped_glu"] = gemm_stages(jax_hopper::GroupedGluHandler);
     d["jax_hopper_gemm_grouped_fp8"] = gemm_stages(jax_hopper::GroupedFp8Handler);
+    d["jax_hopper_gemm_grouped_fp8_block"] = gemm_stages(jax_hopper::GroupedFp8BlockHandler);
     d["jax_hopper_grouped_tile_table"] = capsule(jax_hopper::GroupedTileTableHandler);
     d["jax_hopper_gemm_grouped_contraction"] = gemm_stages(jax_hopper::GroupedContractionHandler);
     d["jax_hopper_gemm_fp8"] = gemm_stages(jax_hopper::Fp8Handler);

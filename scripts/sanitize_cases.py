@@ -338,8 +338,10 @@ class RaggedCase:
     # hopper_ragged_glu instead: rhs the gated weights (G, k, 2, n), out (m, n), SwiGLU.
     glu: bool = False
     cluster_m: int = 1
-    # hopper_ragged_fp8_dot instead: fp8 lhs and rhs (G, n, k), lhs scale 0.5, one per expert.
+    # hopper_ragged_fp8_dot instead: fp8 lhs and rhs (G, n, k), lhs scale 0.5, one per expert;
+    # with block_scaled, random scales per row and 128 of k, per expert's 128 x 128 block.
     fp8: bool = False
+    block_scaled: bool = False
 
     @property
     def config(self):
@@ -352,7 +354,8 @@ class RaggedCase:
         tile = self.tile.tag if self.tile is not None else "auto"
         epi = ",".join(x for x in (self.activation, "bias" if self.bias else None,
                                    "res" if self.residual else None) if x)
-        op = ("contract" if self.contract else "glu" if self.glu else "fp8" if self.fp8 else
+        op = ("contract" if self.contract else "glu" if self.glu else
+              "fp8_block" if self.block_scaled else "fp8" if self.fp8 else
               "gnk" if self.transpose_rhs else "gkn")
         return (f"ragged {self.dtype}->{self.out_dtype or self.dtype} {tile} cluster"
                 f"{self.cluster_m}x{self.cluster_n} {op} {self.m}x{self.n}x"
@@ -394,7 +397,9 @@ def ragged_groups(quick: bool) -> list[list[RaggedCase]]:
     return (groups + _family_groups(rng, quick, "grouped_glu", glu=True)
             + _family_groups(rng, quick, "grouped_contraction", contract=True)
             + _family_groups(rng, quick, "grouped_fp8", fp8=True, dtype="float8_e4m3fn",
-                             out_dtype="bfloat16"))
+                             out_dtype="bfloat16")
+            + _family_groups(rng, quick, "grouped_fp8_block", fp8=True, block_scaled=True,
+                             dtype="float8_e4m3fn", out_dtype="bfloat16"))
 
 
 def ragged_inputs(c: RaggedCase, rng) -> dict:
@@ -412,7 +417,11 @@ def ragged_inputs(c: RaggedCase, rng) -> dict:
         arrays["bias"] = normal((g, c.n), "float32")
     if c.residual:
         arrays["residual"] = normal((c.m, c.n), c.out_dtype or c.dtype)
-    if c.fp8:
+    if c.block_scaled:
+        kb, nb = -(-c.k // 128), -(-c.n // 128)
+        arrays["lhs_scale"] = (2.0 ** rng.uniform(-2, 2, (c.m, kb))).astype(np.float32)
+        arrays["rhs_scale"] = (2.0 ** rng.uniform(-2, 2, (g, nb, kb))).astype(np.float32)
+    elif c.fp8:
         arrays["rhs_scale"] = rng.uniform(0.5, 2, g).astype(np.float32)
     return arrays
 
@@ -421,8 +430,9 @@ def ragged_call(c: RaggedCase, arrays: dict):
     from jax_hopper import (hopper_ragged_contract, hopper_ragged_dot, hopper_ragged_fp8_dot,
                             hopper_ragged_glu)
     if c.fp8:
-        return hopper_ragged_fp8_dot(arrays["lhs"], arrays["rhs"], arrays["sizes"], 0.5,
-                                     arrays["rhs_scale"], out_dtype=c.out_dtype, config=c.config)
+        return hopper_ragged_fp8_dot(arrays["lhs"], arrays["rhs"], arrays["sizes"],
+                                     arrays.get("lhs_scale", 0.5), arrays["rhs_scale"],
+                                     out_dtype=c.out_dtype, config=c.config)
     if c.glu:
         return hopper_ragged_glu(arrays["lhs"], arrays["rhs"], arrays["sizes"],
                                  out_dtype=c.out_dtype, config=c.config)
@@ -440,7 +450,8 @@ def ragged_check(c: RaggedCase, arrays: dict, out) -> str | None:
     from gemm_helpers import (contract_reference64, ragged_fp8_reference64,
                               ragged_glu_reference64, ragged_reference64)
     if c.fp8:
-        return matches64(out, ragged_fp8_reference64(arrays["lhs"], arrays["rhs"], c.sizes, 0.5,
+        return matches64(out, ragged_fp8_reference64(arrays["lhs"], arrays["rhs"], c.sizes,
+                                                     arrays.get("lhs_scale", 0.5),
                                                      arrays["rhs_scale"]), c.out_dtype, fp8=True)
     if c.glu:
         return matches64(out, ragged_glu_reference64(arrays["lhs"], arrays["rhs"], c.sizes),

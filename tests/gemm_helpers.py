@@ -445,8 +445,14 @@ def ragged_fp8_reference64(lhs, rhs_nk, group_sizes, lhs_scale, rhs_scale, *, bi
                            activation=None, residual=None, alpha=1.0, beta=1.0):
     """hopper_ragged_fp8_dot in float64: rows of group g are act(alpha * (lhs_scale * lhs_rows)
     @ (rhs_scale[g] * rhs[g])^T + bias[g]) + beta * residual; rows past every group act(0) +
-    beta * residual. rhs_nk (G, N, K); rhs_scale one or (G,)."""
-    x, w = to64(lhs), to64(rhs_nk)
+    beta * residual. rhs_nk (G, N, K); rhs_scale one or (G,); or block scales, lhs_scale
+    (M, ceil(K/128)) and rhs_scale (G, ceil(N/128), ceil(K/128)), dequantising the operands."""
+    if np.ndim(lhs_scale) == 2:
+        x = dequantize_blocks64(lhs, lhs_scale, rows_per_scale=1)
+        w = dequantize_blocks64(rhs_nk, rhs_scale, rows_per_scale=128)
+        lhs_scale, rhs_scale = 1.0, 1.0
+    else:
+        x, w = to64(lhs), to64(rhs_nk)
     groups, n = w.shape[0], w.shape[1]
     rs = np.broadcast_to(np.asarray(rhs_scale, np.float64).reshape(-1), (groups,))
     y = np.zeros((x.shape[0], n))

@@ -227,10 +227,11 @@ def test_grouped_bench_on_cpu(tmp_path, monkeypatch):
     (row,) = json.loads((tmp_path / "grouped_t.json").read_text())["rows"]
     assert (row["m"], row["groups"], row["k"], row["n"]) == (200, 4, 64, 48)
     for impl in ("xla", "hopper", "dense", "xla_train", "hopper_train",
-                 "xla_wgrad", "hopper_wgrad", "hopper_fp8", "xla_fp8"):
+                 "xla_wgrad", "hopper_wgrad", "hopper_fp8", "xla_fp8", "hopper_fp8_block",
+                 "xla_fp8_block"):
         assert row[impl]["us"] > 0, (impl, row[impl])
     assert row["error_vs_xla"] < 1e-2 and row["wgrad_error_vs_xla"] < 1e-2
-    assert row["fp8_error_vs_xla"] < 1e-2
+    assert row["fp8_error_vs_xla"] < 1e-2 and row["fp8_block_error_vs_xla"] < 1e-2
     assert "temp_bytes" in row["hopper_train"]
     if jax.default_backend() == "gpu":  # the suite on a GPU machine: Pallas runs there
         assert row["best_pallas"] is not None or row["pallas_skipped"]

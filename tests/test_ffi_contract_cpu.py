@@ -48,7 +48,7 @@ def _undecoded_on_default_device(family, attrs, out_cols):
     b = jnp.ones((128, 2, out_cols) if gated else (1, 128, out_cols), b_dtype)
     # The grouped handlers take a fifth input: the tile table (ragged_primitive.py) or the
     # group ends (ragged_contract.py); the fp8 handlers two, the scales (fp8.py): per tensor
-    # (1,), per block (1, M, K/128) and (1, N/128, K/128); the grouped fp8 one all three
+    # (1,), per block (1, M, K/128) and (1, N/128, K/128); the grouped fp8 ones all three
     # (ragged_fp8.py).
     table = [jnp.zeros((1 + catalog.GROUP_TILE_FIELDS,), jnp.int32)]
     extra = {"grouped": table, "grouped_glu": table,
@@ -56,6 +56,8 @@ def _undecoded_on_default_device(family, attrs, out_cols):
              "fp8": [jnp.ones((1,), jnp.float32)] * 2,
              "fp8_swap": [jnp.ones((1,), jnp.float32)] * 2,
              "grouped_fp8": table + [jnp.ones((1,), jnp.float32)] * 2,
+             "grouped_fp8_block": table + [jnp.ones((1, 256, 1), jnp.float32),
+                                           jnp.ones((1, -(-out_cols // 128), 1), jnp.float32)],
              "fp8_block": [jnp.ones((1, 256, 1), jnp.float32),
                            jnp.ones((1, -(-out_cols // 128), 1), jnp.float32)]}.get(family, [])
     call = jax.ffi.ffi_call(f"jax_hopper_gemm_{family}",

@@ -28,7 +28,7 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "ragged_k_split", "ragged_n_grad", "ragged_glu_f", "contract_columns", "ragged_rows",
          "ragged_dp_grad", "contract_rows", "fp8_rows", "fp8_block_n", "fp8_block_k",
          "fp8_tensor_k_scatter", "fp8_kn_columns", "fp8_entry_scales", "ragged_fp8_n",
-         "ragged_fp8_rows", "quantize_rows_tensor",
+         "ragged_fp8_rows", "ragged_fp8_block_n", "ragged_fp8_block_rows", "quantize_rows_tensor",
          "quantize_cols_blocks", "quantize_unaligned_rows", "quantize_given_amax",
          "fp8_matmul_data_parallel", "config_per_shard", "tune_problems_per_shard"]
 
@@ -467,6 +467,34 @@ def _cases():
                        (named("x"), None), all_reduce=False)
         assert tuple(got.sharding.spec)[:1] == ("x",), got.sharding.spec
 
+    def ragged_fp8_block(ls, **kw):
+        from jax_hopper import hopper_ragged_fp8_dot
+        return lambda x, w, rs, *extra: hopper_ragged_fp8_dot(
+            x, w, sizes, ls, rs, out_dtype=f32, **dict(zip(("bias", "residual"), extra)), **kw)
+
+    def ragged_fp8_block_n():
+        # Block scales, the experts' N split in whole 128-row blocks: each device its columns
+        # and their blocks' scales, nothing gathered.
+        ls = jnp.abs(_rand(rng, (rows, -(-k // 128)), f32))
+        got = _compare(ragged_fp8_block(ls, activation="relu"),
+                       (_rand(rng, (rows, k), e4m3), _rand(rng, (groups, kblock, k), e4m3),
+                        jnp.abs(_rand(rng, (groups, n_dev, -(-k // 128)), f32)),
+                        _rand(rng, (groups, kblock), f32)),
+                       (None, named(None, "x"), named(None, "x"), named(None, "x")),
+                       all_reduce=False)
+        assert tuple(got.sharding.spec) == (None, "x"), got.sharding.spec
+
+    def ragged_fp8_block_rows():
+        # ... and the rows split evenly, each row's scales with it.
+        from jax_hopper import hopper_ragged_fp8_dot
+        w8 = _rand(rng, (groups, n, k), e4m3)
+        rs = jnp.abs(_rand(rng, (groups, -(-n // 128), -(-k // 128)), f32))
+        got = _compare(lambda x, ls: hopper_ragged_fp8_dot(x, w8, sizes, ls, rs, out_dtype=f32),
+                       (_rand(rng, (rows, k), e4m3),
+                        jnp.abs(_rand(rng, (rows, -(-k // 128)), f32))),
+                       (named("x"), named("x")), all_reduce=False)
+        assert tuple(got.sharding.spec)[:1] == ("x",), got.sharding.spec
+
     def quantize_rows_tensor():
         # Per-tensor scaling: the amax is one all-reduce (max); each device quantizes its rows
         # and writes its columns of the transposed copy.
@@ -593,8 +621,8 @@ def _cases():
                             ragged_n_grad, ragged_glu_f, contract_columns, ragged_rows,
                             ragged_dp_grad, contract_rows, fp8_rows, fp8_block_n, fp8_block_k,
                             fp8_tensor_k_scatter, fp8_kn_columns, fp8_entry_scales,
-                            ragged_fp8_n, ragged_fp8_rows,
-                            quantize_rows_tensor,
+                            ragged_fp8_n, ragged_fp8_rows, ragged_fp8_block_n,
+                            ragged_fp8_block_rows, quantize_rows_tensor,
                             quantize_cols_blocks,
                             quantize_unaligned_rows, quantize_given_amax,
                             fp8_matmul_data_parallel, config_per_shard,

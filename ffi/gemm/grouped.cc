@@ -3,7 +3,7 @@
 // grouped_glu family: act(gate) * up of expert g's gated weight), the groups' row ranges given
 // by the tile table the wrapper builds on the device (cuda/gemm/scheduler/grouped.cuh), and of
 // hopper_ragged_fp8_dot (the grouped_fp8 family: fp8 operands with per-tensor or per-expert
-// scales).
+// scales; grouped_fp8_block: block scales).
 #include <string>
 
 #include "ffi/gemm/gemm_call.h"
@@ -66,21 +66,25 @@ ffi::Error grouped_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a
                   bias, residual, out, workspace, attrs, &preset);
 }
 
-// The grouped fp8 GEMM (hopper_ragged_fp8_dot, family grouped_fp8): lhs (1, M, K) and rhs
-// (G, N, K) fp8, both K-major; lhs_scale one float32, rhs_scale one or one per expert (G,),
-// which the kernel reads by each tile's group (TensorScaling).
+// The grouped fp8 GEMM (hopper_ragged_fp8_dot): lhs (1, M, K) and rhs (G, N, K) fp8, both
+// K-major. Family grouped_fp8: lhs_scale one float32, rhs_scale one or one per expert (G,),
+// which the kernel reads by each tile's group (TensorScaling). Family grouped_fp8_block:
+// lhs_scale (1, M, ceil(K/128)) and rhs_scale (G, ceil(N/128), ceil(K/128)) (BlockScaling
+// checks them against the problem, the group as the batch entry).
+template <GemmFamily kFamily>
 ffi::Error grouped_fp8_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a,
                             ffi::AnyBuffer b, ffi::AnyBuffer bias, ffi::AnyBuffer residual,
                             ffi::AnyBuffer tiles, ffi::AnyBuffer a_scale, ffi::AnyBuffer b_scale,
                             ffi::Result<ffi::AnyBuffer> out,
                             ffi::Result<ffi::AnyBuffer> workspace, GemmAttrs attrs) {
   constexpr const char* kOp = "hopper_ragged_fp8_dot";
+  constexpr int kRank = kFamily == GemmFamily::kGroupedFp8Block ? 3 : 1;
   GemmArgs preset = {};
   JH_RETURN_IF_ERROR(read_tile_table(kOp, tiles, &preset));
-  JH_RETURN_IF_ERROR(read_scales(kOp, "lhs_scale", a_scale, 1, &preset.a_scale));
-  JH_RETURN_IF_ERROR(read_scales(kOp, "rhs_scale", b_scale, 1, &preset.b_scale));
-  return run_gemm(GemmFamily::kGroupedFp8, kOp, grouped_shapes, stream, flags, a, b, bias,
-                  residual, out, workspace, attrs, &preset);
+  JH_RETURN_IF_ERROR(read_scales(kOp, "lhs_scale", a_scale, kRank, &preset.a_scale));
+  JH_RETURN_IF_ERROR(read_scales(kOp, "rhs_scale", b_scale, kRank, &preset.b_scale));
+  return run_gemm(kFamily, kOp, grouped_shapes, stream, flags, a, b, bias, residual, out,
+                  workspace, attrs, &preset);
 }
 
 }  // namespace
@@ -91,7 +95,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedHandler, grouped_impl<GemmFamily::kGrouped>
 XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedGluHandler, grouped_impl<GemmFamily::kGroupedGlu>,
                               gemm_binding<1>(), {ffi::Traits::kCmdBufferCompatible});
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedFp8Handler, grouped_fp8_impl, gemm_binding<3>(),
+XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedFp8Handler, grouped_fp8_impl<GemmFamily::kGroupedFp8>,
+                              gemm_binding<3>(), {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedFp8BlockHandler,
+                              grouped_fp8_impl<GemmFamily::kGroupedFp8Block>, gemm_binding<3>(),
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jax_hopper

@@ -200,12 +200,14 @@ def choose_grouped_config(m: int, n: int, groups: int, family: str = "grouped") 
     128 x 256, against clusters along N (grouped_h100_20261124_cluster_m.json): Mixtral up
     625 vs 635, DeepSeek up 603 vs 575, DeepSeek down 586 vs 589 TFLOP/s: no clear winner,
     so N stays the default (at decode sizes pairing would double the tiles: one per group).
-    The grouped fp8 family (`family`) has the same two tiles with a 128-element k-block, and
-    takes the same rule (not measured for fp8)."""
-    tiles = {(t.block_m, t.block_n, t.schedule): t for t in catalog.FAMILIES[family].tiles}
+    The grouped fp8 families (`family`) have the same two tiles with a 128-element k-block, and
+    take the same rule (not measured for fp8); the block-scaled one never clusters
+    (Family.multicast, as the dense block-scaled fp8)."""
+    fam = catalog.FAMILIES[family]
+    tiles = {(t.block_m, t.block_n, t.schedule): t for t in fam.tiles}
     tile = tiles[64, 256, "pingpong"] if m <= 64 * groups else tiles[128, 256, "cooperative"]
     column_tiles = -(-n // tile.block_n)
-    pairs = column_tiles >= 2 and (column_tiles % 2 == 0 or column_tiles >= 8)
+    pairs = fam.multicast and column_tiles >= 2 and (column_tiles % 2 == 0 or column_tiles >= 8)
     return GemmConfig.for_tile(tile, stream_k=False, cluster_n=2 if pairs else 1)
 
 

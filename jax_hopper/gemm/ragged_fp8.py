@@ -1,18 +1,23 @@
-"""hopper_ragged_fp8_dot: the grouped GEMM of Mixture-of-Experts layers on fp8 operands (the
-grouped_fp8 kernel family), with one float32 scale for lhs and one for rhs or one per expert:
-the fp8 MoE recipe whose experts are quantized one by one.
+"""hopper_ragged_fp8_dot: the grouped GEMM of Mixture-of-Experts layers on fp8 operands, with
+per-tensor scales (the grouped_fp8 kernel family: one float32 for lhs, one for rhs or one per
+expert, the recipe whose experts are quantized one by one) or block scales (grouped_fp8_block:
+DeepSeek-V3's, one per row of lhs and 128 of K, one per 128 x 128 block of each expert).
 
     y = hopper_ragged_fp8_dot(x8, w8, group_sizes, x_scale, w_scales)  # w8 (G, N, K), (G,) scales
+    y = hopper_ragged_fp8_dot(x8, w8, group_sizes, x_scales, w_scales)  # (M, K/128), (G, N/128, K/128)
 
 Rows of group g are act(alpha * (lhs_scale * lhs_rows) @ (rhs_scale[g] * rhs[g])^T + bias[g]) +
-beta * residual, with hopper_ragged_dot's group-size rules (ragged_tiles.py). fp8 wgmma reads
-K-major operands only, so rhs is (G, N, K) (transpose_rhs=True, the default); (G, K, N) is
-first copied by transpose_fp8. The kernel scales its fp32 accumulators by lhs_scale *
-rhs_scale[group] (TensorScaling reads the tile's group) before the epilogue.
+beta * residual, the scales broadcast over their blocks, with hopper_ragged_dot's group-size
+rules (ragged_tiles.py). fp8 wgmma reads K-major operands only, so rhs is (G, N, K)
+(transpose_rhs=True, the default); (G, K, N) is first copied by transpose_fp8. Per tensor, the
+kernel scales its fp32 accumulators by lhs_scale * rhs_scale[group] (TensorScaling reads the
+tile's group) before the epilogue; per block, each 128-wide k-block's product is scaled and
+added into them in fp32 (MainloopSSPromoted, BlockScaling with the group as batch entry).
 
 Layers: hopper_ragged_fp8_dot checks its arguments -> _partitioned (custom_partitioning under a
-sharded jit: rows split evenly and rhs's N split run locally, as hopper_ragged_dot's; anything
-else is gathered with a warning that names it) -> launch (one device's call: the tile table,
+sharded jit: rows split evenly and rhs's N split run locally, as hopper_ragged_dot's, the
+scales split with them (block scales: an N split of whole 128-row blocks only); anything else
+is gathered with a warning that names it) -> launch (one device's call: the tile table,
 padding, the config) -> hopper_ragged_fp8_p. Forward only (fp8 operands carry no useful
 gradient); vmap runs one launch per entry (ragged_primitive.vmapped_per_entry).
 """
@@ -20,6 +25,7 @@ gradient); vmap runs one launch per entry (ragged_primitive.vmapped_per_entry).
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 
 import jax
@@ -45,26 +51,34 @@ from jax_hopper.quantize.transpose import transpose_fp8
 
 hopper_ragged_fp8_p = Primitive("hopper_ragged_fp8_dot")
 _F32 = jnp.dtype(jnp.float32)
-_FAMILY = "grouped_fp8"
+_FAMILIES = {"tensor": "grouped_fp8", "block": "grouped_fp8_block"}  # by scaling
+_BLOCK = catalog.FP8_SCALE_BLOCK
 
 
 def hopper_ragged_fp8_dot(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, out_dtype=None,
                           preferred_element_type=None, transpose_rhs=True, bias=None,
                           activation=None, residual=None, alpha=1.0, beta=1.0, config=None):
     """lhs (M, K) fp8; rhs (G, N, K) fp8 (transpose_rhs=True) or (G, K, N) (copied K-major
-    first); group_sizes (G,) integer, a device array. (lhs, rhs) dtypes: a pair of
-    catalog.FP8_PAIRS. lhs_scale: a float scalar or (1,) array; rhs_scale: one, or (G,) one per
-    expert; traced. out_dtype (alias preferred_element_type): bfloat16 (default), float16 or
-    float32. bias (G, N), activation, residual (M, N), alpha and beta as in hopper_ragged_dot.
-    config: a GemmConfig of the grouped_fp8 family; default: choose_grouped_config's rule over
+    first); group_sizes (G,) integer, a device array. The scales, traced float arrays, pick
+    the recipe:
+      - per tensor (family grouped_fp8): lhs_scale a scalar or (1,); rhs_scale one, or (G,)
+        one per expert. (lhs, rhs) dtypes: a pair of catalog.FP8_PAIRS;
+      - per block (family grouped_fp8_block): lhs_scale (M, ceil(K/128)), one per row and
+        128 of K; rhs_scale (G, ceil(N/128), ceil(K/128)), one per 128 x 128 block of each
+        expert's (N, K) product operand, whichever way rhs is stored. e4m3 both.
+    out_dtype (alias preferred_element_type): bfloat16 (default), float16 or float32.
+    bias (G, N), activation, residual (M, N), alpha and beta as in hopper_ragged_dot.
+    config: a GemmConfig of the recipe's family; default: choose_grouped_config's rule over
     its tiles."""
     lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
     fn = "hopper_ragged_fp8_dot"
+    scaling = _scaling(fn, lhs_scale, rhs_scale)
+    family = _FAMILIES[scaling]
     pair = (lhs.dtype.name, rhs.dtype.name)
-    if pair not in catalog.FAMILIES[_FAMILY].dtypes:
+    if pair not in catalog.FAMILIES[family].dtypes:
         raise ValueError(f"{fn}: (lhs.dtype, rhs.dtype) = {pair} is not one of the pairs "
-                         f"compiled {catalog.FAMILIES[_FAMILY].dtypes} (for 16-bit inputs use "
-                         "hopper_ragged_dot)")
+                         f"compiled {catalog.FAMILIES[family].dtypes} for {scaling} scales (for "
+                         "16-bit inputs use hopper_ragged_dot)")
     out_dtype = api.out_dtype_arg(out_dtype, preferred_element_type) or jnp.dtype(jnp.bfloat16)
     if out_dtype not in api.SUPPORTED_OUTPUTS:
         raise ValueError(f"{fn}: out_dtype={out_dtype} must be one of "
@@ -83,18 +97,47 @@ def hopper_ragged_fp8_dot(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, out_dt
         raise ValueError(f"{fn}: lhs's K ({k}) must be rhs's (G, N, K) K ({kr}) "
                          f"(transpose_rhs={transpose_rhs})")
     check_group_sizes(group_sizes, groups, "rhs group")
-    scales = [_scale(fn, "lhs_scale", lhs_scale, (1,)),
-              _scale(fn, "rhs_scale", rhs_scale, (1, groups))]
+    if scaling == "block":
+        kb, nb = -(-k // _BLOCK), -(-n // _BLOCK)
+        scales = [_block_scale(fn, "lhs_scale", lhs_scale, (m, kb), "(M, ceil(K/128))")[None],
+                  _block_scale(fn, "rhs_scale", rhs_scale, (groups, nb, kb),
+                               "(G, ceil(N/128), ceil(K/128))")]
+    else:
+        scales = [_scale(fn, "lhs_scale", lhs_scale, (1,)),
+                  _scale(fn, "rhs_scale", rhs_scale, (1, groups))]
     bias2 = api.prepare_bias(bias, (groups, n), "(G, N)", ": one row per group")
     res3 = residual3(residual, (m, n), out_dtype)
-    config = checked_config(config, pair[0], False, False, family=_FAMILY, b_dtype=pair[1])
-    params = freeze(dict(out_dtype=out_dtype, activation=act, alpha=alpha, beta=beta,
-                         config=config))
+    config = checked_config(config, pair[0], False, False, family=family, b_dtype=pair[1])
+    params = freeze(dict(family=family, out_dtype=out_dtype, activation=act, alpha=alpha,
+                         beta=beta, config=config))
     gs = group_sizes.astype(jnp.int32)
     if m == 0 or n == 0 or groups == 0 or k == 0:  # a zero product: nothing to launch
         return epilogue(jnp.zeros((m, n), _F32), gs, bias2, res3, activation=act, beta=beta,
                         out_dtype=out_dtype)[0]
     return _launch_per_entry(params)(lhs[None], rhs, gs, bias2, res3, *scales)[0]
+
+
+def _scaling(fn, lhs_scale, rhs_scale) -> str:
+    """"block" for a 2-D lhs_scale and a 3-D rhs_scale, "tensor" for scalars or vectors, or
+    ValueError naming the rule."""
+    ranks = (jnp.ndim(lhs_scale), jnp.ndim(rhs_scale))
+    if ranks == (2, 3):
+        return "block"
+    if max(ranks) <= 1:
+        return "tensor"
+    raise ValueError(f"{fn}: the scales must be both per tensor (lhs_scale a scalar or (1,), "
+                     "rhs_scale one or (G,)) or both per block (lhs_scale (M, ceil(K/128)), "
+                     "rhs_scale (G, ceil(N/128), ceil(K/128))); got lhs_scale of rank "
+                     f"{ranks[0]} and rhs_scale of rank {ranks[1]}")
+
+
+def _block_scale(fn, name, s, shape, rule):
+    """A block-scale array as float32 of `shape`, or ValueError naming the rule."""
+    s = jnp.asarray(s)
+    if s.shape != shape or not jnp.issubdtype(s.dtype, jnp.floating):
+        raise ValueError(f"{fn}: {name} must be a float array {rule} = {shape} (one scale per "
+                         f"{_BLOCK} elements of K); got shape {s.shape}, dtype {s.dtype}")
+    return s.astype(jnp.float32)
 
 
 def _scale(fn, name, s, sizes):
@@ -124,31 +167,44 @@ def _partitioned(params, shapes, lhs3, rhs, gs, bias, res, lhs_scale, rhs_scale)
 
 
 def _rule(params, shapes, mesh, value_types, result_types):
-    del params, mesh, value_types, result_types
+    del mesh, value_types, result_types
     (_, _, _), (groups, _, _), _, bias_shape, res_shape, _, rs_shape = shapes
     bias = "g n" if bias_shape[0] else "z"
     res = "o m n" if res_shape[0] else "r1 r2 r3"
-    rs = "g" if rs_shape[0] == groups else "s"
-    return (f"o m k, g n k, g, {bias}, {res}, l, {rs} -> o m n",
+    if dict(params)["family"] == _FAMILIES["block"]:  # blocks of K and N: factors of their own
+        scales = "o m kb, g nb kb"
+    else:
+        scales = "l, " + ("g" if rs_shape[0] == groups else "s")
+    return (f"o m k, g n k, g, {bias}, {res}, {scales} -> o m n",
             {"reduction_factors": ("k",), "need_replication_factors": ("o", "g")})
 
 
 def _partition(params, shapes, mesh, arg_shapes, result_shape):
     """hopper_ragged_dot's rows split evenly and rhs's N split (ragged_sharding.py), run
-    locally; anything else, K split included, gathered with a warning that names it."""
+    locally with their scales (block scales: N split in whole 128-row blocks only); anything
+    else, K split included, gathered with a warning that names it."""
     p = dict(params)
-    lhs, rhs, gs, bias, res, _, rs = arg_shapes
+    lhs, rhs, gs, bias, res, ls, rs = arg_shapes
     s_lhs, s_rhs, s_out = spec_of(lhs), spec_of(rhs), spec_of(result_shape)
     axes, spec = assign_factors(mesh, {"m": [s_lhs[1], s_out[1]], "n": [s_rhs[1], s_out[2]],
                                        "k": []}, lhs.shape[2])
     rows = lhs.shape[1]
     m_axes = split_rows(mesh, axes, rows)
+    block = p["family"] == _FAMILIES["block"]
+    n_devices = math.prod(mesh.shape[x] for x in axes["n"])
+    if block and rhs.shape[1] % (n_devices * _BLOCK):  # a device's columns: whole scale blocks
+        axes["n"] = ()
+    scale_factors = (((None, "m", None), (None, "n", None)) if block else ((None,), (None,)))
     gathered = gathered_operands(axes, (("lhs", lhs, (None, "m", None)),
                                         ("rhs", rhs, (None, "n", None)),
-                                        ("group_sizes", gs, (None,)), ("rhs_scale", rs, (None,))))
+                                        ("group_sizes", gs, (None,)),
+                                        ("lhs_scale", ls, scale_factors[0]),
+                                        ("rhs_scale", rs, scale_factors[1])))
     if gathered:
         warnings.warn(f"hopper_ragged_fp8_dot: {', '.join(gathered)} gathered to every device "
-                      "(rows split evenly and rhs's N are split without gathering)", stacklevel=2)
+                      "(rows split evenly and rhs's N are split without gathering"
+                      + (", N in whole 128-row scale blocks" if block else "") + ")",
+                      stacklevel=2)
     bias_sh = spec(None, "n") if bias.shape[0] else spec(None)
     res_sh = spec(None, "m", "n") if res.shape[0] else spec(None, None, None)
 
@@ -158,7 +214,7 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
 
     return (mesh, lower_fn, spec(None, "m", "n"),
             (spec(None, "m", None), spec(None, "n", None), spec(None), bias_sh, res_sh,
-             spec(None), spec(None)))
+             *(spec(*f) for f in scale_factors)))
 
 
 _partitioned.def_partition(partition=_partition, sharding_rule=_rule)
@@ -170,7 +226,8 @@ def launch(lhs, rhs, group_sizes, bias, res, lhs_scale, rhs_scale, **params):
     columns), sliced off the result; config None is chosen here for this problem."""
     if params["config"] is None:
         params = {**params, "config": choose_grouped_config(lhs.shape[1], rhs.shape[1],
-                                                            rhs.shape[0], family=_FAMILY)}
+                                                            rhs.shape[0],
+                                                            family=params["family"])}
     if k_pad := pitch_pad(lhs.shape[2], lhs.dtype):
         lhs = jnp.pad(lhs, ((0, 0), (0, 0), (0, k_pad)))
         rhs = jnp.pad(rhs, ((0, 0), (0, 0), (0, k_pad)))
@@ -190,12 +247,22 @@ def _abstract_eval(lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale, rhs_
     return jax.core.ShapedArray((1, lhs.shape[1], rhs.shape[1]), out_dtype)
 
 
-def reference(lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale, rhs_scale, *, out_dtype,
-              activation, alpha, beta, config=None):
+def reference(lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale, rhs_scale, *, family,
+              out_dtype, activation, alpha, beta, config=None):
     """What the kernel computes, in jnp: exact fp8 products summed in fp32, scaled by lhs_scale
-    and the row's group's rhs_scale, then the epilogue in fp32 and one rounding."""
+    and the row's group's rhs_scale (per block: of the operands dequantised, which the
+    kernel's per-k-block promotion equals up to fp32 rounding), then the epilogue in fp32 and
+    one rounding."""
     del tiles, config
     sizes = ragged_tiles.valid_sizes(group_sizes, lhs.shape[1])
+    if family == _FAMILIES["block"]:
+        k, n = lhs.shape[2], rhs.shape[1]
+        a = lhs[0].astype(_F32) * _expand(lhs_scale[0], 1, k)
+        b = rhs.astype(_F32) * _expand(_expand(rhs_scale, 1, n), 2, k)
+        x = jax.lax.ragged_dot(a, jnp.swapaxes(b, 1, 2), sizes,
+                               precision=jax.lax.Precision.HIGHEST)
+        return epilogue(alpha * x, group_sizes, bias, residual, activation=activation,
+                        beta=beta, out_dtype=out_dtype)
     x = jax.lax.ragged_dot(lhs[0].astype(_F32), jnp.swapaxes(rhs, 1, 2).astype(_F32), sizes,
                            precision=jax.lax.Precision.HIGHEST)
     per_group = jnp.broadcast_to(rhs_scale, (rhs.shape[0],))
@@ -205,19 +272,24 @@ def reference(lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale, rhs_scale
                     out_dtype=out_dtype)
 
 
+def _expand(scales, axis, extent):
+    """Per-block scales repeated over their block's elements along `axis`, cut to `extent`."""
+    return jax.lax.slice_in_dim(jnp.repeat(scales, _BLOCK, axis=axis), 0, extent, axis=axis)
+
+
 def _cuda_lowering(ctx, lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale, rhs_scale, *,
-                   out_dtype, activation, alpha, beta, config):
+                   family, out_dtype, activation, alpha, beta, config):
     # As the grouped GEMM's lowering (ragged_primitive.py): the plan covers every slot of the
     # tile table; the table and the two scales are the call's fifth to seventh inputs.
     del group_sizes, out_dtype
     lhs_aval, rhs_aval, tiles_aval = ctx.avals_in[0], ctx.avals_in[1], ctx.avals_in[3]
-    kernel = config.kernel(_FAMILY, lhs_aval.dtype.name, False, False, rhs_aval.dtype.name)
+    kernel = config.kernel(family, lhs_aval.dtype.name, False, False, rhs_aval.dtype.name)
     _, m, n = ctx.avals_out[0].shape
     slots = (tiles_aval.shape[0] - 1) // ragged_tiles.GROUP_TILE_FIELDS
     resident = _ffi.resident_clusters(kernel, config.cluster_m * config.cluster_n)
     plan = config.plan(kernel, 1, slots * config.block_m, n, lhs_aval.shape[2], resident)
     workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
-    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{_FAMILY}")(
+    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{family}")(
         ctx.replace(avals_in=[ctx.avals_in[i] for i in (0, 1, 4, 5, 3, 6, 7)],
                     avals_out=[*ctx.avals_out, workspace]),
         lhs, rhs, bias, residual, tiles, lhs_scale, rhs_scale,

@@ -94,12 +94,15 @@ struct BlockScaling {
   // B's 128-row block `block`. Past the last row or block they are the last one's: rows and
   // columns past the problem are computed but never stored, so any scale serves them, and the
   // loads need no predicate. Taken once per work unit, so each unit's loads are a pointer plus
-  // the k-block index.
+  // the k-block index. In the grouped GEMM the batch entry is the tile's group (B's scales per
+  // expert, A's one array for every row); a tile slot past every group has batch -1 and no
+  // k-blocks: its pointers are never read, and are clamped into the arrays all the same.
   __device__ static const float* a_row(const Params& p, int32_t batch, int32_t row) {
-    return p.a + batch * p.a_batch_stride + int64_t(min(row, p.rows - 1)) * p.k_blocks;
+    return p.a + max(batch, 0) * p.a_batch_stride + int64_t(min(row, p.rows - 1)) * p.k_blocks;
   }
   __device__ static const float* b_row(const Params& p, int32_t batch, int32_t block) {
-    return p.b + batch * p.b_batch_stride + int64_t(min(block, p.n_blocks - 1)) * p.k_blocks;
+    return p.b + max(batch, 0) * p.b_batch_stride +
+           int64_t(min(block, p.n_blocks - 1)) * p.k_blocks;
   }
 };
 
