@@ -377,18 +377,19 @@ def main(argv=None) -> int:
     print(f"{'case':16} {'routing':8} {'floor us':>9} {'xla TF/s':>9} {'pallas':>10} "
           f"{'hopper TF/s':>11} {'% floor':>8} {'x xla':>6} {'x pallas':>8} {'x dense':>8} "
           f"{'err':>8}")
+    os.makedirs(args.out_dir, exist_ok=True)
+    path = os.path.join(args.out_dir, f"grouped_{args.tag}.json")
     for name in names:
         for routing in args.routing:
             row = run_case(name, routing, args.reps, rng, args.sweep, args.pallas, args.train,
                            args.fp8)
             rows.append(row)
             report(row, args.sweep)
-    os.makedirs(args.out_dir, exist_ok=True)
-    path = os.path.join(args.out_dir, f"grouped_{args.tag}.json")
-    with open(path, "w") as f:
-        json.dump(dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
-                       date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                       argv=sys.argv[1:], rows=rows), f, indent=1)
+            # Rewritten after every row, so a run stopped by a time limit keeps what it timed.
+            with open(path, "w") as f:
+                json.dump(dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
+                               date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                               argv=sys.argv[1:], rows=rows), f, indent=1)
     print(f"wrote {path}")
     return 0
 

@@ -99,5 +99,5 @@ def test_block_scales_default_config(m, n, k, groups):
 def test_block_scales_epilogue_and_rhs_stored_kn():
     rng = np.random.default_rng()
     _check(rng, 400, 384, 256, [100, 50, 250], out_dtype="bfloat16", with_bias=True,
-           with_residual=True, activation="silu", alpha=0.5, beta=2.0, transpose_rhs=False,
+           with_residual=True, activation="gelu_tanh", alpha=0.5, beta=2.0, transpose_rhs=False,
            block=True)
