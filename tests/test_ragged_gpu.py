@@ -98,9 +98,9 @@ def test_boundary_at_every_offset(rng, tile):
 @pytest.mark.parametrize("cluster", [(1, 1), (2, 1), (1, 2)], ids=lambda c: f"c{c[0]}x{c[1]}")
 @pytest.mark.parametrize("tile", TILES, ids=lambda t: t.tag)
 def test_groups_ending_in_the_first_half_of_their_last_tile(rng, tile, cluster):
-    """Every group's last 128-row tile holds 1-64 of its rows, so the cooperative tiles' second
-    warpgroup multiplies nothing there (MainloopSS::drain); the poisoned output shows any row
-    it should have stored."""
+    """Every group but the last ends 1-64 rows into its last 128-row tile (the half of the
+    cooperative tiles' first warpgroup), one group of 64 rows fills no more; the poisoned
+    output shows any row the kernel should have stored."""
     sizes = [129, 64, 192, 1, 300, 250]
     _check(rng, sum(sizes) + 7, 256, 264, sizes, out_dtype="float32",
            config=GemmConfig.for_tile(tile, stream_k=False, cluster_m=cluster[0],

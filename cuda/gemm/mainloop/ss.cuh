@@ -203,33 +203,14 @@ struct MainloopSS {
       ptx::named_barrier_sync(kTileBarrier, 128 * TILE_WARPGROUPS);
   }
 
-  // Whether consumer warpgroup `part`'s rows [part * kSlices * 64, +kSlices * 64) all lie past
-  // the rows the tile stores (TileCoord::rows): a grouped tile whose group ends in the other
-  // warpgroup's half (each group's last tile, whatever its size). Such a warpgroup's product
-  // would never be stored, so it multiplies nothing (drain), and the tile's other warpgroup
-  // has the tensor cores to itself. Elsewhere rows is the constant BM and the test folds away
-  // with the rest of coord().
-  template <class CoordFn>
-  __device__ static bool rows_past_tile(uint32_t part, const CoordFn& coord) {
-    return TILE_WARPGROUPS > 1 && static_cast<int32_t>(part * kSlices * 64) >= coord().rows;
-  }
-
-  // The k-loop of a warpgroup that multiplies nothing: it waits for each stage (clearing its
-  // k tail where the other warpgroup expects it to, clear_k_tail's barrier) and releases it,
-  // so the ring turns as with a product; its accumulators stay as they are (zero).
-  __device__ static void drain(const Shared& s, Pipe& pipe, const WorkUnit& u, uint32_t part,
-                               uint32_t wg_thread, uint32_t cluster_size) {
-    for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
-      ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);
-      if constexpr (kClearsKTail) {
-        if (u.k_tail_rows != 0 && kb == u.k_end - 1)
-          clear_k_tail(s, pipe.stage, u.k_tail_rows, part, wg_thread);
-      }
-      release(s, pipe.stage, cluster_size, wg_thread);
-      pipe.advance();
-    }
-  }
-
+  // NOTES: tried and dropped (H100, 2026-11-26, ab_h100_20261126_drain*.json): a cooperative
+  // warpgroup whose rows all lie past a grouped tile's stored rows (each group's last tile
+  // ending in the other half) skipping its wgmmas and only waiting for and releasing each
+  // stage. Correct on every grouped tile and cluster, but slower against the build before it,
+  // twice: DeepSeek up 0.85x / 0.87x, DeepSeek down 0.96x, Mixtral up 0.95x / 0.97x (dense
+  // controls 1.01-1.02x). Not profiled; the test needed the tile's coordinates (the tile
+  // table's loads) before the first wgmma of every unit, which the cooperative schedule
+  // otherwise reads only after the mainloop.
   // The consumer warpgroup with rows [part * kSlices * 64, +kSlices * 64) of the tile: acc =
   // those rows over unit u's k-blocks (scaled); slice i's accumulators at acc[i * kSliceRegs].
   // coord() gives the unit's TileCoord, for a mainloop that needs it (MainloopSSPromoted reads
@@ -239,13 +220,9 @@ struct MainloopSS {
                              uint32_t part, uint32_t wg_thread, uint32_t cluster_size,
                              float* acc, const CoordFn& coord) {
     const typename Scaling::Value scale = Scaling::load(p.scale, coord);
+    const Descs d0 = first_descs(s, part);
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
-    if (rows_past_tile(part, coord)) {
-      drain(s, pipe, u, part, wg_thread, cluster_size);
-      return;
-    }
-    const Descs d0 = first_descs(s, part);
     int prev_stage = -1;
     for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
       ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);

@@ -142,12 +142,6 @@ struct MainloopSSPromoted
   __device__ static void mma(const Params& p, const Shared& s, Pipe& pipe, const WorkUnit& u,
                              uint32_t part, uint32_t wg_thread, uint32_t cluster_size,
                              float* acc, const CoordFn& coord) {
-#pragma unroll
-    for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
-    if (Base::rows_past_tile(part, coord)) {
-      Base::drain(s, pipe, u, part, wg_thread, cluster_size);
-      return;
-    }
     const TileCoord tc = coord();
     // This thread's first accumulator row (the wgmma m64 fragment: warp w holds rows 16 w ..
     // +15, lane l rows l / 4 and l / 4 + 8; register r of a unit is in the second when r / 2 is
@@ -169,6 +163,8 @@ struct MainloopSSPromoted
 #pragma unroll
     for (int c = 0; c < kBColumnBlocks; ++c)
       b_scales[c] = BlockScaling::b_row(p.scale, tc.batch, b_block + c) + k_first;
+#pragma unroll
+    for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
 
     // Unit t of a step is multiplied into buffer t % 2 while unit t - 1, in the other
     // buffer, waits for its wgmmas (wait_group 1) and is added into the accumulators times its
