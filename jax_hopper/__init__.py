@@ -11,6 +11,8 @@
     b8 = transpose_fp8(b8_kn)                         # an fp8 (K, N) weight as (N, K)
     y = fp8_matmul(x, w, recipe="block")              # differentiable, fp8 forward and backward
     y = fp8_matmul(x, w, recipe="delayed", meta=m)    # scales from amax histories, m = fp8_meta()
+    y = hopper_ragged_fp8_dot(x8, w8, group_sizes, x_scale, w_scales)  # fp8 MoE grouped GEMM
+    y = fp8_ragged_dot(x, w_experts, group_sizes, recipe="block")  # differentiable, fp8 inside
 
 On a machine without a Hopper GPU (or in a package built without the CUDA toolkit) every op
 lowers to a pure-JAX reference with the same result; kernels_available() says which runs.
@@ -23,6 +25,7 @@ from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.dot_general import dot_general
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
 from jax_hopper.gemm.fp8_matmul import Fp8Meta, fp8_dot_general, fp8_matmul, fp8_meta
+from jax_hopper.gemm.fp8_ragged_dot import fp8_ragged_dot
 from jax_hopper.gemm.glu import hopper_glu
 from jax_hopper.gemm.ragged import hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm.ragged_contract import hopper_ragged_contract
@@ -44,6 +47,7 @@ __all__ = [
     "fp8_dot_general",
     "fp8_matmul",
     "fp8_meta",
+    "fp8_ragged_dot",
     "hopper_fp8_matmul",
     "hopper_glu",
     "hopper_matmul",

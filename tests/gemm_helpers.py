@@ -358,6 +358,41 @@ FP8_MATMUL_BOUND = {"tensor": dict(y=0.06, dx=0.09, dw=0.09),
                     "block": dict(y=0.06, dx=0.06, dw=0.06)}
 
 
+def check_fp8_ragged_dot(rng, m, k, n, sizes, recipe, dtype=jnp.bfloat16, jit=False):
+    """Forward and both gradients of fp8_ragged_dot against float64 of the unquantized inputs
+    (the helper the GPU tests share): y and dx within fp8_matmul's bounds, dw (computed in 16
+    bits) within the 16-bit bound; rows past every group 0 in y and in dx."""
+    groups = len(sizes)
+    x = jnp.asarray(rng.standard_normal((m, k)), dtype)
+    w = jnp.asarray(rng.standard_normal((groups, k, n)) / np.sqrt(k), dtype)
+    g = jnp.asarray(rng.standard_normal((m, n)), dtype)
+    gs = jnp.asarray(sizes, jnp.int32)
+    f = lambda x, w: jax_hopper.fp8_ragged_dot(x, w, gs, recipe=recipe)  # noqa: E731
+    y, vjp = jax.vjp(jax.jit(f) if jit else f, x, w)
+    dx, dw = vjp(g)
+    assert (y.dtype, dx.dtype, dw.dtype) == (x.dtype, x.dtype, w.dtype)
+    x64, w64, g64 = to64(x), to64(w), to64(g)
+    want = dict(y=np.zeros((m, n)), dx=np.zeros((m, k)), dw=np.zeros((groups, k, n)))
+    pos = 0
+    for i, size in enumerate(sizes64(sizes, m)):
+        rows = slice(pos, pos + size)
+        want["y"][rows] = x64[rows] @ w64[i]
+        want["dx"][rows] = g64[rows] @ w64[i].T
+        want["dw"][i] = x64[rows].T @ g64[rows]
+        pos += size
+    assert np.all(to64(y)[pos:] == 0) and np.all(to64(dx)[pos:] == 0)
+    # dw's operands are x's 16-bit dtype, bfloat16 for float32 x (its rounding the bound).
+    sixteen = "bfloat16" if jnp.dtype(dtype).itemsize == 4 else jnp.dtype(dtype).name
+    bounds = {**FP8_MATMUL_BOUND[recipe], "dw": REL_FROB_BOUND[sixteen]}
+    for name, got in (("y", y), ("dx", dx), ("dw", dw)):
+        assert np.all(np.isfinite(np.asarray(got, np.float32))), name
+        if np.any(want[name]):
+            err = rel_frob(got, want[name])
+            assert err < bounds[name], (name, err, recipe, sizes)
+        else:
+            assert not np.any(to64(got)), name
+
+
 def amax_of(a) -> np.float32:
     return np.float32(np.abs(np.asarray(a, np.float32)).max())
 

@@ -1,0 +1,121 @@
+"""fp8_ragged_dot: a differentiable jax.lax.ragged_dot (lhs (M, K), rhs (G, K, N), group sizes
+on the device) whose forward product and d lhs run on the fp8 grouped kernels, for training
+Mixture-of-Experts layers in fp8.
+
+    y = jax_hopper.fp8_ragged_dot(x, w_experts, group_sizes, recipe="block")
+
+x and w stay high precision (bf16, fp16 or fp32); each product quantizes its operands with
+quantize_fp8 and runs hopper_ragged_fp8_dot:
+
+| product | lhs (rows, contraction) | rhs (G, rows, contraction) |
+|---|---|---|
+| y = x w[g]          | x (M, K)  | w^T (G, N, K): w's transposed copy, quantized in the same pass |
+| dx = dy w[g]^T      | dy (M, N) | w (G, K, N) as stored |
+| dw[g] = x_g^T dy_g  | x and dy in 16 bits on hopper_ragged_contract (below) | |
+
+Recipes (fp8_matmul's, module fp8_matmul.py): "tensor": x and dy one scale per tensor, w one
+per expert (each expert quantized on its own, vmap of quantize_fp8), e4m3 forward and e5m2
+gradient; "block" (DeepSeek-V3): everything e4m3, x and dy per row and 128 contraction
+elements, w per expert's 128 x 128 tile (both copies).
+The weight gradient's groups split its contracted dimension (the rows), which the grouped
+contraction kernel computes in 16 bits only: dw runs on hopper_ragged_contract with x and dy in
+x's dtype (bf16 for float32 x), so a step runs two of its three products in fp8. The residuals
+are x in 16 bits and w's fp8 copy with its scales. Rows past every group come out 0 and get a
+zero gradient (jax.lax.ragged_dot's rule); the group sizes' rules are hopper_ragged_dot's.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_hopper.gemm.api import SUPPORTED_OUTPUTS
+from jax_hopper.gemm.fp8_matmul import RECIPES
+from jax_hopper.gemm.ragged import check_group_sizes
+from jax_hopper.gemm.ragged_contract import hopper_ragged_contract
+from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_dot
+from jax_hopper.quantize.fp8 import INPUT_DTYPES, quantize_fp8
+
+_RECIPES = ("tensor", "block")  # "delayed" needs amax histories per call site: not here yet
+
+
+def fp8_ragged_dot(lhs, rhs, group_sizes, *, recipe="tensor", out_dtype=None):
+    """lhs (M, K) @ rhs[g] (G, K, N) for the rows of group g -> (M, N), forward and d lhs in fp8
+    (module docstring). recipe "tensor" or "block"; out_dtype bfloat16, float16 or float32
+    (default lhs.dtype); group_sizes (G,) integer, a device array. Differentiable in lhs and
+    rhs."""
+    lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
+    fn = "fp8_ragged_dot"
+    if recipe not in _RECIPES:
+        raise ValueError(f"{fn}: recipe={recipe!r} must be one of {_RECIPES}")
+    for name, t in (("lhs", lhs), ("rhs", rhs)):
+        if t.dtype not in INPUT_DTYPES:
+            raise ValueError(f"{fn}: {name}.dtype={t.dtype} must be one of "
+                             f"{', '.join(d.name for d in INPUT_DTYPES)} (it is quantized here)")
+    if lhs.ndim != 2 or rhs.ndim != 3 or lhs.shape[1] != rhs.shape[1]:
+        raise ValueError(f"{fn}: lhs must be (M, K) and rhs (G, K, N) with the same K; got lhs "
+                         f"{lhs.shape}, rhs {rhs.shape}")
+    check_group_sizes(group_sizes, rhs.shape[0], "rhs group")
+    out_dtype = jnp.dtype(out_dtype or lhs.dtype)
+    if out_dtype not in SUPPORTED_OUTPUTS:
+        raise ValueError(f"{fn}: out_dtype={out_dtype} must be one of "
+                         f"{', '.join(d.name for d in SUPPORTED_OUTPUTS)}")
+    if lhs.size == 0 or rhs.size == 0:  # nothing to quantize: a zero product (or no rows)
+        return jax.lax.ragged_dot(lhs, rhs, group_sizes.astype(jnp.int32),
+                                  preferred_element_type=jnp.float32).astype(out_dtype)
+    return _fp8_ragged(lhs, rhs, group_sizes.astype(jnp.int32), recipe, out_dtype,
+                       (lhs.dtype, rhs.dtype))
+
+
+def _contract_dtype(dtype):
+    """The 16-bit type the weight gradient's operands take: x's own, bf16 for float32."""
+    return jnp.dtype(dtype) if jnp.dtype(dtype).itemsize == 2 else jnp.dtype(jnp.bfloat16)
+
+
+def _weights(rhs, r):
+    """rhs (G, K, N) quantized with its transposed copy (G, N, K): per expert's tile with block
+    scales, else one scale per expert (each expert quantized on its own)."""
+    if r["scaling"] == "block":
+        return quantize_fp8(rhs, dtype=r["fwd"], scaling="block", block="tile", transpose=True)
+    return jax.vmap(lambda w: quantize_fp8(w, dtype=r["fwd"], scaling="tensor",
+                                           transpose=True))(rhs)
+
+
+def _product(lhs, wq, gs, r, out_dtype):
+    xq = quantize_fp8(lhs, dtype=r["fwd"], scaling=r["scaling"], block="row")
+    return hopper_ragged_fp8_dot(xq.q, wq.q_t, gs, xq.scale, wq.scale_t, out_dtype=out_dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _fp8_ragged(lhs, rhs, gs, recipe, out_dtype, grad_dtypes):
+    del grad_dtypes
+    r = RECIPES[recipe]
+    return _product(lhs, _weights(rhs, r), gs, r, out_dtype)
+
+
+def _forward(lhs, rhs, gs, recipe, out_dtype, grad_dtypes):
+    """y and the residuals: lhs in 16 bits, w's fp8 copies and scales, the sizes
+    (grad_dtypes: lhs's and rhs's, the gradients' dtypes)."""
+    del grad_dtypes
+    r = RECIPES[recipe]
+    wq = _weights(rhs, r)
+    return (_product(lhs, wq, gs, r, out_dtype),
+            (lhs.astype(_contract_dtype(lhs.dtype)), wq, gs))
+
+
+def _backward(recipe, out_dtype, grad_dtypes, res, dy):
+    del out_dtype
+    (x16, wq, gs), (lhs_dtype, rhs_dtype) = res, grad_dtypes
+    r = RECIPES[recipe]
+    # d lhs = dy @ w[g]^T: dy per row (its contraction is N), w as stored (G, K, N), whose
+    # rows are this product's columns.
+    gq = quantize_fp8(dy, dtype=r["grad"], scaling=r["scaling"], block="row")
+    dlhs = hopper_ragged_fp8_dot(gq.q, wq.q, gs, gq.scale, wq.scale, out_dtype=lhs_dtype)
+    drhs = hopper_ragged_contract(x16, dy.astype(x16.dtype), gs, out_dtype=rhs_dtype)
+    return dlhs, drhs, np.zeros(gs.shape, jax.dtypes.float0)
+
+
+_fp8_ragged.defvjp(_forward, _backward)

@@ -1,0 +1,79 @@
+"""fp8_ragged_dot through the references (no kernel): the product and both gradients against
+float64 within each recipe's fp8 bound, group sizes of every kind (empty groups, sums below and
+above M, negative), shapes that need padding, float32 inputs, jit and vmap, bad arguments."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from gemm_helpers import check_fp8_ragged_dot
+
+from jax_hopper import fp8_ragged_dot, hopper_ragged_fp8_dot, quantize_fp8
+
+
+@pytest.fixture(autouse=True)
+def _on_cpu():
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
+@pytest.mark.parametrize("recipe", ["tensor", "block"])
+@pytest.mark.parametrize("m,k,n,sizes", [(300, 256, 200, [100, 0, 150, 30]),
+                                         (130, 200, 136, [-4, 60, 2**20]),
+                                         (64, 40, 24, [64]),
+                                         (96, 128, 128, [0, 0])])
+def test_product_and_gradients(rng, recipe, m, k, n, sizes):
+    check_fp8_ragged_dot(rng, m, k, n, sizes, recipe)
+
+
+def test_float32_and_jit(rng):
+    check_fp8_ragged_dot(rng, 160, 256, 144, [50, 60, 40], "block", dtype=jnp.float32, jit=True)
+
+
+def test_forward_is_the_fp8_grouped_gemm_on_quantize_fp8s_copies(rng):
+    """The tensor recipe's operands: x one scale, each expert its own (vmap), w transposed."""
+    x = jnp.asarray(rng.standard_normal((64, 128)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((3, 128, 96)) * np.asarray([[[1.0]], [[8.0]], [[0.1]]]),
+                    jnp.bfloat16)
+    gs = jnp.asarray([20, 30, 14], jnp.int32)
+    xq = quantize_fp8(x)
+    wq = jax.vmap(lambda e: quantize_fp8(e, transpose=True))(w)
+    assert wq.scale.shape == (3,) and len(set(np.asarray(wq.scale).tolist())) == 3
+    want = hopper_ragged_fp8_dot(xq.q, wq.q_t, gs, xq.scale, wq.scale_t)
+    np.testing.assert_array_equal(np.asarray(fp8_ragged_dot(x, w, gs)), np.asarray(want))
+
+
+def test_vmap_matches_the_loop(rng):
+    x = jnp.asarray(rng.standard_normal((2, 48, 64)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((3, 64, 40)), jnp.bfloat16)
+    gs = jnp.asarray([[10, 20, 18], [0, 48, 0]], jnp.int32)
+
+    def loss(x, g):
+        return fp8_ragged_dot(x, w, g, recipe="block").astype(jnp.float32).sum()
+
+    got = jax.jit(jax.vmap(jax.grad(loss)))(x, gs)
+    for i in range(2):
+        np.testing.assert_array_equal(np.asarray(got[i]), np.asarray(jax.grad(loss)(x[i], gs[i])))
+
+
+def test_out_dtype_and_empty():
+    x, w = jnp.ones((32, 64), jnp.bfloat16), jnp.ones((2, 64, 48), jnp.bfloat16)
+    gs = jnp.asarray([16, 16], jnp.int32)
+    assert fp8_ragged_dot(x, w, gs, out_dtype=jnp.float32).dtype == jnp.float32
+    empty = fp8_ragged_dot(jnp.zeros((0, 64), jnp.bfloat16), w, jnp.zeros((2,), jnp.int32))
+    assert empty.shape == (0, 48) and empty.dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(recipe="delayed"), r"recipe='delayed' must be one of \('tensor', 'block'\)"),
+    (dict(x_dtype=jnp.float8_e4m3fn), r"lhs.dtype=float8_e4m3fn must be one of"),
+    (dict(k=24), r"lhs must be \(M, K\) and rhs \(G, K, N\) with the same K"),
+    (dict(group_sizes=jnp.ones((3,), jnp.int32)), r"group_sizes must be an integer array"),
+    (dict(out_dtype=jnp.int8), r"out_dtype=int8 must be one of"),
+])
+def test_bad_arguments_name_the_rule(kwargs, match):
+    x = jnp.zeros((16, kwargs.pop("k", 32)), kwargs.pop("x_dtype", jnp.bfloat16))
+    w = jnp.zeros((2, 32, 24), jnp.bfloat16)
+    gs = kwargs.pop("group_sizes", jnp.asarray([8, 8], jnp.int32))
+    with pytest.raises(ValueError, match=match):
+        fp8_ragged_dot(x, w, gs, **kwargs)
