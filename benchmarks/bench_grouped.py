@@ -21,7 +21,9 @@ the issue swept them; the best is reported). With
 forward, d lhs and d rhs, three times the forward's FLOPs and floor) for XLA and hopper, with
 the bytes of temporaries each compiled step allocates beyond its inputs and outputs (XLA's
 memory analysis), and the weight gradient alone (d rhs: XLA's transpose of jax.lax.ragged_dot
-against hopper_ragged_contract; with --sweep every compiled contraction tile and cluster too).
+against hopper_ragged_contract; with --sweep every compiled contraction tile and cluster too);
+with --fp8 too, the same step on fp8_ragged_dot (both recipes: forward and d lhs in fp8, d rhs
+in bf16), whose TFLOP/s and floor are counted as the bf16 step's.
 With --fp8, hopper_ragged_fp8_dot on e4m3 copies of the operands (rhs stored (G, N, K), one
 scale per expert) against jax.lax.ragged_dot on the same fp8 operands (rhs (G, K, N)), both
 with bf16 out; and with block scales (per row and 128 of K, per expert's 128 x 128 block)
@@ -231,6 +233,9 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
                  for pname, f in pallas_runs.items()})
     steps = {"xla_train": train_step(lambda x, w, s: jax.lax.ragged_dot(x, w, s)),
              "hopper_train": train_step(jax_hopper.ragged_dot)} if train else {}
+    if train and fp8:  # the step with fp8_ragged_dot: forward and d lhs in fp8, d rhs in bf16
+        steps.update({f"hopper_fp8_{recipe}_train": train_step(functools.partial(
+            jax_hopper.fp8_ragged_dot, recipe=recipe)) for recipe in ("tensor", "block")})
     runs.update({tname: (timing.chained(f), timing.rotation(train_sets, calls))
                  for tname, f in steps.items()})
     # The weight gradient alone (one product of the forward's FLOPs and bytes).
@@ -313,6 +318,13 @@ def report(row: dict, sweep: bool) -> None:
                  f"{ht['floor_pct']:.0f}% of floor" if "us" in ht else f", {ht['error'][:60]}")
               + (f" ({xt['us'] / ht['us']:.2f}x)" if "us" in xt and "us" in ht else "")
               + f"; temporaries {mb['x']:.0f} vs {mb['h']:.0f} MB", flush=True)
+        for recipe in ("tensor", "block"):
+            ft = row.get(f"hopper_fp8_{recipe}_train")
+            if ft is not None:
+                print(f"{'':25} train step, fp8_ragged_dot {recipe}: "
+                      + (f"{ft['us'] / 1e3:.2f} ms ({ht['us'] / ft['us']:.2f}x our bf16 step, "
+                         f"{xt['us'] / ft['us']:.2f}x xla)" if "us" in ft and "us" in ht
+                         and "us" in xt else ft.get("error", "")[:60]), flush=True)
     if "hopper_wgrad" in row:
         xw, hw = row["xla_wgrad"], row["hopper_wgrad"]
         print(f"{'':25} weight grad: xla " + (f"{xw['tflops']:.1f}" if "us" in xw
