@@ -3,7 +3,7 @@ ragged_dot), against the same block on jax.lax.ragged_dot: forward and training 
 block in float32.
 
     python examples/moe_layer.py [--tokens 4096] [--d-model 4096] [--d-ff 14336]
-                                 [--experts 8] [--top-k 2] [--reps 5]
+                                 [--experts 8] [--top-k 2] [--reps 5] [--fp8 tensor|block]
 
 The block: a router (softmax over experts, top-k, weights renormalised), the token copies
 sorted by expert, every expert's gate and up projections and SwiGLU in one launch
@@ -13,6 +13,9 @@ router weights, plus the residual. The group sizes come from the router on the d
 is synchronised with the host. bf16 weights and activations, float32 accumulation. Defaults
 are Mixtral-8x7B's expert sizes; without the kernels it runs small, both versions are XLA, and
 it says so. Exit status 1 if a version's output differs from float32 by more than the bound.
+--fp8 RECIPE adds a third version, every grouped product through fp8_ragged_dot(rows, w,
+sizes, recipe=RECIPE) (gate and up as one product into (rows, 2F), SwiGLU in jnp): the
+forward and d lhs products in fp8, the weight gradients in bf16; its check has fp8's bound.
 
 NOTES: in the training step the jax_hopper version's weight gradients run on the grouped
 contraction kernel (hopper_ragged_contract) and its GLU forward unfused (the backward needs gate
@@ -38,6 +41,10 @@ F32 = jnp.float32
 # experts' output differs by ~5e-3 (CPU, 64-512 tokens, 4-16 experts); a wrong expert or a
 # dropped group differs by O(1).
 BOUND = 2e-2
+# The fp8 version's products each carry e4m3's rounding of both operands (~4% relative, as
+# fp8_matmul's); two in a row through SwiGLU gave 6.4-6.8e-2 (CPU, 64-512 tokens, 4-16
+# experts, both recipes). A wrong expert still differs by O(1).
+FP8_BOUND = 1.5e-1
 
 
 def init_params(key, d_model, d_ff, experts, dtype=jnp.bfloat16):
@@ -99,6 +106,8 @@ def main(argv=None) -> int:
     parser.add_argument("--experts", type=int, default=8 if kernels else 4)
     parser.add_argument("--top-k", type=int, default=2)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--fp8", choices=("tensor", "block"), default=None,
+                        help="add the block on fp8_ragged_dot with this recipe")
     args = parser.parse_args(argv)
     print(f"device: {jax.devices()[0].device_kind}; kernels: {kernels.reason}")
     print(f"{args.tokens} tokens, d_model {args.d_model}, d_ff {args.d_ff}, {args.experts} "
@@ -111,6 +120,10 @@ def main(argv=None) -> int:
     versions = {"jax_hopper": make_block(jax_hopper.ragged_dot, args.top_k,
                                          glu=jax_hopper.hopper_ragged_glu),
                 "lax": make_block(lax_ragged, args.top_k)}
+    if args.fp8:
+        versions["fp8"] = make_block(
+            lambda lhs, rhs, sizes: jax_hopper.fp8_ragged_dot(lhs, rhs, sizes, recipe=args.fp8),
+            args.top_k)
     exact = make_block(lambda l, r, s: jax.lax.ragged_dot(l.astype(F32), r.astype(F32), s),
                        args.top_k)(jax.tree.map(lambda w: w.astype(F32), params), x.astype(F32))
     ok = True
@@ -118,8 +131,9 @@ def main(argv=None) -> int:
         # The experts' contribution (the block's output less its input): what a wrong expert
         # or a dropped group would change.
         diff = block.rel_fro(jax.jit(moe)(params, x).astype(F32) - x, exact - x)
-        ok &= diff <= BOUND
-        print(f"{name:>10}: experts' output vs float32 {diff:.2e} (bound {BOUND:g})")
+        bound = FP8_BOUND if name == "fp8" else BOUND
+        ok &= diff <= bound
+        print(f"{name:>10}: experts' output vs float32 {diff:.2e} (bound {bound:g})")
 
     forward = {n: (lambda f=jax.jit(m): f(params, x)) for n, m in versions.items()}
     steps = {n: make_train_step(m) for n, m in versions.items()}
@@ -132,6 +146,11 @@ def main(argv=None) -> int:
     if kernels:
         print(f"jax_hopper over lax speed-up: forward {fwd_s['lax'] / fwd_s['jax_hopper']:.2f}x, "
               f"train step {train_s['lax'] / train_s['jax_hopper']:.2f}x")
+        if args.fp8:
+            print(f"fp8 ({args.fp8}) over lax: forward {fwd_s['lax'] / fwd_s['fp8']:.2f}x, "
+                  f"train step {train_s['lax'] / train_s['fp8']:.2f}x; over jax_hopper bf16: "
+                  f"{fwd_s['jax_hopper'] / fwd_s['fp8']:.2f}x, "
+                  f"{train_s['jax_hopper'] / train_s['fp8']:.2f}x")
     else:
         print("(no kernels here: both versions are XLA, so no speed-up is shown)")
     print(f"numerical check: {'passed' if ok else 'FAILED'}")

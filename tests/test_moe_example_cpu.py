@@ -1,6 +1,7 @@
 """examples/moe_layer.py: the MoE block runs its grouped GEMMs on jax_hopper (hopper_ragged_glu,
 ragged_dot), both versions match float32 within the bound, and a block that multiplies the
-wrong experts fails the check."""
+wrong experts fails the check; with --fp8 the third version runs on fp8_ragged_dot and is
+checked too."""
 
 from unittest import mock
 
@@ -38,3 +39,23 @@ def test_wrong_experts_fail_the_check(example):
         return ragged_dot(lhs, jax.numpy.roll(rhs, 1, axis=0), sizes)
     with mock.patch.object(example.jax_hopper, "ragged_dot", shifted):
         assert example.main(SMALL) == 1
+
+
+@pytest.mark.parametrize("recipe", ["tensor", "block"])
+def test_fp8_version_runs_on_fp8_ragged_dot(example, capsys, recipe):
+    with mock.patch.object(example.jax_hopper, "fp8_ragged_dot",
+                           wraps=jax_hopper.fp8_ragged_dot) as spy:
+        assert example.main(SMALL + ["--fp8", recipe]) == 0
+    assert spy.call_count >= 2 and all(c.kwargs["recipe"] == recipe
+                                       for c in spy.call_args_list)
+    printed = capsys.readouterr().out
+    assert "fp8: experts' output vs float32" in printed and "numerical check: passed" in printed
+
+
+def test_fp8_version_with_wrong_experts_fails_the_check(example):
+    fp8_ragged_dot = jax_hopper.fp8_ragged_dot
+
+    def shifted(lhs, rhs, sizes, **kw):
+        return fp8_ragged_dot(lhs, jax.numpy.roll(rhs, 1, axis=0), sizes, **kw)
+    with mock.patch.object(example.jax_hopper, "fp8_ragged_dot", shifted):
+        assert example.main(SMALL + ["--fp8", "block"]) == 1
