@@ -28,8 +28,9 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "ragged_k_split", "ragged_n_grad", "ragged_glu_f", "contract_columns", "ragged_rows",
          "ragged_dp_grad", "contract_rows", "fp8_rows", "fp8_block_n", "fp8_block_k",
          "fp8_tensor_k_scatter", "fp8_kn_columns", "fp8_entry_scales", "ragged_fp8_n",
-         "ragged_fp8_rows", "ragged_fp8_block_n", "ragged_fp8_block_rows", "quantize_rows_tensor",
-         "quantize_cols_blocks", "quantize_unaligned_rows", "quantize_given_amax",
+         "ragged_fp8_rows", "ragged_fp8_block_n", "ragged_fp8_block_rows", "fp8_ragged_dp_grad",
+         "quantize_rows_tensor", "quantize_cols_blocks", "quantize_one_row_block",
+         "quantize_unaligned_rows", "quantize_given_amax",
          "fp8_matmul_data_parallel", "config_per_shard", "tune_problems_per_shard"]
 
 
@@ -495,6 +496,20 @@ def _cases():
                        (named("x"), named("x")), all_reduce=False)
         assert tuple(got.sharding.spec)[:1] == ("x",), got.sharding.spec
 
+    def fp8_ragged_dp_grad():
+        # fp8_ragged_dot trained data-parallel (rows and dy split, the weights replicated):
+        # the block recipe's forward and d lhs stay local, d rhs is one all-reduce; the
+        # per-tensor recipe adds the amaxes' (max) all-reduces; nothing is gathered.
+        from jax_hopper import fp8_ragged_dot
+        for recipe in ("block", "tensor"):
+            def grads(x, w, dy, recipe=recipe):
+                return jax.grad(lambda x, w: jnp.sum(
+                    fp8_ragged_dot(x, w, sizes, recipe=recipe).astype(f32) * dy), (0, 1))(x, w)
+
+            _compare(grads, (_rand(rng, (rows, k)), _rand(rng, (groups, k, n)),
+                             _rand(rng, (rows, n), f32)),
+                     (named("x"), None, named("x")), all_reduce=True, bound=1e-2)
+
     def quantize_rows_tensor():
         # Per-tensor scaling: the amax is one all-reduce (max); each device quantizes its rows
         # and writes its columns of the transposed copy.
@@ -511,6 +526,15 @@ def _cases():
         got = _compare(lambda x: tuple(quantize_fp8(x, scaling="block", block="row",
                                                     transpose=True, transpose_block="tile")),
                        (_rand(rng, (256, kblock)),), (named(None, "x"),), all_reduce=False)
+        assert tuple(got[1].sharding.spec) == (None, "x"), got[1].sharding.spec
+
+    def quantize_one_row_block():
+        # Tile scales over 128 rows (one block: no compound factor, which Shardy refuses at
+        # size 1) and columns split into whole blocks: each device its columns and scales.
+        from jax_hopper import quantize_fp8
+        got = _compare(lambda x: tuple(quantize_fp8(x, scaling="block", block="tile",
+                                                    transpose=True)),
+                       (_rand(rng, (128, kblock)),), (named(None, "x"),), all_reduce=False)
         assert tuple(got[1].sharding.spec) == (None, "x"), got[1].sharding.spec
 
     def quantize_unaligned_rows():
@@ -622,8 +646,8 @@ def _cases():
                             ragged_dp_grad, contract_rows, fp8_rows, fp8_block_n, fp8_block_k,
                             fp8_tensor_k_scatter, fp8_kn_columns, fp8_entry_scales,
                             ragged_fp8_n, ragged_fp8_rows, ragged_fp8_block_n,
-                            ragged_fp8_block_rows, quantize_rows_tensor,
-                            quantize_cols_blocks,
+                            ragged_fp8_block_rows, fp8_ragged_dp_grad, quantize_rows_tensor,
+                            quantize_cols_blocks, quantize_one_row_block,
                             quantize_unaligned_rows, quantize_given_amax,
                             fp8_matmul_data_parallel, config_per_shard,
                             tune_problems_per_shard]))

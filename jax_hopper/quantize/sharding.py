@@ -75,10 +75,11 @@ def _rule(bind, params, mesh, value_types, result_types):
     _, r, c = value_types[0].shape
     blocked = _blocked(p)
     # A dimension whose scales count it in blocks is the compound factor (blocks, 128) where
-    # it is whole blocks, so that a split of it is the same split of its scales' dimension;
-    # otherwise the scales' block dimension is a factor of its own.
+    # it is two or more whole blocks, so that a split of it is the same split of its scales'
+    # dimension; otherwise (Shardy takes no factor of size 1 in a compound: one block) the
+    # scales' block dimension is a factor of its own.
     compound = {d: blocked[d] and n % catalog.FP8_SCALE_BLOCK == 0
-                for d, n in (("r", r), ("c", c))}
+                and n > catalog.FP8_SCALE_BLOCK for d, n in (("r", r), ("c", c))}
     full = {d: f"({d}b {d}q)" if compound[d] else d for d in "rc"}
     block = {d: f"{d}b" if compound[d] else f"{d}x" for d in "rc"}
 
