@@ -28,7 +28,8 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "ragged_k_split", "ragged_n_grad", "ragged_glu_f", "contract_columns", "ragged_rows",
          "ragged_dp_grad", "contract_rows", "fp8_rows", "fp8_block_n", "fp8_block_k",
          "fp8_tensor_k_scatter", "fp8_kn_columns", "fp8_entry_scales", "ragged_fp8_n",
-         "ragged_fp8_rows", "ragged_fp8_block_n", "ragged_fp8_block_rows", "fp8_ragged_dp_grad",
+         "ragged_fp8_rows", "ragged_fp8_block_n", "ragged_fp8_block_rows", "ragged_fp8_k",
+         "ragged_fp8_block_k", "fp8_ragged_dp_grad", "fp8_ragged_tp_grad",
          "quantize_rows_tensor", "quantize_cols_blocks", "quantize_one_row_block",
          "quantize_unaligned_rows", "quantize_given_amax",
          "fp8_matmul_data_parallel", "config_per_shard", "tune_problems_per_shard"]
@@ -496,6 +497,41 @@ def _cases():
                        (named("x"), named("x")), all_reduce=False)
         assert tuple(got.sharding.spec)[:1] == ("x",), got.sharding.spec
 
+    def ragged_fp8_k():
+        # K split on both operands (per tensor): partial products summed (one all-reduce), then
+        # bias, activation and residual.
+        got = _compare(ragged_fp8(activation="gelu", beta=2.0),
+                       (_rand(rng, (rows, kblock), e4m3), _rand(rng, (groups, n, kblock), e4m3),
+                        _rand(rng, (groups, n), f32), _rand(rng, (rows, n), f32)),
+                       (named(None, "x"), named(None, None, "x"), None, None), all_reduce=True,
+                       bound=fp8_order)
+        assert got.shape == (rows, n)
+
+    def ragged_fp8_block_k():
+        # ... with block scales: K in whole 128-wide blocks per device, each scale's k-blocks
+        # with it.
+        ls = jnp.abs(_rand(rng, (rows, n_dev), f32))
+        _compare(ragged_fp8_block(ls),
+                 (_rand(rng, (rows, kblock), e4m3), _rand(rng, (groups, n, kblock), e4m3),
+                  jnp.abs(_rand(rng, (groups, 1, n_dev), f32))),
+                 (named(None, "x"), named(None, None, "x"), named(None, None, "x")),
+                 all_reduce=True, bound=fp8_order)
+
+    def fp8_ragged_tp_grad():
+        # fp8_ragged_dot trained tensor-parallel (the experts' N split, whole 128-wide blocks):
+        # the forward and d rhs stay local, d lhs is a K split (one all-reduce); nothing is
+        # gathered.
+        from jax_hopper import fp8_ragged_dot
+        for recipe in ("block", "tensor"):
+            def grads(x, w, dy, recipe=recipe):
+                return jax.grad(lambda x, w: jnp.sum(
+                    fp8_ragged_dot(x, w, sizes, recipe=recipe).astype(f32) * dy), (0, 1))(x, w)
+
+            _compare(grads, (_rand(rng, (rows, k)), _rand(rng, (groups, k, kblock)),
+                             _rand(rng, (rows, kblock), f32)),
+                     (None, named(None, None, "x"), named(None, "x")), all_reduce=True,
+                     bound=1e-2)
+
     def fp8_ragged_dp_grad():
         # fp8_ragged_dot trained data-parallel (rows and dy split, the weights replicated):
         # the block recipe's forward and d lhs stay local, d rhs is one all-reduce; the
@@ -646,7 +682,8 @@ def _cases():
                             ragged_dp_grad, contract_rows, fp8_rows, fp8_block_n, fp8_block_k,
                             fp8_tensor_k_scatter, fp8_kn_columns, fp8_entry_scales,
                             ragged_fp8_n, ragged_fp8_rows, ragged_fp8_block_n,
-                            ragged_fp8_block_rows, fp8_ragged_dp_grad, quantize_rows_tensor,
+                            ragged_fp8_block_rows, ragged_fp8_k, ragged_fp8_block_k,
+                            fp8_ragged_dp_grad, fp8_ragged_tp_grad, quantize_rows_tensor,
                             quantize_cols_blocks, quantize_one_row_block,
                             quantize_unaligned_rows, quantize_given_amax,
                             fp8_matmul_data_parallel, config_per_shard,

@@ -15,9 +15,10 @@ tile's group) before the epilogue; per block, each 128-wide k-block's product is
 added into them in fp32 (MainloopSSPromoted, BlockScaling with the group as batch entry).
 
 Layers: hopper_ragged_fp8_dot checks its arguments -> _partitioned (custom_partitioning under a
-sharded jit: rows split evenly and rhs's N split run locally, as hopper_ragged_dot's, the
-scales split with them (block scales: an N split of whole 128-row blocks only); anything else
-is gathered with a warning that names it) -> launch (one device's call: the tile table,
+sharded jit: rows split evenly and rhs's N split run locally, as hopper_ragged_dot's, and a
+K split on both operands sums partial products; the scales split with their operands (block
+scales: N and K split in whole 128-wide blocks only); anything else is gathered with a
+warning that names it) -> launch (one device's call: the tile table,
 padding, the config) -> hopper_ragged_fp8_p. Forward only (fp8 operands carry no useful
 gradient); vmap runs one launch per entry (ragged_primitive.vmapped_per_entry).
 """
@@ -45,7 +46,7 @@ from jax_hopper.gemm.ragged import check_group_sizes, residual3
 from jax_hopper.gemm.ragged_primitive import (build_tile_table, epilogue, register,
                                               vmapped_per_entry)
 from jax_hopper.gemm.ragged_sharding import gathered_operands, shard_sizes, split_rows
-from jax_hopper.gemm.sharding import assign_factors, spec_of
+from jax_hopper.gemm.sharding import assign_factors, partial_dtype, spec_of, sum_partials
 from jax_hopper.kernels import catalog
 from jax_hopper.quantize.transpose import transpose_fp8
 
@@ -180,40 +181,54 @@ def _rule(params, shapes, mesh, value_types, result_types):
 
 
 def _partition(params, shapes, mesh, arg_shapes, result_shape):
-    """hopper_ragged_dot's rows split evenly and rhs's N split (ragged_sharding.py), run
-    locally with their scales (block scales: N split in whole 128-row blocks only); anything
-    else, K split included, gathered with a warning that names it."""
+    """hopper_ragged_dot's rows split evenly, rhs's N split and K split on both operands
+    (ragged_sharding.py), run locally with their scales (block scales: N and K split in whole
+    128-wide blocks only); a K split sums the devices' partial products (psum) and applies the
+    epilogue after the sum. Anything else is gathered with a warning that names it."""
     p = dict(params)
     lhs, rhs, gs, bias, res, ls, rs = arg_shapes
     s_lhs, s_rhs, s_out = spec_of(lhs), spec_of(rhs), spec_of(result_shape)
     axes, spec = assign_factors(mesh, {"m": [s_lhs[1], s_out[1]], "n": [s_rhs[1], s_out[2]],
-                                       "k": []}, lhs.shape[2])
+                                       "k": [s_lhs[2], s_rhs[2]]}, lhs.shape[2])
     rows = lhs.shape[1]
     m_axes = split_rows(mesh, axes, rows)
     block = p["family"] == _FAMILIES["block"]
-    n_devices = math.prod(mesh.shape[x] for x in axes["n"])
-    if block and rhs.shape[1] % (n_devices * _BLOCK):  # a device's columns: whole scale blocks
-        axes["n"] = ()
-    scale_factors = (((None, "m", None), (None, "n", None)) if block else ((None,), (None,)))
-    gathered = gathered_operands(axes, (("lhs", lhs, (None, "m", None)),
-                                        ("rhs", rhs, (None, "n", None)),
+    for factor, extent in (("n", rhs.shape[1]), ("k", lhs.shape[2])):
+        devices = math.prod(mesh.shape[x] for x in axes[factor])
+        if block and axes[factor] and extent % (devices * _BLOCK):  # whole scale blocks each
+            axes[factor] = ()
+    k_axes = axes["k"]
+    scale_factors = (((None, "m", "k"), (None, "n", "k")) if block else ((None,), (None,)))
+    gathered = gathered_operands(axes, (("lhs", lhs, (None, "m", "k")),
+                                        ("rhs", rhs, (None, "n", "k")),
                                         ("group_sizes", gs, (None,)),
                                         ("lhs_scale", ls, scale_factors[0]),
                                         ("rhs_scale", rs, scale_factors[1])))
     if gathered:
         warnings.warn(f"hopper_ragged_fp8_dot: {', '.join(gathered)} gathered to every device "
-                      "(rows split evenly and rhs's N are split without gathering"
-                      + (", N in whole 128-row scale blocks" if block else "") + ")",
+                      "(rows split evenly, rhs's N and K on both operands are split without "
+                      "gathering" + (", N and K in whole 128-wide scale blocks" if block else "")
+                      + ")",
                       stacklevel=2)
     bias_sh = spec(None, "n") if bias.shape[0] else spec(None)
     res_sh = spec(None, "m", "n") if res.shape[0] else spec(None, None, None)
 
     def lower_fn(lhs, rhs, gs, bias, res, lhs_scale, rhs_scale):
         gs = shard_sizes(gs, m_axes, rows, lhs.shape[1])
-        return launch(lhs, rhs, gs, bias, res, lhs_scale, rhs_scale, **p)
+        if not k_axes:
+            return launch(lhs, rhs, gs, bias, res, lhs_scale, rhs_scale, **p)
+        # This device's K slice of alpha * the scaled product, summed in partial_dtype, then
+        # the epilogue.
+        part = partial_dtype(p["out_dtype"])
+        partial = launch(lhs, rhs, gs, jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), part),
+                         lhs_scale, rhs_scale,
+                         **{**p, "out_dtype": part, "activation": 0, "beta": 0.0})
+        z = sum_partials(partial, k_axes, None)[0]
+        return epilogue(z, gs, bias, res, activation=p["activation"], beta=p["beta"],
+                        out_dtype=p["out_dtype"])
 
     return (mesh, lower_fn, spec(None, "m", "n"),
-            (spec(None, "m", None), spec(None, "n", None), spec(None), bias_sh, res_sh,
+            (spec(None, "m", "k"), spec(None, "n", "k"), spec(None), bias_sh, res_sh,
              *(spec(*f) for f in scale_factors)))
 
 
