@@ -43,17 +43,23 @@ def test_forward_is_the_fp8_grouped_gemm_on_quantize_fp8s_copies(rng):
     np.testing.assert_array_equal(np.asarray(fp8_ragged_dot(x, w, gs)), np.asarray(want))
 
 
-def test_vmap_matches_the_loop(rng):
+@pytest.mark.parametrize("recipe", ["tensor", "block"])
+def test_vmap_matches_the_loop(rng, recipe):
+    """Gradients under vmap, the experts' weights shared by the entries and mapped with them."""
     x = jnp.asarray(rng.standard_normal((2, 48, 64)), jnp.bfloat16)
-    w = jnp.asarray(rng.standard_normal((3, 64, 40)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((2, 3, 64, 40)), jnp.bfloat16)
     gs = jnp.asarray([[10, 20, 18], [0, 48, 0]], jnp.int32)
 
-    def loss(x, g):
-        return fp8_ragged_dot(x, w, g, recipe="block").astype(jnp.float32).sum()
+    def loss(x, w, g):
+        return fp8_ragged_dot(x, w, g, recipe=recipe).astype(jnp.float32).sum()
 
-    got = jax.jit(jax.vmap(jax.grad(loss)))(x, gs)
-    for i in range(2):
-        np.testing.assert_array_equal(np.asarray(got[i]), np.asarray(jax.grad(loss)(x[i], gs[i])))
+    grads = jax.grad(loss, (0, 1))
+    shared = jax.jit(jax.vmap(grads, (0, None, 0)))(x, w[0], gs)
+    mapped = jax.jit(jax.vmap(grads))(x, w, gs)
+    for i in range(2):  # each entry's (d lhs, d rhs), shared weights or not
+        for got, want in [*zip(shared, grads(x[i], w[0], gs[i])),
+                          *zip(mapped, grads(x[i], w[i], gs[i]))]:
+            np.testing.assert_array_equal(np.asarray(got[i]), np.asarray(want))
 
 
 def test_out_dtype_and_empty():
