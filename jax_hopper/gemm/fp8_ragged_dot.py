@@ -20,7 +20,8 @@ elements, w per expert's 128 x 128 tile (both copies).
 The weight gradient's groups split its contracted dimension (the rows), which the grouped
 contraction kernel computes in 16 bits only: dw runs on hopper_ragged_contract with x and dy in
 x's dtype (bf16 for float32 x), so a step runs two of its three products in fp8. The residuals
-are x in 16 bits and w's fp8 copy with its scales. Rows past every group come out 0 and get a
+are x in 16 bits and w's fp8 copy (G, K, N) with its scales (the transposed copy, which only
+the forward reads, is not kept). Rows past every group come out 0 and get a
 zero gradient (jax.lax.ragged_dot's rule); the group sizes' rules are hopper_ragged_dot's.
 """
 
@@ -97,23 +98,24 @@ def _fp8_ragged(lhs, rhs, gs, recipe, out_dtype, grad_dtypes):
 
 
 def _forward(lhs, rhs, gs, recipe, out_dtype, grad_dtypes):
-    """y and the residuals: lhs in 16 bits, w's fp8 copies and scales, the sizes
-    (grad_dtypes: lhs's and rhs's, the gradients' dtypes)."""
+    """y and the residuals: lhs in 16 bits, w's fp8 copy as stored (G, K, N) and its scales
+    (not the transposed copy: only the forward reads it), the sizes (grad_dtypes: lhs's and
+    rhs's, the gradients' dtypes)."""
     del grad_dtypes
     r = RECIPES[recipe]
     wq = _weights(rhs, r)
     return (_product(lhs, wq, gs, r, out_dtype),
-            (lhs.astype(_contract_dtype(lhs.dtype)), wq, gs))
+            (lhs.astype(_contract_dtype(lhs.dtype)), wq.q, wq.scale, gs))
 
 
 def _backward(recipe, out_dtype, grad_dtypes, res, dy):
     del out_dtype
-    (x16, wq, gs), (lhs_dtype, rhs_dtype) = res, grad_dtypes
+    (x16, w8, w_scale, gs), (lhs_dtype, rhs_dtype) = res, grad_dtypes
     r = RECIPES[recipe]
     # d lhs = dy @ w[g]^T: dy per row (its contraction is N), w as stored (G, K, N), whose
     # rows are this product's columns.
     gq = quantize_fp8(dy, dtype=r["grad"], scaling=r["scaling"], block="row")
-    dlhs = hopper_ragged_fp8_dot(gq.q, wq.q, gs, gq.scale, wq.scale, out_dtype=lhs_dtype)
+    dlhs = hopper_ragged_fp8_dot(gq.q, w8, gs, gq.scale, w_scale, out_dtype=lhs_dtype)
     drhs = hopper_ragged_contract(x16, dy.astype(x16.dtype), gs, out_dtype=rhs_dtype)
     return dlhs, drhs, np.zeros(gs.shape, jax.dtypes.float0)
 
