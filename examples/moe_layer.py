@@ -1,6 +1,6 @@
 """A Mixture-of-Experts feed-forward block on jax_hopper's grouped GEMMs (hopper_ragged_glu and
-ragged_dot), against the same block on jax.lax.ragged_dot: forward and training step timed side by side, both checked against the
-block in float32.
+ragged_dot), against the same block on jax.lax.ragged_dot: forward and training step timed
+side by side, both checked against the block in float32.
 
     python examples/moe_layer.py [--tokens 4096] [--d-model 4096] [--d-ff 14336]
                                  [--experts 8] [--top-k 2] [--reps 5] [--fp8 tensor|block]

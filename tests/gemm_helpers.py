@@ -367,9 +367,22 @@ def check_fp8_ragged_dot(rng, m, k, n, sizes, recipe, dtype=jnp.bfloat16, jit=Fa
     w = jnp.asarray(rng.standard_normal((groups, k, n)) / np.sqrt(k), dtype)
     g = jnp.asarray(rng.standard_normal((m, n)), dtype)
     gs = jnp.asarray(sizes, jnp.int32)
-    f = lambda x, w: jax_hopper.fp8_ragged_dot(x, w, gs, recipe=recipe)  # noqa: E731
-    y, vjp = jax.vjp(jax.jit(f) if jit else f, x, w)
-    dx, dw = vjp(g)
+    if recipe == "delayed":  # histories whose largest entries are this step's amaxes
+        w_amax = np.abs(np.asarray(w, np.float32)).max(axis=(1, 2))
+        amaxes = [amax_of(x), w_amax, amax_of(g)]
+        meta = jax_hopper.Fp8Meta(*(jnp.asarray(np.stack([a, a / 2, a / 4], -1), jnp.float32)
+                                    for a in amaxes))
+        f = lambda x, w, meta: jax_hopper.fp8_ragged_dot(  # noqa: E731
+            x, w, gs, recipe=recipe, meta=meta)
+        y, vjp = jax.vjp(jax.jit(f) if jit else f, x, w, meta)
+        dx, dw, new_meta = vjp(g)
+        for got, a, old in zip(new_meta, amaxes, meta, strict=True):  # pushed on by the amax
+            np.testing.assert_array_equal(got, np.concatenate([np.asarray(a)[..., None],
+                                                               np.asarray(old)[..., :-1]], -1))
+    else:
+        f = lambda x, w: jax_hopper.fp8_ragged_dot(x, w, gs, recipe=recipe)  # noqa: E731
+        y, vjp = jax.vjp(jax.jit(f) if jit else f, x, w)
+        dx, dw = vjp(g)
     assert (y.dtype, dx.dtype, dw.dtype) == (x.dtype, x.dtype, w.dtype)
     x64, w64, g64 = to64(x), to64(w), to64(g)
     want = dict(y=np.zeros((m, n)), dx=np.zeros((m, k)), dw=np.zeros((groups, k, n)))

@@ -1,6 +1,7 @@
 """fp8_ragged_dot through the references (no kernel): the product and both gradients against
-float64 within each recipe's fp8 bound, group sizes of every kind (empty groups, sums below and
-above M, negative), shapes that need padding, float32 inputs, jit and vmap, bad arguments."""
+float64 within each recipe's fp8 bound (delayed: its histories pushed on), group sizes of every
+kind (empty groups, sums below and above M, negative), shapes that need padding, float32
+inputs, jit and vmap, delayed training steps, bad arguments."""
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from gemm_helpers import check_fp8_ragged_dot
 
-from jax_hopper import fp8_ragged_dot, hopper_ragged_fp8_dot, quantize_fp8
+from jax_hopper import fp8_meta, fp8_ragged_dot, hopper_ragged_fp8_dot, quantize_fp8
 
 
 @pytest.fixture(autouse=True)
@@ -17,7 +18,7 @@ def _on_cpu():
         yield
 
 
-@pytest.mark.parametrize("recipe", ["tensor", "block"])
+@pytest.mark.parametrize("recipe", ["tensor", "delayed", "block"])
 @pytest.mark.parametrize("m,k,n,sizes", [(300, 256, 200, [100, 0, 150, 30]),
                                          (130, 200, 136, [-4, 60, 2**20]),
                                          (64, 40, 24, [64]),
@@ -71,7 +72,12 @@ def test_out_dtype_and_empty():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(recipe="delayed"), r"recipe='delayed' must be one of \('tensor', 'block'\)"),
+    (dict(recipe="amax"), r"recipe='amax' must be one of \('tensor', 'delayed', 'block'\)"),
+    (dict(recipe="delayed"), r"recipe='delayed' needs meta=jax_hopper.fp8_meta\(length, "
+                             r"experts=G\)"),
+    (dict(recipe="delayed", meta=fp8_meta(4)),
+     r"meta's histories must be float32 x \(L,\), w \(G, L\) = \(2, L\) and grad"),
+    (dict(meta=fp8_meta(4, experts=2)), r"recipe 'tensor' takes none"),
     (dict(x_dtype=jnp.float8_e4m3fn), r"lhs.dtype=float8_e4m3fn must be one of"),
     (dict(k=24), r"lhs must be \(M, K\) and rhs \(G, K, N\) with the same K"),
     (dict(group_sizes=jnp.ones((3,), jnp.int32)), r"group_sizes must be an integer array"),
@@ -83,3 +89,28 @@ def test_bad_arguments_name_the_rule(kwargs, match):
     gs = kwargs.pop("group_sizes", jnp.asarray([8, 8], jnp.int32))
     with pytest.raises(ValueError, match=match):
         fp8_ragged_dot(x, w, gs, **kwargs)
+
+
+def test_delayed_training_steps_replace_meta_by_its_gradient(rng):
+    """Three steps from a fresh meta: each step's histories hold the amaxes seen so far, one
+    per expert for w, newest first; the scales they give keep the product within bounds."""
+    x = jnp.asarray(rng.standard_normal((96, 64)), jnp.bfloat16)
+    spread = np.asarray([1.0, 4.0, 0.25])[:, None, None]  # experts of different magnitudes
+    w = jnp.asarray(rng.standard_normal((3, 64, 32)) * spread, jnp.bfloat16)
+    gs = jnp.asarray([30, 40, 26], jnp.int32)
+    meta = fp8_meta(4, experts=3)
+
+    @jax.jit
+    def step(w, meta):
+        def loss(w, meta):
+            return fp8_ragged_dot(x, w, gs, recipe="delayed", meta=meta).astype(
+                jnp.float32).sum()
+        dw, new_meta = jax.grad(loss, (0, 1))(w, meta)
+        return w - 1e-3 * dw.astype(w.dtype), new_meta
+
+    for i in range(3):
+        seen = np.abs(np.asarray(w, np.float32)).max(axis=(1, 2))
+        w, meta = step(w, meta)
+        np.testing.assert_array_equal(np.asarray(meta.w)[:, 0], seen)
+        assert np.count_nonzero(np.asarray(meta.x)) == i + 1
+    assert meta.w.shape == (3, 4) and meta.grad.shape == (4,)

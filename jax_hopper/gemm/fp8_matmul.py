@@ -74,18 +74,23 @@ RECIPES = {
 
 class Fp8Meta(NamedTuple):
     """The amax histories of one fp8_matmul call site under recipe "delayed", newest first,
-    float32 (L,): x's, w's and the gradient dy's (module docstring)."""
+    float32 (L,): x's, w's and the gradient dy's (module docstring). fp8_ragged_dot's keeps one
+    history per expert for w: (G, L)."""
     x: jax.Array
     w: jax.Array
     grad: jax.Array
 
 
-def fp8_meta(length: int = 16) -> Fp8Meta:
-    """A fresh Fp8Meta whose histories hold `length` steps (zeros: nothing seen yet)."""
-    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
-        raise ValueError(f"fp8_meta: length={length!r} must be an int >= 1")
+def fp8_meta(length: int = 16, *, experts: int | None = None) -> Fp8Meta:
+    """A fresh Fp8Meta whose histories hold `length` steps (zeros: nothing seen yet); with
+    `experts` (fp8_ragged_dot's call sites), w's history is one per expert, (experts, length)."""
+    for name, v in (("length", length), ("experts", experts)):
+        if (v is not None or name == "length") and (
+                not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise ValueError(f"fp8_meta: {name}={v!r} must be an int >= 1")
     zeros = jnp.zeros((length,), jnp.float32)
-    return Fp8Meta(zeros, zeros, zeros)
+    w = zeros if experts is None else jnp.zeros((experts, length), jnp.float32)
+    return Fp8Meta(zeros, w, zeros)
 
 
 def _check_meta(meta):
@@ -106,8 +111,8 @@ def _history_amax(history, dtype):
 
 
 def _pushed(history, amax):
-    """The history one step on: the newest amax first, the oldest dropped."""
-    return jnp.concatenate([amax.astype(jnp.float32)[None], history[:-1]])
+    """The history (..., L) one step on: the newest amax (...) first, the oldest dropped."""
+    return jnp.concatenate([amax.astype(jnp.float32)[..., None], history[..., :-1]], axis=-1)
 
 
 @custom_batching.custom_vmap

@@ -15,8 +15,12 @@ quantize_fp8 and runs hopper_ragged_fp8_dot:
 
 Recipes (fp8_matmul's, module fp8_matmul.py): "tensor": x and dy one scale per tensor, w one
 per expert (each expert quantized on its own, vmap of quantize_fp8), e4m3 forward and e5m2
-gradient; "block" (DeepSeek-V3): everything e4m3, x and dy per row and 128 contraction
-elements, w per expert's 128 x 128 tile (both copies).
+gradient; "delayed": "tensor"'s, each scale from the largest amax in a history of earlier
+steps (an Fp8Meta from fp8_meta(length, experts=G): x's and dy's histories (L,), w's one per
+expert (G, L)), passed as `meta` and replaced by its gradient each step, exactly as
+fp8_matmul's (whose docstring says how to calibrate); "block" (DeepSeek-V3): everything
+e4m3, x and dy per row and 128 contraction elements, w per expert's 128 x 128 tile (both
+copies).
 The weight gradient's groups split its contracted dimension (the rows), which the grouped
 contraction kernel computes in 16 bits only: dw runs on hopper_ragged_contract with x and dy in
 x's dtype (bf16 for float32 x), so a step runs two of its three products in fp8. The residuals
@@ -34,24 +38,22 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_hopper.gemm.api import SUPPORTED_OUTPUTS
-from jax_hopper.gemm.fp8_matmul import RECIPES
+from jax_hopper.gemm.fp8_matmul import RECIPES, Fp8Meta, _history_amax, _next_meta
 from jax_hopper.gemm.ragged import check_group_sizes
 from jax_hopper.gemm.ragged_contract import hopper_ragged_contract
 from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_dot
 from jax_hopper.quantize.fp8 import INPUT_DTYPES, quantize_fp8
 
-_RECIPES = ("tensor", "block")  # "delayed" needs amax histories per call site: not here yet
-
-
-def fp8_ragged_dot(lhs, rhs, group_sizes, *, recipe="tensor", out_dtype=None):
+def fp8_ragged_dot(lhs, rhs, group_sizes, *, recipe="tensor", out_dtype=None, meta=None):
     """lhs (M, K) @ rhs[g] (G, K, N) for the rows of group g -> (M, N), forward and d lhs in fp8
-    (module docstring). recipe "tensor" or "block"; out_dtype bfloat16, float16 or float32
-    (default lhs.dtype); group_sizes (G,) integer, a device array. Differentiable in lhs and
-    rhs."""
+    (module docstring). recipe "tensor", "delayed" or "block"; out_dtype bfloat16, float16 or
+    float32 (default lhs.dtype); group_sizes (G,) integer, a device array; meta: this call
+    site's Fp8Meta (fp8_meta(length, experts=G)), with recipe "delayed" only. Differentiable
+    in lhs and rhs (and meta, whose gradient is its next value)."""
     lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
     fn = "fp8_ragged_dot"
-    if recipe not in _RECIPES:
-        raise ValueError(f"{fn}: recipe={recipe!r} must be one of {_RECIPES}")
+    if recipe not in RECIPES:
+        raise ValueError(f"{fn}: recipe={recipe!r} must be one of {tuple(RECIPES)}")
     for name, t in (("lhs", lhs), ("rhs", rhs)):
         if t.dtype not in INPUT_DTYPES:
             raise ValueError(f"{fn}: {name}.dtype={t.dtype} must be one of "
@@ -60,6 +62,7 @@ def fp8_ragged_dot(lhs, rhs, group_sizes, *, recipe="tensor", out_dtype=None):
         raise ValueError(f"{fn}: lhs must be (M, K) and rhs (G, K, N) with the same K; got lhs "
                          f"{lhs.shape}, rhs {rhs.shape}")
     check_group_sizes(group_sizes, rhs.shape[0], "rhs group")
+    _check_meta(fn, recipe, meta, rhs.shape[0])
     out_dtype = jnp.dtype(out_dtype or lhs.dtype)
     if out_dtype not in SUPPORTED_OUTPUTS:
         raise ValueError(f"{fn}: out_dtype={out_dtype} must be one of "
@@ -67,8 +70,27 @@ def fp8_ragged_dot(lhs, rhs, group_sizes, *, recipe="tensor", out_dtype=None):
     if lhs.size == 0 or rhs.size == 0:  # nothing to quantize: a zero product (or no rows)
         return jax.lax.ragged_dot(lhs, rhs, group_sizes.astype(jnp.int32),
                                   preferred_element_type=jnp.float32).astype(out_dtype)
-    return _fp8_ragged(lhs, rhs, group_sizes.astype(jnp.int32), recipe, out_dtype,
+    return _fp8_ragged(lhs, rhs, group_sizes.astype(jnp.int32), meta, recipe, out_dtype,
                        (lhs.dtype, rhs.dtype))
+
+
+def _check_meta(fn, recipe, meta, groups):
+    if recipe != "delayed":
+        if meta is not None:
+            raise ValueError(f"{fn}: meta is recipe 'delayed''s amax histories; recipe "
+                             f"{recipe!r} takes none")
+        return
+    if not isinstance(meta, Fp8Meta):
+        raise ValueError(f"{fn}: recipe='delayed' needs meta=jax_hopper.fp8_meta(length, "
+                         f"experts=G) (this call site's amax histories), got "
+                         f"{type(meta).__name__}")
+    shapes = [jnp.shape(h) for h in meta]
+    length = shapes[0][-1] if shapes[0] else 0
+    if (shapes != [(length,), (groups, length), (length,)] or length < 1
+            or any(jnp.result_type(h) != jnp.float32 for h in meta)):
+        raise ValueError(f"{fn}: meta's histories must be float32 x (L,), w (G, L) = "
+                         f"({groups}, L) and grad (L,) with L >= 1 (fp8_meta(L, "
+                         f"experts={groups})); got {shapes}")
 
 
 def _contract_dtype(dtype):
@@ -76,48 +98,61 @@ def _contract_dtype(dtype):
     return jnp.dtype(dtype) if jnp.dtype(dtype).itemsize == 2 else jnp.dtype(jnp.bfloat16)
 
 
-def _weights(rhs, r):
+def _weights(rhs, meta, r):
     """rhs (G, K, N) quantized with its transposed copy (G, N, K): per expert's tile with block
-    scales, else one scale per expert (each expert quantized on its own)."""
+    scales, else one scale per expert (each expert quantized on its own), from its history in
+    meta where given."""
     if r["scaling"] == "block":
         return quantize_fp8(rhs, dtype=r["fwd"], scaling="block", block="tile", transpose=True)
-    return jax.vmap(lambda w: quantize_fp8(w, dtype=r["fwd"], scaling="tensor",
-                                           transpose=True))(rhs)
+    amax = (None if meta is None else
+            jax.vmap(lambda h: _history_amax(h, r["fwd"]))(meta.w))
+
+    def one(w, a):
+        return quantize_fp8(w, dtype=r["fwd"], scaling="tensor", transpose=True, amax=a)
+    return jax.vmap(one)(rhs, amax) if amax is not None else jax.vmap(one, (0, None))(rhs, None)
 
 
-def _product(lhs, wq, gs, r, out_dtype):
-    xq = quantize_fp8(lhs, dtype=r["fwd"], scaling=r["scaling"], block="row")
-    return hopper_ragged_fp8_dot(xq.q, wq.q_t, gs, xq.scale, wq.scale_t, out_dtype=out_dtype)
+def _product(lhs, wq, gs, meta, r, out_dtype):
+    """y and x's quantized copy (its amax recorded under recipe "delayed")."""
+    xq = quantize_fp8(lhs, dtype=r["fwd"], scaling=r["scaling"], block="row",
+                      amax=None if meta is None else _history_amax(meta.x, r["fwd"]))
+    y = hopper_ragged_fp8_dot(xq.q, wq.q_t, gs, xq.scale, wq.scale_t, out_dtype=out_dtype)
+    return y, xq
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _fp8_ragged(lhs, rhs, gs, recipe, out_dtype, grad_dtypes):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _fp8_ragged(lhs, rhs, gs, meta, recipe, out_dtype, grad_dtypes):
     del grad_dtypes
     r = RECIPES[recipe]
-    return _product(lhs, _weights(rhs, r), gs, r, out_dtype)
+    return _product(lhs, _weights(rhs, meta, r), gs, meta, r, out_dtype)[0]
 
 
-def _forward(lhs, rhs, gs, recipe, out_dtype, grad_dtypes):
+def _forward(lhs, rhs, gs, meta, recipe, out_dtype, grad_dtypes):
     """y and the residuals: lhs in 16 bits, w's fp8 copy as stored (G, K, N) and its scales
-    (not the transposed copy: only the forward reads it), the sizes (grad_dtypes: lhs's and
-    rhs's, the gradients' dtypes)."""
+    (not the transposed copy: only the forward reads it), the sizes, and under recipe
+    "delayed" meta with the amaxes just recorded (grad_dtypes: lhs's and rhs's, the
+    gradients' dtypes)."""
     del grad_dtypes
     r = RECIPES[recipe]
-    wq = _weights(rhs, r)
-    return (_product(lhs, wq, gs, r, out_dtype),
-            (lhs.astype(_contract_dtype(lhs.dtype)), wq.q, wq.scale, gs))
+    wq = _weights(rhs, meta, r)
+    y, xq = _product(lhs, wq, gs, meta, r, out_dtype)
+    seen = None if meta is None else (meta, xq.amax, wq.amax)
+    return y, (lhs.astype(_contract_dtype(lhs.dtype)), wq.q, wq.scale, gs, seen)
 
 
 def _backward(recipe, out_dtype, grad_dtypes, res, dy):
     del out_dtype
-    (x16, w8, w_scale, gs), (lhs_dtype, rhs_dtype) = res, grad_dtypes
+    (x16, w8, w_scale, gs, seen), (lhs_dtype, rhs_dtype) = res, grad_dtypes
     r = RECIPES[recipe]
     # d lhs = dy @ w[g]^T: dy per row (its contraction is N), w as stored (G, K, N), whose
     # rows are this product's columns.
-    gq = quantize_fp8(dy, dtype=r["grad"], scaling=r["scaling"], block="row")
+    gq = quantize_fp8(dy, dtype=r["grad"], scaling=r["scaling"], block="row",
+                      amax=None if seen is None else _history_amax(seen[0].grad, r["grad"]))
     dlhs = hopper_ragged_fp8_dot(gq.q, w8, gs, gq.scale, w_scale, out_dtype=lhs_dtype)
     drhs = hopper_ragged_contract(x16, dy.astype(x16.dtype), gs, out_dtype=rhs_dtype)
-    return dlhs, drhs, np.zeros(gs.shape, jax.dtypes.float0)
+    # meta's gradient is its next value (fp8_matmul's module docstring).
+    dmeta = None if seen is None else _next_meta(seen[0], seen[1], seen[2], gq.amax)
+    return dlhs, drhs, np.zeros(gs.shape, jax.dtypes.float0), dmeta
 
 
 _fp8_ragged.defvjp(_forward, _backward)

@@ -4,7 +4,7 @@ expert, the recipe whose experts are quantized one by one) or block scales (grou
 DeepSeek-V3's, one per row of lhs and 128 of K, one per 128 x 128 block of each expert).
 
     y = hopper_ragged_fp8_dot(x8, w8, group_sizes, x_scale, w_scales)  # w8 (G, N, K), (G,) scales
-    y = hopper_ragged_fp8_dot(x8, w8, group_sizes, x_scales, w_scales)  # (M, K/128), (G, N/128, K/128)
+    y = hopper_ragged_fp8_dot(x8, w8, group_sizes, x_s, w_s)  # (M, K/128), (G, N/128, K/128)
 
 Rows of group g are act(alpha * (lhs_scale * lhs_rows) @ (rhs_scale[g] * rhs[g])^T + bias[g]) +
 beta * residual, the scales broadcast over their blocks, with hopper_ragged_dot's group-size
