@@ -13,7 +13,7 @@ from jax_hopper import fp8_ragged_dot
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("recipe", ["tensor", "block"])
+@pytest.mark.parametrize("recipe", ["tensor", "delayed", "block"])
 @pytest.mark.parametrize("m,k,n,groups", [(4096, 1024, 2048, 8), (1024, 512, 768, 64),
                                           (300, 200, 136, 3)])
 def test_product_and_gradients(rng, recipe, m, k, n, groups):
