@@ -517,34 +517,28 @@ def _cases():
                  (named(None, "x"), named(None, None, "x"), named(None, None, "x")),
                  all_reduce=True, bound=fp8_order)
 
-    def fp8_ragged_tp_grad():
-        # fp8_ragged_dot trained tensor-parallel (the experts' N split, whole 128-wide blocks):
-        # the forward and d rhs stay local, d lhs is a K split (one all-reduce); nothing is
-        # gathered.
+    def fp8_ragged_grads(n_cols, shardings):
+        # jax.grad of sum(fp8_ragged_dot(x, w) * dy) for x and w, both recipes, on sharded
+        # (x, w (G, K, n_cols), dy): nothing gathered, one all-reduce for the split product.
         from jax_hopper import fp8_ragged_dot
         for recipe in ("block", "tensor"):
             def grads(x, w, dy, recipe=recipe):
                 return jax.grad(lambda x, w: jnp.sum(
                     fp8_ragged_dot(x, w, sizes, recipe=recipe).astype(f32) * dy), (0, 1))(x, w)
 
-            _compare(grads, (_rand(rng, (rows, k)), _rand(rng, (groups, k, kblock)),
-                             _rand(rng, (rows, kblock), f32)),
-                     (None, named(None, None, "x"), named(None, "x")), all_reduce=True,
-                     bound=1e-2)
+            _compare(grads, (_rand(rng, (rows, k)), _rand(rng, (groups, k, n_cols)),
+                             _rand(rng, (rows, n_cols), f32)),
+                     shardings, all_reduce=True, bound=1e-2)
+
+    def fp8_ragged_tp_grad():
+        # Tensor-parallel (the experts' N split, whole 128-wide blocks): the forward and d rhs
+        # stay local, d lhs is a K split (the all-reduce).
+        fp8_ragged_grads(kblock, (None, named(None, None, "x"), named(None, "x")))
 
     def fp8_ragged_dp_grad():
-        # fp8_ragged_dot trained data-parallel (rows and dy split, the weights replicated):
-        # the block recipe's forward and d lhs stay local, d rhs is one all-reduce; the
-        # per-tensor recipe adds the amaxes' (max) all-reduces; nothing is gathered.
-        from jax_hopper import fp8_ragged_dot
-        for recipe in ("block", "tensor"):
-            def grads(x, w, dy, recipe=recipe):
-                return jax.grad(lambda x, w: jnp.sum(
-                    fp8_ragged_dot(x, w, sizes, recipe=recipe).astype(f32) * dy), (0, 1))(x, w)
-
-            _compare(grads, (_rand(rng, (rows, k)), _rand(rng, (groups, k, n)),
-                             _rand(rng, (rows, n), f32)),
-                     (named("x"), None, named("x")), all_reduce=True, bound=1e-2)
+        # Data-parallel (rows and dy split, the weights replicated): the forward and d lhs stay
+        # local, d rhs is the all-reduce (the per-tensor recipe adds its amaxes' max).
+        fp8_ragged_grads(n, (named("x"), None, named("x")))
 
     def quantize_rows_tensor():
         # Per-tensor scaling: the amax is one all-reduce (max); each device quantizes its rows
