@@ -25,14 +25,15 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "output_sharding", "grad_data_parallel", "vmap", "shard_map", "glu_rows", "glu_f",
          "glu_k", "glu_grad", "k_scatter_m", "k_scatter_n", "k_scatter_bf16", "glu_k_scatter",
          "ragged_n", "ragged_n_k_major", "ragged_experts_gathered", "ragged_experts_shard_map",
-         "ragged_k_split", "ragged_n_grad", "ragged_glu_f", "contract_columns", "ragged_rows",
-         "ragged_dp_grad", "contract_rows", "fp8_rows", "fp8_block_n", "fp8_block_k",
+         "ragged_k_split", "ragged_n_grad", "ragged_glu_f", "ragged_glu_k", "contract_columns",
+         "ragged_rows", "ragged_dp_grad", "contract_rows", "fp8_rows", "fp8_block_n", "fp8_block_k",
          "fp8_tensor_k_scatter", "fp8_kn_columns", "fp8_entry_scales", "ragged_fp8_n",
          "ragged_fp8_rows", "ragged_fp8_block_n", "ragged_fp8_block_rows", "ragged_fp8_k",
          "ragged_fp8_block_k", "fp8_ragged_dp_grad", "fp8_ragged_tp_grad",
          "quantize_rows_tensor", "quantize_cols_blocks", "quantize_one_row_block",
          "quantize_unaligned_rows", "quantize_given_amax",
-         "fp8_matmul_data_parallel", "config_per_shard", "tune_problems_per_shard"]
+         "fp8_matmul_data_parallel", "config_per_shard", "tune_problems_per_shard",
+         "typed_reshapes"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -344,6 +345,40 @@ def _cases():
                  (_rand(rng, (rows, k)), _rand(rng, (groups, k, 2, n)),
                   _rand(rng, (groups, 2, n), f32)),
                  (None, named(None, None, None, "x"), named(None, None, "x")), all_reduce=False)
+
+    def ragged_glu_k():
+        # The experts' gated weights split along K (typed on the arrays: make_mesh's explicit
+        # axes), as an FSDP layout puts them: partial products summed, then the unit.
+        from jax_hopper import hopper_ragged_glu
+        _compare(lambda x, w: hopper_ragged_glu(x, w, sizes, out_dtype=f32),
+                 (_rand(rng, (rows, k)), _rand(rng, (groups, k, 2, n))),
+                 (named(None, "x"), named(None, "x", None, None)), all_reduce=True)
+
+    def typed_reshapes():
+        # Shardings jax's explicit mode types on the arrays that our wrappers reshape (merging
+        # a sharded dimension): the sequence of a (batch, seq, d) activation (sequence
+        # parallel) through the gradients of hopper_matmul, fp8_matmul and hopper_glu, and the
+        # experts' gated weights split along F under jax.grad. Values only: a merge that cannot
+        # keep its split replicates (typed_reshape.py).
+        from gemm_helpers import rel_frob, to64
+        from jax_hopper import fp8_matmul, hopper_ragged_glu
+
+        def grads(f):
+            return jax.grad(lambda x, w: jnp.sum(f(x, w).astype(f32) ** 2), (0, 1))
+
+        x3 = _rand(rng, (bsz, 2 * n_dev * 8, k))
+        cases = [(grads(hopper_matmul), x3, _rand(rng, (k, n)) / 8, (None, "x", None), None),
+                 (grads(lambda x, w: fp8_matmul(x, w, recipe="block")), x3,
+                  _rand(rng, (k, n)) / 8, (None, "x", None), None),
+                 (grads(hopper_glu), x3, _rand(rng, (k, 2, n)) / 8, None, ("x", None, None)),
+                 (grads(lambda x, w: hopper_ragged_glu(x, w, sizes)), _rand(rng, (rows, k)),
+                  _rand(rng, (groups, k, 2, n)) / 8, None, (None, None, None, "x"))]
+        for f, x, w, x_spec, w_spec in cases:
+            want = jax.jit(f)(x, w)
+            got = jax.jit(f)(x if x_spec is None else jax.device_put(x, named(*x_spec)),
+                             w if w_spec is None else jax.device_put(w, named(*w_spec)))
+            for g, ref in zip(got, want):
+                assert rel_frob(g, to64(ref)) < 1e-2, rel_frob(g, to64(ref))
 
     def contract_columns():
         from jax_hopper import hopper_ragged_contract
@@ -672,8 +707,8 @@ def _cases():
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
                             k_scatter_n, k_scatter_bf16, glu_k_scatter, ragged_n, ragged_n_k_major,
                             ragged_experts_gathered, ragged_experts_shard_map, ragged_k_split,
-                            ragged_n_grad, ragged_glu_f, contract_columns, ragged_rows,
-                            ragged_dp_grad, contract_rows, fp8_rows, fp8_block_n, fp8_block_k,
+                            ragged_n_grad, ragged_glu_f, ragged_glu_k, contract_columns,
+                            ragged_rows, ragged_dp_grad, contract_rows, fp8_rows, fp8_block_n, fp8_block_k,
                             fp8_tensor_k_scatter, fp8_kn_columns, fp8_entry_scales,
                             ragged_fp8_n, ragged_fp8_rows, ragged_fp8_block_n,
                             ragged_fp8_block_rows, ragged_fp8_k, ragged_fp8_block_k,
@@ -681,7 +716,7 @@ def _cases():
                             quantize_cols_blocks, quantize_one_row_block,
                             quantize_unaligned_rows, quantize_given_amax,
                             fp8_matmul_data_parallel, config_per_shard,
-                            tune_problems_per_shard]))
+                            tune_problems_per_shard, typed_reshapes]))
 
 
 def main():

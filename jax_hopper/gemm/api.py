@@ -13,6 +13,7 @@ from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import activation_code
 from jax_hopper.gemm.pitch import tma_unaddressable
 from jax_hopper.gemm.primitive import freeze, reference
+from jax_hopper.gemm.typed_reshape import reshape
 from jax_hopper.kernels import catalog
 
 SUPPORTED_INPUTS = tuple(jnp.dtype(d) for d in catalog.INPUT_DTYPES)
@@ -93,7 +94,7 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     else:
         out = autodiff.gemm(a3, b3, bias_arr, res_arr, freeze(params), res_arr.shape[0])
 
-    out = out.reshape(*batch_shape, m, n)
+    out = reshape(out, (*batch_shape, m, n))
     if squeeze_m:
         out = out[..., 0, :]
     if squeeze_n:
@@ -206,7 +207,7 @@ def as_batched_3d(x, batch_shape):
     """(..., r, c) -> (1 or batch, r, c) without copying when x's batch dims are all 1 or absent."""
     lead = x.shape[:-2]
     if math.prod(lead) == 1 or not lead:
-        return x.reshape(1, *x.shape[-2:])
+        return reshape(x, (1, *x.shape[-2:]))
     if tuple(lead) != tuple(batch_shape):
         x = jnp.broadcast_to(x, (*batch_shape, *x.shape[-2:]))  # partial broadcast: materialise
-    return x.reshape(-1, *x.shape[-2:])
+    return reshape(x, (-1, *x.shape[-2:]))

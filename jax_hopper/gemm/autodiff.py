@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from jax_hopper.gemm import batching
 from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.primitive import freeze, problem_shape
+from jax_hopper.gemm.typed_reshape import reshape
 
 _F32 = jnp.dtype(jnp.float32)
 
@@ -124,9 +125,9 @@ def _grad_b(a, b, dp, p):
     shared = b.shape[0] == 1 and dp.shape[0] > 1
     if shared and not p["a_mn_major"]:
         # The batch joins the contraction: a as (batch*M, K), dP as (batch*M, N), one launch.
-        # (Merging first keeps a batch split of an explicitly sharded a on the merged rows.)
-        a = a.reshape(-1, a.shape[2])[None]
-        dp = dp.reshape(-1, dp.shape[2])[None]
+        # (Merging keeps a batch split of an explicitly sharded a on the merged rows.)
+        a = reshape(a, (1, -1, a.shape[2]))
+        dp = reshape(dp, (1, -1, dp.shape[2]))
         shared = False
     if p["b_mn_major"]:
         return _summed(a, dp, not p["a_mn_major"], True, b.dtype, p["alpha"], shared)

@@ -44,6 +44,7 @@ from jax_hopper.gemm.primitive import _pad_columns, apply_epilogue, call_attrs, 
 from jax_hopper.gemm.ragged_primitive import register
 from jax_hopper.gemm.shared_batch import fold, folds
 from jax_hopper.gemm.tuned import default_config
+from jax_hopper.gemm.typed_reshape import reshape
 from jax_hopper.kernels import catalog
 from jax_hopper.quantize.transpose import transpose_fp8
 
@@ -131,7 +132,7 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
         out = reference(a3, b3, bias_arr, res_arr, *scales, **params)  # nothing to launch
     else:
         out = fp8_batching.gemm(launch, freeze(params), a3, b3, bias_arr, res_arr, *scales)
-    return out.reshape(*batch_shape, m, n)
+    return reshape(out, (*batch_shape, m, n))
 
 
 # The kernel family of each scaling mode.

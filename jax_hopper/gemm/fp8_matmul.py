@@ -61,6 +61,7 @@ from jax_hopper.gemm.api import SUPPORTED_OUTPUTS
 from jax_hopper.gemm.dot_general import fallback
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
 from jax_hopper.gemm.pitch import pitch_pad
+from jax_hopper.gemm.typed_reshape import reshape
 from jax_hopper.kernels import catalog
 from jax_hopper.quantize.fp8 import INPUT_DTYPES, abs_max, quantize_fp8
 
@@ -173,7 +174,7 @@ def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None, meta=None, bias=None, r
         y = y if bias is None else y + bias.astype(jnp.float32)
         y = y if residual is None else y + residual.astype(jnp.float32)
         return y.astype(out_dtype)
-    x2 = x.reshape(m, k)
+    x2 = reshape(x, (m, k))
     # Every dimension is a row pitch of some fp8 operand (x, x^T, w, w^T, dy, dy^T).
     mp, kp, np_ = (d + pitch_pad(d, jnp.float8_e4m3fn) for d in (m, k, n))
     if (mp, kp) != (m, k):
@@ -182,12 +183,12 @@ def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None, meta=None, bias=None, r
     if bias is not None and np_ != n:
         bias = jnp.pad(bias, (0, np_ - n))
     if residual is not None:
-        residual = residual.reshape(m, n)
+        residual = reshape(residual, (m, n))
         if (mp, np_) != (m, n):
             residual = jnp.pad(residual, ((0, mp - m), (0, np_ - n)))
     grad_dtypes = tuple(None if a is None else a.dtype for a in (x, w, bias, residual))
     y = _fp8_matmul(x2, wp, meta, bias, residual, recipe, out_dtype, grad_dtypes)
-    return y[:m, :n].reshape(*lead, n)
+    return reshape(y[:m, :n], (*lead, n))
 
 
 def _epilogue_operands(bias, residual, out_shape):

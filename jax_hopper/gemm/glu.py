@@ -37,6 +37,7 @@ from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import activation_code, apply_gated
 from jax_hopper.gemm.pitch import tma_unaddressable
 from jax_hopper.gemm.primitive import freeze, reference
+from jax_hopper.gemm.typed_reshape import reshape
 
 _F32 = jnp.dtype(jnp.float32)
 
@@ -74,15 +75,15 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
         raise ValueError(f"x.shape={x.shape} and w.shape={w.shape}: x's last dimension must be "
                          f"w's first (K = {k})")
     lead = x.shape[:-1]
-    x3 = x.reshape(1, 1, k) if x.ndim == 1 else x.reshape(math.prod(x.shape[:-2]), *x.shape[-2:])
+    x3 = reshape(x, (1, 1, k) if x.ndim == 1 else (math.prod(x.shape[:-2]), *x.shape[-2:]))
     batch, rows = x3.shape[0], x3.shape[1]
     bias2 = api.prepare_bias(bias, (2, f), "(2, F)",
                              ": one row for the gate, one for the up projection")
     if residual is None:
         res3 = jnp.zeros((0, 0, 0), out_dtype)
     else:
-        res3 = jnp.broadcast_to(api.checked_residual(residual, (*lead, f), out_dtype),
-                                (*lead, f)).reshape(batch, rows, f)
+        res3 = reshape(jnp.broadcast_to(api.checked_residual(residual, (*lead, f), out_dtype),
+                                        (*lead, f)), (batch, rows, f))
 
     config = checked_config(config, x.dtype.name, False, True, family="glu")
     if strict and (reason := tma_unaddressable(x, names=("x",))) is not None:
@@ -95,14 +96,14 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
         out = reference(x3, w, bias2, res3, **dict(params))  # nothing to launch
     else:
         out = autodiff.gemm(x3, w, bias2, res3, params, res3.shape[0], _unfused)
-    return out.reshape(*lead, f)
+    return reshape(out, (*lead, f))
 
 
 def _unfused(x3, w, bias, res, params):
     """The same unit from hopper_matmul's (differentiable) product in x's dtype and jnp."""
     p = dict(params)
     k, _, f = w.shape
-    b3 = w.reshape(1, k, 2 * f)
+    b3 = reshape(w, (1, k, 2 * f))
     product = freeze({**p, "family": "matmul", "activation": 0, "beta": 1.0,
                       "out_dtype": x3.dtype, "config": None})
     z = autodiff.gemm(x3, b3, bias.reshape(-1), jnp.zeros((0, 0, 0), x3.dtype), product, 0)

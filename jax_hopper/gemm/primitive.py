@@ -30,7 +30,8 @@ from jax_hopper import _ffi
 from jax_hopper.gemm import pitch
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
 from jax_hopper.gemm.heuristics import SWAP_MAX_M
-from jax_hopper.gemm.shared_batch import explicitly_sharded, fold, folds
+from jax_hopper.gemm.shared_batch import fold, folds
+from jax_hopper.gemm.typed_reshape import explicitly_sharded
 from jax_hopper.gemm.tuned import default_config
 
 hopper_gemm_p = Primitive("hopper_gemm")

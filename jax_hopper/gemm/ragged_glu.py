@@ -36,6 +36,7 @@ from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged import check_group_sizes, hopper_ragged_dot, residual3
 from jax_hopper.gemm.ragged_primitive import epilogue
 from jax_hopper.gemm.ragged_sharding import partitioned
+from jax_hopper.gemm.typed_reshape import reshape
 
 _F32 = jnp.dtype(jnp.float32)
 _FAMILY = "grouped_glu"
@@ -89,8 +90,8 @@ def _unfused(lhs3, w, gs, bias, res, params):
     """The same unit through hopper_ragged_dot (product in x's dtype) and jnp."""
     p = dict(params)
     groups, k, _, f = w.shape
-    h = hopper_ragged_dot(lhs3[0], w.reshape(groups, k, 2 * f), gs,
-                          bias=bias.reshape(groups, 2 * f) if bias.size else None,
+    h = hopper_ragged_dot(lhs3[0], reshape(w, (groups, k, 2 * f)), gs,
+                          bias=reshape(bias, (groups, 2 * f)) if bias.size else None,
                           alpha=p["alpha"], out_dtype=lhs3.dtype)
     z = apply_gated(h.astype(_F32), p["activation"])
     if res.size:

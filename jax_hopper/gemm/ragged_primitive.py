@@ -31,6 +31,7 @@ from jax_hopper.gemm.epilogue import apply_activation, apply_gated
 from jax_hopper.gemm.heuristics import choose_grouped_config, choose_grouped_glu_config
 from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
 from jax_hopper.gemm.primitive import _KERNELS, _pad_columns, call_attrs, freeze
+from jax_hopper.gemm.typed_reshape import reshape
 
 hopper_ragged_p = Primitive("hopper_ragged_dot")
 _F32 = jnp.dtype(jnp.float32)
@@ -101,8 +102,8 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
                pitch_granule(rhs.dtype) if gated or b_mn_major else 1)
     if pad := -n % step:
         rhs, bias, res = _pad_columns(rhs, bias, res, rhs.ndim - 1 if b_mn_major else 1, pad)
-    if gated:
-        rhs = rhs.reshape(-1, 2, rhs.shape[-1])
+    if gated:  # (G, K, 2, N) -> (G K, 2, N), whatever a sharding typed on rhs splits
+        rhs = reshape(rhs, (-1, 2, rhs.shape[-1]))
     config = params["config"]
     tiles = build_tile_table(group_sizes, lhs.shape[1], config.block_m,
                              paired=config.cluster_m == 2)
