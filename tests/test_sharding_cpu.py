@@ -357,9 +357,9 @@ def _cases():
     def typed_reshapes():
         # Shardings jax's explicit mode types on the arrays that our wrappers reshape (merging
         # a sharded dimension): the sequence of a (batch, seq, d) activation (sequence
-        # parallel) through the gradients of hopper_matmul, fp8_matmul and hopper_glu, and the
-        # experts' gated weights split along F under jax.grad. Values only: a merge that cannot
-        # keep its split replicates (typed_reshape.py).
+        # parallel) through the gradients of hopper_matmul, fp8_matmul and hopper_glu, the
+        # experts' gated weights split along F under jax.grad, and 4-D inputs below. Values
+        # only: a merge that cannot keep its split replicates (typed_reshape.py).
         from gemm_helpers import rel_frob, to64
         from jax_hopper import fp8_matmul, hopper_ragged_glu
 
@@ -373,11 +373,22 @@ def _cases():
                  (grads(hopper_glu), x3, _rand(rng, (k, 2, n)) / 8, None, ("x", None, None)),
                  (grads(lambda x, w: hopper_ragged_glu(x, w, sizes)), _rand(rng, (rows, k)),
                   _rand(rng, (groups, k, 2, n)) / 8, None, (None, None, None, "x"))]
+        # 4-D: an inner batch dimension split, through quantize_fp8, transpose_fp8 and
+        # dot_general (each merges the leading dimensions).
+        from jax_hopper import dot_general, quantize_fp8, transpose_fp8
+        x4 = _rand(rng, (2, n_dev, 128, 128))
+        cases += [(lambda x, w: tuple(quantize_fp8(x, scaling="block", block="tile",
+                                                   transpose=True))[:4], x4, None,
+                   (None, "x", None, None), None),
+                  (lambda x, w: transpose_fp8(x.astype(jnp.float8_e4m3fn)).astype(f32), x4,
+                   None, (None, "x", None, None), None),
+                  (lambda x, w: dot_general(x, w, (((3,), (0,)), ((), ()))), x4,
+                   _rand(rng, (128, n)), (None, "x", None, None), None)]
         for f, x, w, x_spec, w_spec in cases:
             want = jax.jit(f)(x, w)
             got = jax.jit(f)(x if x_spec is None else jax.device_put(x, named(*x_spec)),
                              w if w_spec is None else jax.device_put(w, named(*w_spec)))
-            for g, ref in zip(got, want):
+            for g, ref in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
                 assert rel_frob(g, to64(ref)) < 1e-2, rel_frob(g, to64(ref))
 
     def contract_columns():

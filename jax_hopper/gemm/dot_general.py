@@ -32,6 +32,7 @@ from jax import lax
 
 from jax_hopper.gemm.api import SUPPORTED_INPUTS, SUPPORTED_OUTPUTS, hopper_matmul
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
+from jax_hopper.gemm.typed_reshape import reshape
 from jax_hopper.kernels import catalog
 
 _LOG = logging.getLogger("jax_hopper")
@@ -102,14 +103,14 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
 
     def on_kernel(lhs, rhs):
         # (batch, K, M) with transpose_a; (batch, N, K) with transpose_b.
-        a = lhs.reshape(*batch, *((k, m) if a_contract_first else (m, k)))
-        b = rhs.reshape(*batch, *((k, n) if b_contract_first else (n, k)))
+        a = reshape(lhs, (*batch, *((k, m) if a_contract_first else (m, k))))
+        b = reshape(rhs, (*batch, *((k, n) if b_contract_first else (n, k))))
         if fp8:  # the product of the values as they are
             one = jnp.float32(1)
             out = hopper_fp8_matmul(a, b, one, one, out_dtype=out_dtype, **flags)
         else:
             out = hopper_matmul(a, b, out_dtype=out_dtype, **flags)
-        return out.reshape(out_shape)
+        return reshape(out, out_shape)
 
     if not fp8:
         return on_kernel(lhs, rhs)

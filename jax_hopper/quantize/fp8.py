@@ -43,6 +43,7 @@ from jax.interpreters import mlir
 from jax_hopper.gemm.pitch import pitch_pad
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged_primitive import register
+from jax_hopper.gemm.typed_reshape import reshape
 from jax_hopper.quantize import sharding
 from jax_hopper.kernels import catalog
 
@@ -106,7 +107,7 @@ def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", t
     mode, t_mode = ("tensor", "tensor") if scaling == "tensor" else (block, transpose_block)
 
     lead, (r, c) = x.shape[:-2], x.shape[-2:]
-    x3 = x.reshape(-1, r, c)
+    x3 = reshape(x, (-1, r, c))
     if mode == "tensor":  # one amax for the whole array, every batch entry
         if not record:
             amax = abs_max(x, axis=None) if x.size else jnp.float32(0)
@@ -122,12 +123,12 @@ def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", t
         if record:  # the batch entries' maxima (an empty x has none: 0)
             amax = abs_max(seen, axis=None) if seen.size else jnp.float32(0)
     else:
-        scale = scale.reshape(*lead, *scale.shape[1:])
-        scale_t = scale_t.reshape(*lead, *scale_t.shape[1:])
-    q = q.reshape(x.shape)  # amax: None with block scales (none given, none computed)
+        scale = reshape(scale, (*lead, *scale.shape[1:]))
+        scale_t = reshape(scale_t, (*lead, *scale_t.shape[1:]))
+    q = reshape(q, x.shape)  # amax: None with block scales (none given, none computed)
     if not transpose:
         return Fp8Array(q, scale, amax=amax)
-    return Fp8Array(q, scale, q_t.reshape(*lead, c, r), scale_t, amax)
+    return Fp8Array(q, scale, reshape(q_t, (*lead, c, r)), scale_t, amax)
 
 
 def dequantize_fp8(q, scale, *, block="row", dtype=jnp.float32):

@@ -27,6 +27,7 @@ from jax.interpreters import mlir
 from jax_hopper.gemm.pitch import pitch_pad
 from jax_hopper.gemm.ragged_primitive import register
 from jax_hopper.gemm.sharding import assign_factors, spec_of
+from jax_hopper.gemm.typed_reshape import reshape
 from jax_hopper.kernels import catalog
 
 transpose_fp8_p = Primitive("hopper_transpose_fp8")
@@ -43,7 +44,7 @@ def transpose_fp8(x):
         raise ValueError(f"transpose_fp8: x must be at least 2-D (..., rows, cols); got shape "
                          f"{x.shape}")
     lead, (r, c) = x.shape[:-2], x.shape[-2:]
-    return _vmappable(x.reshape(math.prod(lead), r, c)).reshape(*lead, c, r)
+    return reshape(_vmappable(reshape(x, (math.prod(lead), r, c))), (*lead, c, r))
 
 
 @custom_vmap
@@ -56,7 +57,7 @@ def _fold(axis_size, in_batched, x):  # the entries into the batch the kernel wa
     if not in_batched[0]:
         x = x[None].repeat(axis_size, 0)
     v, b, r, c = x.shape
-    return _vmappable(x.reshape(v * b, r, c)).reshape(v, b, c, r), True
+    return reshape(_vmappable(reshape(x, (v * b, r, c))), (v, b, c, r)), True
 
 
 @custom_partitioning
