@@ -1,8 +1,8 @@
 """Reshapes of arrays whose type may carry a sharding (jax's explicit sharding mode, what
 jax.make_mesh gives by default): there a reshape that merges or splits a sharded dimension must
 name its result's sharding, or jax refuses it. `reshape` names the one that moves no data where
-there is one, else replicates that dimension (a gather: correct, and the partitioning layers
-below still split what they can).
+there is one, else replicates that dimension (a gather, with a warning as the partitioning
+layers give for what they gather: correct, and the layers below still split what they can).
 
     (A@s, B) -> (A B)@s           the major dimension's split stays (whole rows of B each)
     (A, B@s) -> (A B)             a minor one's cannot: replicated
@@ -13,6 +13,7 @@ below still split what they can).
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax
 from jax.sharding import PartitionSpec
@@ -33,6 +34,14 @@ def reshape(x, shape):
     sharding = jax.typeof(x).sharding
     spec = tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
     out = _out_spec(x.shape, spec, shape, dict(sharding.mesh.shape))
+    kept = {a for p in out if p is not None for a in (p if isinstance(p, tuple) else (p,))}
+    lost = [p for p in spec if p is not None
+            and not set(p if isinstance(p, tuple) else (p,)) <= kept]
+    if lost:  # as the partitioning layers report what they gather
+        warnings.warn(f"jax_hopper: reshaping {tuple(x.shape)} sharded {spec} to {shape} "
+                      f"cannot keep the split over {lost}: that operand is gathered to every "
+                      "device (keep batch dimensions split on the leading one, or pass 2-D "
+                      "operands)", stacklevel=3)
     return jax.lax.reshape(x, shape, out_sharding=sharding.update(spec=PartitionSpec(*out)))
 
 
