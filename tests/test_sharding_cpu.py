@@ -358,8 +358,9 @@ def _cases():
         # Shardings jax's explicit mode types on the arrays that our wrappers reshape (merging
         # a sharded dimension): the sequence of a (batch, seq, d) activation (sequence
         # parallel) through the gradients of hopper_matmul, fp8_matmul and hopper_glu, the
-        # experts' gated weights split along F under jax.grad, and 4-D inputs below. Values
-        # only: a merge that cannot keep its split replicates (typed_reshape.py).
+        # experts' gated weights split along F under jax.grad, and 4-D inputs below. Values,
+        # and the warning where a merge cannot keep its split and replicates
+        # (typed_reshape.py).
         from gemm_helpers import rel_frob, to64
         from jax_hopper import fp8_matmul, hopper_ragged_glu
 
@@ -393,8 +394,13 @@ def _cases():
                                  w if w_spec is None else jax.device_put(w, named(*w_spec)))
             for g, ref in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
                 assert rel_frob(g, to64(ref)) < 1e-2, rel_frob(g, to64(ref))
-            if f is cases[0][0]:  # the sequence split merged with the batch: said, not silent
-                assert any("cannot keep the split" in str(c.message) for c in caught), caught
+            gathered = any("cannot keep the split" in str(c.message) for c in caught)
+            if f is cases[0][0]:  # d w sums each entry's product: the rows' split stays
+                assert not gathered, [str(c.message) for c in caught]
+                hlo = jax.jit(f).lower(jax.device_put(x, named(*x_spec)), w).compile().as_text()
+                assert "all-gather" not in hlo and "all-reduce" in hlo
+            if f is cases[1][0]:  # fp8_matmul merges the batch into x's rows: said, not silent
+                assert gathered, caught
 
     def contract_columns():
         from jax_hopper import hopper_ragged_contract

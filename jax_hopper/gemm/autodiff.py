@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from jax_hopper.gemm import batching
 from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.primitive import freeze, problem_shape
-from jax_hopper.gemm.typed_reshape import reshape
+from jax_hopper.gemm.typed_reshape import keeps_splits, reshape
 
 _F32 = jnp.dtype(jnp.float32)
 
@@ -123,11 +123,14 @@ def _grad_a(a, b, dp, p):
 def _grad_b(a, b, dp, p):
     """dB = op(A)^T @ dP in b's layout: (K, N) from (A^T, dP), (N, K) as dP^T @ op(A)."""
     shared = b.shape[0] == 1 and dp.shape[0] > 1
-    if shared and not p["a_mn_major"]:
+    merged_a, merged_dp = (1, -1, a.shape[2]), (1, -1, dp.shape[2])
+    if (shared and not p["a_mn_major"] and keeps_splits(a, merged_a)
+            and keeps_splits(dp, merged_dp)):
         # The batch joins the contraction: a as (batch*M, K), dP as (batch*M, N), one launch.
-        # (Merging keeps a batch split of an explicitly sharded a on the merged rows.)
-        a = reshape(a, (1, -1, a.shape[2]))
-        dp = reshape(dp, (1, -1, dp.shape[2]))
+        # Not where that merge would gather an explicitly sharded a or dP (rows split below
+        # the batch, as sequence parallelism splits them): there each entry's product is
+        # summed (the rows' split is a K split of its own: partial sums, no gather).
+        a, dp = reshape(a, merged_a), reshape(dp, merged_dp)
         shared = False
     if p["b_mn_major"]:
         return _summed(a, dp, not p["a_mn_major"], True, b.dtype, p["alpha"], shared)

@@ -32,17 +32,30 @@ def reshape(x, shape):
     if not explicitly_sharded(x):
         return x.reshape(shape)
     sharding = jax.typeof(x).sharding
-    spec = tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
-    out = _out_spec(x.shape, spec, shape, dict(sharding.mesh.shape))
-    kept = {a for p in out if p is not None for a in (p if isinstance(p, tuple) else (p,))}
-    lost = [p for p in spec if p is not None
-            and not set(p if isinstance(p, tuple) else (p,)) <= kept]
+    spec, out, lost = _plan(x, shape)
     if lost:  # as the partitioning layers report what they gather
         warnings.warn(f"jax_hopper: reshaping {tuple(x.shape)} sharded {spec} to {shape} "
                       f"cannot keep the split over {lost}: that operand is gathered to every "
                       "device (keep batch dimensions split on the leading one, or pass 2-D "
                       "operands)", stacklevel=3)
     return jax.lax.reshape(x, shape, out_sharding=sharding.update(spec=PartitionSpec(*out)))
+
+
+def keeps_splits(x, shape) -> bool:
+    """Whether reshape(x, shape) keeps every split x's type carries (moves no data)."""
+    return not explicitly_sharded(x) or not _plan(x, _resolved(x.shape, tuple(shape)))[2]
+
+
+def _plan(x, shape):
+    """(x's spec, the result's spec, the splits the result loses) for an explicitly sharded
+    x."""
+    sharding = jax.typeof(x).sharding
+    spec = tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
+    out = _out_spec(x.shape, spec, shape, dict(sharding.mesh.shape))
+    kept = {a for p in out if p is not None for a in (p if isinstance(p, tuple) else (p,))}
+    lost = [p for p in spec if p is not None
+            and not set(p if isinstance(p, tuple) else (p,)) <= kept]
+    return spec, out, lost
 
 
 def _resolved(old: tuple, new: tuple) -> tuple:
