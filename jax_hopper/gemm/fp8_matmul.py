@@ -94,17 +94,31 @@ def fp8_meta(length: int = 16, *, experts: int | None = None) -> Fp8Meta:
     return Fp8Meta(zeros, w, zeros)
 
 
-def _check_meta(meta):
+def check_meta(fn: str, recipe: str, meta, experts: int | None = None) -> None:
+    """ValueError unless meta fits the recipe: None but for "delayed", whose Fp8Meta holds
+    float32 histories of one length L >= 1, w's one per expert (experts, L) where the call
+    site has experts (fp8_ragged_dot)."""
+    if recipe != "delayed":
+        if meta is not None:
+            raise ValueError(f"{fn}: meta is recipe 'delayed''s amax histories; recipe "
+                             f"{recipe!r} takes none")
+        return
+    made = "fp8_meta()" if experts is None else "fp8_meta(length, experts=G)"
     if not isinstance(meta, Fp8Meta):
-        raise ValueError(f"fp8_matmul: recipe='delayed' needs meta=jax_hopper.fp8_meta() (this "
-                         f"call site's amax histories), got {type(meta).__name__}")
-    if (len({jnp.shape(h) for h in meta}) != 1 or jnp.ndim(meta.x) != 1
-            or jnp.size(meta.x) < 1 or any(jnp.result_type(h) != jnp.float32 for h in meta)):
-        raise ValueError(f"fp8_matmul: meta's histories must be float32 (L,) of one length "
-                         f"L >= 1; got {[(jnp.shape(h), jnp.result_type(h).name) for h in meta]}")
+        raise ValueError(f"{fn}: recipe='delayed' needs meta=jax_hopper.{made} (this call "
+                         f"site's amax histories), got {type(meta).__name__}")
+    shapes = [jnp.shape(h) for h in meta]
+    length = shapes[0][-1] if shapes[0] else 0
+    w_shape = (length,) if experts is None else (experts, length)
+    if (shapes != [(length,), w_shape, (length,)] or length < 1
+            or any(jnp.result_type(h) != jnp.float32 for h in meta)):
+        w_rule = "(L,)" if experts is None else f"(G, L) = ({experts}, L)"
+        raise ValueError(f"{fn}: meta's histories must be float32 x (L,), w {w_rule} and grad "
+                         f"(L,), of one length L >= 1 (jax_hopper.{made}); got "
+                         f"{[(s, jnp.result_type(h).name) for s, h in zip(shapes, meta)]}")
 
 
-def _history_amax(history, dtype):
+def history_amax(history, dtype):
     """The amax a history scales by: its largest entry, or fp8_max (a scale of 1) while it
     holds nothing but zeros. NaN stays (taken over the bit patterns, as abs_max does)."""
     amax = abs_max(history, axis=None)
@@ -117,13 +131,13 @@ def _pushed(history, amax):
 
 
 @custom_batching.custom_vmap
-def _next_meta(meta, x_amax, w_amax, grad_amax):
+def next_meta(meta, x_amax, w_amax, grad_amax):
     """meta's gradient (module docstring): each history pushed on by the amax just recorded."""
     return Fp8Meta(_pushed(meta.x, x_amax), _pushed(meta.w, w_amax),
                    _pushed(meta.grad, grad_amax))
 
 
-@_next_meta.def_vmap
+@next_meta.def_vmap
 def _next_meta_vmap(axis_size, in_batched, meta, *amaxes):
     """Under vmap a history shared by the entries (not mapped) is pushed on by the largest of
     their amaxes, and stays unmapped: vmap would otherwise add the entries' pushed histories up
@@ -148,11 +162,7 @@ def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None, meta=None, bias=None, r
     x, w = jnp.asarray(x), jnp.asarray(w)
     if recipe not in RECIPES:
         raise ValueError(f"fp8_matmul: recipe={recipe!r} must be one of {tuple(RECIPES)}")
-    if recipe == "delayed":
-        _check_meta(meta)
-    elif meta is not None:
-        raise ValueError(f"fp8_matmul: meta is recipe 'delayed''s amax histories; recipe "
-                         f"{recipe!r} takes none")
+    check_meta("fp8_matmul", recipe, meta)
     for name, t in (("x", x), ("w", w)):
         if t.dtype not in INPUT_DTYPES:
             raise ValueError(f"fp8_matmul: {name}.dtype={t.dtype} must be one of "
@@ -228,7 +238,7 @@ def _operands(x, w, meta, r, *, transpose_x):
     the block layouts do not apply and each copy has the one scale, from meta's histories where
     given (recipe "delayed")."""
     amax = ((None, None) if meta is None else
-            (_history_amax(meta.x, r["fwd"]), _history_amax(meta.w, r["fwd"])))
+            (history_amax(meta.x, r["fwd"]), history_amax(meta.w, r["fwd"])))
     xq = quantize_fp8(x, dtype=r["fwd"], scaling=r["scaling"], block="row", transpose=transpose_x,
                       amax=amax[0])
     wq = quantize_fp8(w, dtype=r["fwd"], scaling=r["scaling"], block="tile", transpose=True,
@@ -255,11 +265,11 @@ def _backward(recipe, out_dtype, grad_dtypes, res, dy):
     # dy per row for dx (its contraction is N), its transposed copy per tile for dw (b operand).
     gq = quantize_fp8(dy, dtype=r["grad"], scaling=r["scaling"], block="row", transpose=True,
                       transpose_block="tile",
-                      amax=None if meta is None else _history_amax(meta.grad, r["grad"]))
+                      amax=None if meta is None else history_amax(meta.grad, r["grad"]))
     dx = hopper_fp8_matmul(gq.q, wq.q, gq.scale, wq.scale, out_dtype=x_dtype)
     dw = hopper_fp8_matmul(xq.q_t, gq.q_t, xq.scale_t, gq.scale_t, out_dtype=w_dtype)
     # meta's gradient is its next value (module docstring).
-    return (dx, dw, None if meta is None else _next_meta(meta, xq.amax, wq.amax, gq.amax),
+    return (dx, dw, None if meta is None else next_meta(meta, xq.amax, wq.amax, gq.amax),
             dbias, dres)
 
 

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_hopper.gemm.api import SUPPORTED_OUTPUTS
-from jax_hopper.gemm.fp8_matmul import RECIPES, Fp8Meta, _history_amax, _next_meta
+from jax_hopper.gemm.fp8_matmul import RECIPES, check_meta, history_amax, next_meta
 from jax_hopper.gemm.ragged import check_group_sizes
 from jax_hopper.gemm.ragged_contract import hopper_ragged_contract
 from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_dot
@@ -62,7 +62,7 @@ def fp8_ragged_dot(lhs, rhs, group_sizes, *, recipe="tensor", out_dtype=None, me
         raise ValueError(f"{fn}: lhs must be (M, K) and rhs (G, K, N) with the same K; got lhs "
                          f"{lhs.shape}, rhs {rhs.shape}")
     check_group_sizes(group_sizes, rhs.shape[0], "rhs group")
-    _check_meta(fn, recipe, meta, rhs.shape[0])
+    check_meta(fn, recipe, meta, experts=rhs.shape[0])
     out_dtype = jnp.dtype(out_dtype or lhs.dtype)
     if out_dtype not in SUPPORTED_OUTPUTS:
         raise ValueError(f"{fn}: out_dtype={out_dtype} must be one of "
@@ -72,25 +72,6 @@ def fp8_ragged_dot(lhs, rhs, group_sizes, *, recipe="tensor", out_dtype=None, me
                                   preferred_element_type=jnp.float32).astype(out_dtype)
     return _fp8_ragged(lhs, rhs, group_sizes.astype(jnp.int32), meta, recipe, out_dtype,
                        (lhs.dtype, rhs.dtype))
-
-
-def _check_meta(fn, recipe, meta, groups):
-    if recipe != "delayed":
-        if meta is not None:
-            raise ValueError(f"{fn}: meta is recipe 'delayed''s amax histories; recipe "
-                             f"{recipe!r} takes none")
-        return
-    if not isinstance(meta, Fp8Meta):
-        raise ValueError(f"{fn}: recipe='delayed' needs meta=jax_hopper.fp8_meta(length, "
-                         f"experts=G) (this call site's amax histories), got "
-                         f"{type(meta).__name__}")
-    shapes = [jnp.shape(h) for h in meta]
-    length = shapes[0][-1] if shapes[0] else 0
-    if (shapes != [(length,), (groups, length), (length,)] or length < 1
-            or any(jnp.result_type(h) != jnp.float32 for h in meta)):
-        raise ValueError(f"{fn}: meta's histories must be float32 x (L,), w (G, L) = "
-                         f"({groups}, L) and grad (L,) with L >= 1 (fp8_meta(L, "
-                         f"experts={groups})); got {shapes}")
 
 
 def _contract_dtype(dtype):
@@ -105,7 +86,7 @@ def _weights(rhs, meta, r):
     if r["scaling"] == "block":
         return quantize_fp8(rhs, dtype=r["fwd"], scaling="block", block="tile", transpose=True)
     amax = (None if meta is None else
-            jax.vmap(lambda h: _history_amax(h, r["fwd"]))(meta.w))
+            jax.vmap(lambda h: history_amax(h, r["fwd"]))(meta.w))
 
     def one(w, a):
         return quantize_fp8(w, dtype=r["fwd"], scaling="tensor", transpose=True, amax=a)
@@ -115,7 +96,7 @@ def _weights(rhs, meta, r):
 def _product(lhs, wq, gs, meta, r, out_dtype):
     """y and x's quantized copy (its amax recorded under recipe "delayed")."""
     xq = quantize_fp8(lhs, dtype=r["fwd"], scaling=r["scaling"], block="row",
-                      amax=None if meta is None else _history_amax(meta.x, r["fwd"]))
+                      amax=None if meta is None else history_amax(meta.x, r["fwd"]))
     y = hopper_ragged_fp8_dot(xq.q, wq.q_t, gs, xq.scale, wq.scale_t, out_dtype=out_dtype)
     return y, xq
 
@@ -147,11 +128,11 @@ def _backward(recipe, out_dtype, grad_dtypes, res, dy):
     # d lhs = dy @ w[g]^T: dy per row (its contraction is N), w as stored (G, K, N), whose
     # rows are this product's columns.
     gq = quantize_fp8(dy, dtype=r["grad"], scaling=r["scaling"], block="row",
-                      amax=None if seen is None else _history_amax(seen[0].grad, r["grad"]))
+                      amax=None if seen is None else history_amax(seen[0].grad, r["grad"]))
     dlhs = hopper_ragged_fp8_dot(gq.q, w8, gs, gq.scale, w_scale, out_dtype=lhs_dtype)
     drhs = hopper_ragged_contract(x16, dy.astype(x16.dtype), gs, out_dtype=rhs_dtype)
     # meta's gradient is its next value (fp8_matmul's module docstring).
-    dmeta = None if seen is None else _next_meta(seen[0], seen[1], seen[2], gq.amax)
+    dmeta = None if seen is None else next_meta(seen[0], seen[1], seen[2], gq.amax)
     return dlhs, drhs, np.zeros(gs.shape, jax.dtypes.float0), dmeta
 
 

@@ -45,8 +45,9 @@ from jax_hopper.gemm.primitive import _pad_columns, call_attrs, freeze
 from jax_hopper.gemm.ragged import check_group_sizes, residual3
 from jax_hopper.gemm.ragged_primitive import (build_tile_table, epilogue, register,
                                               vmapped_per_entry)
-from jax_hopper.gemm.ragged_sharding import gathered_operands, shard_sizes, split_rows
-from jax_hopper.gemm.sharding import assign_factors, partial_dtype, spec_of, sum_partials
+from jax_hopper.gemm.ragged_sharding import (gathered_operands, no_epilogue, shard_sizes,
+                                             split_rows, summed_over_k)
+from jax_hopper.gemm.sharding import assign_factors, spec_of
 from jax_hopper.kernels import catalog
 from jax_hopper.quantize.transpose import transpose_fp8
 
@@ -217,15 +218,8 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
         gs = shard_sizes(gs, m_axes, rows, lhs.shape[1])
         if not k_axes:
             return launch(lhs, rhs, gs, bias, res, lhs_scale, rhs_scale, **p)
-        # This device's K slice of alpha * the scaled product, summed in partial_dtype, then
-        # the epilogue.
-        part = partial_dtype(p["out_dtype"])
-        partial = launch(lhs, rhs, gs, jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), part),
-                         lhs_scale, rhs_scale,
-                         **{**p, "out_dtype": part, "activation": 0, "beta": 0.0})
-        z = sum_partials(partial, k_axes, None)[0]
-        return epilogue(z, gs, bias, res, activation=p["activation"], beta=p["beta"],
-                        out_dtype=p["out_dtype"])
+        return summed_over_k(p, k_axes, gs, bias, res, lambda q: launch(
+            lhs, rhs, gs, *no_epilogue(q), lhs_scale, rhs_scale, **q))
 
     return (mesh, lower_fn, spec(None, "m", "n"),
             (spec(None, "m", "k"), spec(None, "n", "k"), spec(None), bias_sh, res_sh,

@@ -94,6 +94,22 @@ def gathered_operands(axes: dict, operands) -> list:
                    for e, f in zip(spec_of(x), factors))]
 
 
+def no_epilogue(q: dict) -> tuple:
+    """The bias and residual operands of a launch that adds neither."""
+    return jnp.zeros((0,), jnp.float32), jnp.zeros((0, 0, 0), q["out_dtype"])
+
+
+def summed_over_k(p: dict, k_axes: tuple, gs, bias, res, partial):
+    """A K split's result (inside the partitioned function): partial(q), this device's
+    (1, M, N) slice of alpha * the product under launch params q (p in sharding.partial_dtype,
+    no activation, no residual), summed over K's mesh axes, then p's epilogue with the bias
+    per group and the residual."""
+    q = {**p, "out_dtype": partial_dtype(p["out_dtype"]), "activation": 0, "beta": 0.0}
+    z = sum_partials(partial(q), k_axes, None)[0]
+    return epilogue(z, gs, bias, res, activation=p["activation"], beta=p["beta"],
+                    out_dtype=p["out_dtype"], family=p["family"])
+
+
 def shard_sizes(gs, m_axes, rows: int, local_rows: int):
     """The group sizes of this device's rows (inside the partitioned function)."""
     if not m_axes:
@@ -125,18 +141,11 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
         gs = shard_sizes(gs, m_axes, rows, lhs.shape[1])
         if not k_axes:
             return launch(lhs, rhs, gs, bias, res, **p)
-        # The plain grouped product (gated: of the [gate | up] columns) of this device's K
-        # slice, summed in partial_dtype, then the epilogue.
-        f32 = jnp.dtype(jnp.float32)
+        # The plain grouped product (gated: of the [gate | up] columns).
         if p["family"] == "grouped_glu":
             rhs = rhs.reshape(rhs.shape[0], rhs.shape[1], -1)
-        part = partial_dtype(p["out_dtype"])
-        product = {**p, "out_dtype": part, "activation": 0, "beta": 0.0, "family": "grouped"}
-        partial = launch(lhs, rhs, gs, jnp.zeros((0,), f32), jnp.zeros((0, 0, 0), part),
-                         **product)
-        z = sum_partials(partial, k_axes, None)[0]
-        return epilogue(z, gs, bias, res, activation=p["activation"], beta=p["beta"],
-                        out_dtype=p["out_dtype"], family=p["family"])
+        return summed_over_k(p, k_axes, gs, bias, res, lambda q: launch(
+            lhs, rhs, gs, *no_epilogue(q), **{**q, "family": "grouped"}))
 
     return (mesh, lower_fn, spec(None, "m", "n"),
             (spec(None, "m", "k"), spec(*rhs_factors), spec(None), bias_sh, res_sh))

@@ -31,14 +31,14 @@ def reshape(x, shape):
     shape = _resolved(x.shape, tuple(shape))
     if not explicitly_sharded(x):
         return x.reshape(shape)
-    sharding = jax.typeof(x).sharding
     spec, out, lost = _plan(x, shape)
     if lost:  # as the partitioning layers report what they gather
         warnings.warn(f"jax_hopper: reshaping {tuple(x.shape)} sharded {spec} to {shape} "
                       f"cannot keep the split over {lost}: that operand is gathered to every "
                       "device (keep batch dimensions split on the leading one, or pass 2-D "
                       "operands)", stacklevel=3)
-    return jax.lax.reshape(x, shape, out_sharding=sharding.update(spec=PartitionSpec(*out)))
+    return jax.lax.reshape(
+        x, shape, out_sharding=jax.typeof(x).sharding.update(spec=PartitionSpec(*out)))
 
 
 def keeps_splits(x, shape) -> bool:
