@@ -22,8 +22,10 @@ forward, d lhs and d rhs, three times the forward's FLOPs and floor) for XLA and
 the bytes of temporaries each compiled step allocates beyond its inputs and outputs (XLA's
 memory analysis), and the weight gradient alone (d rhs: XLA's transpose of jax.lax.ragged_dot
 against hopper_ragged_contract; with --sweep every compiled contraction tile and cluster too);
-with --fp8 too, the same step on fp8_ragged_dot (both recipes: forward and d lhs in fp8, d rhs
-in bf16), whose TFLOP/s and floor are counted as the bf16 step's.
+with --fp8 too, the same step on fp8_ragged_dot (recipe "tensor": all three products in fp8;
+"block": forward and d lhs in fp8, d rhs in bf16), whose TFLOP/s and floor are counted as the
+bf16 step's, and the fp8 weight gradient alone (hopper_ragged_fp8_contract on e4m3 x^T and e5m2
+dy^T copies made once, the fp8 floor).
 With --fp8, hopper_ragged_fp8_dot on e4m3 copies of the operands (rhs stored (G, N, K), one
 scale per expert) against jax.lax.ragged_dot on the same fp8 operands (rhs (G, K, N)), both
 with bf16 out; and with block scales (per row and 128 of K, per expert's 128 x 128 block)
@@ -142,6 +144,14 @@ def wgrad_hopper(a, rhs, config=None):
     return jax_hopper.hopper_ragged_contract(lhs, dy.astype(rhs.dtype), sizes, config=config)
 
 
+def wgrad_hopper_fp8(a, rhs):
+    """The weight gradient on fp8 transposed copies (fp8_ragged_dot's per-tensor d rhs): x^T
+    e4m3 and dy^T e5m2, unit scales, bf16 out."""
+    del rhs
+    xt, sizes, dyt = a
+    return jax_hopper.hopper_ragged_fp8_contract(xt, dyt, sizes, 1.0, 1.0)
+
+
 def train_step(ragged):
     """(a, rhs) -> (loss, (d lhs, d rhs)) of loss = sum(ragged(lhs, rhs, sizes) * dy), a =
     (lhs, sizes, dy): the forward and both backward products (the loss is returned, so the
@@ -233,7 +243,7 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
                  for pname, f in pallas_runs.items()})
     steps = {"xla_train": train_step(lambda x, w, s: jax.lax.ragged_dot(x, w, s)),
              "hopper_train": train_step(jax_hopper.ragged_dot)} if train else {}
-    if train and fp8:  # the step with fp8_ragged_dot: forward and d lhs in fp8, d rhs in bf16
+    if train and fp8:  # the step with fp8_ragged_dot
         steps.update({f"hopper_fp8_{recipe}_train": train_step(functools.partial(
             jax_hopper.fp8_ragged_dot, recipe=recipe)) for recipe in ("tensor", "block")})
     runs.update({tname: (timing.chained(f), timing.rotation(train_sets, calls))
@@ -245,7 +255,15 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
                        for cname, cfg in contraction_configs().items()})
     runs.update({wname: (timing.chained(f), timing.rotation(train_sets, calls))
                  for wname, f in wgrads.items()})
+    fp8_floored = set()  # the runs whose floor is the fp8 one
+    if train and fp8:
+        f8_wgrad_sets = [((lhs.T.astype(jnp.float8_e4m3fn), s, dy.T.astype(jnp.float8_e5m2)), r)
+                         for (lhs, s, dy), r in train_sets]
+        runs["hopper_fp8_wgrad"] = (timing.chained(wgrad_hopper_fp8),
+                                    timing.rotation(f8_wgrad_sets, calls))
+        fp8_floored.add("hopper_fp8_wgrad")
     fp8_runs = fp8_variants() if fp8 else {}
+    fp8_floored.update(fp8_runs)
     if fp8:
         f8 = fp8_sets(sets, k)
         runs.update({fname: (timing.chained(f), timing.rotation(f8, calls))
@@ -260,7 +278,7 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
             continue
         # A training step is three products of the forward's FLOPs; its floor three times.
         work = 3 if impl in steps else 1
-        impl_floor = floor_s(m, active, k, n, fp8=True) if impl in fp8_runs else floor
+        impl_floor = floor_s(m, active, k, n, fp8=True) if impl in fp8_floored else floor
         row[impl] = dict(us=r["median_s"] * 1e6,
                          tflops=work * timing.tflops(m, n, k, r["median_s"]),
                          floor_pct=100 * work * impl_floor / r["median_s"])
@@ -333,6 +351,12 @@ def report(row: dict, sweep: bool) -> None:
                  if "us" in hw else f", {hw['error'][:60]}")
               + (f" ({xw['us'] / hw['us']:.2f}x)" if "us" in xw and "us" in hw else "")
               + f", error vs xla {row.get('wgrad_error_vs_xla', float('nan')):.1e}", flush=True)
+        fw = row.get("hopper_fp8_wgrad")
+        if fw is not None:
+            print(f"{'':25} fp8 weight grad: hopper " + (
+                f"{fw['tflops']:.1f} TF/s ({fw['floor_pct']:.1f}% of the fp8 floor)"
+                + (f", {fw['tflops'] / hw['tflops']:.2f}x our bf16 weight grad" if "us" in hw
+                   else "") if "us" in fw else fw["error"][:60]), flush=True)
         for cname in (contraction_configs() if sweep else ()):
             c = row[cname]
             print(f"{'':25} {cname:28} " + (f"{c['tflops']:7.1f} TF/s {c['floor_pct']:6.1f}%"

@@ -15,7 +15,8 @@ are Mixtral-8x7B's expert sizes; without the kernels it runs small, both version
 it says so. Exit status 1 if a version's output differs from float32 by more than the bound.
 --fp8 RECIPE adds a third version, every grouped product through fp8_ragged_dot(rows, w,
 sizes, recipe=RECIPE) (gate and up as one product into (rows, 2F), SwiGLU in jnp): the
-forward and d lhs products in fp8, the weight gradients in bf16; its check has fp8's bound.
+forward and d lhs products in fp8, the weight gradients in fp8 too with "tensor" (in bf16
+with "block"); its check has fp8's bound.
 
 NOTES: in the training step the jax_hopper version's weight gradients run on the grouped
 contraction kernel (hopper_ragged_contract) and its GLU forward unfused (the backward needs gate

@@ -12,6 +12,7 @@
     y = fp8_matmul(x, w, recipe="block")              # differentiable, fp8 forward and backward
     y = fp8_matmul(x, w, recipe="delayed", meta=m)    # scales from amax histories, m = fp8_meta()
     y = hopper_ragged_fp8_dot(x8, w8, group_sizes, x_scale, w_scales)  # fp8 MoE grouped GEMM
+    dw = hopper_ragged_fp8_contract(x8_t, dy8_t, group_sizes, x_scale, dy_scale)  # its wgrad
     y = fp8_ragged_dot(x, w_experts, group_sizes, recipe="block")  # differentiable, fp8 inside
 
 On a machine without a Hopper GPU (or in a package built without the CUDA toolkit) every op
@@ -30,6 +31,7 @@ from jax_hopper.gemm.glu import hopper_glu
 from jax_hopper.gemm.ragged import hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm.ragged_contract import hopper_ragged_contract
 from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_dot
+from jax_hopper.gemm.ragged_fp8_contract import hopper_ragged_fp8_contract
 from jax_hopper.gemm.ragged_glu import hopper_ragged_glu
 from jax_hopper.quantize.fp8 import Fp8Array, dequantize_fp8, quantize_fp8
 from jax_hopper.quantize.transpose import transpose_fp8
@@ -54,6 +56,7 @@ __all__ = [
     "hopper_ragged_contract",
     "hopper_ragged_glu",
     "hopper_ragged_dot",
+    "hopper_ragged_fp8_contract",
     "hopper_ragged_fp8_dot",
     "kernels_available",
     "layout",

@@ -228,7 +228,8 @@ def test_grouped_bench_on_cpu(tmp_path, monkeypatch):
     assert (row["m"], row["groups"], row["k"], row["n"]) == (200, 4, 64, 48)
     for impl in ("xla", "hopper", "dense", "xla_train", "hopper_train",
                  "xla_wgrad", "hopper_wgrad", "hopper_fp8", "xla_fp8", "hopper_fp8_block",
-                 "xla_fp8_block", "hopper_fp8_tensor_train", "hopper_fp8_block_train"):
+                 "xla_fp8_block", "hopper_fp8_tensor_train", "hopper_fp8_block_train",
+                 "hopper_fp8_wgrad"):
         assert row[impl]["us"] > 0, (impl, row[impl])
     assert row["error_vs_xla"] < 1e-2 and row["wgrad_error_vs_xla"] < 1e-2
     assert row["fp8_error_vs_xla"] < 1e-2 and row["fp8_block_error_vs_xla"] < 1e-2

@@ -47,12 +47,14 @@ def _undecoded_on_default_device(family, attrs, out_cols):
     gated = family in ("glu", "grouped_glu")  # (K, 2, N) or (G K, 2, N) weights
     b = jnp.ones((128, 2, out_cols) if gated else (1, 128, out_cols), b_dtype)
     # The grouped handlers take a fifth input: the tile table (ragged_primitive.py) or the
-    # group ends (ragged_contract.py); the fp8 handlers two, the scales (fp8.py): per tensor
-    # (1,), per block (1, M, K/128) and (1, N/128, K/128); the grouped fp8 ones all three
-    # (ragged_fp8.py).
+    # group ends (ragged_contract.py, with the two scales after them for fp8); the fp8
+    # handlers two, the scales (fp8.py): per tensor (1,), per block (1, M, K/128) and
+    # (1, N/128, K/128); the grouped fp8 ones all three (ragged_fp8.py).
     table = [jnp.zeros((1 + catalog.GROUP_TILE_FIELDS,), jnp.int32)]
     extra = {"grouped": table, "grouped_glu": table,
              "grouped_contraction": [jnp.zeros((1,), jnp.int32)],
+             "grouped_contraction_fp8": [jnp.zeros((1,), jnp.int32)]
+             + [jnp.ones((1,), jnp.float32)] * 2,
              "fp8": [jnp.ones((1,), jnp.float32)] * 2,
              "fp8_swap": [jnp.ones((1,), jnp.float32)] * 2,
              "grouped_fp8": table + [jnp.ones((1,), jnp.float32)] * 2,

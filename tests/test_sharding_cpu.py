@@ -29,7 +29,8 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "ragged_rows", "ragged_dp_grad", "contract_rows", "fp8_rows", "fp8_block_n", "fp8_block_k",
          "fp8_tensor_k_scatter", "fp8_kn_columns", "fp8_entry_scales", "ragged_fp8_n",
          "ragged_fp8_rows", "ragged_fp8_block_n", "ragged_fp8_block_rows", "ragged_fp8_k",
-         "ragged_fp8_block_k", "fp8_ragged_dp_grad", "fp8_ragged_tp_grad",
+         "ragged_fp8_block_k", "fp8_ragged_dp_grad", "fp8_ragged_tp_grad", "contract_fp8_rows",
+         "contract_fp8_columns",
          "quantize_rows_tensor", "quantize_cols_blocks", "quantize_one_row_block",
          "quantize_unaligned_rows", "quantize_given_amax",
          "fp8_matmul_data_parallel", "config_per_shard", "tune_problems_per_shard",
@@ -597,6 +598,22 @@ def _cases():
         # local, d rhs is the all-reduce (the per-tensor recipe adds its amaxes' max).
         fp8_ragged_grads(n, (named("x"), None, named("x")))
 
+    def contract_fp8(xt_spec, yt_spec, all_reduce):
+        # The fp8 weight gradient on x^T (K, rows) and dy^T (N, rows).
+        from jax_hopper import hopper_ragged_fp8_contract
+        return _compare(lambda xt, yt: hopper_ragged_fp8_contract(xt, yt, sizes, 0.5, 0.25,
+                                                                  out_dtype=f32),
+                        (_rand(rng, (k, rows), e4m3), _rand(rng, (n, rows), jnp.float8_e5m2)),
+                        (xt_spec, yt_spec), all_reduce=all_reduce, bound=fp8_order)
+
+    def contract_fp8_rows():
+        # Data parallelism: each device contracts its rows of every group, one all-reduce.
+        contract_fp8(named(None, "x"), named(None, "x"), True)
+
+    def contract_fp8_columns():
+        got = contract_fp8(named("x"), None, False)
+        assert tuple(got.sharding.spec) == (None, "x"), got.sharding.spec
+
     def quantize_rows_tensor():
         # Per-tensor scaling: the amax is one all-reduce (max); each device quantizes its rows
         # and writes its columns of the transposed copy.
@@ -734,7 +751,8 @@ def _cases():
                             fp8_tensor_k_scatter, fp8_kn_columns, fp8_entry_scales,
                             ragged_fp8_n, ragged_fp8_rows, ragged_fp8_block_n,
                             ragged_fp8_block_rows, ragged_fp8_k, ragged_fp8_block_k,
-                            fp8_ragged_dp_grad, fp8_ragged_tp_grad, quantize_rows_tensor,
+                            fp8_ragged_dp_grad, fp8_ragged_tp_grad, contract_fp8_rows,
+                            contract_fp8_columns, quantize_rows_tensor,
                             quantize_cols_blocks, quantize_one_row_block,
                             quantize_unaligned_rows, quantize_given_amax,
                             fp8_matmul_data_parallel, config_per_shard,

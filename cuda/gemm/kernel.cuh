@@ -40,7 +40,7 @@ struct GemmKernel {
   static_assert(Epilogue::BN == Mainloop::BN, "the epilogue takes the mainloop's tile");
   static_assert(Mainloop::kSlices * Schedule::kTileWarpgroups * 64 == Mainloop::BM,
                 "the schedule's warpgroups per tile cover the mainloop's tile rows");
-  static_assert(!Scheduler::kRaggedK || Mainloop::kClearsKTail,
+  static_assert(!Scheduler::kRaggedK || Mainloop::kClearsOutsideK,
                 "a scheduler whose k-ranges end mid-block needs a mainloop that zeroes the tail");
 
   static constexpr int kThreads = 384;    // producer warpgroup + two consumer warpgroups

@@ -1,7 +1,10 @@
-// XLA FFI handler of hopper_ragged_contract (the grouped_contraction kernel family): out[g] =
-// x_g^T y_g, where group g owns rows [ends[g - 1], ends[g]) of x (R, P) and y (R, Q)
-// (cuda/gemm/scheduler/grouped_contraction.cuh). The weight gradient of hopper_ragged_dot.
+// XLA FFI handlers of hopper_ragged_contract (the grouped_contraction kernel family) and
+// hopper_ragged_fp8_contract (grouped_contraction_fp8): out[g] = x_g^T y_g, where group g owns
+// rows [ends[g - 1], ends[g]) of x (R, P) and y (R, Q)
+// (cuda/gemm/scheduler/grouped_contraction.cuh). The weight gradients of hopper_ragged_dot and
+// fp8_ragged_dot.
 #include <cstdint>
+#include <string>
 
 #include "ffi/gemm/gemm_call.h"
 #include "ffi/handlers.h"
@@ -9,15 +12,33 @@
 namespace jax_hopper {
 namespace {
 
-// x (1, R, P) is A read MN-major (K = R, M = P), y (1, R, Q) is B read MN-major (N = Q); the
-// output (G, P, Q) has one entry per group. No bias or residual.
+// 16-bit: x (1, R, P) is A read MN-major (K = R, M = P), y (1, R, Q) is B read MN-major
+// (N = Q). fp8: both K-major, their transposes x^T (1, P, R) and y^T (1, Q, R). The output
+// (G, P, Q) has one entry per group. No bias or residual.
 ffi::Error contraction_shapes(const GemmKernelInfo& kernel, const GemmArgs& g, GemmShape* s) {
-  if (!kernel.a_mn_major || !kernel.b_mn_major || g.a.batch != 1 || g.b.batch != 1 ||
-      g.a.rows != g.b.rows || g.out.rows != g.a.cols || g.out.cols != g.b.cols)
-    return invalid("hopper_ragged_contract: x (1, R, P), y (1, R, Q) and the output (G, P, Q) "
-                   "disagree");
-  if (g.residual.data != nullptr) return invalid("hopper_ragged_contract takes no residual");
-  *s = GemmShape{g.out.rows, g.out.cols, g.a.rows, g.out.batch, 0, "(none: no bias)"};
+  const bool mn = kernel.a_mn_major;
+  const int64_t k = mn ? g.a.rows : g.a.cols, p = mn ? g.a.cols : g.a.rows;
+  const int64_t kb = mn ? g.b.rows : g.b.cols, q = mn ? g.b.cols : g.b.rows;
+  if (kernel.b_mn_major != mn || g.a.batch != 1 || g.b.batch != 1 || k != kb ||
+      g.out.rows != p || g.out.cols != q)
+    return invalid(mn ? "hopper_ragged_contract: x (1, R, P), y (1, R, Q) and the output "
+                        "(G, P, Q) disagree"
+                      : "hopper_ragged_fp8_contract: x^T (1, P, R), y^T (1, Q, R) and the "
+                        "output (G, P, Q) disagree");
+  if (g.residual.data != nullptr) return invalid("a grouped contraction takes no residual");
+  *s = GemmShape{p, q, k, g.out.batch, 0, "(none: no bias)"};
+  return ffi::Error::Success();
+}
+
+// The group ends (G,) int32, one per output entry, into `preset`.
+ffi::Error read_ends(const char* op, const ffi::AnyBuffer& ends, ffi::Result<ffi::AnyBuffer>& out,
+                     GemmArgs* preset) {
+  const auto od = out->dimensions();
+  if (ends.element_type() != ffi::DataType::S32 || ends.dimensions().size() != 1 ||
+      od.size() != 3 || static_cast<int64_t>(ends.element_count()) != od[0])
+    return invalid(std::string(op) + ": the group ends must be int32 (G,), one per output "
+                   "entry");
+  preset->group_ends = static_cast<const int32_t*>(ends.untyped_data());
   return ffi::Error::Success();
 }
 
@@ -25,21 +46,34 @@ ffi::Error contraction_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuff
                             ffi::AnyBuffer y, ffi::AnyBuffer bias, ffi::AnyBuffer residual,
                             ffi::AnyBuffer ends, ffi::Result<ffi::AnyBuffer> out,
                             ffi::Result<ffi::AnyBuffer> workspace, GemmAttrs attrs) {
-  const auto od = out->dimensions();
-  if (ends.element_type() != ffi::DataType::S32 || ends.dimensions().size() != 1 ||
-      od.size() != 3 || static_cast<int64_t>(ends.element_count()) != od[0])
-    return invalid("hopper_ragged_contract: the group ends must be int32 (G,), one per output "
-                   "entry");
+  constexpr const char* kOp = "hopper_ragged_contract";
   GemmArgs preset = {};
-  preset.group_ends = static_cast<const int32_t*>(ends.untyped_data());
-  return run_gemm(GemmFamily::kGroupedContraction, "hopper_ragged_contract", contraction_shapes,
-                  stream, flags, x, y, bias, residual, out, workspace, attrs, &preset);
+  JH_RETURN_IF_ERROR(read_ends(kOp, ends, out, &preset));
+  return run_gemm(GemmFamily::kGroupedContraction, kOp, contraction_shapes, stream, flags, x, y,
+                  bias, residual, out, workspace, attrs, &preset);
+}
+
+// fp8: x^T and y^T K-major, one float32 scale each (TensorScaling).
+ffi::Error contraction_fp8_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer xt,
+                                ffi::AnyBuffer yt, ffi::AnyBuffer bias, ffi::AnyBuffer residual,
+                                ffi::AnyBuffer ends, ffi::AnyBuffer x_scale,
+                                ffi::AnyBuffer y_scale, ffi::Result<ffi::AnyBuffer> out,
+                                ffi::Result<ffi::AnyBuffer> workspace, GemmAttrs attrs) {
+  constexpr const char* kOp = "hopper_ragged_fp8_contract";
+  GemmArgs preset = {};
+  JH_RETURN_IF_ERROR(read_ends(kOp, ends, out, &preset));
+  JH_RETURN_IF_ERROR(read_scales(kOp, "x_scale", x_scale, 1, &preset.a_scale));
+  JH_RETURN_IF_ERROR(read_scales(kOp, "y_scale", y_scale, 1, &preset.b_scale));
+  return run_gemm(GemmFamily::kGroupedContractionFp8, kOp, contraction_shapes, stream, flags, xt,
+                  yt, bias, residual, out, workspace, attrs, &preset);
 }
 
 }  // namespace
 
-// The gemm binding with the group ends as a fifth input.
+// The gemm binding with the group ends as a fifth input (and, fp8, the two scales after it).
 XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedContractionHandler, contraction_impl, gemm_binding<1>(),
                               {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedContractionFp8Handler, contraction_fp8_impl,
+                              gemm_binding<3>(), {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jax_hopper

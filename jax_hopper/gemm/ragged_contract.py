@@ -37,6 +37,8 @@ from jax_hopper.gemm.sharding import assign_factors, spec_of
 hopper_ragged_contract_p = Primitive("hopper_ragged_contract")
 _F32 = jnp.dtype(jnp.float32)
 _FAMILY = "grouped_contraction"
+# The factors of x's and y's dimensions: the contracted rows m, the output's p and q.
+_X, _Y = ("m", "p"), ("m", "q")
 
 
 def hopper_ragged_contract(x, y, group_sizes, *, preferred_element_type=None, out_dtype=None,
@@ -92,11 +94,8 @@ def _contract(x, y, gs, params):
 
 
 def partitioned(params: tuple, x, y, gs):
-    """launch(x, y, gs, **dict(params)) on local shards under a sharded jit: P (x's columns)
-    and Q (y's) split run locally, with no communication, the output split the same way; the
-    rows (M) split evenly contract each device's shard of every group (the sizes cut to it) and
-    sum the partial results (psum: data parallelism's gradient all-reduce); groups split, or
-    rows unevenly, are gathered first, with a warning. Under vmap once per entry."""
+    """launch(x, y, gs, **dict(params)) on local shards under a sharded jit
+    (contraction_partition); under vmap once per entry."""
     return _vmappable(params)(x, y, gs)
 
 
@@ -112,36 +111,57 @@ def _partitioned(params, x, y, gs):
 
 def _rule(params, mesh, value_types, result_types):
     del params, mesh, value_types, result_types
-    return "m p, m q, g -> g p q", {"reduction_factors": ("m",),
-                                    "need_replication_factors": ("g",)}
+    return contraction_rule(_X, _Y, 0)
 
 
 def _partition(params, mesh, arg_shapes, result_shape):
-    x, y, gs = arg_shapes
-    out = spec_of(result_shape)
-    axes, spec = assign_factors(mesh, {"m": [spec_of(x)[0], spec_of(y)[0]],
-                                       "p": [spec_of(x)[1], out[1]], "q": [spec_of(y)[1], out[2]],
-                                       "k": []}, 0)
-    rows = x.shape[0]
-    m_axes = split_rows(mesh, axes, rows)
-    gathered = gathered_operands(axes, (("x", x, ("m", "p")), ("y", y, ("m", "q")),
-                                        ("group_sizes", gs, (None,))))
-    if gathered:
-        warnings.warn(f"hopper_ragged_contract: {', '.join(gathered)} gathered to every device "
-                      "(the columns of x and y, and their rows split evenly, are split without "
-                      "gathering)", stacklevel=2)
+    return contraction_partition("hopper_ragged_contract", launch, _X, _Y, params, mesh,
+                                 arg_shapes, result_shape)
 
-    def lower_fn(x, y, gs):
-        gs = shard_sizes(gs, m_axes, rows, x.shape[0])
-        if not m_axes:
-            return launch(x, y, gs, **dict(params))
-        # Each row shard's partial result in float32, summed over the shards, one rounding.
+
+def contraction_rule(x_factors, y_factors, scales: int):
+    """The Shardy rule of a grouped contraction of x and y (their factors by dimension) and
+    `scales` one-element scale operands: m contracted (a reduction), the groups replicated."""
+    operands = [" ".join(x_factors), " ".join(y_factors), "g"]
+    operands += [f"s{i}" for i in range(scales)]
+    return f"{', '.join(operands)} -> g p q", {"reduction_factors": ("m",),
+                                               "need_replication_factors": ("g",)}
+
+
+def contraction_partition(op, launch_fn, x_factors, y_factors, params, mesh, arg_shapes,
+                          result_shape):
+    """custom_partitioning of a grouped contraction launch_fn(x, y, gs, *scales, **params): the
+    columns of x and y (p, q) split run locally, the output split the same way; the rows (m)
+    split evenly contract each device's shard of every group (the sizes cut to it) and sum the
+    partial results in float32 (psum: data parallelism's gradient all-reduce), one rounding;
+    groups split, or rows unevenly, are gathered first, with a warning. Scales are replicated."""
+    x, y, gs, *scales = arg_shapes
+    sx, sy, out = spec_of(x), spec_of(y), spec_of(result_shape)
+    mx, my = x_factors.index("m"), y_factors.index("m")
+    axes, spec = assign_factors(mesh, {"m": [sx[mx], sy[my]],
+                                       "p": [sx[x_factors.index("p")], out[1]],
+                                       "q": [sy[y_factors.index("q")], out[2]], "k": []}, 0)
+    rows = x.shape[mx]
+    m_axes = split_rows(mesh, axes, rows)
+    gathered = gathered_operands(axes, (("x", x, x_factors), ("y", y, y_factors),
+                                        ("group_sizes", gs, (None,)),
+                                        *((f"scale {i}", s, (None,))
+                                          for i, s in enumerate(scales))))
+    if gathered:
+        warnings.warn(f"{op}: {', '.join(gathered)} gathered to every device (the columns of "
+                      "x and y, and their rows split evenly, are split without gathering)",
+                      stacklevel=2)
+
+    def lower_fn(x, y, gs, *scales):
         p = dict(params)
-        partial = launch(x, y, gs, **{**p, "out_dtype": jnp.dtype(jnp.float32)})
+        gs = shard_sizes(gs, m_axes, rows, x.shape[mx])
+        if not m_axes:
+            return launch_fn(x, y, gs, *scales, **p)
+        partial = launch_fn(x, y, gs, *scales, **{**p, "out_dtype": _F32})
         return jax.lax.psum(partial, m_axes).astype(p["out_dtype"])
 
     return (mesh, lower_fn, spec(None, "p", "q"),
-            (spec("m", "p"), spec("m", "q"), spec(None)))
+            (spec(*x_factors), spec(*y_factors), spec(None), *(spec(None) for _ in scales)))
 
 
 _partitioned.def_partition(partition=_partition, sharding_rule=_rule)
@@ -173,31 +193,44 @@ def _abstract_eval(x3, y3, ends, *, out_dtype, config):
 def reference(x3, y3, ends, *, out_dtype, config=None):
     """What the kernel computes, in jnp: jax.lax.ragged_dot's transpose in float32."""
     del config
-    groups, p, q = ends.shape[0], x3.shape[2], y3.shape[2]
+    return contraction_reference(x3[0].astype(_F32), y3[0].astype(_F32), ends).astype(out_dtype)
+
+
+def contraction_reference(x, y, ends):
+    """out[g] = x_g^T y_g in float32 for x (M, P), y (M, Q) float32 and the group ends (G,):
+    jax.lax.ragged_dot's transpose (rows past the last end in no group)."""
+    groups, p, q = ends.shape[0], x.shape[1], y.shape[1]
     sizes = ends - jnp.concatenate([jnp.zeros((1,), jnp.int32), ends[:-1]])
-    x = x3[0].astype(_F32)
     _, vjp = jax.vjp(lambda r: jax.lax.ragged_dot(x, r, sizes, preferred_element_type=_F32),
                      jnp.zeros((groups, p, q), _F32))
-    return vjp(y3[0].astype(_F32))[0].astype(out_dtype)
+    return vjp(y)[0]
 
 
 def _cuda_lowering(ctx, x3, y3, ends, *, out_dtype, config):
-    # As the grouped GEMM's lowering (ragged_primitive.py): the plan covers G entries of
-    # P x Q tiles; the call's bias and residual inputs are empty, the group ends its fifth.
-    x_aval = ctx.avals_in[0]
-    kernel = config.kernel(_FAMILY, x_aval.dtype.name, True, True)
+    return contraction_lowering(_FAMILY, True, ctx, x3, y3, ends, config=config)
+
+
+def contraction_lowering(family, mn_major, ctx, x3, y3, ends, *scales, config):
+    """The custom call of a grouped contraction family, operands both MN-major (x (1, R, P),
+    y (1, R, Q)) or both K-major (fp8: x^T (1, P, R), y^T (1, Q, R)), then the scales. As the
+    grouped GEMM's lowering (ragged_primitive.py): the plan covers G entries of P x Q tiles;
+    the call's bias and residual inputs are empty, the group ends its fifth input."""
+    x_aval, y_aval = ctx.avals_in[0], ctx.avals_in[1]
+    kernel = config.kernel(family, x_aval.dtype.name, mn_major, mn_major, y_aval.dtype.name)
     groups, p, q = ctx.avals_out[0].shape
+    rows = x_aval.shape[1 if mn_major else 2]
     resident = _ffi.resident_clusters(kernel, config.cluster_m * config.cluster_n)
-    plan = config.plan(kernel, groups, p, q, x_aval.shape[1], resident)
+    plan = config.plan(kernel, groups, p, q, rows, resident)
     workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
+    out_dtype = ctx.avals_out[0].dtype
     no_bias, no_residual = np.zeros((0,), np.float32), np.zeros((0, 0, 0), out_dtype)
-    out, _ = jax.ffi.ffi_lowering("jax_hopper_gemm_grouped_contraction")(
-        ctx.replace(avals_in=[x_aval, ctx.avals_in[1],
+    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{family}")(
+        ctx.replace(avals_in=[x_aval, y_aval,
                               jax.core.ShapedArray(no_bias.shape, no_bias.dtype),
                               jax.core.ShapedArray(no_residual.shape, no_residual.dtype),
-                              ctx.avals_in[2]],
+                              *ctx.avals_in[2:]],
                     avals_out=[*ctx.avals_out, workspace]),
-        x3, y3, mlir.ir_constant(no_bias), mlir.ir_constant(no_residual), ends,
+        x3, y3, mlir.ir_constant(no_bias), mlir.ir_constant(no_residual), ends, *scales,
         **call_attrs(kernel, config, plan, 0, 1.0, 0.0))
     return [out]
 

@@ -105,8 +105,8 @@ def hopper_ragged_fp8_dot(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, out_dt
                   _block_scale(fn, "rhs_scale", rhs_scale, (groups, nb, kb),
                                "(G, ceil(N/128), ceil(K/128))")]
     else:
-        scales = [_scale(fn, "lhs_scale", lhs_scale, (1,)),
-                  _scale(fn, "rhs_scale", rhs_scale, (1, groups))]
+        scales = [tensor_scale(fn, "lhs_scale", lhs_scale, (1,)),
+                  tensor_scale(fn, "rhs_scale", rhs_scale, (1, groups))]
     bias2 = api.prepare_bias(bias, (groups, n), "(G, N)", ": one row per group")
     res3 = residual3(residual, (m, n), out_dtype)
     config = checked_config(config, pair[0], False, False, family=family, b_dtype=pair[1])
@@ -142,7 +142,7 @@ def _block_scale(fn, name, s, shape, rule):
     return s.astype(jnp.float32)
 
 
-def _scale(fn, name, s, sizes):
+def tensor_scale(fn, name, s, sizes):
     """A per-tensor scale as float32 (n,), n one of `sizes`, or ValueError naming the rule."""
     s = jnp.asarray(s)
     if s.ndim > 1 or s.size not in sizes or not jnp.issubdtype(s.dtype, jnp.floating):

@@ -288,6 +288,19 @@ FAMILIES = {
         (TileShape(128, 256, 64, 4), TileShape(128, 128, 64, 6, "pingpong")), ((True, True),),
         "_contract", "the grouped contraction",
         scheduler="GroupedContractionScheduler<{bm}, {bn}, {bk}>"),
+    # hopper_ragged_fp8_contract (fp8_ragged_dot's weight gradient): the grouped contraction on
+    # fp8 operands, which wgmma reads K-major only: x^T (P, R) and y^T (Q, R), the contracted
+    # rows R last (quantize_fp8's transposed copies), a k-block 128 of them. TMA's innermost
+    # coordinate must be whole 16 bytes, so a group's blocks start at its first row rounded
+    # down to 16 (the scheduler's K_ALIGN); the first block's columns before the group and the
+    # last one's past it are zeroed in shared memory (MainloopSS::clear_k_columns). One
+    # float32 scale per operand (TensorScaling). The bf16 contraction's tile and clusters.
+    "grouped_contraction_fp8": Family(
+        "grouped_contraction_fp8", "kGroupedContractionFp8",
+        _SS_TENSOR_SCALED, "TmaStoreEpilogue<{bn}, LinearOps>", (TileShape(128, 256, 128, 4),),
+        ((False, False),), "_contract_fp8", "the grouped fp8 contraction",
+        scheduler=f"GroupedContractionScheduler<{{bm}}, {{bn}}, {{bk}}, {TMA_PITCH_BYTES}>",
+        dtypes=FP8_PAIRS),
     # hopper_fp8_matmul: fp8 operands, both K-major (fp8 wgmma has no transpose), one float32
     # scale per tensor applied to the accumulators (TensorScaling), the linear epilogue. A
     # k-block is 128 fp8 elements (one 128-byte swizzle row), so the ring holds the same bytes

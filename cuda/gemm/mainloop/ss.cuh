@@ -171,36 +171,84 @@ struct MainloopSS {
     }
   }
 
-  // Whether the last k-block's rows past u.k_tail_rows can be zeroed (below): in the MN-major
-  // layout a k row is whole 128-byte lines. The grouped contraction's operands are both.
-  static constexpr bool kClearsKTail = ALoad::kMnMajor && BLoad::kMnMajor;
+  // Whether a k-block's rows outside the unit's can be zeroed (below): both operands of one
+  // major, so that one rule finds a k row's bytes in each. The grouped contraction's operands
+  // are both MN-major (16-bit) or both K-major (fp8).
+  static constexpr bool kClearsOutsideK = ALoad::kMnMajor == BLoad::kMnMajor;
 
-  // Zeroes k rows [valid, BK) of stage `stage`, which TMA filled with the next group's rows (or
-  // zeros past the operand): the consumer warpgroup `part` zeroes its own A slices and every
-  // TILE_WARPGROUPS-th box of the shared B tile, fences its generic-proxy stores against
-  // wgmma's async-proxy reads, and meets the tile's other warpgroup (if any) before either
-  // multiplies. Box j's k row r is bytes [r * 128, +128) of the box: the swizzle permutes
-  // 16-byte chunks within a line, never across lines.
-  __device__ static void clear_k_tail(const Shared& s, int stage, int32_t valid, uint32_t part,
-                                      uint32_t wg_thread) {
-    static_assert(kClearsKTail, "k rows are whole lines only in the MN-major layout");
-    constexpr int kBBoxes = BN / kBoxElems / TILE_WARPGROUPS;
-    const int32_t lines = kBoxElems - valid;
-    const int32_t chunks = (kSlices + kBBoxes) * lines * 8;  // 16-byte chunks to zero
-    for (int32_t i = wg_thread; i < chunks; i += 128) {
-      const int32_t box = i / (lines * 8), rest = i - box * lines * 8;
-      uint8_t* base = box < kSlices
-                          ? s.a + stage * kABytes + (part * kSlices + box) * kBoxBytes
-                          : s.b + stage * kBBytes +
-                                ((box - kSlices) * TILE_WARPGROUPS + part) * kBoxBytes;
-      *reinterpret_cast<uint4*>(base + (valid + rest / 8) * 128 + (rest % 8) * 16) =
-          make_uint4(0, 0, 0, 0);
-    }
+  // Zeroes the k rows of stage `stage` outside [lo, hi), which TMA filled with a neighbouring
+  // group's rows (or zeros past the operand): the consumer warpgroup `part` zeroes its own A
+  // slices and its share of the B tile, fences its generic-proxy stores against wgmma's
+  // async-proxy reads, and meets the tile's other warpgroup (if any) before either multiplies.
+  __device__ static void clear_k_outside(const Shared& s, int stage, int32_t lo, int32_t hi,
+                                         uint32_t part, uint32_t wg_thread) {
+    static_assert(kClearsOutsideK, "both operands of one major");
+    if constexpr (ALoad::kMnMajor)
+      clear_k_rows(s, stage, lo, hi, part, wg_thread);
+    else
+      clear_k_columns(s, stage, lo, hi, part, wg_thread);
     ptx::fence_proxy_async_smem();
     if constexpr (TILE_WARPGROUPS == 1)
       ptx::named_barrier_sync(kFirstConsumerBarrier + threadIdx.x / 128 - 1, 128);
     else
       ptx::named_barrier_sync(kTileBarrier, 128 * TILE_WARPGROUPS);
+  }
+
+  // MN-major: k row r of box j is bytes [r * 128, +128) of the box (the swizzle permutes
+  // 16-byte chunks within a line, never across lines), so whole lines are zeroed: [0, lo) and
+  // [hi, 64) of every box; B's boxes go to the warpgroups in turn.
+  __device__ static void clear_k_rows(const Shared& s, int stage, int32_t lo, int32_t hi,
+                                      uint32_t part, uint32_t wg_thread) {
+    constexpr int kBBoxes = BN / kBoxElems / TILE_WARPGROUPS;
+    const int32_t lines = lo + kBoxElems - hi;
+    const int32_t chunks = (kSlices + kBBoxes) * lines * 8;  // 16-byte chunks to zero
+    for (int32_t i = wg_thread; i < chunks; i += 128) {
+      const int32_t box = i / (lines * 8), rest = i - box * lines * 8;
+      const int32_t line = rest / 8 < lo ? rest / 8 : hi + rest / 8 - lo;
+      uint8_t* base = box < kSlices
+                          ? s.a + stage * kABytes + (part * kSlices + box) * kBoxBytes
+                          : s.b + stage * kBBytes +
+                                ((box - kSlices) * TILE_WARPGROUPS + part) * kBoxBytes;
+      *reinterpret_cast<uint4*>(base + line * 128 + (rest % 8) * 16) = make_uint4(0, 0, 0, 0);
+    }
+  }
+
+  // The bytes [a, b) of a 4-byte word (clamped to [0, 4]) as a mask; little-endian, so byte j
+  // is bits [8j, +8).
+  __device__ static uint32_t byte_mask(int32_t a, int32_t b) {
+    a = max(a, 0);
+    b = min(b, 4);
+    if (a >= b) return 0u;
+    return static_cast<uint32_t>((1ull << (8 * b)) - (1ull << (8 * a)));
+  }
+
+  // K-major: a line is one row of the tile over the whole k-block, its 16-byte chunk c (k bytes
+  // [16c, +16)) stored at chunk c ^ (line % 8) (128B swizzle; every line counted from a
+  // 1024-byte-aligned stage). Each chunk keeps its bytes inside [lo, hi) (in bytes) and zeroes
+  // the rest; one wholly inside is left alone. Warpgroup `part` takes its A lines and
+  // 1/TILE_WARPGROUPS of B's.
+  __device__ static void clear_k_columns(const Shared& s, int stage, int32_t lo, int32_t hi,
+                                         uint32_t part, uint32_t wg_thread) {
+    constexpr int kALines = kSlices * 64, kBLines = BN / TILE_WARPGROUPS;
+    const int32_t lo_b = lo * kBytes, hi_b = hi * kBytes;
+    uint8_t* a = s.a + stage * kABytes + part * kALines * 128;
+    uint8_t* b = s.b + stage * kBBytes + part * kBLines * 128;
+    for (int32_t i = wg_thread; i < (kALines + kBLines) * 8; i += 128) {
+      const int32_t line = i / 8, c = i % 8, first = 16 * c;
+      if (lo_b <= first && first + 16 <= hi_b) continue;  // every byte kept
+      uint8_t* row = line < kALines ? a + line * 128 : b + (line - kALines) * 128;
+      uint4* chunk = reinterpret_cast<uint4*>(row + (c ^ (line % 8)) * 16);
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (lo_b < first + 16 && first < hi_b) {  // some bytes kept
+        v = *chunk;
+        const int32_t a0 = lo_b - first, b0 = hi_b - first;
+        v.x &= byte_mask(a0, b0);
+        v.y &= byte_mask(a0 - 4, b0 - 4);
+        v.z &= byte_mask(a0 - 8, b0 - 8);
+        v.w &= byte_mask(a0 - 12, b0 - 12);
+      }
+      *chunk = v;
+    }
   }
 
   // NOTES: tried and dropped (H100, 2026-11-26, ab_h100_20261126_drain*.json): a cooperative
@@ -226,9 +274,12 @@ struct MainloopSS {
     int prev_stage = -1;
     for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
       ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);
-      if constexpr (kClearsKTail) {
-        if (u.k_tail_rows != 0 && kb == u.k_end - 1)
-          clear_k_tail(s, pipe.stage, u.k_tail_rows, part, wg_thread);
+      if constexpr (kClearsOutsideK) {
+        const bool head = kb == u.k_begin && u.k_head_rows != 0;
+        const bool tail = kb == u.k_end - 1 && u.k_tail_rows != 0;
+        if (head || tail)
+          clear_k_outside(s, pipe.stage, head ? u.k_head_rows : 0, tail ? u.k_tail_rows : BK,
+                          part, wg_thread);
       }
       const Descs d = d0.at_stage(pipe.stage);
 #pragma unroll

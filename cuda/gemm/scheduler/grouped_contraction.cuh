@@ -6,8 +6,12 @@
 //
 // Tiles are PersistentScheduler's over G batch entries (a group's tiles run together, sharing
 // its rows of A and B in L2); the unit of tile (g, ...) covers the group's rows, so its k-blocks
-// start at the group's first row (k_offset: TMA boxes start at any row) and its last block's
-// rows past the group are zeroed in shared memory (k_tail_rows, MainloopSS::clear_k_tail).
+// start at the group's first row rounded down to K_ALIGN (k_offset), and the rows of the first
+// block before the group (k_head_rows) and of the last past it (k_tail_rows) are zeroed in
+// shared memory (MainloopSS::clear_k_outside). K_ALIGN: where a TMA box may start along K.
+// With the k rows as the outer coordinate (16-bit operands, MN-major) that is any row (1);
+// with them innermost (fp8, K-major) only whole 16 bytes (16 one-byte elements: an
+// unaligned innermost coordinate is an illegal instruction on sm_90).
 // An empty group has no k-blocks: its tiles store zeros. Ends are clamped to [0, K] and made
 // non-decreasing here, so whatever the array holds no access leaves the operands.
 #pragma once
@@ -22,8 +26,9 @@
 
 namespace jax_hopper {
 
-template <int BM, int BN, int BK>
+template <int BM, int BN, int BK, int K_ALIGN = 1>
 struct GroupedContractionScheduler : PersistentScheduler<BM, BN> {
+  static_assert(K_ALIGN >= 1 && BK % K_ALIGN == 0, "k-blocks start at whole K_ALIGN rows");
   using Base = PersistentScheduler<BM, BN>;
   static constexpr bool kRaggedK = true;
 
@@ -48,10 +53,12 @@ struct GroupedContractionScheduler : PersistentScheduler<BM, BN> {
       const int32_t g = u->tile / (p.order.ctiles_m * p.order.ctiles_n);
       const int32_t first = g > 0 ? min(max(__ldg(p.ends + g - 1), 0), p.rows) : 0;
       const int32_t rows = min(max(__ldg(p.ends + g), first), p.rows) - first;
-      u->k_offset = first;
+      const int32_t start = first / K_ALIGN * K_ALIGN, span = first - start + rows;
+      u->k_offset = start;
       u->k_begin = 0;
-      u->k_end = (rows + BK - 1) / BK;
-      u->k_tail_rows = rows % BK;
+      u->k_end = rows > 0 ? (span + BK - 1) / BK : 0;
+      u->k_head_rows = first - start;
+      u->k_tail_rows = span % BK;
       return true;
     }
   };

@@ -177,12 +177,13 @@ JH_HOST_DEVICE inline int32_t sk_range_begin(const StreamKPlan& s, int32_t c) {
 }
 
 // One unit of a cluster's work: k-blocks [k_begin, k_end) of tile `tile` (cluster units).
-// k-block j covers k elements k_offset + j * BK onwards; k_tail_rows != 0: only that many k
-// rows of the last block count (the mainloop zeroes the rest). Both are 0 except in the grouped
-// contraction, whose tiles contract a group's rows (cuda/gemm/scheduler/grouped_contraction.cuh).
+// k-block j covers k elements k_offset + j * BK onwards; k_head_rows != 0: the first block's
+// first that many k rows do not count, k_tail_rows != 0: only that many k rows of the last
+// block count (the mainloop zeroes the rest). All 0 except in the grouped contraction, whose
+// tiles contract a group's rows (cuda/gemm/scheduler/grouped_contraction.cuh).
 struct WorkUnit {
   int32_t tile, k_begin, k_end;
-  int32_t k_offset = 0, k_tail_rows = 0;
+  int32_t k_offset = 0, k_head_rows = 0, k_tail_rows = 0;
 };
 
 // k_begin > 0: a later piece of a split tile; it publishes its partial and stores nothing.
