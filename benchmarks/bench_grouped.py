@@ -25,7 +25,8 @@ against hopper_ragged_contract; with --sweep every compiled contraction tile and
 with --fp8 too, the same step on fp8_ragged_dot (recipe "tensor": all three products in fp8;
 "block": forward and d lhs in fp8, d rhs in bf16), whose TFLOP/s and floor are counted as the
 bf16 step's, and the fp8 weight gradient alone (hopper_ragged_fp8_contract on e4m3 x^T and e5m2
-dy^T copies made once, the fp8 floor).
+dy^T copies made once, the fp8 floor; with --sweep every compiled fp8 contraction tile and
+cluster too).
 With --fp8, hopper_ragged_fp8_dot on e4m3 copies of the operands (rhs stored (G, N, K), one
 scale per expert) against jax.lax.ragged_dot on the same fp8 operands (rhs (G, K, N)), both
 with bf16 out; and with block scales (per row and 128 of K, per expert's 128 x 128 block)
@@ -102,6 +103,12 @@ def contraction_configs() -> dict:
     return family_configs("grouped_contraction", "wgrad_")
 
 
+def fp8_contraction_configs() -> dict:
+    """The fp8 weight gradient's sweep: every compiled grouped_contraction_fp8 tile and
+    cluster."""
+    return family_configs("grouped_contraction_fp8", "fp8_wgrad_")
+
+
 def operand_sets(key, m: int, groups: int, k: int, n: int, sizes, n_sets: int = 2) -> list:
     """n_sets of ((lhs (M, K), sizes), rhs (G, K, N)), bf16 random-normal, rhs scaled by
     1/sqrt(K). Two sets: every expert's weights are far larger than L2 in every case."""
@@ -144,12 +151,12 @@ def wgrad_hopper(a, rhs, config=None):
     return jax_hopper.hopper_ragged_contract(lhs, dy.astype(rhs.dtype), sizes, config=config)
 
 
-def wgrad_hopper_fp8(a, rhs):
+def wgrad_hopper_fp8(a, rhs, config=None):
     """The weight gradient on fp8 transposed copies (fp8_ragged_dot's per-tensor d rhs): x^T
     e4m3 and dy^T e5m2, unit scales, bf16 out."""
     del rhs
     xt, sizes, dyt = a
-    return jax_hopper.hopper_ragged_fp8_contract(xt, dyt, sizes, 1.0, 1.0)
+    return jax_hopper.hopper_ragged_fp8_contract(xt, dyt, sizes, 1.0, 1.0, config=config)
 
 
 def train_step(ragged):
@@ -259,9 +266,13 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
     if train and fp8:
         f8_wgrad_sets = [((lhs.T.astype(jnp.float8_e4m3fn), s, dy.T.astype(jnp.float8_e5m2)), r)
                          for (lhs, s, dy), r in train_sets]
-        runs["hopper_fp8_wgrad"] = (timing.chained(wgrad_hopper_fp8),
-                                    timing.rotation(f8_wgrad_sets, calls))
-        fp8_floored.add("hopper_fp8_wgrad")
+        fp8_wgrads = {"hopper_fp8_wgrad": wgrad_hopper_fp8}
+        if sweep:
+            fp8_wgrads.update({cname: functools.partial(wgrad_hopper_fp8, config=cfg)
+                               for cname, cfg in fp8_contraction_configs().items()})
+        runs.update({wname: (timing.chained(f), timing.rotation(f8_wgrad_sets, calls))
+                     for wname, f in fp8_wgrads.items()})
+        fp8_floored.update(fp8_wgrads)
     fp8_runs = fp8_variants() if fp8 else {}
     fp8_floored.update(fp8_runs)
     if fp8:
@@ -357,7 +368,8 @@ def report(row: dict, sweep: bool) -> None:
                 f"{fw['tflops']:.1f} TF/s ({fw['floor_pct']:.1f}% of the fp8 floor)"
                 + (f", {fw['tflops'] / hw['tflops']:.2f}x our bf16 weight grad" if "us" in hw
                    else "") if "us" in fw else fw["error"][:60]), flush=True)
-        for cname in (contraction_configs() if sweep else ()):
+        sweeps = {**contraction_configs(), **(fp8_contraction_configs() if fw else {})}
+        for cname in (sweeps if sweep else ()):
             c = row[cname]
             print(f"{'':25} {cname:28} " + (f"{c['tflops']:7.1f} TF/s {c['floor_pct']:6.1f}%"
                                              if "us" in c else c["error"][:80]))
