@@ -3,7 +3,8 @@ ragged_dot), against the same block on jax.lax.ragged_dot: forward and training 
 side by side, both checked against the block in float32.
 
     python examples/moe_layer.py [--tokens 4096] [--d-model 4096] [--d-ff 14336]
-                                 [--experts 8] [--top-k 2] [--reps 5] [--fp8 tensor|block]
+                                 [--experts 8] [--top-k 2] [--reps 5]
+                                 [--fp8 tensor|delayed|block]
 
 The block: a router (softmax over experts, top-k, weights renormalised), the token copies
 sorted by expert, every expert's gate and up projections and SwiGLU in one launch
@@ -15,8 +16,12 @@ are Mixtral-8x7B's expert sizes; without the kernels it runs small, both version
 it says so. Exit status 1 if a version's output differs from float32 by more than the bound.
 --fp8 RECIPE adds a third version, every grouped product through fp8_ragged_dot(rows, w,
 sizes, recipe=RECIPE) (gate and up as one product into (rows, 2F), SwiGLU in jnp): the
-forward and d lhs products in fp8, the weight gradients in fp8 too with "tensor" (in bf16
-with "block"); its check has fp8's bound.
+forward and d lhs products in fp8, the weight gradients in fp8 too with "tensor" and "delayed"
+(in bf16 with "block"); its check has fp8's bound. With "delayed" each of the two call sites
+has an Fp8Meta (fp8_meta(16, experts=E)) in the parameters under "fp8_meta", calibrated by two
+passes before anything is checked or timed, which the training step replaces by its gradient
+instead of updating it (fp8_matmul's rule): the scales come from amax histories, so no
+quantize pass reads its tensor twice.
 
 NOTES: in the training step the jax_hopper version's weight gradients run on the grouped
 contraction kernel (hopper_ragged_contract) and its GLU forward unfused (the backward needs gate
@@ -57,10 +62,17 @@ def init_params(key, d_model, d_ff, experts, dtype=jnp.bfloat16):
                 w_down=w(k3, experts, d_ff, d_model))
 
 
+# The grouped products' weights, one Fp8Meta each under recipe "delayed".
+PROJECTIONS = ("w_gate_up", "w_down")
+
+
 def make_block(ragged, top_k, glu=None):
     """(params, x (T, d)) -> x + MoE(x), with `ragged` as the grouped GEMM (lhs, rhs, sizes) and
-    `glu` (lhs, w (E, d, 2, F), sizes) -> SwiGLU as the gated one (None: ragged, then jnp)."""
+    `glu` (lhs, w (E, d, 2, F), sizes) -> SwiGLU as the gated one (None: ragged, then jnp).
+    Where params hold "fp8_meta" (recipe "delayed"), ragged also takes meta=."""
     def moe(p, x):
+        metas = p.get("fp8_meta")
+        meta = (lambda name: {}) if metas is None else (lambda name: {"meta": metas[name]})
         tokens, experts = x.shape[0], p["router"].shape[1]
         probs = jax.nn.softmax(jnp.dot(x, p["router"], preferred_element_type=F32))
         weights, chosen = jax.lax.top_k(probs, top_k)
@@ -70,12 +82,13 @@ def make_block(ragged, top_k, glu=None):
         sizes = jnp.bincount(flat, length=experts).astype(jnp.int32)
         rows = x[order // top_k]
         if glu is None:
-            gate, up = jnp.split(ragged(rows, p["w_gate_up"], sizes).astype(F32), 2, axis=-1)
+            gate, up = jnp.split(ragged(rows, p["w_gate_up"], sizes, **meta("w_gate_up")
+                                        ).astype(F32), 2, axis=-1)
             a = (jax.nn.silu(gate) * up).astype(x.dtype)
         else:  # (E, d, 2F) [gate | up] is (E, d, 2, F) in memory
             w = p["w_gate_up"]
             a = glu(rows, w.reshape(*w.shape[:2], 2, w.shape[2] // 2), sizes)
-        y = ragged(a, p["w_down"], sizes)
+        y = ragged(a, p["w_down"], sizes, **meta("w_down"))
         y = jnp.zeros_like(y).at[order].set(y).reshape(tokens, top_k, -1)
         out = jnp.einsum("tkd,tk->td", y.astype(F32), weights)
         return (x.astype(F32) + out).astype(x.dtype)
@@ -93,9 +106,25 @@ def make_train_step(moe, lr=1e-2):
     @jax.jit
     def step(p, x, target):
         value, grads = jax.value_and_grad(loss)(p, x, target)
-        return jax.tree.map(lambda w, g: (w.astype(F32) - lr * g).astype(w.dtype), p,
-                            grads), value
+        metas = grads.pop("fp8_meta", None)  # an Fp8Meta's gradient is its next value
+        weights = {k: w for k, w in p.items() if k != "fp8_meta"}
+        p = jax.tree.map(lambda w, g: (w.astype(F32) - lr * g).astype(w.dtype), weights, grads)
+        return (p if metas is None else p | {"fp8_meta": metas}), value
     return step
+
+
+def with_calibrated_metas(moe, params, x, target):
+    """params with an Fp8Meta per projection whose histories hold amaxes of a forward and
+    backward pass. A fresh history scales by 1, which flushes small gradients to zero in e5m2,
+    so a pass records the right dy amax only behind projections already calibrated: one pass
+    per projection on the gradient's path (two)."""
+    experts = params["router"].shape[1]
+    p = params | {"fp8_meta": {name: jax_hopper.fp8_meta(16, experts=experts)
+                               for name in PROJECTIONS}}
+    grad = jax.jit(jax.grad(lambda p, x, t: jnp.mean(jnp.square(moe(p, x).astype(F32) - t))))
+    for _ in PROJECTIONS:
+        p = p | {"fp8_meta": grad(p, x, target)["fp8_meta"]}
+    return p
 
 
 def main(argv=None) -> int:
@@ -107,7 +136,7 @@ def main(argv=None) -> int:
     parser.add_argument("--experts", type=int, default=8 if kernels else 4)
     parser.add_argument("--top-k", type=int, default=2)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--fp8", choices=("tensor", "block"), default=None,
+    parser.add_argument("--fp8", choices=("tensor", "delayed", "block"), default=None,
                         help="add the block on fp8_ragged_dot with this recipe")
     args = parser.parse_args(argv)
     print(f"device: {jax.devices()[0].device_kind}; kernels: {kernels.reason}")
@@ -121,24 +150,28 @@ def main(argv=None) -> int:
     versions = {"jax_hopper": make_block(jax_hopper.ragged_dot, args.top_k,
                                          glu=jax_hopper.hopper_ragged_glu),
                 "lax": make_block(lax_ragged, args.top_k)}
+    start = {name: params for name in ("jax_hopper", "lax")}
     if args.fp8:
         versions["fp8"] = make_block(
-            lambda lhs, rhs, sizes: jax_hopper.fp8_ragged_dot(lhs, rhs, sizes, recipe=args.fp8),
+            lambda lhs, rhs, sizes, **meta: jax_hopper.fp8_ragged_dot(lhs, rhs, sizes,
+                                                                      recipe=args.fp8, **meta),
             args.top_k)
+        start["fp8"] = (with_calibrated_metas(versions["fp8"], params, x, target)
+                        if args.fp8 == "delayed" else params)
     exact = make_block(lambda l, r, s: jax.lax.ragged_dot(l.astype(F32), r.astype(F32), s),
                        args.top_k)(jax.tree.map(lambda w: w.astype(F32), params), x.astype(F32))
     ok = True
     for name, moe in versions.items():
         # The experts' contribution (the block's output less its input): what a wrong expert
         # or a dropped group would change.
-        diff = block.rel_fro(jax.jit(moe)(params, x).astype(F32) - x, exact - x)
+        diff = block.rel_fro(jax.jit(moe)(start[name], x).astype(F32) - x, exact - x)
         bound = FP8_BOUND if name == "fp8" else BOUND
         ok &= diff <= bound
         print(f"{name:>10}: experts' output vs float32 {diff:.2e} (bound {bound:g})")
 
-    forward = {n: (lambda f=jax.jit(m): f(params, x)) for n, m in versions.items()}
+    forward = {n: (lambda f=jax.jit(m), n=n: f(start[n], x)) for n, m in versions.items()}
     steps = {n: make_train_step(m) for n, m in versions.items()}
-    train = {n: (lambda s=s: s(params, x, target)) for n, s in steps.items()}
+    train = {n: (lambda s=s, n=n: s(start[n], x, target)) for n, s in steps.items()}
     fwd_s = block.median_seconds(forward, args.reps)
     train_s = block.median_seconds(train, args.reps)
     print(f"{'':>10} {'forward ms':>11} {'train step ms':>14}")

@@ -41,15 +41,40 @@ def test_wrong_experts_fail_the_check(example):
         assert example.main(SMALL) == 1
 
 
-@pytest.mark.parametrize("recipe", ["tensor", "block"])
+@pytest.mark.parametrize("recipe", ["tensor", "delayed", "block"])
 def test_fp8_version_runs_on_fp8_ragged_dot(example, capsys, recipe):
     with mock.patch.object(example.jax_hopper, "fp8_ragged_dot",
                            wraps=jax_hopper.fp8_ragged_dot) as spy:
         assert example.main(SMALL + ["--fp8", recipe]) == 0
     assert spy.call_count >= 2 and all(c.kwargs["recipe"] == recipe
                                        for c in spy.call_args_list)
+    # "delayed": every call site passes its calibrated Fp8Meta (one w history per expert).
+    metas = [c.kwargs.get("meta") for c in spy.call_args_list]
+    assert all((m is not None) == (recipe == "delayed") for m in metas)
     printed = capsys.readouterr().out
     assert "fp8: experts' output vs float32" in printed and "numerical check: passed" in printed
+
+
+def test_delayed_step_replaces_the_metas_and_records_amaxes(example):
+    """The training step hands each Fp8Meta its gradient (the histories pushed on by the step's
+    amaxes), and the weights move; the calibrated histories hold nonzero amaxes."""
+    import jax.numpy as jnp
+    params = example.init_params(jax.random.key(0), 32, 32, 3)
+    x = jax.random.normal(jax.random.key(1), (48, 32)).astype(jnp.bfloat16)
+    target = jax.random.normal(jax.random.key(2), x.shape)
+    moe = example.make_block(
+        lambda lhs, rhs, sizes, **meta: jax_hopper.fp8_ragged_dot(lhs, rhs, sizes,
+                                                                  recipe="delayed", **meta), 2)
+    p = example.with_calibrated_metas(moe, params, x, target)
+    for m in p["fp8_meta"].values():
+        assert m.w.shape == (3, 16) and float(m.x[0]) > 0 and float(m.grad[0]) > 0
+    new, loss = example.make_train_step(moe)(p, x, target)
+    assert jnp.isfinite(loss)
+    for name, m in new["fp8_meta"].items():
+        old = p["fp8_meta"][name]
+        # Newest first: the step's amax in front, the rest shifted by one.
+        assert jnp.array_equal(m.x[1:], old.x[:-1]) and float(m.x[0]) > 0
+    assert not jnp.array_equal(new["w_down"], p["w_down"])
 
 
 def test_fp8_version_with_wrong_experts_fails_the_check(example):
