@@ -48,8 +48,9 @@ from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_dot
 from jax_hopper.gemm.ragged_fp8_contract import hopper_ragged_fp8_contract
 from jax_hopper.quantize.fp8 import INPUT_DTYPES, quantize_fp8
 
+
 def fp8_ragged_dot(lhs, rhs, group_sizes, *, recipe="tensor", out_dtype=None, meta=None):
-    """lhs (M, K) @ rhs[g] (G, K, N) for the rows of group g -> (M, N), forward and d lhs in fp8
+    """lhs (M, K) @ rhs[g] (G, K, N) for the rows of group g -> (M, N), its products in fp8
     (module docstring). recipe "tensor", "delayed" or "block"; out_dtype bfloat16, float16 or
     float32 (default lhs.dtype); group_sizes (G,) integer, a device array; meta: this call
     site's Fp8Meta (fp8_meta(length, experts=G)), with recipe "delayed" only. Differentiable
@@ -97,11 +98,12 @@ def _weights(rhs, meta, r):
     return jax.vmap(one)(rhs, amax) if amax is not None else jax.vmap(one, (0, None))(rhs, None)
 
 
-def _product(lhs, wq, gs, meta, r, out_dtype):
-    """y and x's quantized copy (its amax recorded under recipe "delayed"; per tensor with the
-    transposed copy the weight gradient reads)."""
+def _product(lhs, wq, gs, meta, r, out_dtype, transpose=False):
+    """y and x's quantized copy (its amax recorded under recipe "delayed"), with the transposed
+    copy the per-tensor weight gradient reads where `transpose` (only a differentiated call
+    writes it)."""
     xq = quantize_fp8(lhs, dtype=r["fwd"], scaling=r["scaling"], block="row",
-                      transpose=r["scaling"] == "tensor",
+                      transpose=transpose,
                       amax=None if meta is None else history_amax(meta.x, r["fwd"]))
     y = hopper_ragged_fp8_dot(xq.q, wq.q_t, gs, xq.scale, wq.scale_t, out_dtype=out_dtype)
     return y, xq
@@ -122,7 +124,7 @@ def _forward(lhs, rhs, gs, meta, recipe, out_dtype, grad_dtypes):
     del grad_dtypes
     r = RECIPES[recipe]
     wq = _weights(rhs, meta, r)
-    y, xq = _product(lhs, wq, gs, meta, r, out_dtype)
+    y, xq = _product(lhs, wq, gs, meta, r, out_dtype, transpose=r["scaling"] == "tensor")
     x_res = ((xq.q_t, xq.scale) if r["scaling"] == "tensor"
              else (lhs.astype(_contract_dtype(lhs.dtype)),))
     seen = None if meta is None else (meta, xq.amax, wq.amax)
