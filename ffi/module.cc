@@ -99,6 +99,8 @@ NB_MODULE(_jax_hopper, m) {
     d["jax_hopper_gemm_grouped_contraction"] = gemm_stages(jax_hopper::GroupedContractionHandler);
     d["jax_hopper_gemm_grouped_contraction_fp8"] =
         gemm_stages(jax_hopper::GroupedContractionFp8Handler);
+    d["jax_hopper_gemm_grouped_contraction_fp8_block"] =
+        gemm_stages(jax_hopper::GroupedContractionFp8BlockHandler);
     d["jax_hopper_gemm_fp8"] = gemm_stages(jax_hopper::Fp8Handler);
     d["jax_hopper_gemm_fp8_block"] = gemm_stages(jax_hopper::Fp8BlockHandler);
     d["jax_hopper_gemm_fp8_swap"] = gemm_stages(jax_hopper::Fp8SwapHandler);

@@ -334,7 +334,8 @@ class RaggedCase:
     bias: bool = False
     residual: bool = False
     # hopper_ragged_contract instead: x (m, k) and y (m, n) ("lhs", "rhs"), out (G, k, n);
-    # with fp8, hopper_ragged_fp8_contract on x^T (k, m) and y^T (n, m), scales 0.5 and 0.25.
+    # with fp8, hopper_ragged_fp8_contract on x^T (k, m) and y^T (n, m), scales 0.5 and 0.25
+    # (block_scaled: random, per row and 128 of m, per 128 x 128 block).
     contract: bool = False
     # hopper_ragged_glu instead: rhs the gated weights (G, k, 2, n), out (m, n), SwiGLU.
     glu: bool = False
@@ -355,7 +356,8 @@ class RaggedCase:
         tile = self.tile.tag if self.tile is not None else "auto"
         epi = ",".join(x for x in (self.activation, "bias" if self.bias else None,
                                    "res" if self.residual else None) if x)
-        op = ("contract_fp8" if self.contract and self.fp8 else "contract" if self.contract else "glu" if self.glu else
+        op = ("contract_fp8_block" if self.contract and self.block_scaled else
+              "contract_fp8" if self.contract and self.fp8 else "contract" if self.contract else "glu" if self.glu else
               "fp8_block" if self.block_scaled else "fp8" if self.fp8 else
               "gnk" if self.transpose_rhs else "gkn")
         return (f"ragged {self.dtype}->{self.out_dtype or self.dtype} {tile} cluster"
@@ -399,6 +401,9 @@ def ragged_groups(quick: bool) -> list[list[RaggedCase]]:
             + _family_groups(rng, quick, "grouped_contraction", contract=True)
             + _family_groups(rng, quick, "grouped_contraction_fp8", contract=True, fp8=True,
                              dtype="float8_e4m3fn", out_dtype="bfloat16")
+            + _family_groups(rng, quick, "grouped_contraction_fp8_block", contract=True,
+                             fp8=True, block_scaled=True, dtype="float8_e4m3fn",
+                             out_dtype="bfloat16")
             + _family_groups(rng, quick, "grouped_fp8", fp8=True, dtype="float8_e4m3fn",
                              out_dtype="bfloat16")
             + _family_groups(rng, quick, "grouped_fp8_block", fp8=True, block_scaled=True,
@@ -413,8 +418,14 @@ def ragged_inputs(c: RaggedCase, rng) -> dict:
 
     g = len(c.sizes)
     if c.contract and c.fp8:
-        return {"lhs": normal((c.k, c.m), c.dtype), "rhs": normal((c.n, c.m), c.dtype),
-                "sizes": np.asarray(c.sizes, np.int32)}
+        arrays = {"lhs": normal((c.k, c.m), c.dtype), "rhs": normal((c.n, c.m), c.dtype),
+                  "sizes": np.asarray(c.sizes, np.int32)}
+        if c.block_scaled:  # per row of x^T and 128 of M; per 128 x 128 block of y^T
+            mb = -(-c.m // 128)
+            arrays["lhs_scale"] = (2.0 ** rng.uniform(-2, 2, (c.k, mb))).astype(np.float32)
+            arrays["rhs_scale"] = (2.0 ** rng.uniform(-2, 2, (-(-c.n // 128), mb))
+                                   ).astype(np.float32)
+        return arrays
     rhs_shape = ((c.m, c.n) if c.contract else (g, c.k, 2, c.n) if c.glu else
                  (g, c.n, c.k) if c.transpose_rhs or c.fp8 else (g, c.k, c.n))
     arrays = {"lhs": normal((c.m, c.k), c.dtype), "rhs": normal(rhs_shape, c.dtype),
@@ -436,8 +447,10 @@ def ragged_call(c: RaggedCase, arrays: dict):
     from jax_hopper import (hopper_ragged_contract, hopper_ragged_dot,
                             hopper_ragged_fp8_contract, hopper_ragged_fp8_dot, hopper_ragged_glu)
     if c.contract and c.fp8:
-        return hopper_ragged_fp8_contract(arrays["lhs"], arrays["rhs"], arrays["sizes"], 0.5,
-                                          0.25, out_dtype=c.out_dtype, config=c.config)
+        return hopper_ragged_fp8_contract(arrays["lhs"], arrays["rhs"], arrays["sizes"],
+                                          arrays.get("lhs_scale", 0.5),
+                                          arrays.get("rhs_scale", 0.25), out_dtype=c.out_dtype,
+                                          config=c.config)
     if c.fp8:
         return hopper_ragged_fp8_dot(arrays["lhs"], arrays["rhs"], arrays["sizes"],
                                      arrays.get("lhs_scale", 0.5), arrays["rhs_scale"],
@@ -456,12 +469,16 @@ def ragged_call(c: RaggedCase, arrays: dict):
 
 def ragged_check(c: RaggedCase, arrays: dict, out) -> str | None:
     """None when out matches the float64 reference (sizes made valid as documented)."""
-    from gemm_helpers import (contract_reference64, ragged_fp8_reference64,
+    from gemm_helpers import (contract_reference64, dequantize_blocks64, ragged_fp8_reference64,
                               ragged_glu_reference64, ragged_reference64, to64)
     if c.contract and c.fp8:
-        return matches64(out, contract_reference64(to64(arrays["lhs"]).T * 0.5,
-                                                   to64(arrays["rhs"]).T * 0.25, c.sizes),
-                         c.out_dtype, fp8=True)
+        if c.block_scaled:
+            x64 = dequantize_blocks64(arrays["lhs"], arrays["lhs_scale"], rows_per_scale=1)
+            y64 = dequantize_blocks64(arrays["rhs"], arrays["rhs_scale"], rows_per_scale=128)
+        else:
+            x64, y64 = to64(arrays["lhs"]) * 0.5, to64(arrays["rhs"]) * 0.25
+        return matches64(out, contract_reference64(x64.T, y64.T, c.sizes), c.out_dtype,
+                         fp8=True)
     if c.fp8:
         return matches64(out, ragged_fp8_reference64(arrays["lhs"], arrays["rhs"], c.sizes,
                                                      arrays.get("lhs_scale", 0.5),

@@ -55,6 +55,10 @@ def _undecoded_on_default_device(family, attrs, out_cols):
              "grouped_contraction": [jnp.zeros((1,), jnp.int32)],
              "grouped_contraction_fp8": [jnp.zeros((1,), jnp.int32)]
              + [jnp.ones((1,), jnp.float32)] * 2,
+             "grouped_contraction_fp8_block": [jnp.zeros((1,), jnp.int32),
+                                               jnp.ones((1, 256, 1), jnp.float32),
+                                               jnp.ones((1, -(-out_cols // 128), 1),
+                                                        jnp.float32)],
              "fp8": [jnp.ones((1,), jnp.float32)] * 2,
              "fp8_swap": [jnp.ones((1,), jnp.float32)] * 2,
              "grouped_fp8": table + [jnp.ones((1,), jnp.float32)] * 2,

@@ -30,6 +30,6 @@ def test_the_step_runs_on_our_kernels(recipe, family):
         jnp.float32).sum(), argnums=(0, 1))
     hlo = jax.jit(step).lower(x, w).as_text()
     assert f"@jax_hopper_gemm_{family}(" in hlo, "forward and d lhs"
-    # d rhs: in fp8 per tensor (the transposed copies), in 16 bits with block scales.
-    contraction = "grouped_contraction" + ("_fp8" if recipe == "tensor" else "")
+    # d rhs: in fp8 on the transposed copies, per tensor or per block.
+    contraction = "grouped_contraction_fp8" + ("_block" if recipe == "block" else "")
     assert f"@jax_hopper_gemm_{contraction}(" in hlo, "d rhs"

@@ -1,14 +1,14 @@
 """hopper_ragged_fp8_contract without a GPU: the reference lowering against float64 of the fp8
-values (adversarial sizes, every out dtype, padding), both layouts, vmap, empty problems, the
-config choice and the argument errors."""
+values (adversarial sizes, every out dtype, padding), per tensor and per block, both layouts,
+vmap, empty problems, the config choice and the argument errors."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (REL_FROB_BOUND_FP8, contract_reference64, fp8_operand, rel_frob,
-                          to64)
+from gemm_helpers import (REL_FROB_BOUND_FP8, REL_FROB_BOUND_FP8_BLOCK, block_scales,
+                          contract_reference64, dequantize_blocks64, fp8_operand, rel_frob, to64)
 from jax_hopper import GemmConfig, hopper_ragged_fp8_contract
 from jax_hopper.gemm.heuristics import choose_contraction_config
 from jax_hopper.kernels import catalog
@@ -32,6 +32,19 @@ def test_reference_against_float64(rng, sizes, out_dtype):
     assert got.shape == (len(sizes), 24, 40) and got.dtype == jnp.dtype(out_dtype)
     want = contract_reference64(to64(xt).T * 0.5, to64(yt).T * 0.125, sizes)
     assert rel_frob(got, want) < REL_FROB_BOUND_FP8[out_dtype]
+
+
+@pytest.mark.parametrize("sizes", [[10, 0, -3, 150, 60], [300], [2**31 - 1, 5]], ids=str)
+def test_block_scales_against_float64(rng, sizes):
+    m, p, q = 300, 24, 136  # M and Q over two scale blocks, M padded to 16
+    xt, yt = fp8_operand(rng, (p, m), E4M3), fp8_operand(rng, (q, m), E4M3)
+    xs, ys = block_scales(rng, (p, 3)), block_scales(rng, (2, 3))
+    got = hopper_ragged_fp8_contract(xt, yt, jnp.asarray(sizes, jnp.int32), xs, ys,
+                                     out_dtype=jnp.float32)
+    want = contract_reference64(dequantize_blocks64(xt, xs, rows_per_scale=1).T,
+                                dequantize_blocks64(yt, ys, rows_per_scale=128).T, sizes)
+    assert got.shape == (len(sizes), p, q)
+    assert rel_frob(got, want) < REL_FROB_BOUND_FP8_BLOCK["float32"]
 
 
 def test_layouts_agree_and_padding(rng):
@@ -67,14 +80,17 @@ def test_empty_problems():
     assert none.shape == (0, 8, 16)
 
 
-def test_default_config_is_compiled():
-    fam = catalog.FAMILIES["grouped_contraction_fp8"]
+@pytest.mark.parametrize("family,b_dtype", [("grouped_contraction_fp8", E5M2),
+                                             ("grouped_contraction_fp8_block", E4M3)])
+def test_default_config_is_compiled(family, b_dtype):
+    fam = catalog.FAMILIES[family]
     for p, q in [(64, 64), (4096, 14336), (200, 7168)]:
-        config = choose_contraction_config(p, q, "grouped_contraction_fp8")
-        config.validate(E4M3.dtype.name, False, False, family=fam.name, b_dtype=E5M2.dtype.name)
-    names = {i.name for i in catalog.compiled_instances() if i.family == fam.name}
-    assert len(names) == len(catalog.FP8_PAIRS) and all(n.endswith("_kk_contract_fp8")
-                                                        for n in names)
+        config = choose_contraction_config(p, q, family)
+        config.validate(E4M3.dtype.name, False, False, family=family,
+                        b_dtype=jnp.dtype(b_dtype).name)
+    names = {i.name for i in catalog.compiled_instances() if i.family == family}
+    assert len(names) == len(fam.dtypes) * len(fam.tiles)
+    assert all(n.endswith("_kk" + fam.suffix) for n in names)
 
 
 _X, _Y = jnp.ones((16, 32), E4M3), jnp.ones((8, 32), E4M3)
@@ -95,6 +111,28 @@ _X, _Y = jnp.ones((16, 32), E4M3), jnp.ones((8, 32), E4M3)
 def test_bad_arguments(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
         hopper_ragged_fp8_contract(*args, jnp.asarray([16, 16]), 1.0, 1.0, **kwargs)
+
+
+_XS, _YS = jnp.ones((16, 1)), jnp.ones((1, 1))
+
+
+@pytest.mark.parametrize("scales,kwargs,match", [
+    ((_XS, 1.0), {}, r"both per tensor .* or both per block .* x_scale of rank 2 and y_scale "
+                     r"of rank 0"),
+    ((_XS, _YS), dict(transposed=False), r"block scales are those of the transposed copies"),
+    ((_XS[:8], _YS), {}, r"x_scale must be a float array \(P, ceil\(M/128\)\) = \(16, 1\)"),
+    ((_XS, jnp.ones((2, 1))), {}, r"y_scale must be a float array \(ceil\(Q/128\), "
+                                  r"ceil\(M/128\)\) = \(1, 1\)"),
+], ids=["mixed_ranks", "rows_first", "x_scale_shape", "y_scale_shape"])
+def test_bad_block_scales(scales, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        hopper_ragged_fp8_contract(_X, _Y, jnp.asarray([16, 16]), *scales, **kwargs)
+
+
+def test_block_scales_take_e4m3_only():
+    with pytest.raises(ValueError, match=r"\('float8_e4m3fn', 'float8_e5m2'\) is not one of the "
+                                         r"fp8 pairs compiled .* for block scales"):
+        hopper_ragged_fp8_contract(_X, _Y.astype(E5M2), jnp.asarray([16, 16]), _XS, _YS)
 
 
 @pytest.mark.parametrize("sizes,scales,match", [

@@ -2,21 +2,25 @@
 gradient) on an sm_90 GPU against float64 of the fp8 values: every dtype pair and cluster, group
 boundaries at every byte of a 128-wide k-block (the zeroed columns, whole 16-byte chunks and the
 partial one), adversarial sizes, rows and columns that need padding, G = 1024, out dtypes, the
-(M, P) layout, CUDA graphs and repeatability."""
+(M, P) layout, CUDA graphs and repeatability; with block scales (grouped_contraction_fp8_block)
+every tile, groups starting at every offset of a 128-row scale block (the head zeroed too),
+adversarial sizes and padding."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND_FP8, contract_reference64,
-                          fp8_operand, poisoned_call, rel_frob, run_in_command_buffer, to64)
+from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND_FP8, REL_FROB_BOUND_FP8_BLOCK,
+                          block_scales, contract_reference64, dequantize_blocks64, fp8_operand,
+                          poisoned_call, rel_frob, run_in_command_buffer, to64)
 from jax_hopper import GemmConfig, hopper_ragged_fp8_contract
 from jax_hopper.kernels import catalog
 
 pytestmark = pytest.mark.gpu
 
 FAMILY = catalog.FAMILIES["grouped_contraction_fp8"]
+BLOCK_FAMILY = catalog.FAMILIES["grouped_contraction_fp8_block"]
 E4M3, E5M2 = "float8_e4m3fn", "float8_e5m2"
 
 
@@ -114,3 +118,49 @@ def test_bitwise_repeatable(rng):
     first = np.asarray(fn(xt, yt, gs, 1.0, 1.0).astype(jnp.float32))
     for _ in range(3):
         assert np.array_equal(np.asarray(fn(xt, yt, gs, 1.0, 1.0).astype(jnp.float32)), first)
+
+
+def _check_block(rng, m, p, q, group_sizes, *, out_dtype="bfloat16", config=None):
+    """x^T (P, M) scaled per row and 128 of M, y^T (Q, M) per 128 x 128 block, random scales
+    (2^-4 .. 2^4) against float64 of the dequantised operands."""
+    e4m3 = "float8_e4m3fn"
+    xt, yt = fp8_operand(rng, (p, m), e4m3), fp8_operand(rng, (q, m), e4m3)
+    mb = -(-m // 128)
+    xs = block_scales(rng, (p, mb))
+    ys = block_scales(rng, (-(-q // 128), mb)) / (4 * np.sqrt(m))
+    gs = jnp.asarray(group_sizes, jnp.int32)
+
+    def fn(x, y, gs):
+        return hopper_ragged_fp8_contract(x, y, gs, xs, ys, out_dtype=out_dtype, config=config)
+
+    out = poisoned_call(fn, (len(group_sizes), p, q), out_dtype, xt, yt, gs)
+    x64 = dequantize_blocks64(xt, xs, rows_per_scale=1)
+    y64 = dequantize_blocks64(yt, ys, rows_per_scale=128)
+    ref = contract_reference64(x64.T, y64.T, group_sizes)
+    err = rel_frob(out, ref)
+    assert err < REL_FROB_BOUND_FP8_BLOCK[out_dtype], (m, p, q, group_sizes, err)
+    empty = [g for g, s in enumerate(ref.reshape(len(group_sizes), -1)) if not s.any()]
+    assert np.all(to64(out)[empty] == 0)
+
+
+@pytest.mark.parametrize("tile", BLOCK_FAMILY.tiles, ids=lambda t: t.tag)
+def test_block_scales_boundary_at_every_offset(rng, tile):
+    """Groups of 1..131 rows start at every offset of a 128-row scale block: the head before
+    the group (up to 127 columns) and the tail after it are zeroed, and each k-block reads the
+    scales of the block it is."""
+    sizes = [1 + (37 * i) % 131 for i in range(131)]
+    _check_block(rng, sum(sizes) + 16, 192, 264, sizes,
+                 config=GemmConfig.for_tile(tile, stream_k=False))
+
+
+@pytest.mark.parametrize("case", list(ADVERSARIAL_SIZES))
+def test_block_scales_adversarial_sizes(rng, case):
+    _check_block(rng, 704, 256, 384, ADVERSARIAL_SIZES[case])
+
+
+@pytest.mark.parametrize("m,p,q,groups,out_dtype", [(333, 100, 36, 3, "float32"),
+                                                    (4096, 256, 512, 8, "bfloat16"),
+                                                    (2048, 64, 128, 300, "float16")])
+def test_block_scales_shapes(rng, m, p, q, groups, out_dtype):
+    _check_block(rng, m, p, q, list(rng.multinomial(m, np.ones(groups) / groups)),
+                 out_dtype=out_dtype)

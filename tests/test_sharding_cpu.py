@@ -30,7 +30,7 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "fp8_tensor_k_scatter", "fp8_kn_columns", "fp8_entry_scales", "ragged_fp8_n",
          "ragged_fp8_rows", "ragged_fp8_block_n", "ragged_fp8_block_rows", "ragged_fp8_k",
          "ragged_fp8_block_k", "fp8_ragged_dp_grad", "fp8_ragged_tp_grad", "contract_fp8_rows",
-         "contract_fp8_columns",
+         "contract_fp8_columns", "contract_fp8_block_columns",
          "quantize_rows_tensor", "quantize_cols_blocks", "quantize_one_row_block",
          "quantize_unaligned_rows", "quantize_given_amax",
          "fp8_matmul_data_parallel", "config_per_shard", "tune_problems_per_shard",
@@ -575,17 +575,19 @@ def _cases():
                  (named(None, "x"), named(None, None, "x"), named(None, None, "x")),
                  all_reduce=True, bound=fp8_order)
 
-    def fp8_ragged_grads(n_cols, shardings):
+    def fp8_ragged_grads(n_cols, shardings, n_rows=rows):
         # jax.grad of sum(fp8_ragged_dot(x, w) * dy) for x and w, both recipes, on sharded
-        # (x, w (G, K, n_cols), dy): nothing gathered, one all-reduce for the split product.
+        # (x (n_rows, K), w (G, K, n_cols), dy): nothing gathered, one all-reduce for the split
+        # product.
         from jax_hopper import fp8_ragged_dot
+        gs = jnp.asarray(rng.multinomial(n_rows - 5, np.ones(groups) / groups), jnp.int32)
         for recipe in ("block", "tensor"):
             def grads(x, w, dy, recipe=recipe):
                 return jax.grad(lambda x, w: jnp.sum(
-                    fp8_ragged_dot(x, w, sizes, recipe=recipe).astype(f32) * dy), (0, 1))(x, w)
+                    fp8_ragged_dot(x, w, gs, recipe=recipe).astype(f32) * dy), (0, 1))(x, w)
 
-            _compare(grads, (_rand(rng, (rows, k)), _rand(rng, (groups, k, n_cols)),
-                             _rand(rng, (rows, n_cols), f32)),
+            _compare(grads, (_rand(rng, (n_rows, k)), _rand(rng, (groups, k, n_cols)),
+                             _rand(rng, (n_rows, n_cols), f32)),
                      shardings, all_reduce=True, bound=1e-2)
 
     def fp8_ragged_tp_grad():
@@ -595,8 +597,9 @@ def _cases():
 
     def fp8_ragged_dp_grad():
         # Data-parallel (rows and dy split, the weights replicated): the forward and d lhs stay
-        # local, d rhs is the all-reduce (the per-tensor recipe adds its amaxes' max).
-        fp8_ragged_grads(n, (named("x"), None, named("x")))
+        # local, d rhs is the all-reduce (the per-tensor recipe adds its amaxes' max). Each
+        # device's rows are whole 128-row scale blocks of the block recipe's weight gradient.
+        fp8_ragged_grads(n, (named("x"), None, named("x")), n_rows=128 * n_dev)
 
     def contract_fp8(xt_spec, yt_spec, all_reduce):
         # The fp8 weight gradient on x^T (K, rows) and dy^T (N, rows).
@@ -612,6 +615,17 @@ def _cases():
 
     def contract_fp8_columns():
         got = contract_fp8(named("x"), None, False)
+        assert tuple(got.sharding.spec) == (None, "x"), got.sharding.spec
+
+    def contract_fp8_block_columns():
+        # Block scales: x^T's rows (P) split with x_scale's, nothing else; no communication.
+        from jax_hopper import hopper_ragged_fp8_contract
+        mb = -(-rows // 128)
+        got = _compare(lambda xt, yt, xs, ys: hopper_ragged_fp8_contract(xt, yt, sizes, xs, ys,
+                                                                         out_dtype=f32),
+                       (_rand(rng, (k, rows), e4m3), _rand(rng, (n, rows), e4m3),
+                        jnp.ones((k, mb), f32) * 0.5, jnp.ones((-(-n // 128), mb), f32)),
+                       (named("x"), None, named("x"), None), all_reduce=False, bound=fp8_order)
         assert tuple(got.sharding.spec) == (None, "x"), got.sharding.spec
 
     def quantize_rows_tensor():
@@ -752,7 +766,8 @@ def _cases():
                             ragged_fp8_n, ragged_fp8_rows, ragged_fp8_block_n,
                             ragged_fp8_block_rows, ragged_fp8_k, ragged_fp8_block_k,
                             fp8_ragged_dp_grad, fp8_ragged_tp_grad, contract_fp8_rows,
-                            contract_fp8_columns, quantize_rows_tensor,
+                            contract_fp8_columns, contract_fp8_block_columns,
+                            quantize_rows_tensor,
                             quantize_cols_blocks, quantize_one_row_block,
                             quantize_unaligned_rows, quantize_given_amax,
                             fp8_matmul_data_parallel, config_per_shard,

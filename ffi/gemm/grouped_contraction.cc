@@ -1,6 +1,6 @@
 // XLA FFI handlers of hopper_ragged_contract (the grouped_contraction kernel family) and
-// hopper_ragged_fp8_contract (grouped_contraction_fp8): out[g] = x_g^T y_g, where group g owns
-// rows [ends[g - 1], ends[g]) of x (R, P) and y (R, Q)
+// hopper_ragged_fp8_contract (grouped_contraction_fp8, _fp8_block): out[g] = x_g^T y_g, where
+// group g owns rows [ends[g - 1], ends[g]) of x (R, P) and y (R, Q)
 // (cuda/gemm/scheduler/grouped_contraction.cuh). The weight gradients of hopper_ragged_dot and
 // fp8_ragged_dot.
 #include <cstdint>
@@ -53,19 +53,23 @@ ffi::Error contraction_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuff
                   bias, residual, out, workspace, attrs, &preset);
 }
 
-// fp8: x^T and y^T K-major, one float32 scale each (TensorScaling).
+// fp8: x^T and y^T K-major. Family grouped_contraction_fp8: one float32 scale each
+// (TensorScaling). Family grouped_contraction_fp8_block: x_scale (1, P, ceil(R/128)) and
+// y_scale (1, ceil(Q/128), ceil(R/128)) (BlockScaling checks them against the problem).
+template <GemmFamily kFamily>
 ffi::Error contraction_fp8_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer xt,
                                 ffi::AnyBuffer yt, ffi::AnyBuffer bias, ffi::AnyBuffer residual,
                                 ffi::AnyBuffer ends, ffi::AnyBuffer x_scale,
                                 ffi::AnyBuffer y_scale, ffi::Result<ffi::AnyBuffer> out,
                                 ffi::Result<ffi::AnyBuffer> workspace, GemmAttrs attrs) {
   constexpr const char* kOp = "hopper_ragged_fp8_contract";
+  constexpr int kRank = kFamily == GemmFamily::kGroupedContractionFp8Block ? 3 : 1;
   GemmArgs preset = {};
   JH_RETURN_IF_ERROR(read_ends(kOp, ends, out, &preset));
-  JH_RETURN_IF_ERROR(read_scales(kOp, "x_scale", x_scale, 1, &preset.a_scale));
-  JH_RETURN_IF_ERROR(read_scales(kOp, "y_scale", y_scale, 1, &preset.b_scale));
-  return run_gemm(GemmFamily::kGroupedContractionFp8, kOp, contraction_shapes, stream, flags, xt,
-                  yt, bias, residual, out, workspace, attrs, &preset);
+  JH_RETURN_IF_ERROR(read_scales(kOp, "x_scale", x_scale, kRank, &preset.a_scale));
+  JH_RETURN_IF_ERROR(read_scales(kOp, "y_scale", y_scale, kRank, &preset.b_scale));
+  return run_gemm(kFamily, kOp, contraction_shapes, stream, flags, xt, yt, bias, residual, out,
+                  workspace, attrs, &preset);
 }
 
 }  // namespace
@@ -73,7 +77,11 @@ ffi::Error contraction_fp8_impl(cudaStream_t stream, SplitFlags* flags, ffi::Any
 // The gemm binding with the group ends as a fifth input (and, fp8, the two scales after it).
 XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedContractionHandler, contraction_impl, gemm_binding<1>(),
                               {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedContractionFp8Handler, contraction_fp8_impl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedContractionFp8Handler,
+                              contraction_fp8_impl<GemmFamily::kGroupedContractionFp8>,
+                              gemm_binding<3>(), {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(GroupedContractionFp8BlockHandler,
+                              contraction_fp8_impl<GemmFamily::kGroupedContractionFp8Block>,
                               gemm_binding<3>(), {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jax_hopper

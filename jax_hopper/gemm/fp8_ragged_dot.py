@@ -11,7 +11,7 @@ quantize_fp8 and runs an fp8 grouped kernel:
 |---|---|---|
 | y = x w[g]          | hopper_ragged_fp8_dot | x (M, K); w^T (G, N, K), w's transposed copy |
 | dx = dy w[g]^T      | hopper_ragged_fp8_dot | dy (M, N); w (G, K, N) as stored |
-| dw[g] = x_g^T dy_g  | hopper_ragged_fp8_contract (per tensor) | x^T (K, M), dy^T (N, M) |
+| dw[g] = x_g^T dy_g  | hopper_ragged_fp8_contract | x^T (K, M), dy^T (N, M) |
 
 Recipes (fp8_matmul's, module fp8_matmul.py): "tensor": x and dy one scale per tensor, w one
 per expert (each expert quantized on its own, vmap of quantize_fp8), e4m3 forward and e5m2
@@ -21,15 +21,15 @@ expert (G, L)), passed as `meta` and replaced by its gradient each step, exactly
 fp8_matmul's (whose docstring says how to calibrate); "block" (DeepSeek-V3): everything
 e4m3, x and dy per row and 128 contraction elements, w per expert's 128 x 128 tile (both
 copies).
-The weight gradient contracts the rows, which the groups split. Per tensor it runs in fp8 on
-the transposed copies quantize_fp8 writes in the same pass as x's and dy's (x^T saved by the
-forward, so the residual is x^T in fp8, not x). With block scales a 128-row scale block would
-straddle groups wherever a group starts off a multiple of 128, and the contraction kernel has
-no per-block promotion: "block" computes dw on hopper_ragged_contract with x and dy in 16 bits
-(x's dtype, bf16 for float32 x), keeping x in 16 bits as its residual. The other residuals are
-w's fp8 copy (G, K, N) with its scales (the transposed copy, which only the forward reads, is
-not kept). Rows past every group come out 0 and get a zero gradient (jax.lax.ragged_dot's
-rule); the group sizes' rules are hopper_ragged_dot's.
+The weight gradient contracts the rows, which the groups split. It runs in fp8 on the
+transposed copies quantize_fp8 writes in the same pass as x's and dy's (x^T saved by the
+forward, so the residual is x^T in fp8, not x in 16 bits): per tensor one scale each; with
+block scales x^T per row and 128 rows of M (1 x 128 along the contraction, as the forward's x),
+dy^T per 128 x 128 tile (the layout the block-scaled kernels read as their second operand;
+DeepSeek-V3 scales dy 1 x 128 here). The other residuals are w's fp8 copy (G, K, N) with its
+scales (the transposed copy, which only the forward reads, is not kept). Rows past every group
+come out 0 and get a zero gradient (jax.lax.ragged_dot's rule); the group sizes' rules are
+hopper_ragged_dot's.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ import numpy as np
 from jax_hopper.gemm.api import SUPPORTED_OUTPUTS
 from jax_hopper.gemm.fp8_matmul import RECIPES, check_meta, history_amax, next_meta
 from jax_hopper.gemm.ragged import check_group_sizes
-from jax_hopper.gemm.ragged_contract import hopper_ragged_contract
 from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_dot
 from jax_hopper.gemm.ragged_fp8_contract import hopper_ragged_fp8_contract
 from jax_hopper.quantize.fp8 import INPUT_DTYPES, quantize_fp8
@@ -79,11 +78,6 @@ def fp8_ragged_dot(lhs, rhs, group_sizes, *, recipe="tensor", out_dtype=None, me
                        (lhs.dtype, rhs.dtype))
 
 
-def _contract_dtype(dtype):
-    """The 16-bit type the weight gradient's operands take: x's own, bf16 for float32."""
-    return jnp.dtype(dtype) if jnp.dtype(dtype).itemsize == 2 else jnp.dtype(jnp.bfloat16)
-
-
 def _weights(rhs, meta, r):
     """rhs (G, K, N) quantized with its transposed copy (G, N, K): per expert's tile with block
     scales, else one scale per expert (each expert quantized on its own), from its history in
@@ -100,8 +94,8 @@ def _weights(rhs, meta, r):
 
 def _product(lhs, wq, gs, meta, r, out_dtype, transpose=False):
     """y and x's quantized copy (its amax recorded under recipe "delayed"), with the transposed
-    copy the per-tensor weight gradient reads where `transpose` (only a differentiated call
-    writes it)."""
+    copy the weight gradient reads where `transpose` (only a differentiated call writes it;
+    block scales: per row of x^T and 128 of its columns)."""
     xq = quantize_fp8(lhs, dtype=r["fwd"], scaling=r["scaling"], block="row",
                       transpose=transpose,
                       amax=None if meta is None else history_amax(meta.x, r["fwd"]))
@@ -117,38 +111,33 @@ def _fp8_ragged(lhs, rhs, gs, meta, recipe, out_dtype, grad_dtypes):
 
 
 def _forward(lhs, rhs, gs, meta, recipe, out_dtype, grad_dtypes):
-    """y and the residuals: what the weight gradient reads of x (per tensor its fp8 transposed
-    copy and scale, else x in 16 bits), w's fp8 copy as stored (G, K, N) and its scales (not
-    the transposed copy: only the forward reads it), the sizes, and under recipe "delayed"
-    meta with the amaxes just recorded (grad_dtypes: lhs's and rhs's, the gradients' dtypes)."""
+    """y and the residuals: x's fp8 transposed copy and its scales (what the weight gradient
+    reads), w's fp8 copy as stored (G, K, N) and its scales (not the transposed copy: only the
+    forward reads it), the sizes, and under recipe "delayed" meta with the amaxes just recorded
+    (grad_dtypes: lhs's and rhs's, the gradients' dtypes)."""
     del grad_dtypes
     r = RECIPES[recipe]
     wq = _weights(rhs, meta, r)
-    y, xq = _product(lhs, wq, gs, meta, r, out_dtype, transpose=r["scaling"] == "tensor")
-    x_res = ((xq.q_t, xq.scale) if r["scaling"] == "tensor"
-             else (lhs.astype(_contract_dtype(lhs.dtype)),))
+    y, xq = _product(lhs, wq, gs, meta, r, out_dtype, transpose=True)
     seen = None if meta is None else (meta, xq.amax, wq.amax)
-    return y, (x_res, wq.q, wq.scale, gs, seen)
+    return y, ((xq.q_t, xq.scale_t), wq.q, wq.scale, gs, seen)
 
 
 def _backward(recipe, out_dtype, grad_dtypes, res, dy):
     del out_dtype
     (x_res, w8, w_scale, gs, seen), (lhs_dtype, rhs_dtype) = res, grad_dtypes
     r = RECIPES[recipe]
-    per_tensor = r["scaling"] == "tensor"
     # d lhs = dy @ w[g]^T: dy per row (its contraction is N), w as stored (G, K, N), whose
-    # rows are this product's columns; per tensor dy's transposed copy (N, M) in the same pass.
-    gq = quantize_fp8(dy, dtype=r["grad"], scaling=r["scaling"], block="row",
-                      transpose=per_tensor,
+    # rows are this product's columns; dy's transposed copy (N, M) in the same pass, per
+    # 128 x 128 tile with block scales.
+    gq = quantize_fp8(dy, dtype=r["grad"], scaling=r["scaling"], block="row", transpose=True,
+                      transpose_block="tile",
                       amax=None if seen is None else history_amax(seen[0].grad, r["grad"]))
     dlhs = hopper_ragged_fp8_dot(gq.q, w8, gs, gq.scale, w_scale, out_dtype=lhs_dtype)
-    if per_tensor:  # d rhs[g] = x_g^T dy_g = (x^T)_g (dy^T)_g^T, both fp8 K-major
-        x8_t, x_scale = x_res
-        drhs = hopper_ragged_fp8_contract(x8_t, gq.q_t, gs, x_scale, gq.scale,
-                                          out_dtype=rhs_dtype)
-    else:
-        (x16,) = x_res
-        drhs = hopper_ragged_contract(x16, dy.astype(x16.dtype), gs, out_dtype=rhs_dtype)
+    # d rhs[g] = x_g^T dy_g = (x^T)_g (dy^T)_g^T, both fp8 K-major.
+    x8_t, x_scale_t = x_res
+    drhs = hopper_ragged_fp8_contract(x8_t, gq.q_t, gs, x_scale_t, gq.scale_t,
+                                      out_dtype=rhs_dtype)
     # meta's gradient is its next value (fp8_matmul's module docstring).
     dmeta = None if seen is None else next_meta(seen[0], seen[1], seen[2], gq.amax)
     return dlhs, drhs, np.zeros(gs.shape, jax.dtypes.float0), dmeta

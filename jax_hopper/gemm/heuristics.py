@@ -221,11 +221,12 @@ def choose_grouped_glu_config(m: int, f: int, groups: int) -> GemmConfig:
 
 
 def choose_contraction_config(p: int, q: int, family: str = "grouped_contraction") -> GemmConfig:
-    """A compiled config of a grouped contraction family (grouped_contraction, or
-    grouped_contraction_fp8) for an output (G, P, Q): 128 x 256 cooperative tiles, each
-    contracting its group's rows, in 2-CTA clusters along M (the CTAs share y's tile by
-    multicast) where a group has two row tiles, else along N. fp8 follows the bf16 measurements
-    below (not swept on its own).
+    """A compiled config of a grouped contraction family (grouped_contraction,
+    grouped_contraction_fp8 or grouped_contraction_fp8_block) for an output (G, P, Q): 128 x 256
+    cooperative tiles, each contracting its group's rows, in 2-CTA clusters along M (the CTAs
+    share y's tile by multicast) where a group has two row tiles, else along N (none where the
+    family does not multicast: the block-scaled one, as fp8_block). fp8 follows the bf16
+    measurements below (not swept on its own).
 
     NOTES: H100, bf16, 2026-11-23 (benchmarks/results/grouped_h100_20261123_wgrad.json), the
     weight gradient of the Mixtral up, DeepSeek up and DeepSeek down cases (512-2048 rows per
@@ -233,7 +234,9 @@ def choose_contraction_config(p: int, q: int, family: str = "grouped_contraction
     432 / 454 / 454; ping-pong 128 x 128 (same clusters) 371-462, slower in every case. Groups of
     a few rows (short mainloops, where ping-pong's overlap of the epilogue could pay) are not
     measured yet."""
-    tile = next(t for t in catalog.FAMILIES[family].tiles
+    fam = catalog.FAMILIES[family]
+    tile = next(t for t in fam.tiles
                 if (t.block_m, t.block_n, t.schedule) == (128, 256, "cooperative"))
-    cluster = (2, 1) if p > tile.block_m else (1, 2) if q > tile.block_n else (1, 1)
+    cluster = ((1, 1) if not fam.multicast else (2, 1) if p > tile.block_m
+               else (1, 2) if q > tile.block_n else (1, 1))
     return GemmConfig.for_tile(tile, stream_k=False, cluster_m=cluster[0], cluster_n=cluster[1])

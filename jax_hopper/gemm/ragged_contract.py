@@ -16,6 +16,7 @@ run locally; vmap one launch per entry) -> launch -> hopper_ragged_contract_p.
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 
 import jax
@@ -33,6 +34,7 @@ from jax_hopper.gemm.primitive import call_attrs, freeze
 from jax_hopper.gemm.ragged_primitive import register, vmapped_per_entry
 from jax_hopper.gemm.ragged_sharding import gathered_operands, shard_sizes, split_rows
 from jax_hopper.gemm.sharding import assign_factors, spec_of
+from jax_hopper.kernels import catalog
 
 hopper_ragged_contract_p = Primitive("hopper_ragged_contract")
 _F32 = jnp.dtype(jnp.float32)
@@ -111,7 +113,7 @@ def _partitioned(params, x, y, gs):
 
 def _rule(params, mesh, value_types, result_types):
     del params, mesh, value_types, result_types
-    return contraction_rule(_X, _Y, 0)
+    return contraction_rule(_X, _Y)
 
 
 def _partition(params, mesh, arg_shapes, result_shape):
@@ -119,34 +121,43 @@ def _partition(params, mesh, arg_shapes, result_shape):
                                  arg_shapes, result_shape)
 
 
-def contraction_rule(x_factors, y_factors, scales: int):
+def contraction_rule(x_factors, y_factors, scale_factors=()):
     """The Shardy rule of a grouped contraction of x and y (their factors by dimension) and
-    `scales` one-element scale operands: m contracted (a reduction), the groups replicated."""
+    scale operands (theirs, None for a factor of the scale's own): m contracted (a reduction),
+    the groups replicated."""
     operands = [" ".join(x_factors), " ".join(y_factors), "g"]
-    operands += [f"s{i}" for i in range(scales)]
+    operands += [" ".join(f or f"s{i}_{d}" for d, f in enumerate(factors))
+                 for i, factors in enumerate(scale_factors)]
     return f"{', '.join(operands)} -> g p q", {"reduction_factors": ("m",),
                                                "need_replication_factors": ("g",)}
 
 
 def contraction_partition(op, launch_fn, x_factors, y_factors, params, mesh, arg_shapes,
-                          result_shape):
+                          result_shape, scale_factors=(), scale_blocks=False):
     """custom_partitioning of a grouped contraction launch_fn(x, y, gs, *scales, **params): the
     columns of x and y (p, q) split run locally, the output split the same way; the rows (m)
     split evenly contract each device's shard of every group (the sizes cut to it) and sum the
     partial results in float32 (psum: data parallelism's gradient all-reduce), one rounding;
-    groups split, or rows unevenly, are gathered first, with a warning. Scales are replicated."""
+    groups split, or rows unevenly, are gathered first, with a warning. A scale splits with the
+    factors scale_factors gives its dimensions (None: replicated); with scale_blocks, a scale
+    dimension of m or q counts 128-wide blocks, so those split only into whole blocks."""
     x, y, gs, *scales = arg_shapes
     sx, sy, out = spec_of(x), spec_of(y), spec_of(result_shape)
     mx, my = x_factors.index("m"), y_factors.index("m")
     axes, spec = assign_factors(mesh, {"m": [sx[mx], sy[my]],
                                        "p": [sx[x_factors.index("p")], out[1]],
                                        "q": [sy[y_factors.index("q")], out[2]], "k": []}, 0)
+    if scale_blocks:
+        for factor, extent in (("m", x.shape[mx]), ("q", y.shape[y_factors.index("q")])):
+            devices = math.prod(mesh.shape[a] for a in axes[factor])
+            if axes[factor] and extent % (devices * catalog.FP8_SCALE_BLOCK):
+                axes[factor] = ()
     rows = x.shape[mx]
     m_axes = split_rows(mesh, axes, rows)
     gathered = gathered_operands(axes, (("x", x, x_factors), ("y", y, y_factors),
                                         ("group_sizes", gs, (None,)),
-                                        *((f"scale {i}", s, (None,))
-                                          for i, s in enumerate(scales))))
+                                        *((f"scale {i}", s, factors) for i, (s, factors)
+                                          in enumerate(zip(scales, scale_factors)))))
     if gathered:
         warnings.warn(f"{op}: {', '.join(gathered)} gathered to every device (the columns of "
                       "x and y, and their rows split evenly, are split without gathering)",
@@ -161,7 +172,8 @@ def contraction_partition(op, launch_fn, x_factors, y_factors, params, mesh, arg
         return jax.lax.psum(partial, m_axes).astype(p["out_dtype"])
 
     return (mesh, lower_fn, spec(None, "p", "q"),
-            (spec(*x_factors), spec(*y_factors), spec(None), *(spec(None) for _ in scales)))
+            (spec(*x_factors), spec(*y_factors), spec(None),
+             *(spec(*factors) for factors in scale_factors)))
 
 
 _partitioned.def_partition(partition=_partition, sharding_rule=_rule)

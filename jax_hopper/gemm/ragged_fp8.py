@@ -101,8 +101,8 @@ def hopper_ragged_fp8_dot(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, out_dt
     check_group_sizes(group_sizes, groups, "rhs group")
     if scaling == "block":
         kb, nb = -(-k // _BLOCK), -(-n // _BLOCK)
-        scales = [_block_scale(fn, "lhs_scale", lhs_scale, (m, kb), "(M, ceil(K/128))")[None],
-                  _block_scale(fn, "rhs_scale", rhs_scale, (groups, nb, kb),
+        scales = [block_scale(fn, "lhs_scale", lhs_scale, (m, kb), "(M, ceil(K/128))")[None],
+                  block_scale(fn, "rhs_scale", rhs_scale, (groups, nb, kb),
                                "(G, ceil(N/128), ceil(K/128))")]
     else:
         scales = [tensor_scale(fn, "lhs_scale", lhs_scale, (1,)),
@@ -133,7 +133,7 @@ def _scaling(fn, lhs_scale, rhs_scale) -> str:
                      f"{ranks[0]} and rhs_scale of rank {ranks[1]}")
 
 
-def _block_scale(fn, name, s, shape, rule):
+def block_scale(fn, name, s, shape, rule):
     """A block-scale array as float32 of `shape`, or ValueError naming the rule."""
     s = jnp.asarray(s)
     if s.shape != shape or not jnp.issubdtype(s.dtype, jnp.floating):
@@ -266,8 +266,8 @@ def reference(lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale, rhs_scale
     sizes = ragged_tiles.valid_sizes(group_sizes, lhs.shape[1])
     if family == _FAMILIES["block"]:
         k, n = lhs.shape[2], rhs.shape[1]
-        a = lhs[0].astype(_F32) * _expand(lhs_scale[0], 1, k)
-        b = rhs.astype(_F32) * _expand(_expand(rhs_scale, 1, n), 2, k)
+        a = lhs[0].astype(_F32) * expand_blocks(lhs_scale[0], 1, k)
+        b = rhs.astype(_F32) * expand_blocks(expand_blocks(rhs_scale, 1, n), 2, k)
         x = jax.lax.ragged_dot(a, jnp.swapaxes(b, 1, 2), sizes,
                                precision=jax.lax.Precision.HIGHEST)
         return epilogue(alpha * x, group_sizes, bias, residual, activation=activation,
@@ -281,7 +281,7 @@ def reference(lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale, rhs_scale
                     out_dtype=out_dtype)
 
 
-def _expand(scales, axis, extent):
+def expand_blocks(scales, axis, extent):
     """Per-block scales repeated over their block's elements along `axis`, cut to `extent`."""
     return jax.lax.slice_in_dim(jnp.repeat(scales, _BLOCK, axis=axis), 0, extent, axis=axis)
 

@@ -301,6 +301,17 @@ FAMILIES = {
         ((False, False),), "_contract_fp8", "the grouped fp8 contraction",
         scheduler=f"GroupedContractionScheduler<{{bm}}, {{bn}}, {{bk}}, {TMA_PITCH_BYTES}>",
         dtypes=FP8_PAIRS),
+    # hopper_ragged_fp8_contract with block scales (fp8_ragged_dot's block-recipe weight
+    # gradient): x^T scaled per row and 128 of its M columns, y^T per 128 x 128 block
+    # (BlockScaling, the fp8_block layout), each k-block's product scaled and added in fp32
+    # (MainloopSSPromoted). A k-block must be one scale block, so each group's blocks start at
+    # its first row rounded down to 128 (K_ALIGN = FP8_SCALE_BLOCK), the head and tail zeroed.
+    "grouped_contraction_fp8_block": Family(
+        "grouped_contraction_fp8_block", "kGroupedContractionFp8Block",
+        _SS_PROMOTED, "TmaStoreEpilogue<{bn}, LinearOps>", (TileShape(128, 256, 128, 4),),
+        ((False, False),), "_contract_fp8_block", "the block-scaled grouped fp8 contraction",
+        scheduler=f"GroupedContractionScheduler<{{bm}}, {{bn}}, {{bk}}, {FP8_SCALE_BLOCK}>",
+        dtypes=(("float8_e4m3fn", "float8_e4m3fn"),), clusters=((1, 1),), multicast=False),
     # hopper_fp8_matmul: fp8 operands, both K-major (fp8 wgmma has no transpose), one float32
     # scale per tensor applied to the accumulators (TensorScaling), the linear epilogue. A
     # k-block is 128 fp8 elements (one 128-byte swizzle row), so the ring holds the same bytes

@@ -183,6 +183,7 @@ struct MainloopSSPromoted
     float buf[2][kUnitRegs];
     KBlockScales scales[2];
     const typename Base::Descs d0 = Base::first_descs(s, part);
+    int32_t kb = u.k_begin;  // the first k-block of the step below
     auto step = [&](auto blocks_const) {  // the next `blocks` k-blocks (a compile-time count)
       constexpr int kStepUnits = decltype(blocks_const)::value * kUnits;
       int stage[decltype(blocks_const)::value];
@@ -191,6 +192,14 @@ struct MainloopSSPromoted
         constexpr int t = decltype(t_const)::value, j = t % kUnits;
         if constexpr (j == 0) {
           ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);
+          // The grouped contraction's first and last k-blocks hold rows of the neighbouring
+          // groups (MainloopSS::clear_k_outside); every other unit's head and tail are 0.
+          const int32_t b = kb + t / kUnits;
+          const bool head = b == u.k_begin && u.k_head_rows != 0;
+          const bool tail = b == u.k_end - 1 && u.k_tail_rows != 0;
+          if (head || tail)
+            Base::clear_k_outside(s, pipe.stage, head ? u.k_head_rows : 0,
+                                  tail ? u.k_tail_rows : BK, part, wg_thread);
           stage[t / kUnits] = pipe.stage;
           d = d0.at_stage(pipe.stage);
         }
@@ -215,7 +224,6 @@ struct MainloopSSPromoted
       Base::release(s, stage[kStepUnits / kUnits - 1], cluster_size, wg_thread);
       promote<kUnits - 1>(acc, buf[(kStepUnits - 1) % 2], scales[(kStepUnits / kUnits - 1) % 2]);
     };
-    int32_t kb = u.k_begin;
     for (; kb + kBlocksPerStep <= u.k_end; kb += kBlocksPerStep)
       step(std::integral_constant<int, kBlocksPerStep>{});
     if constexpr (kBlocksPerStep > 1) {
