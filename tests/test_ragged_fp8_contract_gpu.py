@@ -49,21 +49,23 @@ def _check(rng, m, p, q, group_sizes, *, pair=(E4M3, E5M2), out_dtype="bfloat16"
 
 
 @pytest.mark.parametrize("cluster", FAMILY.clusters, ids=lambda c: f"c{c[0]}x{c[1]}")
+@pytest.mark.parametrize("tile", FAMILY.tiles, ids=lambda t: t.tag)
 @pytest.mark.parametrize("pair", FAMILY.dtypes, ids=lambda p: "x".join(d[8:] for d in p))
-def test_every_pair_and_cluster(rng, pair, cluster):
+def test_every_pair_tile_and_cluster(rng, pair, tile, cluster):
     sizes = rng.multinomial(1520, np.ones(7) / 7)
-    tile = FAMILY.tiles[0]
     _check(rng, 1520, 320, 520, list(sizes), pair=pair,
            config=GemmConfig.for_tile(tile, stream_k=False, cluster_m=cluster[0],
                                       cluster_n=cluster[1]))
 
 
-def test_boundary_at_every_offset(rng):
+@pytest.mark.parametrize("tile", FAMILY.tiles, ids=lambda t: t.tag)
+def test_boundary_at_every_offset(rng, tile):
     """Groups of 1..131 rows: every residue of a 128-wide k-block ends a group (the zeroed
     columns take every length: whole chunks and each byte of the partial one), and the groups
     start at every column offset."""
     sizes = [1 + (37 * i) % 131 for i in range(131)]
-    _check(rng, sum(sizes) + 16, 192, 136, sizes)
+    _check(rng, sum(sizes) + 16, 192, 136, sizes,
+           config=GemmConfig.for_tile(tile, stream_k=False))
 
 
 @pytest.mark.parametrize("case", list(ADVERSARIAL_SIZES))

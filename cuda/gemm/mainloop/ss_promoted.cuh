@@ -104,9 +104,6 @@ struct MainloopSSPromoted
   using Base::kSlices;
 
   static_assert(!ALoad::kMnMajor && !BLoad::kMnMajor, "block-scaled fp8 operands are K-major");
-  // Its k-loop does not zero rows outside a unit's (MainloopSS::clear_k_outside): no scheduler
-  // whose k-ranges end mid-block may run it (GemmKernel's static_assert).
-  static constexpr bool kClearsOutsideK = false;
   static_assert(BK == BlockScaling::kBlock, "a k-block is one scale block");
   // A unit: 64 rows (a slice) x kUnitN columns of one k-block, so that one A scale per row
   // and one B scale cover it; a k-block is kUnits of them. Two units' registers sit beside the
