@@ -225,15 +225,17 @@ def choose_contraction_config(p: int, q: int, family: str = "grouped_contraction
     grouped_contraction_fp8 or grouped_contraction_fp8_block) for an output (G, P, Q): 128 x 256
     cooperative tiles, each contracting its group's rows, in 2-CTA clusters along M (the CTAs
     share y's tile by multicast) where a group has two row tiles, else along N (none where the
-    family does not multicast: the block-scaled one, as fp8_block). fp8 follows the bf16
-    measurements below (not swept on its own).
+    family does not multicast: the block-scaled one, as fp8_block).
 
     NOTES: H100, bf16, 2026-11-23 (benchmarks/results/grouped_h100_20261123_wgrad.json), the
     weight gradient of the Mixtral up, DeepSeek up and DeepSeek down cases (512-2048 rows per
     group), TFLOP/s: 128 x 256 in clusters 1x1 / 2x1 / 1x2: 554 / 568 / 560, 546 / 573 / 558,
     432 / 454 / 454; ping-pong 128 x 128 (same clusters) 371-462, slower in every case. Groups of
     a few rows (short mainloops, where ping-pong's overlap of the epilogue could pay) are not
-    measured yet."""
+    measured yet. fp8 (e4m3 x^T, e5m2 dy^T), H100, 2026-11-27
+    (benchmarks/results/grouped_h100_20261127_fp8_sweep.json), Mixtral up: 128 x 256 in 1x1 /
+    2x1 / 1x2: 742 / 914 / 839; ping-pong 128 x 128 s6: 585 / 707 / 694, 64 x 256 s4: 471 / 592
+    / 498, so fp8 compiles the cooperative tile only."""
     fam = catalog.FAMILIES[family]
     tile = next(t for t in fam.tiles
                 if (t.block_m, t.block_n, t.schedule) == (128, 256, "cooperative"))

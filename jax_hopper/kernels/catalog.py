@@ -294,14 +294,12 @@ FAMILIES = {
     # coordinate must be whole 16 bytes, so a group's blocks start at its first row rounded
     # down to 16 (the scheduler's K_ALIGN); the first block's columns before the group and the
     # last one's past it are zeroed in shared memory (MainloopSS::clear_k_columns). One
-    # float32 scale per operand (TensorScaling). The bf16 contraction's tiles and clusters,
-    # and ping-pong 64 x 256: a group's k-loop is half as many blocks as in 16 bits (2048 rows:
-    # 16 of 128), so the cooperative tile's unoverlapped epilogue weighs twice as much there.
+    # float32 scale per operand (TensorScaling). The bf16 contraction's tile and clusters:
+    # ping-pong 128 x 128 s6 and 64 x 256 s4 (whose overlapped epilogue could pay on k-loops
+    # half as long as in 16 bits) were slower in every cluster, choose_contraction_config's NOTES.
     "grouped_contraction_fp8": Family(
         "grouped_contraction_fp8", "kGroupedContractionFp8",
-        _SS_TENSOR_SCALED, "TmaStoreEpilogue<{bn}, LinearOps>",
-        (TileShape(128, 256, 128, 4), TileShape(128, 128, 128, 6, "pingpong"),
-         TileShape(64, 256, 128, 4, "pingpong")),
+        _SS_TENSOR_SCALED, "TmaStoreEpilogue<{bn}, LinearOps>", (TileShape(128, 256, 128, 4),),
         ((False, False),), "_contract_fp8", "the grouped fp8 contraction",
         scheduler=f"GroupedContractionScheduler<{{bm}}, {{bn}}, {{bk}}, {TMA_PITCH_BYTES}>",
         dtypes=FP8_PAIRS),
