@@ -30,6 +30,7 @@
 #include "cuda/ptx/cluster.cuh"
 #include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/smem.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/ptx/wgmma_desc.cuh"
 
@@ -202,14 +203,14 @@ struct MainloopSS {
     constexpr int kBBoxes = BN / kBoxElems / TILE_WARPGROUPS;
     const int32_t lines = lo + kBoxElems - hi;
     const int32_t chunks = (kSlices + kBBoxes) * lines * 8;  // 16-byte chunks to zero
+    const uint32_t a = ptx::smem_addr(s.a + stage * kABytes + part * kSlices * kBoxBytes);
+    const uint32_t b = ptx::smem_addr(s.b + stage * kBBytes + part * kBoxBytes);
     for (int32_t i = wg_thread; i < chunks; i += 128) {
       const int32_t box = i / (lines * 8), rest = i - box * lines * 8;
       const int32_t line = rest / 8 < lo ? rest / 8 : hi + rest / 8 - lo;
-      uint8_t* base = box < kSlices
-                          ? s.a + stage * kABytes + (part * kSlices + box) * kBoxBytes
-                          : s.b + stage * kBBytes +
-                                ((box - kSlices) * TILE_WARPGROUPS + part) * kBoxBytes;
-      *reinterpret_cast<uint4*>(base + line * 128 + (rest % 8) * 16) = make_uint4(0, 0, 0, 0);
+      const uint32_t base = box < kSlices ? a + box * kBoxBytes
+                                          : b + (box - kSlices) * TILE_WARPGROUPS * kBoxBytes;
+      ptx::st_shared_v4(base + line * 128 + (rest % 8) * 16, make_uint4(0, 0, 0, 0));
     }
   }
 
@@ -224,41 +225,39 @@ struct MainloopSS {
 
   // K-major: a line is one row of the tile over the whole k-block, its 16-byte chunk c (k bytes
   // [16c, +16)) stored at chunk c ^ (line % 8) (128B swizzle; every line counted from a
-  // 1024-byte-aligned stage). Each chunk keeps its bytes inside [lo, hi) (in bytes) and zeroes
-  // the rest; one wholly inside is left alone. Warpgroup `part` takes its A lines and
-  // 1/TILE_WARPGROUPS of B's.
+  // 1024-byte-aligned stage). Only the chunks holding bytes outside [lo, hi) (in bytes) are
+  // visited: [0, c_lo) and [c_hi, 8), all 8 where those meet. Each zeroes its bytes outside and
+  // keeps the rest. Warpgroup `part` takes its A lines and 1/TILE_WARPGROUPS of B's.
+  // NOTES: visiting every chunk of every line (12 passes of a warpgroup over 192 lines, most
+  // skipped) through generic stores was 19% of the stall samples of Mixtral up's fp8 weight
+  // gradient with groups starting anywhere (two clears per tile), 825 TFLOP/s against 1121
+  // with every group on 128 rows (ncu and timing, H100, 2026-11-27).
   __device__ static void clear_k_columns(const Shared& s, int stage, int32_t lo, int32_t hi,
                                          uint32_t part, uint32_t wg_thread) {
     constexpr int kALines = kSlices * 64, kBLines = BN / TILE_WARPGROUPS;
     const int32_t lo_b = lo * kBytes, hi_b = hi * kBytes;
-    uint8_t* a = s.a + stage * kABytes + part * kALines * 128;
-    uint8_t* b = s.b + stage * kBBytes + part * kBLines * 128;
-    for (int32_t i = wg_thread; i < (kALines + kBLines) * 8; i += 128) {
-      const int32_t line = i / 8, c = i % 8, first = 16 * c;
-      if (lo_b <= first && first + 16 <= hi_b) continue;  // every byte kept
-      uint8_t* row = line < kALines ? a + line * 128 : b + (line - kALines) * 128;
-      uint4* chunk = reinterpret_cast<uint4*>(row + (c ^ (line % 8)) * 16);
+    const int32_t c_lo = (lo_b + 15) / 16, c_hi = hi_b / 16;  // chunks kept whole: [c_lo, c_hi)
+    const int32_t skip = max(c_hi - c_lo, 0), per_line = 8 - skip;
+    const uint32_t a = ptx::smem_addr(s.a + stage * kABytes + part * kALines * 128);
+    const uint32_t b = ptx::smem_addr(s.b + stage * kBBytes + part * kBLines * 128);
+    for (int32_t i = wg_thread; i < (kALines + kBLines) * per_line; i += 128) {
+      const int32_t line = i / per_line, j = i - line * per_line;
+      const int32_t c = j < c_lo ? j : j + skip, first = 16 * c;
+      const uint32_t chunk = (line < kALines ? a + line * 128 : b + (line - kALines) * 128) +
+                             (c ^ (line % 8)) * 16;
       uint4 v = make_uint4(0, 0, 0, 0);
       if (lo_b < first + 16 && first < hi_b) {  // some bytes kept
-        v = *chunk;
+        v = ptx::ld_shared_v4(chunk);
         const int32_t a0 = lo_b - first, b0 = hi_b - first;
         v.x &= byte_mask(a0, b0);
         v.y &= byte_mask(a0 - 4, b0 - 4);
         v.z &= byte_mask(a0 - 8, b0 - 8);
         v.w &= byte_mask(a0 - 12, b0 - 12);
       }
-      *chunk = v;
+      ptx::st_shared_v4(chunk, v);
     }
   }
 
-  // NOTES: tried and dropped (H100, 2026-11-26, ab_h100_20261126_drain*.json): a cooperative
-  // warpgroup whose rows all lie past a grouped tile's stored rows (each group's last tile
-  // ending in the other half) skipping its wgmmas and only waiting for and releasing each
-  // stage. Correct on every grouped tile and cluster, but slower against the build before it,
-  // twice: DeepSeek up 0.85x / 0.87x, DeepSeek down 0.96x, Mixtral up 0.95x / 0.97x (dense
-  // controls 1.01-1.02x). Not profiled; the test needed the tile's coordinates (the tile
-  // table's loads) before the first wgmma of every unit, which the cooperative schedule
-  // otherwise reads only after the mainloop.
   // The consumer warpgroup with rows [part * kSlices * 64, +kSlices * 64) of the tile: acc =
   // those rows over unit u's k-blocks (scaled); slice i's accumulators at acc[i * kSliceRegs].
   // coord() gives the unit's TileCoord, for a mainloop that needs it (MainloopSSPromoted reads
