@@ -22,8 +22,8 @@ forward, d lhs and d rhs, three times the forward's FLOPs and floor) for XLA and
 the bytes of temporaries each compiled step allocates beyond its inputs and outputs (XLA's
 memory analysis), and the weight gradient alone (d rhs: XLA's transpose of jax.lax.ragged_dot
 against hopper_ragged_contract; with --sweep every compiled contraction tile and cluster too);
-with --fp8 too, the same step on fp8_ragged_dot (recipe "tensor": all three products in fp8;
-"block": forward and d lhs in fp8, d rhs in bf16), whose TFLOP/s and floor are counted as the
+with --fp8 too, the same step on fp8_ragged_dot (recipes "tensor" and "block": all three
+products in fp8, per tensor or with block scales), whose TFLOP/s and floor are counted as the
 bf16 step's, and the fp8 weight gradient alone (hopper_ragged_fp8_contract on e4m3 x^T and e5m2
 dy^T copies made once, the fp8 floor; with --sweep every compiled fp8 contraction tile and
 cluster too).

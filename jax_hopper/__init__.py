@@ -14,6 +14,7 @@
     y = hopper_ragged_fp8_dot(x8, w8, group_sizes, x_scale, w_scales)  # fp8 MoE grouped GEMM
     dw = hopper_ragged_fp8_contract(x8_t, dy8_t, group_sizes, x_scale, dy_scale)  # its wgrad
     y = fp8_ragged_dot(x, w_experts, group_sizes, recipe="block")  # differentiable, fp8 inside
+    y = fp8_ragged_dot(x, quantize_experts(w_experts), group_sizes)  # serving: w quantized once
 
 On a machine without a Hopper GPU (or in a package built without the CUDA toolkit) every op
 lowers to a pure-JAX reference with the same result; kernels_available() says which runs.
@@ -26,7 +27,7 @@ from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.dot_general import dot_general
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
 from jax_hopper.gemm.fp8_matmul import Fp8Meta, fp8_dot_general, fp8_matmul, fp8_meta
-from jax_hopper.gemm.fp8_ragged_dot import fp8_ragged_dot
+from jax_hopper.gemm.fp8_ragged_dot import fp8_ragged_dot, quantize_experts
 from jax_hopper.gemm.glu import hopper_glu
 from jax_hopper.gemm.ragged import hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm.ragged_contract import hopper_ragged_contract
@@ -60,6 +61,7 @@ __all__ = [
     "hopper_ragged_fp8_dot",
     "kernels_available",
     "layout",
+    "quantize_experts",
     "quantize_fp8",
     "ragged_dot",
     "tma_copy",

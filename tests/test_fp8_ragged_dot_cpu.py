@@ -1,7 +1,8 @@
 """fp8_ragged_dot through the references (no kernel): the product and both gradients against
 float64 within each recipe's fp8 bound (delayed: its histories pushed on), group sizes of every
 kind (empty groups, sums below and above M, negative), shapes that need padding, float32
-inputs, jit and vmap, delayed training steps, bad arguments."""
+inputs, jit and vmap, delayed training steps, bad arguments; serving on quantize_experts'
+weights (the training call's forward exactly, forward-only, its own bad arguments)."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +10,8 @@ import numpy as np
 import pytest
 from gemm_helpers import check_fp8_ragged_dot
 
-from jax_hopper import fp8_meta, fp8_ragged_dot, hopper_ragged_fp8_dot, quantize_fp8
+from jax_hopper import (Fp8Array, fp8_meta, fp8_ragged_dot, hopper_ragged_fp8_dot,
+                        quantize_experts, quantize_fp8)
 
 
 @pytest.fixture(autouse=True)
@@ -114,3 +116,58 @@ def test_delayed_training_steps_replace_meta_by_its_gradient(rng):
         np.testing.assert_array_equal(np.asarray(meta.w)[:, 0], seen)
         assert np.count_nonzero(np.asarray(meta.x)) == i + 1
     assert meta.w.shape == (3, 4) and meta.grad.shape == (4,)
+
+
+@pytest.mark.parametrize("recipe", ["tensor", "block"])
+def test_serving_on_quantized_experts_is_the_training_calls_forward(rng, recipe):
+    """quantize_experts' weights give exactly the training call's y (the same quantization,
+    done once), under jit and vmap; "delayed" serves as "tensor" (no histories)."""
+    x = jnp.asarray(rng.standard_normal((2, 300, 200)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((4, 200, 136)) / 14, jnp.bfloat16)
+    gs = jnp.asarray([100, 0, 150, 30], jnp.int32)
+    wq = quantize_experts(w, recipe=recipe)
+    assert wq.q.shape == (4, 136, 200) and wq.q.dtype == jnp.float8_e4m3fn
+    served = jax.jit(jax.vmap(lambda x: fp8_ragged_dot(x, wq, gs, recipe=recipe)))(x)
+    for i in range(2):
+        want = fp8_ragged_dot(x[i], w, gs, recipe=recipe)
+        np.testing.assert_array_equal(np.asarray(served[i]), np.asarray(want))
+    if recipe == "tensor":
+        delayed = fp8_ragged_dot(x[0], quantize_experts(w, recipe="delayed"), gs,
+                                 recipe="delayed")
+        np.testing.assert_array_equal(np.asarray(delayed), np.asarray(served[0]))
+
+
+def test_serving_is_forward_only():
+    x, w = jnp.ones((32, 64), jnp.bfloat16), jnp.ones((2, 64, 48), jnp.bfloat16)
+    wq, gs = quantize_experts(w), jnp.asarray([16, 16], jnp.int32)
+    with pytest.raises(TypeError, match=r"forward-only, for serving"):
+        jax.grad(lambda x: fp8_ragged_dot(x, wq, gs).astype(jnp.float32).sum())(x)
+    empty = fp8_ragged_dot(jnp.zeros((0, 64), jnp.bfloat16), wq, gs, out_dtype=jnp.float32)
+    assert empty.shape == (0, 48) and empty.dtype == jnp.float32
+
+
+_WQ = quantize_experts(jnp.ones((2, 32, 24), jnp.bfloat16))
+
+
+@pytest.mark.parametrize("rhs,kwargs,match", [
+    (_WQ, dict(recipe="block"), r"rhs.scale is float32\[2\], but quantize_experts\("
+                                r"recipe='block'\) makes float32\[2, 1, 1\]"),
+    (_WQ._replace(q=_WQ.q.astype(jnp.float8_e5m2)), {}, r"rhs.q is float8_e5m2"),
+    (_WQ, dict(meta=fp8_meta(4, experts=2)), r"meta is for training"),
+    (Fp8Array(_WQ.q[0], _WQ.scale), {}, r"holds w\^T \(G, N, K\) from quantize_experts"),
+    (_WQ, dict(k=24), r"lhs must be \(M, K\) and rhs \(G, K, N\) with the same K"),
+])
+def test_serving_bad_arguments_name_the_rule(rhs, kwargs, match):
+    x = jnp.zeros((16, kwargs.pop("k", 32)), jnp.bfloat16)
+    with pytest.raises(ValueError, match=match):
+        fp8_ragged_dot(x, rhs, jnp.asarray([8, 8], jnp.int32), **kwargs)
+
+
+@pytest.mark.parametrize("rhs,recipe,match", [
+    (jnp.ones((32, 24), jnp.bfloat16), "tensor", r"rhs must be \(G, K, N\)"),
+    (jnp.ones((2, 32, 24), jnp.float8_e4m3fn), "tensor", r"float8_e4m3fn"),
+    (jnp.ones((2, 32, 24), jnp.bfloat16), "amax", r"recipe='amax' must be one of"),
+])
+def test_quantize_experts_bad_arguments(rhs, recipe, match):
+    with pytest.raises(ValueError, match=match):
+        quantize_experts(rhs, recipe=recipe)

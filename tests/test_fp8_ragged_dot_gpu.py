@@ -1,6 +1,7 @@
 """fp8_ragged_dot on an sm_90 GPU: the product and both gradients against float64 within each
 recipe's fp8 bound at MoE-like and unaligned sizes, and the kernels each product runs (the
-forward and d lhs on the grouped fp8 families, d rhs on the grouped contraction)."""
+forward and d lhs on the grouped fp8 families, d rhs on the grouped contraction); serving on
+quantize_experts' weights gives the training call's forward bit for bit."""
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from gemm_helpers import check_fp8_ragged_dot
 
-from jax_hopper import fp8_ragged_dot
+from jax_hopper import fp8_ragged_dot, quantize_experts
 
 pytestmark = pytest.mark.gpu
 
@@ -33,3 +34,17 @@ def test_the_step_runs_on_our_kernels(recipe, family):
     # d rhs: in fp8 on the transposed copies, per tensor or per block.
     contraction = "grouped_contraction_fp8" + ("_block" if recipe == "block" else "")
     assert f"@jax_hopper_gemm_{contraction}(" in hlo, "d rhs"
+
+
+@pytest.mark.parametrize("recipe", ["tensor", "block"])
+def test_serving_on_quantized_experts_is_the_training_calls_forward(rng, recipe):
+    sizes = list(rng.multinomial(1000, np.ones(7) / 7)) + [0]
+    x = jnp.asarray(rng.standard_normal((1030, 520)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((8, 520, 392)) / 23, jnp.bfloat16)
+    gs = jnp.asarray(sizes, jnp.int32)
+    served = jax.jit(lambda x, wq: fp8_ragged_dot(x, wq, gs, recipe=recipe))(
+        x, quantize_experts(w, recipe=recipe))
+    want = jax.jit(lambda x, w: fp8_ragged_dot(x, w, gs, recipe=recipe))(x, w)
+    got = np.asarray(served, np.float32)
+    assert np.all(np.isfinite(got)) and np.any(got[:1000]) and not np.any(got[1000:])
+    np.testing.assert_array_equal(got, np.asarray(want, np.float32))

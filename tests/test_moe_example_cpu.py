@@ -48,11 +48,16 @@ def test_fp8_version_runs_on_fp8_ragged_dot(example, capsys, recipe):
         assert example.main(SMALL + ["--fp8", recipe]) == 0
     assert spy.call_count >= 2 and all(c.kwargs["recipe"] == recipe
                                        for c in spy.call_args_list)
-    # "delayed": every call site passes its calibrated Fp8Meta (one w history per expert).
+    # "delayed": every training call site passes its calibrated Fp8Meta (one w history per
+    # expert); the serving version's calls get the weights quantized once, and no meta.
+    served = [isinstance(c.args[1], jax_hopper.Fp8Array) for c in spy.call_args_list]
+    assert any(served) and not all(served)
     metas = [c.kwargs.get("meta") for c in spy.call_args_list]
-    assert all((m is not None) == (recipe == "delayed") for m in metas)
+    assert all((m is not None) == (recipe == "delayed" and not s)
+               for m, s in zip(metas, served, strict=True))
     printed = capsys.readouterr().out
     assert "fp8: experts' output vs float32" in printed and "numerical check: passed" in printed
+    assert "fp8 serve: experts' output vs float32" in printed
 
 
 def test_delayed_step_replaces_the_metas_and_records_amaxes(example):
@@ -80,7 +85,8 @@ def test_delayed_step_replaces_the_metas_and_records_amaxes(example):
 def test_fp8_version_with_wrong_experts_fails_the_check(example):
     fp8_ragged_dot = jax_hopper.fp8_ragged_dot
 
-    def shifted(lhs, rhs, sizes, **kw):
-        return fp8_ragged_dot(lhs, jax.numpy.roll(rhs, 1, axis=0), sizes, **kw)
+    def shifted(lhs, rhs, sizes, **kw):  # the weights quantized once too (serving)
+        return fp8_ragged_dot(lhs, jax.tree.map(lambda t: jax.numpy.roll(t, 1, axis=0), rhs),
+                              sizes, **kw)
     with mock.patch.object(example.jax_hopper, "fp8_ragged_dot", shifted):
         assert example.main(SMALL + ["--fp8", "block"]) == 1

@@ -30,6 +30,11 @@ DeepSeek-V3 scales dy 1 x 128 here). The other residuals are w's fp8 copy (G, K,
 scales (the transposed copy, which only the forward reads, is not kept). Rows past every group
 come out 0 and get a zero gradient (jax.lax.ragged_dot's rule); the group sizes' rules are
 hopper_ragged_dot's.
+
+Serving fixed weights, quantize them once: quantize_experts(w, recipe=...) returns the fp8
+copy the forward reads (w^T (G, N, K) with its scales, exactly what each call would compute),
+and fp8_ragged_dot(x, that, group_sizes, recipe=...) then quantizes only x. That call is
+forward-only: differentiating it raises (train with w in high precision).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from jax_hopper.gemm.fp8_matmul import RECIPES, check_meta, history_amax, next_m
 from jax_hopper.gemm.ragged import check_group_sizes
 from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_dot
 from jax_hopper.gemm.ragged_fp8_contract import hopper_ragged_fp8_contract
-from jax_hopper.quantize.fp8 import INPUT_DTYPES, quantize_fp8
+from jax_hopper.quantize.fp8 import INPUT_DTYPES, Fp8Array, quantize_fp8
 
 
 def fp8_ragged_dot(lhs, rhs, group_sizes, *, recipe="tensor", out_dtype=None, meta=None):
@@ -53,29 +58,83 @@ def fp8_ragged_dot(lhs, rhs, group_sizes, *, recipe="tensor", out_dtype=None, me
     (module docstring). recipe "tensor", "delayed" or "block"; out_dtype bfloat16, float16 or
     float32 (default lhs.dtype); group_sizes (G,) integer, a device array; meta: this call
     site's Fp8Meta (fp8_meta(length, experts=G)), with recipe "delayed" only. Differentiable
-    in lhs and rhs (and meta, whose gradient is its next value)."""
-    lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
+    in lhs and rhs (and meta, whose gradient is its next value). rhs may instead be
+    quantize_experts(rhs, recipe=recipe)'s Fp8Array (weights quantized once, for serving):
+    then the call is forward-only and takes no meta."""
     fn = "fp8_ragged_dot"
     if recipe not in RECIPES:
         raise ValueError(f"{fn}: recipe={recipe!r} must be one of {tuple(RECIPES)}")
-    for name, t in (("lhs", lhs), ("rhs", rhs)):
+    lhs, group_sizes = jnp.asarray(lhs), jnp.asarray(group_sizes)
+    quantized = isinstance(rhs, Fp8Array)
+    if quantized:
+        w8_t, w_scale_t = _check_quantized(fn, rhs, recipe, meta)
+        shape = (w8_t.shape[0], w8_t.shape[2], w8_t.shape[1])  # the experts as stored
+    else:
+        rhs = jnp.asarray(rhs)
+        shape = rhs.shape
+    for name, t in (("lhs", lhs),) + (() if quantized else (("rhs", rhs),)):
         if t.dtype not in INPUT_DTYPES:
             raise ValueError(f"{fn}: {name}.dtype={t.dtype} must be one of "
                              f"{', '.join(d.name for d in INPUT_DTYPES)} (it is quantized here)")
-    if lhs.ndim != 2 or rhs.ndim != 3 or lhs.shape[1] != rhs.shape[1]:
+    if lhs.ndim != 2 or len(shape) != 3 or lhs.shape[1] != shape[1]:
         raise ValueError(f"{fn}: lhs must be (M, K) and rhs (G, K, N) with the same K; got lhs "
-                         f"{lhs.shape}, rhs {rhs.shape}")
-    check_group_sizes(group_sizes, rhs.shape[0], "rhs group")
-    check_meta(fn, recipe, meta, experts=rhs.shape[0])
+                         f"{lhs.shape}, rhs {shape}")
+    check_group_sizes(group_sizes, shape[0], "rhs group")
+    if not quantized:
+        check_meta(fn, recipe, meta, experts=shape[0])
     out_dtype = jnp.dtype(out_dtype or lhs.dtype)
     if out_dtype not in SUPPORTED_OUTPUTS:
         raise ValueError(f"{fn}: out_dtype={out_dtype} must be one of "
                          f"{', '.join(d.name for d in SUPPORTED_OUTPUTS)}")
+    gs = group_sizes.astype(jnp.int32)
+    if quantized:
+        if lhs.size == 0 or 0 in shape:  # a zero product (or no rows)
+            return jnp.zeros((lhs.shape[0], shape[2]), out_dtype)
+        return _served(lhs, w8_t, w_scale_t, gs, recipe, out_dtype)
     if lhs.size == 0 or rhs.size == 0:  # nothing to quantize: a zero product (or no rows)
-        return jax.lax.ragged_dot(lhs, rhs, group_sizes.astype(jnp.int32),
+        return jax.lax.ragged_dot(lhs, rhs, gs,
                                   preferred_element_type=jnp.float32).astype(out_dtype)
-    return _fp8_ragged(lhs, rhs, group_sizes.astype(jnp.int32), meta, recipe, out_dtype,
-                       (lhs.dtype, rhs.dtype))
+    return _fp8_ragged(lhs, rhs, gs, meta, recipe, out_dtype, (lhs.dtype, rhs.dtype))
+
+
+def quantize_experts(rhs, *, recipe="tensor"):
+    """Expert weights rhs (G, K, N) (bf16, fp16 or fp32) quantized once, as fp8_ragged_dot
+    quantizes them on every call under `recipe`: an Fp8Array of the transposed copy w^T
+    (G, N, K) that the forward reads (fp8 wgmma reads K-major operands only) and its scales,
+    one per expert or, with "block", one per 128 x 128 tile. Pass it to fp8_ragged_dot in place
+    of rhs to serve without requantizing the weights each call."""
+    fn = "quantize_experts"
+    if recipe not in RECIPES:
+        raise ValueError(f"{fn}: recipe={recipe!r} must be one of {tuple(RECIPES)}")
+    rhs = jnp.asarray(rhs)
+    if rhs.ndim != 3 or rhs.dtype not in INPUT_DTYPES:
+        raise ValueError(f"{fn}: rhs must be (G, K, N) of one of "
+                         f"{', '.join(d.name for d in INPUT_DTYPES)}; got {rhs.shape} "
+                         f"{rhs.dtype}")
+    wq = _weights(rhs, None, RECIPES[recipe])
+    return Fp8Array(wq.q_t, wq.scale_t)
+
+
+def _check_quantized(fn, rhs, recipe, meta):
+    """(w^T, its scales) of a quantize_experts result, checked against what quantize_experts
+    makes under `recipe` for those experts' shape."""
+    if meta is not None:
+        raise ValueError(f"{fn}: meta is for training; rhs given quantized (quantize_experts) "
+                         "takes none")
+    q, scale = jnp.asarray(rhs.q), jnp.asarray(rhs.scale)
+    if q.ndim != 3:
+        raise ValueError(f"{fn}: a quantized rhs holds w^T (G, N, K) from quantize_experts; "
+                         f"got q {q.shape}")
+    g, n, k = q.shape
+    want = jax.eval_shape(functools.partial(quantize_experts, recipe=recipe),
+                          jax.ShapeDtypeStruct((g, k, n), jnp.bfloat16))
+    for name, got, w in (("q", q, want.q), ("scale", scale, want.scale)):
+        if got.shape != w.shape or got.dtype != w.dtype:
+            raise ValueError(f"{fn}: rhs.{name} is {got.dtype}{list(got.shape)}, but "
+                             f"quantize_experts(recipe={recipe!r}) makes {w.dtype}"
+                             f"{list(w.shape)} for w^T {q.shape}: quantize with the recipe "
+                             "passed here")
+    return q, scale
 
 
 def _weights(rhs, meta, r):
@@ -92,22 +151,37 @@ def _weights(rhs, meta, r):
     return jax.vmap(one)(rhs, amax) if amax is not None else jax.vmap(one, (0, None))(rhs, None)
 
 
-def _product(lhs, wq, gs, meta, r, out_dtype, transpose=False):
-    """y and x's quantized copy (its amax recorded under recipe "delayed"), with the transposed
-    copy the weight gradient reads where `transpose` (only a differentiated call writes it;
-    block scales: per row of x^T and 128 of its columns)."""
+def _product(lhs, w8_t, w_scale_t, gs, meta, r, out_dtype, transpose=False):
+    """y from x and w's quantized transposed copy w^T (G, N, K), and x's quantized copy (its
+    amax recorded under recipe "delayed"), with the transposed copy the weight gradient reads
+    where `transpose` (only a differentiated call writes it; block scales: per row of x^T and
+    128 of its columns)."""
     xq = quantize_fp8(lhs, dtype=r["fwd"], scaling=r["scaling"], block="row",
                       transpose=transpose,
                       amax=None if meta is None else history_amax(meta.x, r["fwd"]))
-    y = hopper_ragged_fp8_dot(xq.q, wq.q_t, gs, xq.scale, wq.scale_t, out_dtype=out_dtype)
+    y = hopper_ragged_fp8_dot(xq.q, w8_t, gs, xq.scale, w_scale_t, out_dtype=out_dtype)
     return y, xq
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5))
+def _served(lhs, w8_t, w_scale_t, gs, recipe, out_dtype):
+    return _product(lhs, w8_t, w_scale_t, gs, None, RECIPES[recipe], out_dtype)[0]
+
+
+@_served.defjvp
+def _served_jvp(recipe, out_dtype, primals, tangents):
+    """Differentiating the serving call is an error, not a silent zero gradient."""
+    del recipe, out_dtype, primals, tangents
+    raise TypeError("fp8_ragged_dot: rhs given quantized (quantize_experts) is forward-only, "
+                    "for serving; to differentiate, pass the weights in high precision")
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
 def _fp8_ragged(lhs, rhs, gs, meta, recipe, out_dtype, grad_dtypes):
     del grad_dtypes
     r = RECIPES[recipe]
-    return _product(lhs, _weights(rhs, meta, r), gs, meta, r, out_dtype)[0]
+    wq = _weights(rhs, meta, r)
+    return _product(lhs, wq.q_t, wq.scale_t, gs, meta, r, out_dtype)[0]
 
 
 def _forward(lhs, rhs, gs, meta, recipe, out_dtype, grad_dtypes):
@@ -118,7 +192,7 @@ def _forward(lhs, rhs, gs, meta, recipe, out_dtype, grad_dtypes):
     del grad_dtypes
     r = RECIPES[recipe]
     wq = _weights(rhs, meta, r)
-    y, xq = _product(lhs, wq, gs, meta, r, out_dtype, transpose=True)
+    y, xq = _product(lhs, wq.q_t, wq.scale_t, gs, meta, r, out_dtype, transpose=True)
     seen = None if meta is None else (meta, xq.amax, wq.amax)
     return y, ((xq.q_t, xq.scale_t), wq.q, wq.scale, gs, seen)
 
