@@ -55,8 +55,16 @@ print("RESULT", json.dumps(out))
 """
 
 
+# Each child allocates on demand (its peak is then what it used) from the whole card: with
+# preallocation off, JAX's BFC allocator otherwise keeps its default limit of 75% of the
+# device's memory (JAX's "GPU memory allocation" page), so a peer that needs 61-80 GB of an
+# 80 GB H100 would be reported out of memory. The 2026-11-23 run had that 75% limit.
+CHILD_ENV = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_CLIENT_MEM_FRACTION": "0.95",
+             "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95", "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
 def run_one(shape: tuple, impl: str, reps: int, timeout: float) -> dict:
-    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {**os.environ, **CHILD_ENV}
     try:
         proc = subprocess.run([sys.executable, "-c", _CHILD.format(shape=shape, impl=impl,
                                                                     reps=reps)],
