@@ -17,8 +17,8 @@ from jax_hopper.timing import (call_plan, calls_for, chained, geomean,  # noqa: 
                                tflops, time_chained, time_interleaved)
 
 __all__ = ["add_output_args", "call_plan", "calls_for", "chained", "dims_parser", "geomean",
-           "n_sets_for", "parse_shape", "rel_fro_error", "require_kernels", "rotating_sets",
-           "rotation", "tflops", "time_chained", "time_interleaved"]
+           "n_sets_for", "parse_shape", "pool_limit_warning", "rel_fro_error", "require_kernels",
+           "rotating_sets", "rotation", "tflops", "time_chained", "time_interleaved"]
 
 
 def dims_parser(names: str):
@@ -51,3 +51,20 @@ def require_kernels(*modules) -> None:
         if not (mod._ffi.hopper_devices() and mod._ffi.register_targets()):
             sys.exit(f"{mod.__name__}: no Hopper GPU, or the extension is not built; "
                      "refusing to time the XLA reference as the kernels")
+    warning = pool_limit_warning(os.environ)
+    if warning:
+        print(warning, file=sys.stderr)
+
+
+def pool_limit_warning(env) -> str | None:
+    """What to say where `env` turns JAX's preallocation off without a memory fraction: the
+    allocator then keeps its default limit of 75% of the device (JAX's "GPU memory allocation"
+    page), so a variant that needs more runs out of memory on a device that holds it (a
+    DeepSeek-sized XLA ragged_dot step on an 80 GB H100, 2026-11-27)."""
+    fractions = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+    if env.get("XLA_PYTHON_CLIENT_PREALLOCATE", "").lower() != "false" or any(
+            f in env for f in fractions):
+        return None
+    return ("note: XLA_PYTHON_CLIENT_PREALLOCATE=false without XLA_CLIENT_MEM_FRACTION keeps "
+            "JAX's pool at 75% of the device: out-of-memory rows then understate what it holds "
+            "(set XLA_CLIENT_MEM_FRACTION=0.95, or leave preallocation on)")

@@ -100,6 +100,22 @@ def test_call_plan_never_has_more_sets_than_calls():
     assert calls == 40 and sets == timing.n_sets_for(2 * (4096 * 4096 * 2), 200e6)
 
 
+@pytest.mark.parametrize("env,warned", [
+    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, True),
+    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "False"}, True),
+    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_CLIENT_MEM_FRACTION": "0.95"}, False),
+    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_MEM_FRACTION": ".9"}, False),
+    ({}, False),
+])
+def test_pool_limit_warning(env, warned):
+    """Preallocation off with no memory fraction caps JAX's pool at 75% of the device: the
+    benchmarks say so, since an out-of-memory row would then understate the device."""
+    warning = timing.pool_limit_warning(env)
+    assert (warning is not None) == warned
+    if warned:
+        assert "75%" in warning and "XLA_CLIENT_MEM_FRACTION" in warning
+
+
 def test_parse_shape():
     assert bench_gemm.parse_shape("4000x3000x2056") == (4000, 3000, 2056)
     assert bench_gemm.parse_shape("256") == (256, 256, 256)
