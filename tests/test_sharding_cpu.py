@@ -29,8 +29,8 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "ragged_rows", "ragged_dp_grad", "contract_rows", "fp8_rows", "fp8_block_n", "fp8_block_k",
          "fp8_tensor_k_scatter", "fp8_kn_columns", "fp8_entry_scales", "ragged_fp8_n",
          "ragged_fp8_rows", "ragged_fp8_block_n", "ragged_fp8_block_rows", "ragged_fp8_k",
-         "ragged_fp8_block_k", "fp8_ragged_dp_grad", "fp8_ragged_tp_grad", "contract_fp8_rows",
-         "contract_fp8_columns", "contract_fp8_block_columns",
+         "ragged_fp8_block_k", "fp8_ragged_dp_grad", "fp8_ragged_tp_grad", "fp8_ragged_served_n",
+         "contract_fp8_rows", "contract_fp8_columns", "contract_fp8_block_columns",
          "quantize_rows_tensor", "quantize_cols_blocks", "quantize_one_row_block",
          "quantize_unaligned_rows", "quantize_given_amax",
          "fp8_matmul_data_parallel", "config_per_shard", "tune_problems_per_shard",
@@ -601,6 +601,20 @@ def _cases():
         # device's rows are whole 128-row scale blocks of the block recipe's weight gradient.
         fp8_ragged_grads(n, (named("x"), None, named("x")), n_rows=128 * n_dev)
 
+    def fp8_ragged_served_n():
+        # Serving on experts quantized once (quantize_experts: w^T (G, N, K) and its scales),
+        # the experts' N split in whole 128-wide blocks: every device its columns, nothing
+        # gathered or summed, both recipes.
+        from jax_hopper import Fp8Array, fp8_ragged_dot, quantize_experts
+        x, w = _rand(rng, (rows, k)), _rand(rng, (groups, k, kblock))
+        for recipe, scale_spec in (("tensor", None), ("block", named(None, "x"))):
+            wq = quantize_experts(w, recipe=recipe)
+            got = _compare(lambda x, q, sc, recipe=recipe: fp8_ragged_dot(
+                               x, Fp8Array(q, sc), sizes, recipe=recipe, out_dtype=f32),
+                           (x, wq.q, wq.scale), (None, named(None, "x"), scale_spec),
+                           all_reduce=False)
+            assert tuple(got.sharding.spec) == (None, "x"), got.sharding.spec
+
     def contract_fp8(xt_spec, yt_spec, all_reduce):
         # The fp8 weight gradient on x^T (K, rows) and dy^T (N, rows).
         from jax_hopper import hopper_ragged_fp8_contract
@@ -765,7 +779,8 @@ def _cases():
                             fp8_tensor_k_scatter, fp8_kn_columns, fp8_entry_scales,
                             ragged_fp8_n, ragged_fp8_rows, ragged_fp8_block_n,
                             ragged_fp8_block_rows, ragged_fp8_k, ragged_fp8_block_k,
-                            fp8_ragged_dp_grad, fp8_ragged_tp_grad, contract_fp8_rows,
+                            fp8_ragged_dp_grad, fp8_ragged_tp_grad, fp8_ragged_served_n,
+                            contract_fp8_rows,
                             contract_fp8_columns, contract_fp8_block_columns,
                             quantize_rows_tensor,
                             quantize_cols_blocks, quantize_one_row_block,
