@@ -11,6 +11,7 @@
     b8 = transpose_fp8(b8_kn)                         # an fp8 (K, N) weight as (N, K)
     y = fp8_matmul(x, w, recipe="block")              # differentiable, fp8 forward and backward
     y = fp8_matmul(x, w, recipe="delayed", meta=m)    # scales from amax histories, m = fp8_meta()
+    y = fp8_matmul(x, quantize_weight(w))             # serving: the weight quantized once
     y = hopper_ragged_fp8_dot(x8, w8, group_sizes, x_scale, w_scales)  # fp8 MoE grouped GEMM
     dw = hopper_ragged_fp8_contract(x8_t, dy8_t, group_sizes, x_scale, dy_scale)  # its wgrad
     y = fp8_ragged_dot(x, w_experts, group_sizes, recipe="block")  # differentiable, fp8 inside
@@ -26,7 +27,8 @@ from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.dot_general import dot_general
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
-from jax_hopper.gemm.fp8_matmul import Fp8Meta, fp8_dot_general, fp8_matmul, fp8_meta
+from jax_hopper.gemm.fp8_matmul import (Fp8Meta, fp8_dot_general, fp8_matmul, fp8_meta,
+                                        quantize_weight)
 from jax_hopper.gemm.fp8_ragged_dot import fp8_ragged_dot, quantize_experts
 from jax_hopper.gemm.glu import hopper_glu
 from jax_hopper.gemm.ragged import hopper_ragged_dot, ragged_dot
@@ -63,6 +65,7 @@ __all__ = [
     "layout",
     "quantize_experts",
     "quantize_fp8",
+    "quantize_weight",
     "ragged_dot",
     "tma_copy",
     "tma_multicast",

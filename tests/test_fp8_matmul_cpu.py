@@ -1,6 +1,8 @@
 """fp8_matmul and fp8_dot_general through the references (no kernel): the product and both
 gradients against float64 within each recipe's fp8 bound, shapes that need padding, leading
-dimensions, jit, bad arguments, and flax's Dense / nnx Linear training with it."""
+dimensions, jit, bad arguments, and flax's Dense / nnx Linear training with it; serving on
+quantize_weight's weight (the training call's forward exactly, forward-only, its own bad
+arguments)."""
 
 import re
 
@@ -10,7 +12,8 @@ import numpy as np
 import pytest
 from gemm_helpers import FP8_MATMUL_BOUND as BOUND, amax_of, check_fp8_matmul, rel_frob
 
-from jax_hopper import Fp8Meta, fp8_dot_general, fp8_matmul, fp8_meta, quantize_fp8
+from jax_hopper import (Fp8Array, Fp8Meta, fp8_dot_general, fp8_matmul, fp8_meta, quantize_fp8,
+                        quantize_weight)
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
 from jax_hopper.gemm import dot_general as dg
 
@@ -314,3 +317,59 @@ def test_delayed_vmap_over_w_and_a_partly_mapped_meta(rng):
     assert [float(dmeta.x[i, 0]) for i in range(2)] == [amax_of(x[0]), amax_of(x[1])]
     assert float(dmeta.w[0]) == amax_of(ws) == amax_of(ws[1])
     assert np.all(np.isfinite(np.asarray(dmeta.grad))) and float(dmeta.grad[0]) > 0
+
+
+@pytest.mark.parametrize("recipe", ["tensor", "block"])
+@pytest.mark.parametrize("lead,k,n", [((64,), 256, 128), ((2, 50), 300, 200), ((7,), 40, 24)])
+def test_serving_on_a_quantized_weight_is_the_training_calls_forward(rng, recipe, lead, k, n):
+    """quantize_weight's copy gives exactly the training call's y, with the epilogue, where
+    K and N need padding too (the quantized w^T is padded with zeros at the call), under jit
+    and vmap; "delayed" serves as "tensor" (no histories)."""
+    x = jnp.asarray(rng.standard_normal((2, *lead, k)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((k, n)) / np.sqrt(k), jnp.bfloat16)
+    bias = jnp.asarray(rng.standard_normal(n), jnp.float32)
+    wq = quantize_weight(w, recipe=recipe)
+    assert wq.q.shape == (n, k) and wq.q.dtype == jnp.float8_e4m3fn
+    def call(weight, recipe=recipe):  # both under the same jit and vmap: one summation order
+        return jax.jit(jax.vmap(lambda x: fp8_matmul(x, weight, recipe=recipe, bias=bias,
+                                                     residual=x[..., :1])))(x)
+    served = call(wq)
+    np.testing.assert_array_equal(np.asarray(served), np.asarray(call(w)))
+    if recipe == "tensor":
+        delayed = call(quantize_weight(w, recipe="delayed"), recipe="delayed")
+        np.testing.assert_array_equal(np.asarray(delayed), np.asarray(served))
+
+
+def test_serving_is_forward_only():
+    x, wq = jnp.ones((32, 64), jnp.bfloat16), quantize_weight(jnp.ones((64, 48), jnp.bfloat16))
+    with pytest.raises(TypeError, match=r"forward-only, for serving"):
+        jax.grad(lambda x: fp8_matmul(x, wq).astype(jnp.float32).sum())(x)
+    empty = fp8_matmul(jnp.zeros((0, 64), jnp.bfloat16), wq, bias=jnp.ones(48))
+    assert empty.shape == (0, 48)
+
+
+_WQ = quantize_weight(jnp.ones((32, 24), jnp.bfloat16))
+
+
+@pytest.mark.parametrize("wq,kwargs,match", [
+    (_WQ, dict(recipe="block"), r"w.scale is float32\[\], but quantize_weight\("
+                                r"recipe='block'\) makes float32\[1, 1\]"),
+    (_WQ._replace(q=_WQ.q.astype(jnp.float8_e5m2)), {}, r"w.q is float8_e5m2"),
+    (_WQ, dict(recipe="delayed", meta=fp8_meta()), r"meta is for training"),
+    (Fp8Array(_WQ.q[None], _WQ.scale), {}, r"holds w\^T \(N, K\) from quantize_weight"),
+    (_WQ, dict(k=24), r"last dimension 24 != w's first 32"),
+])
+def test_serving_bad_arguments_name_the_rule(wq, kwargs, match):
+    x = jnp.zeros((16, kwargs.pop("k", 32)), jnp.bfloat16)
+    with pytest.raises(ValueError, match=match):
+        fp8_matmul(x, wq, **kwargs)
+
+
+@pytest.mark.parametrize("w,recipe,match", [
+    (jnp.ones((2, 32, 24), jnp.bfloat16), "tensor", r"w must be \(K, N\)"),
+    (jnp.ones((32, 24), jnp.float8_e4m3fn), "tensor", r"float8_e4m3fn"),
+    (jnp.ones((32, 24), jnp.bfloat16), "amax", r"recipe='amax' must be one of"),
+])
+def test_quantize_weight_bad_arguments(w, recipe, match):
+    with pytest.raises(ValueError, match=match):
+        quantize_weight(w, recipe=recipe)

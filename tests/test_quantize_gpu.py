@@ -1,7 +1,8 @@
 """quantize_fp8's kernel on an sm_90 GPU, bit for bit against the same op on the CPU (its jnp
 reference): every input and fp8 type, every scaling mode of q and of the transposed copy, partial
 tiles, batches, NaN/Inf, vmap in one launch; plus fp8_matmul (forward and both gradients in fp8)
-against float64 on the kernels."""
+against float64 on the kernels, and serving on quantize_weight's weight bit for bit the same
+forward."""
 
 import jax
 import jax.numpy as jnp
@@ -167,3 +168,18 @@ def test_fp8_matmul_runs_quantize_and_fp8_gemms():
     hlo = jax.jit(step).lower(x, w, g).as_text()
     assert hlo.count("jax_hopper_quantize_fp8") == 3       # x, w, dy: each once
     assert hlo.count("jax_hopper_gemm_fp8_block") == 3     # y, dx, dw
+
+
+@pytest.mark.parametrize("recipe", ["tensor", "block"])
+@pytest.mark.parametrize("lead,k,n", [((256,), 512, 384), ((2, 100), 300, 200), ((8,), 40, 24)])
+def test_serving_on_a_quantized_weight_is_the_training_calls_forward(rng, recipe, lead, k, n):
+    from jax_hopper import fp8_matmul, quantize_weight
+    x = jnp.asarray(rng.standard_normal((*lead, k)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((k, n)) / np.sqrt(k), jnp.bfloat16)
+    bias = jnp.asarray(rng.standard_normal(n), jnp.float32)
+    served = jax.jit(lambda x, wq: fp8_matmul(x, wq, recipe=recipe, bias=bias))(
+        x, quantize_weight(w, recipe=recipe))
+    want = jax.jit(lambda x, w: fp8_matmul(x, w, recipe=recipe, bias=bias))(x, w)
+    got = np.asarray(served, np.float32)
+    assert np.all(np.isfinite(got)) and np.any(got)
+    np.testing.assert_array_equal(got, np.asarray(want, np.float32))

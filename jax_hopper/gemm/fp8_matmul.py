@@ -63,7 +63,8 @@ from jax_hopper.gemm.fp8 import hopper_fp8_matmul
 from jax_hopper.gemm.pitch import pitch_pad
 from jax_hopper.gemm.typed_reshape import reshape
 from jax_hopper.kernels import catalog
-from jax_hopper.quantize.fp8 import INPUT_DTYPES, abs_max, quantize_fp8
+from jax_hopper.quantize.fp8 import (INPUT_DTYPES, Fp8Array, abs_max, check_quantized_weight,
+                                     quantize_fp8)
 
 # (forward operands, gradient) fp8 types and the block layouts (module docstring).
 RECIPES = {
@@ -158,19 +159,27 @@ def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None, meta=None, bias=None, r
     (module docstring). recipe "tensor", "delayed" or "block"; out_dtype bfloat16, float16 or
     float32 (default x.dtype); meta: this call site's Fp8Meta, with recipe "delayed" only;
     bias (N,) and residual (broadcastable to (..., N)), any float dtype, added in the
-    epilogue."""
-    x, w = jnp.asarray(x), jnp.asarray(w)
+    epilogue. w may instead be quantize_weight(w, recipe=recipe)'s Fp8Array (a weight
+    quantized once, for serving): then the call is forward-only and takes no meta."""
+    x = jnp.asarray(x)
     if recipe not in RECIPES:
         raise ValueError(f"fp8_matmul: recipe={recipe!r} must be one of {tuple(RECIPES)}")
-    check_meta("fp8_matmul", recipe, meta)
-    for name, t in (("x", x), ("w", w)):
+    quantized = isinstance(w, Fp8Array)
+    if quantized:
+        w8_t, w_scale = _check_quantized(w, recipe, meta)
+        shape = w8_t.shape[::-1]  # the weight as stored, (K, N)
+    else:
+        w = jnp.asarray(w)
+        check_meta("fp8_matmul", recipe, meta)
+        shape = w.shape
+    for name, t in (("x", x),) + (() if quantized else (("w", w),)):
         if t.dtype not in INPUT_DTYPES:
             raise ValueError(f"fp8_matmul: {name}.dtype={t.dtype} must be one of "
                              f"{', '.join(d.name for d in INPUT_DTYPES)} (it is quantized here)")
-    if x.ndim < 1 or w.ndim != 2:
+    if x.ndim < 1 or len(shape) != 2:
         raise ValueError(f"fp8_matmul: x must be (..., K) and w (K, N); got x {x.shape}, "
-                         f"w {w.shape}")
-    (k, n), lead = w.shape, x.shape[:-1]
+                         f"w {shape}")
+    (k, n), lead = shape, x.shape[:-1]
     if x.shape[-1] != k:
         raise ValueError(f"fp8_matmul: x's last dimension {x.shape[-1]} != w's first {k}")
     out_dtype = jnp.dtype(out_dtype or x.dtype)
@@ -189,16 +198,56 @@ def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None, meta=None, bias=None, r
     mp, kp, np_ = (d + pitch_pad(d, jnp.float8_e4m3fn) for d in (m, k, n))
     if (mp, kp) != (m, k):
         x2 = jnp.pad(x2, ((0, mp - m), (0, kp - k)))
-    wp = jnp.pad(w, ((0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else w
     if bias is not None and np_ != n:
         bias = jnp.pad(bias, (0, np_ - n))
     if residual is not None:
         residual = reshape(residual, (m, n))
         if (mp, np_) != (m, n):
             residual = jnp.pad(residual, ((0, mp - m), (0, np_ - n)))
-    grad_dtypes = tuple(None if a is None else a.dtype for a in (x, w, bias, residual))
-    y = _fp8_matmul(x2, wp, meta, bias, residual, recipe, out_dtype, grad_dtypes)
+    if quantized:
+        # Zeros past the weight, as quantizing its padded copy gives: padding fewer than 16
+        # rows or columns leaves the 128 x 128 scale blocks as they are.
+        if (np_, kp) != (n, k):
+            w8_t = jnp.pad(w8_t, ((0, np_ - n), (0, kp - k)))
+        y = _served(x2, w8_t, w_scale, bias, residual, recipe, out_dtype)
+    else:
+        wp = jnp.pad(w, ((0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else w
+        grad_dtypes = tuple(None if a is None else a.dtype for a in (x, w, bias, residual))
+        y = _fp8_matmul(x2, wp, meta, bias, residual, recipe, out_dtype, grad_dtypes)
     return reshape(y[:m, :n], (*lead, n))
+
+
+def quantize_weight(w, *, recipe="tensor"):
+    """A weight w (K, N) (bf16, fp16 or fp32) quantized once, as fp8_matmul quantizes it on
+    every call under `recipe`: an Fp8Array of the transposed copy w^T (N, K) that the forward
+    multiplies (fp8 wgmma reads K-major operands only) and its scale, one or, with "block", one
+    per 128 x 128 tile. Pass it to fp8_matmul in place of w to serve without requantizing the
+    weight each call."""
+    if recipe not in RECIPES:
+        raise ValueError(f"quantize_weight: recipe={recipe!r} must be one of {tuple(RECIPES)}")
+    w = jnp.asarray(w)
+    if w.ndim != 2 or w.dtype not in INPUT_DTYPES:
+        raise ValueError(f"quantize_weight: w must be (K, N) of one of "
+                         f"{', '.join(d.name for d in INPUT_DTYPES)}; got {w.shape} {w.dtype}")
+    wq = _weight_copies(w, None, RECIPES[recipe])
+    return Fp8Array(wq.q_t, wq.scale_t)
+
+
+def _check_quantized(w, recipe, meta):
+    """(w^T, its scale) of a quantize_weight result, checked against what quantize_weight makes
+    under `recipe` for that weight's shape."""
+    if meta is not None:
+        raise ValueError("fp8_matmul: meta is for training; w given quantized (quantize_weight) "
+                         "takes none")
+    q = jnp.asarray(w.q)
+    if q.ndim != 2:
+        raise ValueError(f"fp8_matmul: a quantized w holds w^T (N, K) from quantize_weight; got "
+                         f"q {q.shape}")
+    n, k = q.shape
+    want = jax.eval_shape(functools.partial(quantize_weight, recipe=recipe),
+                          jax.ShapeDtypeStruct((k, n), jnp.bfloat16))
+    return check_quantized_weight("fp8_matmul", "w", w, want,
+                                  f"quantize_weight(recipe={recipe!r})")
 
 
 def _epilogue_operands(bias, residual, out_shape):
@@ -234,16 +283,35 @@ def _fp8_matmul(x, w, meta, bias, residual, recipe, out_dtype, grad_dtypes):
 
 def _operands(x, w, meta, r, *, transpose_x):
     """x and w quantized as the recipe `r` says: x per row (its transposed copy per column of x)
-    and w per tile with its transposed copy, the one y multiplies; per tensor (scaling "tensor")
-    the block layouts do not apply and each copy has the one scale, from meta's histories where
-    given (recipe "delayed")."""
-    amax = ((None, None) if meta is None else
-            (history_amax(meta.x, r["fwd"]), history_amax(meta.w, r["fwd"])))
+    and w as _weight_copies; per tensor (scaling "tensor") the block layouts do not apply and
+    each copy has the one scale, from meta's histories where given (recipe "delayed")."""
     xq = quantize_fp8(x, dtype=r["fwd"], scaling=r["scaling"], block="row", transpose=transpose_x,
-                      amax=amax[0])
-    wq = quantize_fp8(w, dtype=r["fwd"], scaling=r["scaling"], block="tile", transpose=True,
-                      amax=amax[1])
-    return xq, wq
+                      amax=None if meta is None else history_amax(meta.x, r["fwd"]))
+    return xq, _weight_copies(w, meta, r)
+
+
+def _weight_copies(w, meta, r):
+    """w per tile with its transposed copy, the one y multiplies (one scale per tensor, from
+    meta's history where given)."""
+    return quantize_fp8(w, dtype=r["fwd"], scaling=r["scaling"], block="tile", transpose=True,
+                        amax=None if meta is None else history_amax(meta.w, r["fwd"]))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6))
+def _served(x, w8_t, w_scale, bias, residual, recipe, out_dtype):
+    """The forward on a weight quantized once: only x is quantized here."""
+    r = RECIPES[recipe]
+    xq = quantize_fp8(x, dtype=r["fwd"], scaling=r["scaling"], block="row")
+    return hopper_fp8_matmul(xq.q, w8_t, xq.scale, w_scale, out_dtype=out_dtype, bias=bias,
+                             residual=residual)
+
+
+@_served.defjvp
+def _served_jvp(recipe, out_dtype, primals, tangents):
+    """Differentiating the serving call is an error, not a silent zero gradient."""
+    del recipe, out_dtype, primals, tangents
+    raise TypeError("fp8_matmul: w given quantized (quantize_weight) is forward-only, for "
+                    "serving; to differentiate, pass the weight in high precision")
 
 
 def _forward(x, w, meta, bias, residual, recipe, out_dtype, grad_dtypes):

@@ -50,7 +50,8 @@ from jax_hopper.gemm.fp8_matmul import RECIPES, check_meta, history_amax, next_m
 from jax_hopper.gemm.ragged import check_group_sizes
 from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_dot
 from jax_hopper.gemm.ragged_fp8_contract import hopper_ragged_fp8_contract
-from jax_hopper.quantize.fp8 import INPUT_DTYPES, Fp8Array, quantize_fp8
+from jax_hopper.quantize.fp8 import (INPUT_DTYPES, Fp8Array, check_quantized_weight,
+                                     quantize_fp8)
 
 
 def fp8_ragged_dot(lhs, rhs, group_sizes, *, recipe="tensor", out_dtype=None, meta=None):
@@ -121,20 +122,14 @@ def _check_quantized(fn, rhs, recipe, meta):
     if meta is not None:
         raise ValueError(f"{fn}: meta is for training; rhs given quantized (quantize_experts) "
                          "takes none")
-    q, scale = jnp.asarray(rhs.q), jnp.asarray(rhs.scale)
+    q = jnp.asarray(rhs.q)
     if q.ndim != 3:
         raise ValueError(f"{fn}: a quantized rhs holds w^T (G, N, K) from quantize_experts; "
                          f"got q {q.shape}")
     g, n, k = q.shape
     want = jax.eval_shape(functools.partial(quantize_experts, recipe=recipe),
                           jax.ShapeDtypeStruct((g, k, n), jnp.bfloat16))
-    for name, got, w in (("q", q, want.q), ("scale", scale, want.scale)):
-        if got.shape != w.shape or got.dtype != w.dtype:
-            raise ValueError(f"{fn}: rhs.{name} is {got.dtype}{list(got.shape)}, but "
-                             f"quantize_experts(recipe={recipe!r}) makes {w.dtype}"
-                             f"{list(w.shape)} for w^T {q.shape}: quantize with the recipe "
-                             "passed here")
-    return q, scale
+    return check_quantized_weight(fn, "rhs", rhs, want, f"quantize_experts(recipe={recipe!r})")
 
 
 def _weights(rhs, meta, r):

@@ -67,6 +67,19 @@ class Fp8Array(NamedTuple):
     amax: jax.Array | None = None
 
 
+def check_quantized_weight(fn, arg, wq, want, made_by):
+    """(q, scale) of `wq`, a weight quantized once for serving (quantize_weight,
+    quantize_experts), where both have the shapes and dtypes of `want` (jax.eval_shape of
+    `made_by`, the call that makes them for that weight), else a ValueError naming the two."""
+    q, scale = jnp.asarray(wq.q), jnp.asarray(wq.scale)
+    for name, got, w in (("q", q, want.q), ("scale", scale, want.scale)):
+        if got.shape != w.shape or got.dtype != w.dtype:
+            raise ValueError(f"{fn}: {arg}.{name} is {got.dtype}{list(got.shape)}, but "
+                             f"{made_by} makes {w.dtype}{list(w.shape)} for its w^T "
+                             f"{q.shape}: quantize with the recipe passed here")
+    return q, scale
+
+
 def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", transpose=False,
                  transpose_block=None, amax=None) -> Fp8Array:
     """x (..., R, C) bfloat16, float16 or float32 -> Fp8Array of fp8 `dtype` (float8_e4m3fn or
