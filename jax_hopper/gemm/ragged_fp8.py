@@ -74,7 +74,9 @@ def hopper_ragged_fp8_dot(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, out_dt
     its tiles."""
     lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
     fn = "hopper_ragged_fp8_dot"
-    scaling = _scaling(fn, lhs_scale, rhs_scale)
+    scaling = scaling_of(fn, ("lhs_scale", "rhs_scale"), (lhs_scale, rhs_scale), (2, 3),
+                         "lhs_scale a scalar or (1,), rhs_scale one or (G,)",
+                         "lhs_scale (M, ceil(K/128)), rhs_scale (G, ceil(N/128), ceil(K/128))")
     family = _FAMILIES[scaling]
     pair = (lhs.dtype.name, rhs.dtype.name)
     if pair not in catalog.FAMILIES[family].dtypes:
@@ -119,18 +121,18 @@ def hopper_ragged_fp8_dot(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, out_dt
     return _launch_per_entry(params)(lhs[None], rhs, gs, bias2, res3, *scales)[0]
 
 
-def _scaling(fn, lhs_scale, rhs_scale) -> str:
-    """"block" for a 2-D lhs_scale and a 3-D rhs_scale, "tensor" for scalars or vectors, or
-    ValueError naming the rule."""
-    ranks = (jnp.ndim(lhs_scale), jnp.ndim(rhs_scale))
-    if ranks == (2, 3):
+def scaling_of(fn, names, scales, block_ranks, tensor_rule, block_rule) -> str:
+    """The recipe two scale arrays (named `names`) pick by their ranks: "block" at
+    `block_ranks`, "tensor" where both are scalars or vectors, else a ValueError naming both
+    rules (the shapes each recipe takes)."""
+    ranks = tuple(jnp.ndim(s) for s in scales)
+    if ranks == block_ranks:
         return "block"
     if max(ranks) <= 1:
         return "tensor"
-    raise ValueError(f"{fn}: the scales must be both per tensor (lhs_scale a scalar or (1,), "
-                     "rhs_scale one or (G,)) or both per block (lhs_scale (M, ceil(K/128)), "
-                     "rhs_scale (G, ceil(N/128), ceil(K/128))); got lhs_scale of rank "
-                     f"{ranks[0]} and rhs_scale of rank {ranks[1]}")
+    raise ValueError(f"{fn}: the scales must be both per tensor ({tensor_rule}) or both per "
+                     f"block ({block_rule}); got {names[0]} of rank {ranks[0]} and {names[1]} "
+                     f"of rank {ranks[1]}")
 
 
 def block_scale(fn, name, s, shape, rule):

@@ -46,7 +46,7 @@ from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged import check_group_sizes
 from jax_hopper.gemm.ragged_contract import (contraction_lowering, contraction_partition,
                                              contraction_reference, contraction_rule)
-from jax_hopper.gemm.ragged_fp8 import block_scale, expand_blocks, tensor_scale
+from jax_hopper.gemm.ragged_fp8 import block_scale, expand_blocks, scaling_of, tensor_scale
 from jax_hopper.gemm.ragged_primitive import register, vmapped_per_entry
 from jax_hopper.kernels import catalog
 from jax_hopper.quantize.transpose import transpose_fp8
@@ -77,7 +77,9 @@ def hopper_ragged_fp8_contract(x, y, group_sizes, x_scale, y_scale, *, transpose
     GemmConfig of the scaling's family; default heuristics.choose_contraction_config of the
     problem each launch runs."""
     x, y, group_sizes = jnp.asarray(x), jnp.asarray(y), jnp.asarray(group_sizes)
-    scaling = _scaling(x_scale, y_scale)
+    scaling = scaling_of(_FN, ("x_scale", "y_scale"), (x_scale, y_scale), (2, 2),
+                         "scalars or (1,)",
+                         "x_scale (P, ceil(M/128)), y_scale (ceil(Q/128), ceil(M/128))")
     family = _FAMILIES[scaling]
     pair = (x.dtype.name, y.dtype.name)
     if pair not in catalog.FAMILIES[family].dtypes:
@@ -120,19 +122,6 @@ def hopper_ragged_fp8_contract(x, y, group_sizes, x_scale, y_scale, *, transpose
         return jnp.zeros((groups, p, q), out_dtype)
     params = freeze(dict(family=family, out_dtype=out_dtype, config=config))
     return _vmappable(params)(x, y, group_sizes.astype(jnp.int32), *scales)
-
-
-def _scaling(x_scale, y_scale) -> str:
-    """"block" for two 2-D scales, "tensor" for scalars or vectors, or ValueError naming the
-    rule."""
-    ranks = (jnp.ndim(x_scale), jnp.ndim(y_scale))
-    if ranks == (2, 2):
-        return "block"
-    if max(ranks) <= 1:
-        return "tensor"
-    raise ValueError(f"{_FN}: the scales must be both per tensor (scalars or (1,)) or both per "
-                     "block (x_scale (P, ceil(M/128)), y_scale (ceil(Q/128), ceil(M/128))); got "
-                     f"x_scale of rank {ranks[0]} and y_scale of rank {ranks[1]}")
 
 
 @functools.lru_cache(maxsize=None)
