@@ -58,21 +58,6 @@ def test_every_pair_tile_and_cluster(rng, pair, tile, cluster):
                                       cluster_n=cluster[1]))
 
 
-@pytest.mark.parametrize("tile", FAMILY.tiles, ids=lambda t: t.tag)
-def test_boundary_at_every_offset(rng, tile):
-    """Groups of 1..131 rows: every residue of a 128-wide k-block ends a group (the zeroed
-    columns take every length: whole chunks and each byte of the partial one), and the groups
-    start at every column offset."""
-    sizes = [1 + (37 * i) % 131 for i in range(131)]
-    _check(rng, sum(sizes) + 16, 192, 136, sizes,
-           config=GemmConfig.for_tile(tile, stream_k=False))
-
-
-@pytest.mark.parametrize("case", list(ADVERSARIAL_SIZES))
-def test_adversarial_sizes(rng, case):
-    _check(rng, 704, 256, 384, ADVERSARIAL_SIZES[case])
-
-
 @pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)
 def test_out_dtypes(rng, out_dtype):
     _check(rng, 640, 256, 264, [100, 0, 313, 227], out_dtype=out_dtype)
@@ -145,19 +130,27 @@ def _check_block(rng, m, p, q, group_sizes, *, out_dtype="bfloat16", config=None
     assert np.all(to64(out)[empty] == 0)
 
 
-@pytest.mark.parametrize("tile", BLOCK_FAMILY.tiles, ids=lambda t: t.tag)
-def test_block_scales_boundary_at_every_offset(rng, tile):
-    """Groups of 1..131 rows start at every offset of a 128-row scale block: the head before
-    the group (up to 127 columns) and the tail after it are zeroed, and each k-block reads the
-    scales of the block it is."""
+# The two recipes' checks: per tensor (grouped_contraction_fp8) and block scales
+# (grouped_contraction_fp8_block), each with its family's tiles.
+SCALINGS = {"tensor": (FAMILY, _check), "block": (BLOCK_FAMILY, _check_block)}
+
+
+@pytest.mark.parametrize("scaling,tile", [(s, t) for s, (fam, _) in SCALINGS.items()
+                                          for t in fam.tiles], ids=lambda v: getattr(v, "tag", v))
+def test_boundary_at_every_offset(rng, scaling, tile):
+    """Groups of 1..131 rows: every residue of a 128-wide k-block ends a group (the zeroed
+    columns take every length: whole chunks and each byte of the partial one), and the groups
+    start at every column offset, so with block scales at every offset of a 128-row scale
+    block (a head of up to 127 columns zeroed too, each k-block reading its block's scales)."""
     sizes = [1 + (37 * i) % 131 for i in range(131)]
-    _check_block(rng, sum(sizes) + 16, 192, 264, sizes,
-                 config=GemmConfig.for_tile(tile, stream_k=False))
+    SCALINGS[scaling][1](rng, sum(sizes) + 16, 192, 264, sizes,
+                         config=GemmConfig.for_tile(tile, stream_k=False))
 
 
+@pytest.mark.parametrize("scaling", list(SCALINGS))
 @pytest.mark.parametrize("case", list(ADVERSARIAL_SIZES))
-def test_block_scales_adversarial_sizes(rng, case):
-    _check_block(rng, 704, 256, 384, ADVERSARIAL_SIZES[case])
+def test_adversarial_sizes(rng, case, scaling):
+    SCALINGS[scaling][1](rng, 704, 256, 384, ADVERSARIAL_SIZES[case])
 
 
 @pytest.mark.parametrize("m,p,q,groups,out_dtype", [(333, 100, 36, 3, "float32"),
