@@ -31,6 +31,7 @@ transposed copy, not multiples of 16) on a zero-padded copy of x, the outputs sl
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -67,17 +68,27 @@ class Fp8Array(NamedTuple):
     amax: jax.Array | None = None
 
 
-def check_quantized_weight(fn, arg, wq, want, made_by):
-    """(q, scale) of `wq`, a weight quantized once for serving (quantize_weight,
-    quantize_experts), where both have the shapes and dtypes of `want` (jax.eval_shape of
-    `made_by`, the call that makes them for that weight), else a ValueError naming the two."""
+def check_quantized_weight(fn, arg, wq, make, shape, recipe):
+    """(q, scale) of `wq`, a weight quantized once for serving, where both have the shapes and
+    dtypes that `make` (quantize_weight, quantize_experts) gives a weight of `shape` under
+    `recipe`, else a ValueError naming the two."""
+    want = _made_shapes(make, shape, recipe)
     q, scale = jnp.asarray(wq.q), jnp.asarray(wq.scale)
     for name, got, w in (("q", q, want.q), ("scale", scale, want.scale)):
         if got.shape != w.shape or got.dtype != w.dtype:
             raise ValueError(f"{fn}: {arg}.{name} is {got.dtype}{list(got.shape)}, but "
-                             f"{made_by} makes {w.dtype}{list(w.shape)} for its w^T "
-                             f"{q.shape}: quantize with the recipe passed here")
+                             f"{make.__name__}(recipe={recipe!r}) makes {w.dtype}"
+                             f"{list(w.shape)} for its w^T {q.shape}: quantize with the recipe "
+                             "passed here")
     return q, scale
+
+
+@functools.lru_cache(maxsize=None)
+def _made_shapes(make, shape, recipe):
+    """jax.eval_shape of make(bf16 weight of `shape`, recipe=recipe): traced once per shape, not
+    on every eager call."""
+    return jax.eval_shape(functools.partial(make, recipe=recipe),
+                          jax.ShapeDtypeStruct(shape, jnp.bfloat16))
 
 
 def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", transpose=False,
