@@ -29,6 +29,7 @@ _CHILD = r"""
 import json, sys, time
 import jax, jax.numpy as jnp, numpy as np
 import jax_hopper
+assert jax.default_backend() == "gpu", f"no GPU backend: {{jax.default_backend()}}"
 m, g, k, n = {shape}
 ragged = jax_hopper.ragged_dot if {impl!r} == "jax_hopper" else jax.lax.ragged_dot
 sizes = jnp.asarray(np.random.default_rng(0).multinomial(m, np.ones(g) / g), jnp.int32)
@@ -59,12 +60,15 @@ print("RESULT", json.dumps(out))
 # preallocation off, JAX's BFC allocator otherwise keeps its default limit of 75% of the
 # device's memory (JAX's "GPU memory allocation" page), so a peer that needs 61-80 GB of an
 # 80 GB H100 would be reported out of memory. The 2026-11-23 run had that 75% limit.
+# jax 0.11 refuses XLA_PYTHON_CLIENT_MEM_FRACTION next to XLA_CLIENT_MEM_FRACTION (deprecated
+# name), so run_one drops an inherited one.
 CHILD_ENV = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_CLIENT_MEM_FRACTION": "0.95",
-             "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95", "TF_CPP_MIN_LOG_LEVEL": "3"}
+             "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
 def run_one(shape: tuple, impl: str, reps: int, timeout: float) -> dict:
-    env = {**os.environ, **CHILD_ENV}
+    env = {k: v for k, v in os.environ.items() if k != "XLA_PYTHON_CLIENT_MEM_FRACTION"}
+    env.update(CHILD_ENV)
     try:
         proc = subprocess.run([sys.executable, "-c", _CHILD.format(shape=shape, impl=impl,
                                                                     reps=reps)],

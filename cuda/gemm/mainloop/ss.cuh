@@ -231,7 +231,9 @@ struct MainloopSS {
   // NOTES: visiting every chunk of every line (12 passes of a warpgroup over 192 lines, most
   // skipped) through generic stores was 19% of the stall samples of Mixtral up's fp8 weight
   // gradient with groups starting anywhere (two clears per tile), 825 TFLOP/s against 1121
-  // with every group on 128 rows (ncu and timing, H100, 2026-11-27).
+  // with every group on 128 rows (ncu and timing, H100, 2026-11-27). Moving the clear onto the
+  // producer warpgroup's three idle warps, which then pass each stage on to the consumers
+  // through a second per-stage barrier, ran 0.97-1.01x this (ab_h100_20261127_relay.json).
   __device__ static void clear_k_columns(const Shared& s, int stage, int32_t lo, int32_t hi,
                                          uint32_t part, uint32_t wg_thread) {
     constexpr int kALines = kSlices * 64, kBLines = BN / TILE_WARPGROUPS;
