@@ -231,6 +231,43 @@ def ragged_reference64(lhs, rhs, group_sizes, *, transpose_rhs=False, bias=None,
     return x
 
 
+def check_ragged(rng, m, k, n, group_sizes, *, dtype="bfloat16", out_dtype=None,
+                 transpose_rhs=False, config=None, bias=False, residual=False, activation=None,
+                 alpha=1.0, beta=1.0):
+    """hopper_ragged_dot on random operands, its output poisoned, against ragged_reference64
+    within the out dtype's bound (the helper the grouped tests share); without an epilogue, rows
+    past every group must be exactly 0. Returns the output."""
+    groups = len(group_sizes)
+    lhs = random_operand(rng, (m, k), dtype)
+    shape = (groups, n, k) if transpose_rhs else (groups, k, n)
+    rhs = (random_operand(rng, shape, dtype).astype(jnp.float32) / np.sqrt(k)).astype(dtype)
+    gs = jnp.asarray(group_sizes, jnp.int32)
+    out_dtype = out_dtype or dtype
+    arrays = {}
+    if bias:
+        arrays["bias"] = jnp.asarray(rng.standard_normal((groups, n)), jnp.float32)
+    if residual:
+        arrays["residual"] = random_operand(rng, (m, n), out_dtype)
+
+    def fn(lhs, rhs, gs, *extra):
+        return jax_hopper.hopper_ragged_dot(lhs, rhs, gs, out_dtype=out_dtype,
+                                            transpose_rhs=transpose_rhs, config=config,
+                                            activation=activation, alpha=alpha, beta=beta,
+                                            **dict(zip(arrays, extra)))
+
+    out = poisoned_call(fn, (m, n), out_dtype, lhs, rhs, gs, *arrays.values())
+    ref = ragged_reference64(lhs, rhs, group_sizes, transpose_rhs=transpose_rhs,
+                             activation=activation, alpha=alpha, beta=beta, **arrays)
+    assert out.dtype == jnp.dtype(out_dtype)
+    err = rel_frob(out, ref)
+    assert err < REL_FROB_BOUND[jnp.dtype(out_dtype).name], (m, k, n, group_sizes, err)
+    # Rows past every group are the epilogue of a zero product: exactly 0 here.
+    filled = sum(sizes64(group_sizes, m))
+    if not bias and not residual and activation is None:
+        assert np.all(to64(out)[filled:] == 0)
+    return out
+
+
 def ragged_glu_reference64(x, w, group_sizes, *, activation="silu", bias=None, residual=None,
                            alpha=1.0, beta=1.0):
     """hopper_ragged_glu in float64: rows of group g get act(alpha x w[g,:,0] + bias[g,0]) *

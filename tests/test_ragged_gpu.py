@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged_grads, poisoned_call,
+from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged, check_ragged_grads,
                           ragged_reference64, random_operand, rel_frob, run_in_command_buffer,
-                          sizes64, to64)
+                          to64)
 from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.ragged_primitive import build_tile_table
@@ -22,51 +22,19 @@ pytestmark = pytest.mark.gpu
 TILES = catalog.FAMILIES["grouped"].tiles
 
 
-def _check(rng, m, k, n, group_sizes, *, dtype="bfloat16", out_dtype=None, transpose_rhs=False,
-           config=None, bias=False, residual=False, activation=None, alpha=1.0, beta=1.0):
-    groups = len(group_sizes)
-    lhs = random_operand(rng, (m, k), dtype)
-    shape = (groups, n, k) if transpose_rhs else (groups, k, n)
-    rhs = (random_operand(rng, shape, dtype).astype(jnp.float32) / np.sqrt(k)).astype(dtype)
-    gs = jnp.asarray(group_sizes, jnp.int32)
-    out_dtype = out_dtype or dtype
-    arrays = {}
-    if bias:
-        arrays["bias"] = jnp.asarray(rng.standard_normal((groups, n)), jnp.float32)
-    if residual:
-        arrays["residual"] = random_operand(rng, (m, n), out_dtype)
-
-    def fn(lhs, rhs, gs, *extra):
-        return hopper_ragged_dot(lhs, rhs, gs, out_dtype=out_dtype, transpose_rhs=transpose_rhs,
-                                 config=config, activation=activation, alpha=alpha, beta=beta,
-                                 **dict(zip(arrays, extra)))
-
-    out = poisoned_call(fn, (m, n), out_dtype, lhs, rhs, gs, *arrays.values())
-    ref = ragged_reference64(lhs, rhs, group_sizes, transpose_rhs=transpose_rhs,
-                             activation=activation, alpha=alpha, beta=beta, **arrays)
-    assert out.dtype == jnp.dtype(out_dtype)
-    err = rel_frob(out, ref)
-    assert err < REL_FROB_BOUND[jnp.dtype(out_dtype).name], (m, k, n, group_sizes, err)
-    # Rows past every group are the epilogue of a zero product: exactly 0 here.
-    filled = sum(sizes64(group_sizes, m))
-    if not bias and not residual and activation is None:
-        assert np.all(to64(out)[filled:] == 0)
-    return out
-
-
 @pytest.mark.parametrize("transpose_rhs", [False, True], ids=["gkn", "gnk"])
 @pytest.mark.parametrize("tile", TILES, ids=lambda t: t.tag)
 @pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
 def test_every_tile_both_layouts(rng, dtype, tile, transpose_rhs):
     sizes = rng.multinomial(1500, np.ones(7) / 7)
-    _check(rng, 1500, 320, 520, list(sizes), dtype=dtype, transpose_rhs=transpose_rhs,
-           config=GemmConfig.for_tile(tile, stream_k=False))
+    check_ragged(rng, 1500, 320, 520, list(sizes), dtype=dtype, transpose_rhs=transpose_rhs,
+                 config=GemmConfig.for_tile(tile, stream_k=False))
 
 
 @pytest.mark.parametrize("tile", TILES, ids=lambda t: t.tag)
 def test_cluster_along_n(rng, tile):
-    _check(rng, 900, 256, 1000, [300, 1, 0, 299, 300],
-           config=GemmConfig.for_tile(tile, stream_k=False, cluster_n=2))
+    check_ragged(rng, 900, 256, 1000, [300, 1, 0, 299, 300],
+                 config=GemmConfig.for_tile(tile, stream_k=False, cluster_n=2))
 
 
 @pytest.mark.parametrize("transpose_rhs", [False, True], ids=["gkn", "gnk"])
@@ -76,14 +44,14 @@ def test_cluster_along_m(rng, tile, transpose_rhs):
     odd and an even count of tiles, empty ones, one row, and rows past every group."""
     b = tile.block_m
     sizes = [3 * b + 5, 0, 1, 2 * b, b - 7, 4 * b + 1]
-    _check(rng, sum(sizes) + b + 3, 256, 520, sizes, transpose_rhs=transpose_rhs,
-           config=GemmConfig.for_tile(tile, stream_k=False, cluster_m=2))
+    check_ragged(rng, sum(sizes) + b + 3, 256, 520, sizes, transpose_rhs=transpose_rhs,
+                 config=GemmConfig.for_tile(tile, stream_k=False, cluster_m=2))
 
 
 @pytest.mark.parametrize("case", list(ADVERSARIAL_SIZES))
 def test_cluster_along_m_adversarial_sizes(rng, case):
-    _check(rng, 700, 192, 136, ADVERSARIAL_SIZES[case],
-           config=GemmConfig.for_tile(TILES[0], stream_k=False, cluster_m=2))
+    check_ragged(rng, 700, 192, 136, ADVERSARIAL_SIZES[case],
+                 config=GemmConfig.for_tile(TILES[0], stream_k=False, cluster_m=2))
 
 
 @pytest.mark.parametrize("tile", TILES, ids=lambda t: t.tag)
@@ -91,8 +59,8 @@ def test_boundary_at_every_offset(rng, tile):
     """Group boundaries at every row offset of a 64-row strip and of the tile: a tile
     straddling two groups is computed for each and stores only its own rows."""
     sizes = [1 + (7 * i) % (tile.block_m + 3) for i in range(40)]
-    _check(rng, sum(sizes) + 5, 128, 264, sizes,
-           config=GemmConfig.for_tile(tile, stream_k=False))
+    check_ragged(rng, sum(sizes) + 5, 128, 264, sizes,
+                 config=GemmConfig.for_tile(tile, stream_k=False))
 
 
 @pytest.mark.parametrize("cluster", [(1, 1), (2, 1), (1, 2)], ids=lambda c: f"c{c[0]}x{c[1]}")
@@ -102,27 +70,27 @@ def test_groups_ending_in_the_first_half_of_their_last_tile(rng, tile, cluster):
     cooperative tiles' first warpgroup), one group of 64 rows fills no more; the poisoned
     output shows any row the kernel should have stored."""
     sizes = [129, 64, 192, 1, 300, 250]
-    _check(rng, sum(sizes) + 7, 256, 264, sizes, out_dtype="float32",
-           config=GemmConfig.for_tile(tile, stream_k=False, cluster_m=cluster[0],
-                                      cluster_n=cluster[1]))
+    check_ragged(rng, sum(sizes) + 7, 256, 264, sizes, out_dtype="float32",
+                 config=GemmConfig.for_tile(tile, stream_k=False, cluster_m=cluster[0],
+                                            cluster_n=cluster[1]))
 
 
 @pytest.mark.parametrize("case", list(ADVERSARIAL_SIZES))
 def test_adversarial_sizes(rng, case):
     m = 700
     sizes = ADVERSARIAL_SIZES[case]
-    _check(rng, m, 192, 136, sizes)
+    check_ragged(rng, m, 192, 136, sizes)
 
 
 @pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)
 def test_epilogue_options(rng, out_dtype):
-    _check(rng, 640, 256, 264, [100, 0, 313, 227], out_dtype=out_dtype, bias=True,
-           residual=True, alpha=0.5, beta=-2.0, activation="gelu")
+    check_ragged(rng, 640, 256, 264, [100, 0, 313, 227], out_dtype=out_dtype, bias=True,
+                 residual=True, alpha=0.5, beta=-2.0, activation="gelu")
 
 
 @pytest.mark.parametrize("activation", ["silu", "relu", "gelu_tanh"])
 def test_activations_with_rows_past_groups(rng, activation):
-    _check(rng, 512, 128, 200, [100, 200, 50], activation=activation, bias=True)
+    check_ragged(rng, 512, 128, 200, [100, 200, 50], activation=activation, bias=True)
 
 
 # n not a multiple of 8 (the output is padded), one row, G = 1024, many groups with a few rows,
@@ -131,7 +99,7 @@ def test_activations_with_rows_past_groups(rng, activation):
                                           (256, 512, 4096, 64), (512, 2048, 768, 128)])
 def test_shapes(rng, m, k, n, groups):
     sizes = rng.multinomial(m, np.ones(groups) / groups)
-    _check(rng, m, k, n, list(sizes))
+    check_ragged(rng, m, k, n, list(sizes))
 
 
 # Row pitches TMA cannot address (K, or N where rhs is (G, K, N) or the output is 16-bit):
@@ -143,8 +111,8 @@ def test_shapes(rng, m, k, n, groups):
                                              (513, 999, 1003, "bfloat16")])
 def test_unaddressable_pitches_run_on_the_kernel(rng, m, k, n, out_dtype, transpose_rhs):
     sizes = rng.multinomial(m - 7, np.ones(5) / 5)
-    _check(rng, m, k, n, list(sizes), out_dtype=out_dtype, transpose_rhs=transpose_rhs,
-           bias=True, residual=True, activation="gelu_tanh", alpha=0.5, beta=2.0)
+    check_ragged(rng, m, k, n, list(sizes), out_dtype=out_dtype, transpose_rhs=transpose_rhs,
+                 bias=True, residual=True, activation="gelu_tanh", alpha=0.5, beta=2.0)
 
 
 @pytest.mark.parametrize("kind", ["random", "huge", "one_group", "negative"])
