@@ -6,7 +6,8 @@ GPU's ragged_dot and a dense hopper_matmul of the same FLOPs, timed interleaved 
                                        [--train] [--fp8] [--reps 7] [--out-dir D] [--tag T]
 
 Cases (rows M sorted by expert, G experts, K -> N per expert, bf16 in and out): the issue's
-Mixtral-8x7B up and down, DeepSeek-V3 routed-expert up and down, and two decodes. Routing:
+Mixtral-8x7B up and down, DeepSeek-V3 routed-expert up and down, two decodes, and two models
+of many small experts no issue lists (Qwen3-30B-A3B and gpt-oss-120b, up and down). Routing:
 "uniform" draws each row's expert uniformly, "skewed" from Dirichlet(0.3) expert weights (a few
 experts take most rows); the sizes are drawn once per case (seeded) and passed as a device
 array. TFLOP/s count useful work (2 M N K); the floor is max(FLOPs at 989 TFLOP/s, bytes of lhs,
@@ -62,6 +63,13 @@ CASES = {
     "deepseek_down": (32768, 32, 2048, 7168),
     "decode_1024x32": (1024, 32, 7168, 4096),
     "decode_256x64": (256, 64, 7168, 4096),
+    # Many small experts: Qwen3-30B-A3B (4096 tokens, top-8 of 128 experts, 2048 -> 2 x 768
+    # gated, 768 -> 2048; 256 rows per expert, down's K only 12 k-blocks) and gpt-oss-120b
+    # (4096 tokens, top-4 of 128, 2880 -> 2 x 2880, 2880 -> 2880: N not whole 256-column tiles).
+    "qwen3_up": (32768, 128, 2048, 1536),
+    "qwen3_down": (32768, 128, 768, 2048),
+    "gptoss_up": (16384, 128, 2880, 5760),
+    "gptoss_down": (16384, 128, 2880, 2880),
 }
 PEAK_FLOPS, HBM_BYTES_PER_S = 989e12, 3.0e12
 FP8_PEAK_FLOPS = 1979e12
