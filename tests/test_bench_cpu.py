@@ -264,7 +264,7 @@ def test_grouped_memory_bench_on_cpu(tmp_path):
                                       str(tmp_path), "--tag", "t"]) == 0
     rows = json.loads((tmp_path / "grouped_memory_t.json").read_text())["rows"]
     assert [r["impl"] for r in rows] == list(bench_grouped_memory.IMPLS)
-    assert all(r["ms"] > 0 and "error" not in r for r in rows), rows
+    assert all(r["ms"] > 0 and "error" not in r and r["backend"] == "cpu" for r in rows), rows
 
 
 def test_quantize_bench_on_cpu(tmp_path):
