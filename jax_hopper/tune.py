@@ -4,6 +4,9 @@
                               [--family matmul] [--dtype bfloat16] [--reps 5] [--cache PATH]
     python -m jax_hopper.tune --family fp8 --shapes 64x4096x4096 [--dtype float8_e4m3fn]
                               [--b-dtype float8_e5m2]         (fp8_block: block scales)
+    python -m jax_hopper.tune --family grouped --groups 128 --shapes 32768x1536x2048
+                              (M rows in all; grouped_glu, grouped_fp8, grouped_fp8_block and
+                               the contractions likewise: tune_grouped.py)
 
 or from Python, with the problems a jitted function runs (forward and, under jax.grad,
 backward GEMMs alike):
@@ -29,24 +32,29 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from jax_hopper import _ffi, timing
+from jax_hopper import _ffi, timing, tune_grouped
 from jax_hopper.gemm import tuned
 from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
 from jax_hopper.gemm.glu import hopper_glu
-from jax_hopper.gemm.heuristics import SWAP_MAX_M, heuristic_config
+from jax_hopper.gemm.heuristics import SWAP_MAX_M, grouped_heuristic_config, heuristic_config
 from jax_hopper.kernels import catalog
 
 
 # The fp8 families and the scaling of their hopper_fp8_matmul calls.
 FP8_SCALING = {"fp8": "tensor", "fp8_block": "block"}
+# The families the command line tunes: the dense ones' calls (their swap-AB kernels are
+# candidates of matmul and fp8) and every grouped one.
+_CLI_FAMILIES = ("matmul", "glu", *FP8_SCALING, *catalog.GROUPED_FAMILIES,
+                 *catalog.CONTRACTION_FAMILIES)
 
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
     """One GEMM as the kernel sees it: n counts product columns (2F for the gated unit); dtype
-    is a's, b_dtype b's where it differs (the fp8 pairs)."""
+    is a's, b_dtype b's where it differs (the fp8 pairs). For the grouped families batch is
+    the group count G (tune_grouped.py)."""
     family: str
     dtype: str
     a_mn: bool
@@ -71,7 +79,8 @@ def candidates(p: Problem) -> list[GemmConfig]:
     for swap in swaps:
         fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[p.family] if swap else p.family]
         for tile in fam.tiles:
-            splits = (True, False) if catalog.SCHEDULES[tile.schedule].stream_k else (False,)
+            splits = ((True, False) if fam.stream_k and catalog.SCHEDULES[tile.schedule].stream_k
+                      else (False,))
             for cm, cn in fam.clusters:
                 for stream_k in splits:
                     out.append(GemmConfig.for_tile(tile, cluster_m=cm, cluster_n=cn,
@@ -118,13 +127,22 @@ def _call(p: Problem, config: GemmConfig):
                                       transpose_b=not p.b_mn)
 
 
+def _heuristic(p: Problem) -> GemmConfig:
+    if tune_grouped.is_grouped(p.family):
+        return grouped_heuristic_config(p.family, p.batch, p.m, p.n, p.k)
+    return heuristic_config(p.family, p.a_mn, p.batch, p.m, p.n, p.k,
+                            num_sms=tuned.device_sms())
+
+
 def tune_problem(p: Problem, reps: int = 5, key=None) -> dict:
     """{label: median seconds} of every candidate and the heuristic's choice ("heuristic"), the
     fastest candidate other than the heuristic's config (best; None where none ran) and
     {label: error} of the candidates that failed."""
-    pairs = _operands(p, key if key is not None else jax.random.key(0))
-    heuristic = heuristic_config(p.family, p.a_mn, p.batch, p.m, p.n, p.k,
-                                 num_sms=tuned.device_sms())
+    grouped = tune_grouped.is_grouped(p.family)
+    key = key if key is not None else jax.random.key(0)
+    pairs = tune_grouped.operands(p, key) if grouped else _operands(p, key)
+    call = tune_grouped.call if grouped else _call
+    heuristic = _heuristic(p)
     configs = {"heuristic": heuristic}
     # The candidate that is the heuristic's own config is timed once, as "heuristic": timed
     # twice, one of its two medians could beat the other by the noise (5% was seen on a
@@ -132,7 +150,7 @@ def tune_problem(p: Problem, reps: int = 5, key=None) -> dict:
     same = tuned.config_fields(heuristic)
     configs.update({f"c{i}": c for i, c in enumerate(candidates(p))
                     if tuned.config_fields(c) != same})
-    runs = {label: (timing.chained(_call(p, c)), pairs) for label, c in configs.items()}
+    runs = {label: (timing.chained(call(p, c)), pairs) for label, c in configs.items()}
     timed = timing.time_interleaved(runs, reps)
     times = {label: r["median_s"] for label, r in timed.items() if not isinstance(r, Exception)}
     failed = {label: r for label, r in timed.items() if isinstance(r, Exception)}
@@ -151,7 +169,11 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
         raise RuntimeError(f"jax_hopper.tune needs the kernels ({kernels.reason})")
     gpu = tuned.gpu_key()
     written, results = {}, {}
-    for p in dict.fromkeys(problems):  # each problem once, in order
+    # Each problem once, in order; a grouped one as its kernel runs it (its K or N padded where
+    # the call pads them), which is what its launches look up.
+    problems = [tune_grouped.kernel_problem(p) if tune_grouped.is_grouped(p.family) else p
+                for p in problems]
+    for p in dict.fromkeys(problems):
         if p.family == "glu" and p.batch * p.m <= SWAP_MAX_M:
             log(f"{p.key}: a gated unit of {p.batch * p.m} rows runs as the swap-AB product "
                 f"and the unit after it, not on the glu kernels: tune the product "
@@ -182,7 +204,9 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
 
 def problems_of(fn, *args, **kwargs) -> list[Problem]:
     """The GEMM problems `fn(*args, **kwargs)` runs (traced, not run), nested jits, custom_vjp
-    and (under jax.grad) backward passes included, fp8 GEMMs too, in the order they appear.
+    and (under jax.grad) backward passes included, fp8 and grouped GEMMs too, in the order they
+    appear. Each is the problem its launch looks a config up for: the shapes bound to the
+    kernel (a grouped call's K or N padded where TMA cannot address its pitch).
 
     Where the program is partitioned over several devices (sharded arguments, or a jit with
     shardings), the problems are each device's own: those the launches look configs up for
@@ -197,28 +221,13 @@ def problems_of(fn, *args, **kwargs) -> list[Problem]:
             lowered.compile()
         if seen:
             return [Problem(*p) for p in seen]
-    from jax_hopper.gemm.fp8 import hopper_fp8_gemm_p  # noqa: PLC0415
-    from jax_hopper.gemm.primitive import hopper_gemm_p  # noqa: PLC0415
-    family_of = {scaling: family for family, scaling in FP8_SCALING.items()}
     found = []
 
     def walk(jaxpr):
         for eqn in jaxpr.eqns:
-            if eqn.primitive is hopper_fp8_gemm_p:  # a (B, M, K), b (B, N, K): both K-major
-                a, b = eqn.invars[0].aval, eqn.invars[1].aval
-                batch, m, n = eqn.outvars[0].aval.shape
-                found.append(Problem(family_of[eqn.params["scaling"]], a.dtype.name, False,
-                                     False, batch, m, n, a.shape[2],
-                                     None if b.dtype == a.dtype else b.dtype.name))
-            if eqn.primitive is hopper_gemm_p:
-                a = eqn.invars[0].aval
-                prm = eqn.params
-                gated = prm["family"] == "glu"
-                batch, m, n = eqn.outvars[0].aval.shape
-                k = a.shape[1] if prm["a_mn_major"] else a.shape[2]
-                found.append(Problem(prm["family"], a.dtype.name,
-                                     bool(prm["a_mn_major"]), bool(prm["b_mn_major"]), batch, m,
-                                     2 * n if gated else n, k))
+            problem = _problem_of(eqn)
+            if problem is not None:
+                found.append(problem)
             for v in eqn.params.values():
                 for sub in (v if isinstance(v, (tuple, list)) else (v,)):
                     inner = getattr(sub, "jaxpr", sub)
@@ -229,48 +238,97 @@ def problems_of(fn, *args, **kwargs) -> list[Problem]:
     return found
 
 
+def _problem_of(eqn) -> Problem | None:
+    """The Problem of a GEMM primitive's equation (None for any other), from the operands it
+    binds: dense (batch, M, K) / (batch, N, K) or MN-major; grouped lhs (1, M, K) against G
+    weights; contractions (G, P, Q) over M rows."""
+    from jax_hopper.gemm.fp8 import hopper_fp8_gemm_p  # noqa: PLC0415
+    from jax_hopper.gemm.primitive import hopper_gemm_p  # noqa: PLC0415
+    from jax_hopper.gemm.ragged_contract import hopper_ragged_contract_p  # noqa: PLC0415
+    from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_p  # noqa: PLC0415
+    from jax_hopper.gemm.ragged_fp8_contract import hopper_ragged_fp8_contract_p  # noqa: PLC0415
+    from jax_hopper.gemm.ragged_primitive import hopper_ragged_p  # noqa: PLC0415
+    prim, prm = eqn.primitive, eqn.params
+    a, b = (v.aval for v in eqn.invars[:2]) if len(eqn.invars) > 1 else (None, None)
+    out = eqn.outvars[0].aval
+    b_dtype = None if b is None or b.dtype == a.dtype else b.dtype.name
+    if prim is hopper_fp8_gemm_p:  # a (B, M, K), b (B, N, K): both K-major
+        family = {scaling: family for family, scaling in FP8_SCALING.items()}[prm["scaling"]]
+        return Problem(family, a.dtype.name, False, False, *out.shape, a.shape[2], b_dtype)
+    if prim is hopper_gemm_p:
+        batch, m, n = out.shape
+        k = a.shape[1] if prm["a_mn_major"] else a.shape[2]
+        return Problem(prm["family"], a.dtype.name, bool(prm["a_mn_major"]),
+                       bool(prm["b_mn_major"]), batch, m, 2 * n if prm["family"] == "glu" else n,
+                       k)
+    if prim in (hopper_ragged_p, hopper_ragged_fp8_p):  # lhs (1, M, K), the sizes (G,)
+        groups = eqn.invars[2].aval.shape[0]
+        family = prm["family"]
+        n = out.shape[2] * (2 if family == "grouped_glu" else 1)
+        return Problem(family, a.dtype.name, False, bool(prm.get("b_mn_major", False)), groups,
+                       a.shape[1], n, a.shape[2], b_dtype)
+    if prim is hopper_ragged_contract_p:  # x (1, M, P), y (1, M, Q): out (G, P, Q)
+        return Problem("grouped_contraction", a.dtype.name, True, True, *out.shape, a.shape[1])
+    if prim is hopper_ragged_fp8_contract_p:  # x^T (1, P, M), y^T (1, Q, M)
+        return Problem(prm["family"], a.dtype.name, False, False, *out.shape, a.shape[2],
+                       b_dtype)
+    return None
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", type=timing.parse_shape, required=True,
-                        help="MxNxK of each problem (N: output columns)")
-    parser.add_argument("--family", choices=("matmul", "glu", *FP8_SCALING), default="matmul",
-                        help="hopper_matmul (with its swap-AB kernels), hopper_glu, or "
+                        help="MxNxK of each problem (N: output columns; grouped families: M "
+                             "all rows; contractions: PxQxM, out (G, P, Q) over M rows)")
+    parser.add_argument("--family", choices=_CLI_FAMILIES, default="matmul",
+                        help="hopper_matmul (with its swap-AB kernels), hopper_glu, "
                              "hopper_fp8_matmul per tensor (fp8, with its swap-AB kernels) or "
-                             "with block scales (fp8_block)")
+                             "with block scales (fp8_block); the grouped products "
+                             "(hopper_ragged_dot: grouped, hopper_ragged_glu: grouped_glu, "
+                             "hopper_ragged_fp8_dot: grouped_fp8[_block]) and contractions "
+                             "(hopper_ragged_contract, hopper_ragged_fp8_contract)")
     parser.add_argument("--dtype", choices=catalog.INPUT_DTYPES + catalog.FP8_DTYPES,
-                        help="a's dtype (default bfloat16; fp8 families float8_e4m3fn)")
+                        help="a's dtype (default the family's first compiled one: bfloat16, "
+                             "fp8 families float8_e4m3fn)")
     parser.add_argument("--b-dtype", choices=catalog.FP8_DTYPES,
                         help="fp8 families: b's dtype where it differs from a's")
     parser.add_argument("--layout", default=None,
                         help="two letters, n or t: transpose_a and transpose_b of the call "
-                             "(default nn; fp8 families: nt, the one they read)")
+                             "(default nn where the family reads it, else the one it reads: "
+                             "nt for fp8, tn for the 16-bit contraction)")
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--groups", type=int, default=None,
+                        help="grouped families (required there): the groups G the rows split "
+                             "into")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--cache", default=None, help=f"default: {tuned.cache_path()}")
     parser.add_argument("--allow-reference", action="store_true",
                         help="run without the kernels (times XLA's reference: only to test this "
                              "tool)")
     args = parser.parse_args(argv)
-    fp8 = args.family in FP8_SCALING
-    layout = args.layout or ("nt" if fp8 else "nn")
+    fam = catalog.FAMILIES[args.family]
+    layouts = [("t" if a else "n") + ("n" if b else "t") for a, b in fam.majors]
+    layout = args.layout or ("nn" if "nn" in layouts else layouts[0])
     if len(layout) != 2 or set(layout) - {"n", "t"}:
         parser.error(f"--layout {layout!r}: two letters, each n or t")
+    if layout not in layouts:
+        parser.error(f"--family {args.family} reads --layout {' or '.join(layouts)}")
     a_mn, b_mn = layout[0] == "t", layout[1] == "n"
-    if args.family == "glu" and (a_mn or not b_mn):
-        parser.error("--family glu takes x K-major and the weight MN-major: --layout nn")
-    dtype = args.dtype or ("float8_e4m3fn" if fp8 else "bfloat16")
-    pairs = catalog.FAMILIES[args.family].dtypes
-    if fp8:
-        if layout != "nt":
-            parser.error(f"--family {args.family} reads a (M, K) and b (N, K): --layout nt")
-        if (dtype, args.b_dtype or dtype) not in pairs:
+    pairs = fam.dtypes
+    dtype = args.dtype or pairs[0][0]
+    if (dtype, args.b_dtype or dtype) not in pairs:
+        if pairs[0][0] in catalog.FP8_DTYPES:
             parser.error(f"--family {args.family} compiles the (a, b) dtype pairs {pairs}; "
                          f"got ({dtype}, {args.b_dtype or dtype})")
-    elif dtype not in catalog.INPUT_DTYPES or args.b_dtype:
         parser.error(f"--family {args.family} takes --dtype {' or '.join(catalog.INPUT_DTYPES)} "
                      "for both operands")
-    problems = [Problem(args.family, dtype, a_mn, b_mn, args.batch, m,
-                        2 * n if args.family == "glu" else n, k,
+    grouped = tune_grouped.is_grouped(args.family)
+    if grouped != (args.groups is not None) or (grouped and (args.groups < 1 or args.batch != 1)):
+        parser.error("--groups G (>= 1) is for the grouped families and required there (their "
+                     "batch is the groups; --batch stays 1)")
+    gated = args.family in ("glu", "grouped_glu")
+    problems = [Problem(args.family, dtype, a_mn, b_mn, args.groups if grouped else args.batch,
+                        m, 2 * n if gated else n, k,
                         None if args.b_dtype in (None, dtype) else args.b_dtype)
                 for m, n, k in args.shapes]
     try:

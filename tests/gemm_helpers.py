@@ -36,11 +36,13 @@ def random_operand(rng, shape, dtype):
 @contextlib.contextmanager
 def launched_configs():
     """[(a's shape, b's shape, config)] of every GEMM launched (bound, at trace time) inside the
-    block, dense, fp8 or grouped: the config that reaches the kernel, on one device's operands
-    (the grouped contraction's a and b are its x and y)."""
+    block, dense, fp8 or grouped (fp8 too): the config that reaches the kernel, on one device's
+    operands (a grouped contraction's a and b are its x and y, or x^T and y^T)."""
     from jax_hopper.gemm.fp8 import hopper_fp8_gemm_p
     from jax_hopper.gemm.primitive import hopper_gemm_p
     from jax_hopper.gemm.ragged_contract import hopper_ragged_contract_p
+    from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_p
+    from jax_hopper.gemm.ragged_fp8_contract import hopper_ragged_fp8_contract_p
     from jax_hopper.gemm.ragged_primitive import hopper_ragged_p
     seen = []
 
@@ -53,7 +55,8 @@ def launched_configs():
         return mock.patch.object(prim, "bind", bind)
 
     with spy(hopper_gemm_p), spy(hopper_fp8_gemm_p), spy(hopper_ragged_p), \
-            spy(hopper_ragged_contract_p):
+            spy(hopper_ragged_contract_p), spy(hopper_ragged_fp8_p), \
+            spy(hopper_ragged_fp8_contract_p):
         yield seen
 
 

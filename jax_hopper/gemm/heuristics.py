@@ -242,3 +242,18 @@ def choose_contraction_config(p: int, q: int, family: str = "grouped_contraction
     cluster = ((1, 1) if not fam.multicast else (2, 1) if p > tile.block_m
                else (1, 2) if q > tile.block_n else (1, 1))
     return GemmConfig.for_tile(tile, stream_k=False, cluster_m=cluster[0], cluster_n=cluster[1])
+
+
+def grouped_heuristic_config(family: str, groups: int, m: int, n: int, k: int) -> GemmConfig:
+    """The rule's config for a problem of a family of catalog.GROUPED_FAMILIES (M rows over
+    `groups` groups, n product columns: 2F for the gated unit) or CONTRACTION_FAMILIES (out
+    (groups, m, n), k contracted rows); no rule weighs k yet."""
+    del k
+    if family == "grouped_glu":
+        return choose_grouped_glu_config(m, n // 2, groups)
+    if family in catalog.CONTRACTION_FAMILIES:
+        return choose_contraction_config(m, n, family)
+    if family not in catalog.GROUPED_FAMILIES:
+        raise ValueError(f"grouped_heuristic_config: {family!r} is not a grouped family "
+                         f"({catalog.GROUPED_FAMILIES + catalog.CONTRACTION_FAMILIES})")
+    return choose_grouped_config(m, n, groups, family)

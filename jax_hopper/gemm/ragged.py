@@ -63,9 +63,9 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
     preferred_element_type) bfloat16, float16 or float32, default the input dtype.
     bias: (G, N), one row per group, added in float32; residual: (M, N) or broadcastable to it.
     activation: None, "relu", "gelu_tanh", "gelu" or "silu". config: a GemmConfig of the
-    grouped family (stream_k=False; 2-CTA clusters along N or M); default:
-    heuristics.choose_grouped_config of the problem each launch runs (a device's shard under a
-    sharded jit).
+    grouped family (stream_k=False; 2-CTA clusters along N or M); default: the config tuned
+    for this GPU and the problem each launch runs (a device's shard under a sharded jit; python
+    -m jax_hopper.tune), else heuristics.choose_grouped_config's.
     """
     lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
     out_dtype, act, alpha, beta = api.epilogue_args(

@@ -29,7 +29,7 @@ from jax.interpreters import mlir
 from jax_hopper import _ffi
 from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
-from jax_hopper.gemm.heuristics import choose_contraction_config
+from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.primitive import call_attrs, freeze
 from jax_hopper.gemm.ragged_primitive import register, vmapped_per_entry
 from jax_hopper.gemm.ragged_sharding import gathered_operands, shard_sizes, split_rows
@@ -50,8 +50,8 @@ def hopper_ragged_contract(x, y, group_sizes, *, preferred_element_type=None, ou
     x: (M, P), y: (M, Q), bfloat16 or float16 (both the same), float32 accumulation;
     group_sizes: (G,) integer, a device array (sizes of consecutive row groups); out_dtype
     (alias preferred_element_type) bfloat16, float16 or float32, default the input dtype.
-    config: a GemmConfig of the grouped_contraction family; default
-    heuristics.choose_contraction_config of the problem each launch runs.
+    config: a GemmConfig of the grouped_contraction family; default the config tuned for this
+    GPU and the problem each launch runs, else heuristics.choose_contraction_config's.
     Differentiable in x and y.
     """
     x, y, group_sizes = jnp.asarray(x), jnp.asarray(y), jnp.asarray(group_sizes)
@@ -75,15 +75,17 @@ def launch(x, y, group_sizes, *, out_dtype, config):
     """One device's grouped contraction of x (M, P) and y (M, Q). TMA addresses rows whose
     pitch is whole 16-byte chunks, and stores outputs likewise: P and Q are padded with zero
     columns where they are not (a copy of that operand), and the padding sliced off. config
-    None (none asked for): choose_contraction_config of this device's (P, Q)."""
+    None (none asked for): tuned.grouped_config of the problem the kernel runs (G, P, Q over M
+    rows, P and Q as padded), else choose_contraction_config's."""
     (m, p), q = x.shape, y.shape[1]
-    config = config or choose_contraction_config(p, q)
     pad_p = -p % 8
     pad_q = -q % max(8, 16 // np.dtype(out_dtype).itemsize)
     if pad_p:
         x = jnp.pad(x, ((0, 0), (0, pad_p)))
     if pad_q:
         y = jnp.pad(y, ((0, 0), (0, pad_q)))
+    config = config or grouped_config(_FAMILY, x.dtype.name, True, True, group_sizes.shape[0],
+                                      x.shape[1], y.shape[1], m)
     ends = ragged_tiles.group_ends(group_sizes, m)
     out = hopper_ragged_contract_p.bind(x[None], y[None], ends, out_dtype=out_dtype,
                                         config=config)

@@ -39,7 +39,7 @@ from jax_hopper import _ffi
 from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import activation_code
-from jax_hopper.gemm.heuristics import choose_grouped_config
+from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
 from jax_hopper.gemm.primitive import _pad_columns, call_attrs, freeze
 from jax_hopper.gemm.ragged import check_group_sizes, residual3
@@ -70,8 +70,8 @@ def hopper_ragged_fp8_dot(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, out_dt
         expert's (N, K) product operand, whichever way rhs is stored. e4m3 both.
     out_dtype (alias preferred_element_type): bfloat16 (default), float16 or float32.
     bias (G, N), activation, residual (M, N), alpha and beta as in hopper_ragged_dot.
-    config: a GemmConfig of the recipe's family; default: choose_grouped_config's rule over
-    its tiles."""
+    config: a GemmConfig of the recipe's family; default: the config tuned for this GPU and
+    problem, else choose_grouped_config's rule over its tiles."""
     lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
     fn = "hopper_ragged_fp8_dot"
     scaling = scaling_of(fn, ("lhs_scale", "rhs_scale"), (lhs_scale, rhs_scale), (2, 3),
@@ -234,17 +234,19 @@ _partitioned.def_partition(partition=_partition, sharding_rule=_rule)
 def launch(lhs, rhs, group_sizes, bias, res, lhs_scale, rhs_scale, **params):
     """One device's call: K not whole 16-byte rows pads lhs and rhs with zero columns (copies),
     N not whole rows of the output pads rhs with zero rows (and bias and residual with zero
-    columns), sliced off the result; config None is chosen here for this problem."""
-    if params["config"] is None:
-        params = {**params, "config": choose_grouped_config(lhs.shape[1], rhs.shape[1],
-                                                            rhs.shape[0],
-                                                            family=params["family"])}
+    columns), sliced off the result; config None is chosen here for the problem the kernel
+    runs, K and N as padded (tuned.grouped_config)."""
     if k_pad := pitch_pad(lhs.shape[2], lhs.dtype):
         lhs = jnp.pad(lhs, ((0, 0), (0, 0), (0, k_pad)))
         rhs = jnp.pad(rhs, ((0, 0), (0, 0), (0, k_pad)))
     n = rhs.shape[1]
     if pad := -n % pitch_granule(params["out_dtype"]):
         rhs, bias, res = _pad_columns(rhs, bias, res, 1, pad)
+    if params["config"] is None:
+        params = {**params, "config": grouped_config(params["family"], lhs.dtype.name, False,
+                                                     False, rhs.shape[0], lhs.shape[1],
+                                                     rhs.shape[1], lhs.shape[2],
+                                                     rhs.dtype.name)}
     config = params["config"]
     tiles = build_tile_table(group_sizes, lhs.shape[1], config.block_m,
                              paired=config.cluster_m == 2)

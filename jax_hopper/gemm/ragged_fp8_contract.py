@@ -40,7 +40,7 @@ from jax.extend.core import Primitive
 
 from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
-from jax_hopper.gemm.heuristics import choose_contraction_config
+from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged import check_group_sizes
@@ -74,8 +74,8 @@ def hopper_ragged_fp8_contract(x, y, group_sizes, x_scale, y_scale, *, transpose
         128 x 128 block of y^T (quantize_fp8(..., transpose=True, transpose_block="row" and
         "tile")); e4m3 both; transposed=True only (the scales are of the transposed copies).
     out_dtype (alias preferred_element_type) bfloat16 (default), float16 or float32. config: a
-    GemmConfig of the scaling's family; default heuristics.choose_contraction_config of the
-    problem each launch runs."""
+    GemmConfig of the scaling's family; default the config tuned for this GPU and the problem
+    each launch runs, else heuristics.choose_contraction_config's."""
     x, y, group_sizes = jnp.asarray(x), jnp.asarray(y), jnp.asarray(group_sizes)
     scaling = scaling_of(_FN, ("x_scale", "y_scale"), (x_scale, y_scale), (2, 2),
                          "scalars or (1,)",
@@ -160,9 +160,9 @@ def launch(xt, yt, group_sizes, x_scale, y_scale, *, family, out_dtype, config):
     """One device's call on x^T (P, M) and y^T (Q, M): M not whole 16-byte rows pads both with
     zero columns (rows past every group: they count for none), Q not whole rows of the output
     pads y^T with zero rows, sliced off (neither changes the number of 128-wide scale blocks).
-    config None: choose_contraction_config of (P, Q)."""
+    config None: tuned.grouped_config of the problem the kernel runs (G, P, Q over M rows, Q and
+    M as padded), else choose_contraction_config's."""
     (p, m), q = xt.shape, yt.shape[0]
-    config = config or choose_contraction_config(p, q, family)
     if m_pad := pitch_pad(m, xt.dtype):
         xt = jnp.pad(xt, ((0, 0), (0, m_pad)))
         yt = jnp.pad(yt, ((0, 0), (0, m_pad)))
@@ -170,6 +170,8 @@ def launch(xt, yt, group_sizes, x_scale, y_scale, *, family, out_dtype, config):
         yt = jnp.pad(yt, ((0, q_pad), (0, 0)))
     if family == _FAMILIES["block"]:  # (1, rows, blocks): the kernel's batch-1 scale arrays
         x_scale, y_scale = x_scale[None], y_scale[None]
+    config = config or grouped_config(family, xt.dtype.name, False, False, group_sizes.shape[0],
+                                      p, yt.shape[0], xt.shape[1], yt.dtype.name)
     ends = ragged_tiles.group_ends(group_sizes, m)
     out = hopper_ragged_fp8_contract_p.bind(xt[None], yt[None], ends, x_scale, y_scale,
                                             family=family, out_dtype=out_dtype, config=config)

@@ -53,8 +53,8 @@ def hopper_ragged_glu(x, w, group_sizes, *, activation="silu", bias=None, residu
     (SwiGLU), "gelu", "gelu_tanh", "relu" or None (bilinear). bias: (G, 2, F), added in float32;
     residual: broadcastable to (M, F). out_dtype (alias preferred_element_type): bfloat16,
     float16 or float32, default x's dtype. config: a GemmConfig of the grouped_glu family (for
-    the (M, 2F) product); default heuristics.choose_grouped_glu_config of the problem each
-    launch runs.
+    the (M, 2F) product); default the config tuned for this GPU and the problem each launch
+    runs, else heuristics.choose_grouped_glu_config's.
     """
     x, w, group_sizes = jnp.asarray(x), jnp.asarray(w), jnp.asarray(group_sizes)
     out_dtype, act, alpha, beta = api.epilogue_args(

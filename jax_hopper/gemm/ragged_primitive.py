@@ -28,7 +28,7 @@ from jax.interpreters import batching, mlir
 from jax_hopper import _ffi
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
-from jax_hopper.gemm.heuristics import choose_grouped_config, choose_grouped_glu_config
+from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
 from jax_hopper.gemm.primitive import _KERNELS, _pad_columns, call_attrs, freeze
 from jax_hopper.gemm.typed_reshape import reshape
@@ -84,14 +84,11 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
     - N not whole 16-byte rows of the output, or of rhs stored (G, K, N) or gated (G, K, 2, N):
       rhs padded with zero columns (a copy), bias and residual too, and the padded columns
       sliced off the result.
-    config None (none asked for) is chosen here for this device's problem (heuristics'
-    choose_grouped_config / choose_grouped_glu_config of its rows, columns and groups)."""
+    config None (none asked for) is chosen here for the problem the kernel runs, K and N as
+    padded (tuned.grouped_config: the config tuned for its rows, product columns, K and groups,
+    else the heuristic's; tune.problems_of reads the same shapes off the bound operands)."""
     b_mn_major, family = params["b_mn_major"], params["family"]
     gated = family == "grouped_glu"
-    if params["config"] is None:
-        choose = choose_grouped_glu_config if gated else choose_grouped_config
-        n = out_cols(rhs.shape, b_mn_major, family)
-        params = {**params, "config": choose(lhs.shape[1], n, rhs.shape[0])}
     if k_pad := pitch_pad(lhs.shape[2], lhs.dtype):
         k_axis = 1 if gated or b_mn_major else 2  # (G, K, [2,] N) or (G, N, K)
         lhs = jnp.pad(lhs, ((0, 0), (0, 0), (0, k_pad)))
@@ -102,6 +99,11 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
                pitch_granule(rhs.dtype) if gated or b_mn_major else 1)
     if pad := -n % step:
         rhs, bias, res = _pad_columns(rhs, bias, res, rhs.ndim - 1 if b_mn_major else 1, pad)
+    if params["config"] is None:
+        cols = (n + pad) * (2 if gated else 1)  # product columns
+        params = {**params, "config": grouped_config(family, lhs.dtype.name, False, b_mn_major,
+                                                     rhs.shape[0], lhs.shape[1], cols,
+                                                     lhs.shape[2])}
     if gated:  # (G, K, 2, N) -> (G K, 2, N), whatever a sharding typed on rhs splits
         rhs = reshape(rhs, (-1, 2, rhs.shape[-1]))
     config = params["config"]

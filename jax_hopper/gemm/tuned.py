@@ -4,7 +4,11 @@ default_config() is the config of every call that passes none (hopper_matmul, ho
 hopper_fp8_matmul, the backward GEMMs): the cache's entry for this GPU and problem when there is
 one, else the heuristic (jax_hopper.gemm.heuristics.heuristic_config) weighing tiles against
 this GPU's SM count. Such calls choose at launch (primitive.launch, fp8.launch), on the problem
-one device runs: a shard of a sharded call, the whole batch of a vmapped one.
+one device runs: a shard of a sharded call, the whole batch of a vmapped one. grouped_config()
+is the same for the grouped products and contractions (hopper_ragged_dot, hopper_ragged_glu,
+hopper_ragged_fp8_dot, their weight gradients), falling back on
+heuristics.grouped_heuristic_config; their group sizes live on the device, so an entry holds
+for whatever sizes a call brings (tune times uniform routing).
 
 The cache is one JSON file: $JAX_HOPPER_TUNE_CACHE, else $XDG_CACHE_HOME/jax_hopper/tune.json
 (~/.cache when XDG_CACHE_HOME is unset).
@@ -16,7 +20,9 @@ The cache is one JSON file: $JAX_HOPPER_TUNE_CACHE, else $XDG_CACHE_HOME/jax_hop
 
 A problem key is family, input dtype (fp8: "a*b" where b's differs, e.g.
 "float8_e4m3fn*float8_e5m2"), operand majors (k: K-major, m/n: MN-major) and batch x M x N x K
-(N in product columns: 2F for the gated unit). A file that cannot be read, is
+(N in product columns: 2F for the gated unit). For the grouped families the groups G stand in
+the batch's place: G x M x N x K, M all rows; for the contractions, out (G, P, Q) over M
+contracted rows: G x P x Q x M. A file that cannot be read, is
 not this format, or holds an entry that is no longer a compiled config (the catalog changed) is
 ignored, that file, GPU section or entry, with one warning each: a cache never makes a call
 fail.
@@ -35,7 +41,7 @@ import warnings
 import jax
 
 from jax_hopper.gemm.config import GemmConfig
-from jax_hopper.gemm.heuristics import heuristic_config
+from jax_hopper.gemm.heuristics import grouped_heuristic_config, heuristic_config
 from jax_hopper.kernels import catalog
 
 FORMAT = 1
@@ -152,16 +158,32 @@ def recording():
         _RECORDERS.remove(seen)
 
 
-def default_config(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int, n: int,
-                   k: int, b_dtype: str | None = None) -> GemmConfig:
-    """The config of a call that passes none: tuned for this GPU, else the heuristic's."""
+def _record(family, dtype, a_mn, b_mn, batch, m, n, k, b_dtype) -> None:
     for seen in _RECORDERS:  # b_dtype as problem_key keys it: only where it differs
         seen.append((family, dtype, bool(a_mn), bool(b_mn), batch, m, n, k,
                      None if b_dtype in (None, dtype) else b_dtype))
+
+
+def default_config(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int, n: int,
+                   k: int, b_dtype: str | None = None) -> GemmConfig:
+    """The config of a call that passes none: tuned for this GPU, else the heuristic's."""
+    _record(family, dtype, a_mn, b_mn, batch, m, n, k, b_dtype)
     tuned = lookup(family, dtype, a_mn, b_mn, batch, m, n, k, b_dtype)
     if tuned is not None:
         return tuned
     return heuristic_config(family, a_mn, batch, m, n, k, num_sms=device_sms())
+
+
+def grouped_config(family: str, dtype: str, a_mn: bool, b_mn: bool, groups: int, m: int,
+                   n: int, k: int, b_dtype: str | None = None) -> GemmConfig:
+    """default_config for a grouped product or contraction (catalog.GROUPED_FAMILIES,
+    CONTRACTION_FAMILIES; the problem as the module docstring keys it): tuned for this GPU,
+    else heuristics.grouped_heuristic_config."""
+    _record(family, dtype, a_mn, b_mn, groups, m, n, k, b_dtype)
+    tuned = lookup(family, dtype, a_mn, b_mn, groups, m, n, k, b_dtype)
+    if tuned is not None:
+        return tuned
+    return grouped_heuristic_config(family, groups, m, n, k)
 
 
 def store(gpu: str, entries: dict, path: str | None = None) -> str:

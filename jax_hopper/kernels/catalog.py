@@ -352,6 +352,13 @@ FAMILIES = {
 
 # The family that runs a family's product swapped (GemmConfig.swap_ab).
 SWAP_FAMILIES = {"matmul": "matmul_swap", "fp8": "fp8_swap"}
+# The families whose tiles follow group sizes on the device: the grouped products (M rows over
+# G groups, one weight per group) and the contractions (out (G, P, Q), the groups splitting the
+# contracted rows). Their problems are keyed with G where the dense ones have the batch
+# (jax_hopper/gemm/tuned.py).
+GROUPED_FAMILIES = ("grouped", "grouped_glu", "grouped_fp8", "grouped_fp8_block")
+CONTRACTION_FAMILIES = ("grouped_contraction", "grouped_contraction_fp8",
+                        "grouped_contraction_fp8_block")
 
 
 @dataclasses.dataclass(frozen=True)
