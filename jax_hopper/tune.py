@@ -221,6 +221,11 @@ def problems_of(fn, *args, **kwargs) -> list[Problem]:
             lowered.compile()
         if seen:
             return [Problem(*p) for p in seen]
+    return traced_problems(fn, *args, **kwargs)
+
+
+def traced_problems(fn, *args, **kwargs) -> list[Problem]:
+    """problems_of on one device: the GEMM primitives of fn's jaxpr, nested ones included."""
     found = []
 
     def walk(jaxpr):

@@ -86,13 +86,13 @@ def operands(p, key):
 def kernel_problem(p):
     """p as its kernel runs it, what its launch looks a config up for: K and N (contractions:
     Q and M) padded where the call pads a pitch TMA cannot address. Traced, not run."""
-    from jax_hopper.tune import problems_of  # noqa: PLC0415 (tune imports this module)
+    from jax_hopper.tune import traced_problems  # noqa: PLC0415 (tune imports this module)
     _, a_shape, b_shape = _shapes(p)
     a_scale, b_scale = _scales(p)
     a = (jax.ShapeDtypeStruct(a_shape, p.dtype), jax.ShapeDtypeStruct((p.batch,), jnp.int32),
          a_scale)
     b = (jax.ShapeDtypeStruct(b_shape, p.b_dtype or p.dtype), b_scale)
-    (kernel,) = problems_of(call(p, None), a, b)
+    (kernel,) = traced_problems(call(p, None), a, b)
     return kernel
 
 
