@@ -1,0 +1,96 @@
+"""Which kernels a program runs on a Hopper GPU, checked without one: a child process shows
+jax_hopper a stand-in H100 (jax.devices("gpu") and the resident-cluster query are the only
+things the lowering asks the device), lowers public calls for the CUDA platform and lists the
+custom calls each program holds. Each product must reach its kernel family, forward and
+backward, at aligned and unaligned shapes alike, with no XLA dot left for a product (a silent
+fallback would show as one)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.extension
+
+_CHILD = textwrap.dedent('''
+    import json, re
+    import jax
+
+    class StandInH100:
+        platform, compute_capability = "gpu", "9.0"
+        device_kind, local_hardware_id, id = "NVIDIA H100 80GB HBM3", 0, 0
+
+    real = jax.devices
+    jax.devices = lambda backend=None: [StandInH100()] if backend == "gpu" else real(backend)
+    import jax_hopper._ffi as ffi  # computes which lowering each primitive registers
+    ffi.register_targets = lambda: True
+    ffi.resident_clusters = lambda kernel, cluster_size: 132 // cluster_size
+    jax.devices = real
+    import jax.numpy as jnp
+    import jax_hopper as jh
+
+    bf16, f32 = jnp.bfloat16, jnp.float32
+    gs = jnp.asarray([300, 0, 500, 200], jnp.int32)
+
+    def loss(f):
+        return lambda *a: jax.grad(lambda *a: f(*a).astype(f32).sum(), range(len(a)))(*a)
+
+    programs = {
+        "matmul": (jh.hopper_matmul, (4096, 1024), (1024, 2048)),
+        "matmul_decode": (jh.hopper_matmul, (8, 4096), (4096, 4096)),
+        "matmul_unaligned_grad": (loss(jh.hopper_matmul), (1000, 1500), (1500, 1000)),
+        "ragged_grad": (loss(lambda x, w: jh.ragged_dot(x, w, gs)), (1024, 512), (4, 512, 768)),
+        "ragged_unaligned_grad": (loss(lambda x, w: jh.ragged_dot(x, w, gs)), (1024, 500),
+                                  (4, 500, 750)),
+        "ragged_glu": (lambda x, w: jh.hopper_ragged_glu(x, w, gs), (1024, 512),
+                       (4, 512, 2, 384)),
+        "fp8_matmul_grad": (loss(jh.fp8_matmul), (1024, 512), (512, 768)),
+        "fp8_ragged_tensor_grad": (loss(lambda x, w: jh.fp8_ragged_dot(x, w, gs)),
+                                   (1024, 512), (4, 512, 768)),
+        "fp8_ragged_block_grad": (loss(lambda x, w: jh.fp8_ragged_dot(x, w, gs, recipe="block")),
+                                  (1024, 512), (4, 512, 768)),
+    }
+    out = {}
+    for name, (f, *shapes) in programs.items():
+        args = [jax.ShapeDtypeStruct(s, bf16) for s in shapes]
+        text = jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+        out[name] = dict(calls=sorted(set(re.findall(r"custom_call @(\\w+)", text))),
+                         dots=len(re.findall(r"stablehlo\\.dot_general", text)))
+    print("RESULT " + json.dumps(out))
+''')
+
+GEMM = "jax_hopper_gemm_"
+EXPECTED = {
+    "matmul": {GEMM + "matmul"},
+    "matmul_decode": {GEMM + "matmul_swap"},
+    "matmul_unaligned_grad": {GEMM + "matmul"},
+    "ragged_grad": {"jax_hopper_grouped_tile_table", GEMM + "grouped",
+                    GEMM + "grouped_contraction"},
+    "ragged_unaligned_grad": {"jax_hopper_grouped_tile_table", GEMM + "grouped",
+                              GEMM + "grouped_contraction"},
+    "ragged_glu": {"jax_hopper_grouped_tile_table", GEMM + "grouped_glu"},
+    "fp8_matmul_grad": {"jax_hopper_quantize_fp8", GEMM + "fp8"},
+    "fp8_ragged_tensor_grad": {"jax_hopper_quantize_fp8", "jax_hopper_grouped_tile_table",
+                               GEMM + "grouped_fp8", GEMM + "grouped_contraction_fp8"},
+    "fp8_ragged_block_grad": {"jax_hopper_quantize_fp8", "jax_hopper_grouped_tile_table",
+                              GEMM + "grouped_fp8_block", GEMM + "grouped_contraction_fp8_block"},
+}
+
+
+@pytest.fixture(scope="module")
+def lowered():
+    proc = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu",
+                                            "PYTHONPATH": os.pathsep.join(sys.path)})
+    results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and results, proc.stderr[-3000:]
+    return json.loads(results[0][len("RESULT "):])
+
+
+@pytest.mark.parametrize("program", list(EXPECTED))
+def test_each_product_lowers_to_its_kernels_and_no_xla_dot(lowered, program):
+    assert set(lowered[program]["calls"]) == EXPECTED[program]
+    assert lowered[program]["dots"] == 0
