@@ -205,8 +205,8 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
 def problems_of(fn, *args, **kwargs) -> list[Problem]:
     """The GEMM problems `fn(*args, **kwargs)` runs (traced, not run), nested jits, custom_vjp
     and (under jax.grad) backward passes included, fp8 and grouped GEMMs too, in the order they
-    appear. Each is the problem its launch looks a config up for: the shapes bound to the
-    kernel (a grouped call's K or N padded where TMA cannot address its pitch).
+    appear, with the shapes bound to the kernel: where a call pads K or N (a pitch TMA cannot
+    address), the padded size, which is what a grouped launch looks its config up with.
 
     Where the program is partitioned over several devices (sharded arguments, or a jit with
     shardings), the problems are each device's own: those the launches look configs up for
