@@ -53,6 +53,26 @@ _CHILD = textwrap.dedent('''
         "fp8_ragged_block_grad": (loss(lambda x, w: jh.fp8_ragged_dot(x, w, gs, recipe="block")),
                                   (1024, 512), (4, 512, 768)),
     }
+    # Random shapes (seeded): every public product must lower to kernels at any of them.
+    rng = __import__("numpy").random.default_rng(0)
+
+    def dim(lo=1, hi=3000):
+        return int(rng.choice([rng.integers(lo, 65), rng.integers(lo, hi)]))
+    for i in range(40):
+        m, n, k, g = dim(), dim(8), dim(), int(rng.integers(1, 40))
+        sizes = jnp.asarray(rng.multinomial(m, [1 / g] * g), jnp.int32)
+        kind = ["matmul_t", "ragged", "ragged_nk", "fp8", "fp8_block", "fp8_ragged"][i % 6]
+        f, shapes = {
+            "matmul_t": (lambda a, b: jh.hopper_matmul(a, b, transpose_a=True), [(k, m), (k, n)]),
+            "ragged": (loss(lambda x, w, s=sizes: jh.ragged_dot(x, w, s)), [(m, k), (g, k, n)]),
+            "ragged_nk": (lambda x, w, s=sizes: jh.hopper_ragged_dot(x, w, s, transpose_rhs=True),
+                          [(m, k), (g, n, k)]),
+            "fp8": (loss(jh.fp8_matmul), [(m, k), (k, n)]),
+            "fp8_block": (loss(lambda x, w: jh.fp8_matmul(x, w, recipe="block")), [(m, k), (k, n)]),
+            "fp8_ragged": (loss(lambda x, w, s=sizes: jh.fp8_ragged_dot(x, w, s)),
+                           [(m, k), (g, k, n)]),
+        }[kind]
+        programs[f"random_{i}_{kind}_{m}x{n}x{k}x{g}"] = (f, *shapes)
     out = {}
     for name, (f, *shapes) in programs.items():
         args = [jax.ShapeDtypeStruct(s, bf16) for s in shapes]
@@ -94,3 +114,12 @@ def lowered():
 def test_each_product_lowers_to_its_kernels_and_no_xla_dot(lowered, program):
     assert set(lowered[program]["calls"]) == EXPECTED[program]
     assert lowered[program]["dots"] == 0
+
+
+def test_products_at_random_shapes_lower_to_kernels_and_no_xla_dot(lowered):
+    # 40 seeded shapes (1 to 3000 rows, columns and K; 1 to 39 groups) of the dense (a stored
+    # (K, M)), grouped, fp8 and grouped fp8 products, forward and backward.
+    random = {name: r for name, r in lowered.items() if name.startswith("random_")}
+    assert len(random) == 40
+    for name, r in random.items():
+        assert any(c.startswith(GEMM) for c in r["calls"]) and r["dots"] == 0, (name, r)
