@@ -52,6 +52,10 @@ _CHILD = textwrap.dedent('''
                                    (1024, 512), (4, 512, 768)),
         "fp8_ragged_block_grad": (loss(lambda x, w: jh.fp8_ragged_dot(x, w, gs, recipe="block")),
                                   (1024, 512), (4, 512, 768)),
+        "vmap_matmul_grad": (loss(jax.vmap(jh.hopper_matmul, (0, None))), (3, 256, 512),
+                             (512, 384)),
+        "vmap_ragged": (jax.vmap(lambda x, w: jh.ragged_dot(x, w, gs), (0, None)),
+                        (2, 1000, 256), (4, 256, 384)),
     }
     # Random shapes (seeded): every public product must lower to kernels at any of them.
     rng = __import__("numpy").random.default_rng(0)
@@ -97,6 +101,8 @@ EXPECTED = {
                                GEMM + "grouped_fp8", GEMM + "grouped_contraction_fp8"},
     "fp8_ragged_block_grad": {"jax_hopper_quantize_fp8", "jax_hopper_grouped_tile_table",
                               GEMM + "grouped_fp8_block", GEMM + "grouped_contraction_fp8_block"},
+    "vmap_matmul_grad": {GEMM + "matmul"},
+    "vmap_ragged": {"jax_hopper_grouped_tile_table", GEMM + "grouped"},
 }
 
 
