@@ -291,6 +291,40 @@ def ragged_glu_reference64(x, w, group_sizes, *, activation="silu", bias=None, r
     return out if residual is None else out + beta * np.asarray(residual).astype(np.float64)
 
 
+def check_ragged_glu(rng, m, k, f, group_sizes, *, dtype="bfloat16", out_dtype=None,
+                     config=None, bias=False, residual=False, activation="silu", alpha=1.0,
+                     beta=1.0):
+    """hopper_ragged_glu on random operands, its output poisoned, against
+    ragged_glu_reference64 within the out dtype's bound (the helper the grouped GLU tests
+    share); without a residual, rows past every group must be exactly 0. Returns the output."""
+    groups = len(group_sizes)
+    x = random_operand(rng, (m, k), dtype)
+    w = (random_operand(rng, (groups, k, 2, f), dtype).astype(jnp.float32) / np.sqrt(k)
+         ).astype(dtype)
+    gs = jnp.asarray(group_sizes, jnp.int32)
+    out_dtype = out_dtype or dtype
+    arrays = {}
+    if bias:
+        arrays["bias"] = jnp.asarray(rng.standard_normal((groups, 2, f)), jnp.float32)
+    if residual:
+        arrays["residual"] = random_operand(rng, (m, f), out_dtype)
+
+    def fn(x, w, gs, *extra):
+        return jax_hopper.hopper_ragged_glu(x, w, gs, out_dtype=out_dtype, config=config,
+                                            activation=activation, alpha=alpha, beta=beta,
+                                            **dict(zip(arrays, extra)))
+
+    out = poisoned_call(fn, (m, f), out_dtype, x, w, gs, *arrays.values())
+    ref = ragged_glu_reference64(x, w, group_sizes, activation=activation, alpha=alpha,
+                                 beta=beta, **arrays)
+    assert out.dtype == jnp.dtype(out_dtype)
+    err = rel_frob(out, ref)
+    assert err < REL_FROB_BOUND[jnp.dtype(out_dtype).name], (m, k, f, group_sizes, err)
+    if not residual:  # rows past every group: act(0) * 0
+        assert np.all(to64(out)[sum(sizes64(group_sizes, m)):] == 0)
+    return out
+
+
 def contract_reference64(x, y, group_sizes):
     """hopper_ragged_contract in float64: out[g] = x_g^T y_g over group g's rows (sizes made
     valid as sizes64 says), (G, P, Q). Host arrays only."""

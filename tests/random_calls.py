@@ -1,8 +1,9 @@
-"""Hypothesis strategies for random calls of the grouped and fp8 ops: shapes (unaligned ones
-included), group sizes of every kind, rhs layouts, dtypes, epilogues and compiled configs, none
-of them picked by hand. test_random_calls_cpu.py runs them through the reference lowering,
-test_random_calls_gpu.py through the kernels. Each strategy gives the keyword arguments of a
-gemm_helpers check (which draws the operands from `seed` and compares with float64)."""
+"""Hypothesis strategies for random calls of the grouped (the gated one too) and fp8 ops:
+shapes (unaligned ones included), group sizes of every kind, rhs layouts, dtypes, epilogues and
+compiled configs, none of them picked by hand. test_random_calls_cpu.py runs them through the
+reference lowering, test_random_calls_gpu.py through the kernels. Each strategy gives the
+keyword arguments of a gemm_helpers check (which draws the operands from `seed` and compares
+with float64)."""
 
 import numpy as np
 from hypothesis import strategies as st
@@ -12,6 +13,7 @@ from jax_hopper.gemm.epilogue import ACTIVATIONS
 from jax_hopper.kernels import catalog
 
 GROUPED_TILES = catalog.FAMILIES["grouped"].tiles
+GLU = catalog.FAMILIES["grouped_glu"]
 FP8_RECIPES = ("tensor", "delayed", "block")
 # The fp8 checks bound the relative Frobenius error of a whole product. A product of a few
 # elements, each with its own rounding of both operands, is too small a sample to hold a bound
@@ -65,6 +67,29 @@ def ragged_calls(draw, max_m: int = 1200, max_kn: int = 320, max_groups: int = 2
         call["config"] = GemmConfig.for_tile(draw(st.sampled_from(GROUPED_TILES)),
                                              stream_k=False, cluster_m=cluster_m,
                                              cluster_n=cluster_n)
+    return call
+
+
+@st.composite
+def ragged_glu_calls(draw, max_m: int = 1200, max_kn: int = 320, max_groups: int = 257) -> dict:
+    """check_ragged_glu's arguments: hopper_ragged_glu with any shape (F unaligned too), sizes,
+    dtypes, activation (None: bilinear), epilogue and (half the time) a compiled tile and
+    cluster."""
+    groups = _groups(draw, max_groups)
+    cap = max_kn if groups <= 12 else 64
+    m, k, f = draw(st.integers(1, max_m)), draw(st.integers(1, cap)), draw(st.integers(1, cap))
+    call = dict(seed=draw(st.integers(0, 2**32 - 1)), m=m, k=k, f=f,
+                group_sizes=draw(group_sizes(m, groups)),
+                dtype=draw(st.sampled_from(catalog.INPUT_DTYPES)),
+                out_dtype=draw(st.sampled_from([None, *catalog.OUTPUT_DTYPES])),
+                activation=draw(st.sampled_from(list(ACTIVATIONS))),
+                bias=draw(st.booleans()), residual=draw(st.booleans()),
+                alpha=draw(st.sampled_from([1.0, 0.5, -2.0])),
+                beta=draw(st.sampled_from([1.0, -0.5, 2.0])))
+    if draw(st.booleans()):
+        cluster_m, cluster_n = draw(st.sampled_from(GLU.clusters))
+        call["config"] = GemmConfig.for_tile(draw(st.sampled_from(GLU.tiles)), stream_k=False,
+                                             cluster_m=cluster_m, cluster_n=cluster_n)
     return call
 
 

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (REL_FROB_BOUND, poisoned_call, ragged_glu_reference64, random_operand,
-                          rel_frob, run_in_command_buffer, sizes64, to64)
+from gemm_helpers import (REL_FROB_BOUND, check_ragged_glu, random_operand, rel_frob,
+                          run_in_command_buffer, to64)
 from jax_hopper import GemmConfig, hopper_ragged_glu
 from jax_hopper.kernels import catalog
 
@@ -18,56 +18,27 @@ pytestmark = pytest.mark.gpu
 FAMILY = catalog.FAMILIES["grouped_glu"]
 
 
-def _check(rng, m, k, f, group_sizes, *, dtype="bfloat16", out_dtype=None, config=None,
-           bias=False, residual=False, activation="silu", alpha=1.0, beta=1.0):
-    groups = len(group_sizes)
-    x = random_operand(rng, (m, k), dtype)
-    w = (random_operand(rng, (groups, k, 2, f), dtype).astype(jnp.float32) / np.sqrt(k)
-         ).astype(dtype)
-    gs = jnp.asarray(group_sizes, jnp.int32)
-    out_dtype = out_dtype or dtype
-    arrays = {}
-    if bias:
-        arrays["bias"] = jnp.asarray(rng.standard_normal((groups, 2, f)), jnp.float32)
-    if residual:
-        arrays["residual"] = random_operand(rng, (m, f), out_dtype)
-
-    def fn(x, w, gs, *extra):
-        return hopper_ragged_glu(x, w, gs, out_dtype=out_dtype, config=config,
-                                 activation=activation, alpha=alpha, beta=beta,
-                                 **dict(zip(arrays, extra)))
-
-    out = poisoned_call(fn, (m, f), out_dtype, x, w, gs, *arrays.values())
-    ref = ragged_glu_reference64(x, w, group_sizes, activation=activation, alpha=alpha,
-                                 beta=beta, **arrays)
-    assert out.dtype == jnp.dtype(out_dtype)
-    err = rel_frob(out, ref)
-    assert err < REL_FROB_BOUND[jnp.dtype(out_dtype).name], (m, k, f, group_sizes, err)
-    if not residual:  # rows past every group: act(0) * 0
-        assert np.all(to64(out)[sum(sizes64(group_sizes, m)):] == 0)
-    return out
-
-
 @pytest.mark.parametrize("cluster_n", [c[1] for c in FAMILY.clusters], ids=lambda c: f"c1x{c}")
 @pytest.mark.parametrize("tile", FAMILY.tiles, ids=lambda t: t.tag)
 @pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
 def test_every_tile_and_cluster(rng, dtype, tile, cluster_n):
     sizes = rng.multinomial(1200, np.ones(6) / 6)
-    _check(rng, 1200, 320, 392, list(sizes), dtype=dtype,
-           config=GemmConfig.for_tile(tile, stream_k=False, cluster_n=cluster_n))
+    check_ragged_glu(rng, 1200, 320, 392, list(sizes), dtype=dtype,
+                     config=GemmConfig.for_tile(tile, stream_k=False, cluster_n=cluster_n))
 
 
 @pytest.mark.parametrize("tile", FAMILY.tiles, ids=lambda t: t.tag)
 def test_boundary_at_every_offset(rng, tile):
     sizes = [1 + (7 * i) % (tile.block_m + 3) for i in range(40)]
-    _check(rng, sum(sizes) + 5, 128, 136, sizes, config=GemmConfig.for_tile(tile, stream_k=False))
+    check_ragged_glu(rng, sum(sizes) + 5, 128, 136, sizes,
+                     config=GemmConfig.for_tile(tile, stream_k=False))
 
 
 @pytest.mark.parametrize("activation", [a for a, _ in catalog.ACTIVATIONS])
 @pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)
 def test_epilogue_options(rng, activation, out_dtype):
-    _check(rng, 640, 256, 264, [100, 0, 313, 227], out_dtype=out_dtype, bias=True,
-           residual=True, alpha=0.5, beta=-2.0, activation=activation)
+    check_ragged_glu(rng, 640, 256, 264, [100, 0, 313, 227], out_dtype=out_dtype, bias=True,
+                     residual=True, alpha=0.5, beta=-2.0, activation=activation)
 
 
 @pytest.mark.parametrize("case", ["empty_groups", "negative", "sum_above_m", "sum_below_m"])
@@ -76,21 +47,22 @@ def test_adversarial_sizes(rng, case):
              "negative": [-5, 300, -2**31, 400, 7],
              "sum_above_m": [500, 2**31 - 1, 2**31 - 1, 9],
              "sum_below_m": [100, 0, 250]}[case]
-    _check(rng, 700, 192, 136, sizes)
+    check_ragged_glu(rng, 700, 192, 136, sizes)
 
 
 # F not a multiple of 8 (padded), decode-like few rows per expert, one expert.
 @pytest.mark.parametrize("m,k,f,groups", [(333, 64, 100, 3), (256, 512, 1024, 64),
                                           (500, 128, 256, 1)])
 def test_shapes(rng, m, k, f, groups):
-    _check(rng, m, k, f, list(rng.multinomial(m, np.ones(groups) / groups)))
+    check_ragged_glu(rng, m, k, f, list(rng.multinomial(m, np.ones(groups) / groups)))
 
 
 @pytest.mark.parametrize("m,k,f", [(600, 1500, 392), (300, 256, 1001), (257, 999, 45)])
 def test_unaddressable_pitches_run_on_the_kernel(rng, m, k, f):
     """K or F no whole 16-byte rows: x and the weights padded (launch), the kernel runs."""
     sizes = rng.multinomial(m - 5, np.ones(4) / 4)
-    _check(rng, m, k, f, list(sizes), bias=True, residual=True, activation="gelu_tanh")
+    check_ragged_glu(rng, m, k, f, list(sizes), bias=True, residual=True,
+                     activation="gelu_tanh")
 
 
 def test_grads_against_float64(rng):
