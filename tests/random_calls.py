@@ -12,8 +12,6 @@ from jax_hopper import GemmConfig
 from jax_hopper.gemm.epilogue import ACTIVATIONS
 from jax_hopper.kernels import catalog
 
-GROUPED_TILES = catalog.FAMILIES["grouped"].tiles
-GLU = catalog.FAMILIES["grouped_glu"]
 FP8_RECIPES = ("tensor", "delayed", "block")
 # The fp8 checks bound the relative Frobenius error of a whole product. A product of a few
 # elements, each with its own rounding of both operands, is too small a sample to hold a bound
@@ -46,10 +44,10 @@ def _groups(draw, max_groups: int) -> int:
     return draw(st.one_of(st.integers(1, 12), st.sampled_from([64, max_groups])))
 
 
-@st.composite
-def ragged_calls(draw, max_m: int = 1200, max_kn: int = 320, max_groups: int = 257) -> dict:
-    """check_ragged's arguments: hopper_ragged_dot with any shape, sizes, layout, dtypes,
-    epilogue and (half the time) a compiled tile and cluster."""
+def _grouped_call(draw, family: str, max_m: int, max_kn: int, max_groups: int) -> dict:
+    """What a grouped product's and a grouped GLU's random calls share: seed, M, K, the width
+    (n), group sizes, dtypes, epilogue and (half the time) a compiled tile and cluster of
+    `family`."""
     groups = _groups(draw, max_groups)
     cap = max_kn if groups <= 12 else 64  # many experts: keep rhs and its float64 copy small
     m, k, n = draw(st.integers(1, max_m)), draw(st.integers(1, cap)), draw(st.integers(1, cap))
@@ -57,17 +55,24 @@ def ragged_calls(draw, max_m: int = 1200, max_kn: int = 320, max_groups: int = 2
                 group_sizes=draw(group_sizes(m, groups)),
                 dtype=draw(st.sampled_from(catalog.INPUT_DTYPES)),
                 out_dtype=draw(st.sampled_from([None, *catalog.OUTPUT_DTYPES])),
-                transpose_rhs=draw(st.booleans()),
                 activation=draw(st.sampled_from(list(ACTIVATIONS))),
                 bias=draw(st.booleans()), residual=draw(st.booleans()),
                 alpha=draw(st.sampled_from([1.0, 0.5, -2.0])),
                 beta=draw(st.sampled_from([1.0, -0.5, 2.0])))
     if draw(st.booleans()):
-        cluster_m, cluster_n = draw(st.sampled_from(catalog.CLUSTER_SHAPES))
-        call["config"] = GemmConfig.for_tile(draw(st.sampled_from(GROUPED_TILES)),
-                                             stream_k=False, cluster_m=cluster_m,
-                                             cluster_n=cluster_n)
+        fam = catalog.FAMILIES[family]
+        cluster_m, cluster_n = draw(st.sampled_from(fam.clusters))
+        call["config"] = GemmConfig.for_tile(draw(st.sampled_from(fam.tiles)), stream_k=False,
+                                             cluster_m=cluster_m, cluster_n=cluster_n)
     return call
+
+
+@st.composite
+def ragged_calls(draw, max_m: int = 1200, max_kn: int = 320, max_groups: int = 257) -> dict:
+    """check_ragged's arguments: hopper_ragged_dot with any shape, sizes, layout, dtypes,
+    epilogue and (half the time) a compiled tile and cluster."""
+    return _grouped_call(draw, "grouped", max_m, max_kn, max_groups) | dict(
+        transpose_rhs=draw(st.booleans()))
 
 
 @st.composite
@@ -75,21 +80,8 @@ def ragged_glu_calls(draw, max_m: int = 1200, max_kn: int = 320, max_groups: int
     """check_ragged_glu's arguments: hopper_ragged_glu with any shape (F unaligned too), sizes,
     dtypes, activation (None: bilinear), epilogue and (half the time) a compiled tile and
     cluster."""
-    groups = _groups(draw, max_groups)
-    cap = max_kn if groups <= 12 else 64
-    m, k, f = draw(st.integers(1, max_m)), draw(st.integers(1, cap)), draw(st.integers(1, cap))
-    call = dict(seed=draw(st.integers(0, 2**32 - 1)), m=m, k=k, f=f,
-                group_sizes=draw(group_sizes(m, groups)),
-                dtype=draw(st.sampled_from(catalog.INPUT_DTYPES)),
-                out_dtype=draw(st.sampled_from([None, *catalog.OUTPUT_DTYPES])),
-                activation=draw(st.sampled_from(list(ACTIVATIONS))),
-                bias=draw(st.booleans()), residual=draw(st.booleans()),
-                alpha=draw(st.sampled_from([1.0, 0.5, -2.0])),
-                beta=draw(st.sampled_from([1.0, -0.5, 2.0])))
-    if draw(st.booleans()):
-        cluster_m, cluster_n = draw(st.sampled_from(GLU.clusters))
-        call["config"] = GemmConfig.for_tile(draw(st.sampled_from(GLU.tiles)), stream_k=False,
-                                             cluster_m=cluster_m, cluster_n=cluster_n)
+    call = _grouped_call(draw, "grouped_glu", max_m, max_kn, max_groups)
+    call["f"] = call.pop("n")
     return call
 
 
