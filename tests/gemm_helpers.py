@@ -587,3 +587,43 @@ def ragged_fp8_reference64(lhs, rhs_nk, group_sizes, lhs_scale, rhs_scale, *, bi
     if residual is not None:
         y = y + beta * to64(residual)
     return y
+
+
+def check_ragged_fp8(rng, m, n, k, sizes, pair=("float8_e4m3fn", "float8_e4m3fn"), config=None,
+                     out_dtype="float32", transpose_rhs=True, block=False, on_kernel=True,
+                     scale_spread=4.0, **epilogue):
+    """hopper_ragged_fp8_dot on random fp8 operands, its output poisoned, against
+    ragged_fp8_reference64 within the fp8 bound of out_dtype (the helper the grouped fp8 tests
+    share). Scales: one for lhs and one per expert, or with `block` per row and 128 of K and
+    per expert's 128 x 128 block (grouped_fp8_block), spanning 2^-scale_spread ..
+    2^scale_spread. on_kernel: also assert that the call lowers to the family's kernel (on a
+    GPU; the reference lowering has none)."""
+    groups = len(sizes)
+    lhs, rhs = fp8_operand(rng, (m, k), pair[0]), fp8_operand(rng, (groups, n, k), pair[1])
+    gs = jnp.asarray(sizes, jnp.int32)
+    if block:
+        ls = block_scales(rng, (m, -(-k // 128)), scale_spread)
+        rs = block_scales(rng, (groups, -(-n // 128), -(-k // 128)), scale_spread)
+    else:
+        ls, rs = jnp.float32(0.25), jnp.asarray(rng.uniform(0.1, 2, groups), jnp.float32)
+    extra = {}
+    if epilogue.pop("with_bias", False):
+        extra["bias"] = jnp.asarray(rng.standard_normal((groups, n)), jnp.float32)
+    if epilogue.pop("with_residual", False):
+        extra["residual"] = jnp.asarray(rng.standard_normal((m, n)), out_dtype)
+    rhs_in = rhs if transpose_rhs else jnp.swapaxes(rhs, 1, 2)
+
+    def fn(lhs, rhs, gs, ls, rs, *arrays):
+        return jax_hopper.hopper_ragged_fp8_dot(lhs, rhs, gs, ls, rs, out_dtype=out_dtype,
+                                                config=config, transpose_rhs=transpose_rhs,
+                                                **dict(zip(extra, arrays)), **epilogue)
+
+    if on_kernel:
+        family = "grouped_fp8_block" if block else "grouped_fp8"
+        assert f"@jax_hopper_gemm_{family}(" in jax.jit(fn).lower(
+            lhs, rhs_in, gs, ls, rs, *extra.values()).as_text()
+    out = poisoned_call(fn, (m, n), out_dtype, lhs, rhs_in, gs, ls, rs, *extra.values())
+    want = ragged_fp8_reference64(lhs, rhs, sizes, ls, rs, **extra, **epilogue)
+    err = rel_frob(out, want)
+    bound = (REL_FROB_BOUND_FP8_BLOCK if block else REL_FROB_BOUND_FP8)[out_dtype]
+    assert err < bound, (err, m, n, k, sizes, config)

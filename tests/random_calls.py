@@ -86,6 +86,36 @@ def ragged_glu_calls(draw, max_m: int = 1200, max_kn: int = 320, max_groups: int
 
 
 @st.composite
+def ragged_fp8_calls(draw, max_m: int = 1200, max_kn: int = 640, max_groups: int = 257) -> dict:
+    """check_ragged_fp8's arguments: hopper_ragged_fp8_dot on fp8 operands with any shape
+    (K and N unaligned and partial 128-wide blocks too), sizes, dtype pair, scales per tensor
+    or per block, rhs layout, out dtype, epilogue and (half the time) a compiled tile and
+    cluster. Its bound is against the dequantised operands, so any size holds it."""
+    block = draw(st.booleans())
+    fam = catalog.FAMILIES["grouped_fp8_block" if block else "grouped_fp8"]
+    groups = _groups(draw, max_groups)
+    cap = max_kn if groups <= 12 else 128
+    m, n, k = draw(st.integers(1, max_m)), draw(st.integers(1, cap)), draw(st.integers(1, cap))
+    call = dict(seed=draw(st.integers(0, 2**32 - 1)), m=m, n=n, k=k,
+                sizes=draw(group_sizes(m, groups)), pair=draw(st.sampled_from(fam.dtypes)),
+                block=block, transpose_rhs=draw(st.booleans()),
+                out_dtype=draw(st.sampled_from(catalog.OUTPUT_DTYPES)),
+                activation=draw(st.sampled_from(list(ACTIVATIONS))),
+                with_bias=draw(st.booleans()), with_residual=draw(st.booleans()),
+                alpha=draw(st.sampled_from([1.0, 0.5, -2.0])),
+                beta=draw(st.sampled_from([1.0, -0.5, 2.0])))
+    if block and call["out_dtype"] == "float16":
+        # Operands of |x| ~ 4 under scales up to 2^4 each would pass float16's 65504 at a few
+        # hundred K; scales within 2^-1 .. 2 keep the product in its range.
+        call["scale_spread"] = 1.0
+    if draw(st.booleans()):
+        cluster_m, cluster_n = draw(st.sampled_from(fam.clusters))
+        call["config"] = GemmConfig.for_tile(draw(st.sampled_from(fam.tiles)), stream_k=False,
+                                             cluster_m=cluster_m, cluster_n=cluster_n)
+    return call
+
+
+@st.composite
 def ragged_grad_calls(draw, max_m: int = 900, max_kn: int = 256) -> dict:
     """check_ragged_grads' arguments (d lhs, d rhs and d bias through jax.grad)."""
     groups = _groups(draw, 64)

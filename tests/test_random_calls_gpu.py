@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from gemm_helpers import (REL_FROB_BOUND, check_fp8_matmul, check_fp8_ragged_dot, check_ragged,
-                          check_ragged_glu, check_ragged_grads)
-from random_calls import (fp8_matmul_calls, fp8_ragged_calls, ragged_calls, ragged_glu_calls,
-                          ragged_grad_calls)
+                          check_ragged_fp8, check_ragged_glu, check_ragged_grads)
+from random_calls import (fp8_matmul_calls, fp8_ragged_calls, ragged_calls, ragged_fp8_calls,
+                          ragged_glu_calls, ragged_grad_calls)
 
 pytestmark = pytest.mark.gpu
 
@@ -31,6 +31,12 @@ def test_random_ragged_calls_match_float64(call):
 @examples(60)
 def test_random_ragged_glu_calls_match_float64(call):
     check_ragged_glu(np.random.default_rng(call.pop("seed")), **call)
+
+
+@given(ragged_fp8_calls())
+@examples(60)
+def test_random_ragged_fp8_calls_match_float64(call):
+    check_ragged_fp8(np.random.default_rng(call.pop("seed")), **call)
 
 
 @given(ragged_grad_calls())
