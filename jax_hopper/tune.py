@@ -36,14 +36,22 @@ from jax_hopper import _ffi, timing, tune_grouped
 from jax_hopper.gemm import tuned
 from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
-from jax_hopper.gemm.fp8 import hopper_fp8_matmul
+from jax_hopper.gemm.fp8 import hopper_fp8_gemm_p, hopper_fp8_matmul
 from jax_hopper.gemm.glu import hopper_glu
 from jax_hopper.gemm.heuristics import SWAP_MAX_M, grouped_heuristic_config, heuristic_config
+from jax_hopper.gemm.primitive import hopper_gemm_p
+from jax_hopper.gemm.ragged_contract import hopper_ragged_contract_p
+from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_p
+from jax_hopper.gemm.ragged_fp8_contract import hopper_ragged_fp8_contract_p
+from jax_hopper.gemm.ragged_primitive import hopper_ragged_p
 from jax_hopper.kernels import catalog
 
 
 # The fp8 families and the scaling of their hopper_fp8_matmul calls.
 FP8_SCALING = {"fp8": "tensor", "fp8_block": "block"}
+# The primitives whose equations are GEMM problems (_problem_of).
+_GEMM_PRIMITIVES = (hopper_gemm_p, hopper_fp8_gemm_p, hopper_ragged_p, hopper_ragged_fp8_p,
+                    hopper_ragged_contract_p, hopper_ragged_fp8_contract_p)
 # The families the command line tunes: the dense ones' calls (their swap-AB kernels are
 # candidates of matmul and fp8) and every grouped one.
 _CLI_FAMILIES = ("matmul", "glu", *FP8_SCALING, *catalog.GROUPED_FAMILIES,
@@ -247,16 +255,12 @@ def _problem_of(eqn) -> Problem | None:
     """The Problem of a GEMM primitive's equation (None for any other), from the operands it
     binds: dense (batch, M, K) / (batch, N, K) or MN-major; grouped lhs (1, M, K) against G
     weights; contractions (G, P, Q) over M rows."""
-    from jax_hopper.gemm.fp8 import hopper_fp8_gemm_p  # noqa: PLC0415
-    from jax_hopper.gemm.primitive import hopper_gemm_p  # noqa: PLC0415
-    from jax_hopper.gemm.ragged_contract import hopper_ragged_contract_p  # noqa: PLC0415
-    from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_p  # noqa: PLC0415
-    from jax_hopper.gemm.ragged_fp8_contract import hopper_ragged_fp8_contract_p  # noqa: PLC0415
-    from jax_hopper.gemm.ragged_primitive import hopper_ragged_p  # noqa: PLC0415
     prim, prm = eqn.primitive, eqn.params
-    a, b = (v.aval for v in eqn.invars[:2]) if len(eqn.invars) > 1 else (None, None)
+    if prim not in _GEMM_PRIMITIVES:
+        return None
+    a, b = (v.aval for v in eqn.invars[:2])
     out = eqn.outvars[0].aval
-    b_dtype = None if b is None or b.dtype == a.dtype else b.dtype.name
+    b_dtype = None if b.dtype == a.dtype else b.dtype.name
     if prim is hopper_fp8_gemm_p:  # a (B, M, K), b (B, N, K): both K-major
         family = {scaling: family for family, scaling in FP8_SCALING.items()}[prm["scaling"]]
         return Problem(family, a.dtype.name, False, False, *out.shape, a.shape[2], b_dtype)
@@ -274,10 +278,8 @@ def _problem_of(eqn) -> Problem | None:
                        a.shape[1], n, a.shape[2], b_dtype)
     if prim is hopper_ragged_contract_p:  # x (1, M, P), y (1, M, Q): out (G, P, Q)
         return Problem("grouped_contraction", a.dtype.name, True, True, *out.shape, a.shape[1])
-    if prim is hopper_ragged_fp8_contract_p:  # x^T (1, P, M), y^T (1, Q, M)
-        return Problem(prm["family"], a.dtype.name, False, False, *out.shape, a.shape[2],
-                       b_dtype)
-    return None
+    # hopper_ragged_fp8_contract_p: x^T (1, P, M), y^T (1, Q, M)
+    return Problem(prm["family"], a.dtype.name, False, False, *out.shape, a.shape[2], b_dtype)
 
 
 def main(argv=None) -> int:
