@@ -64,17 +64,19 @@ def calls_for(est_call_s: float, out_bytes: int, target_s: float = 0.03, lo: int
     return max(2, min(calls, int(max_out_bytes // out_bytes)))
 
 
-def call_plan(m: int, n: int, k: int, calls: int = 0,
-              min_set_bytes: float = 200e6, set_bytes: float | None = None) -> tuple[int, int]:
+def call_plan(m: int, n: int, k: int, calls: int = 0, min_set_bytes: float = 200e6,
+              set_bytes: float | None = None, out_bytes: float | None = None) -> tuple[int, int]:
     """(calls per timed run, rotating input sets) for a bf16 (m, k) @ (k, n) product, or one
-    whose operands take `set_bytes` (a grouped product's: a weight per group).
+    whose operands take `set_bytes` (a grouped product's: a weight per group) and whose output
+    takes `out_bytes` (a grouped contraction's: (G, P, Q), G times the (P, Q) product's).
 
     The calls fill ~30 ms at a guessed H100 rate (700 TFLOP/s, 2.5 TB/s); on a CPU (smoke runs)
     3 are enough. `calls` overrides the count. Sets beyond the calls would never be read.
     """
     set_bytes = set_bytes or (m * k + k * n) * 2
-    est_s = max(2 * m * n * k / 700e12, (set_bytes + 2 * m * n) / 2.5e12)
-    n_calls = calls or (calls_for(est_s, out_bytes=2 * m * n)
+    out_bytes = out_bytes or 2 * m * n
+    est_s = max(2 * m * n * k / 700e12, (set_bytes + out_bytes) / 2.5e12)
+    n_calls = calls or (calls_for(est_s, out_bytes=out_bytes)
                         if jax.default_backend() == "gpu" else 3)
     return n_calls, min(n_calls, n_sets_for(set_bytes, min_set_bytes))
 

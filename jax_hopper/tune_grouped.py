@@ -72,7 +72,9 @@ def operands(p, key):
     b_dtype = p.b_dtype or p.dtype
     set_bytes = (np.prod(a_shape) * jnp.dtype(p.dtype).itemsize
                  + np.prod(b_shape) * jnp.dtype(b_dtype).itemsize)
-    n_calls, n_sets = timing.call_plan(p.m, p.n, p.k, set_bytes=float(set_bytes))
+    out = jax.eval_shape(call(p, None), *_abstract_operands(p))  # a contraction's: (G, P, Q)
+    n_calls, n_sets = timing.call_plan(p.m, p.n, p.k, set_bytes=float(set_bytes),
+                                       out_bytes=float(out.size * out.dtype.itemsize))
     sets = []
     for kk in jax.random.split(key, n_sets):
         ka, kb = jax.random.split(kk)
@@ -83,16 +85,20 @@ def operands(p, key):
     return timing.rotation(sets, n_calls)
 
 
-def kernel_problem(p):
-    """p as its kernel runs it, what its launch looks a config up for: K and N (contractions:
-    Q and M) padded where the call pads a pitch TMA cannot address. Traced, not run."""
-    from jax_hopper.tune import traced_problems  # noqa: PLC0415 (tune imports this module)
+def _abstract_operands(p) -> tuple:
+    """(a, b) as operands() makes them, shapes and dtypes only."""
     _, a_shape, b_shape = _shapes(p)
     a_scale, b_scale = _scales(p)
     a = (jax.ShapeDtypeStruct(a_shape, p.dtype), jax.ShapeDtypeStruct((p.batch,), jnp.int32),
          a_scale)
-    b = (jax.ShapeDtypeStruct(b_shape, p.b_dtype or p.dtype), b_scale)
-    (kernel,) = traced_problems(call(p, None), a, b)
+    return a, (jax.ShapeDtypeStruct(b_shape, p.b_dtype or p.dtype), b_scale)
+
+
+def kernel_problem(p):
+    """p as its kernel runs it, what its launch looks a config up for: K and N (contractions:
+    Q and M) padded where the call pads a pitch TMA cannot address. Traced, not run."""
+    from jax_hopper.tune import traced_problems  # noqa: PLC0415 (tune imports this module)
+    (kernel,) = traced_problems(call(p, None), *_abstract_operands(p))
     return kernel
 
 

@@ -60,6 +60,14 @@ def launched_configs():
         yield seen
 
 
+def use_tune_cache(monkeypatch, path) -> None:
+    """Points the tune cache (jax_hopper/gemm/tuned.py) at `path` for one test, and clears
+    JAX's caches: a GEMM traced by an earlier test keeps the config its trace chose (JAX reuses
+    the trace, on an H100 with jax 0.11), whatever this test's cache holds."""
+    monkeypatch.setenv("JAX_HOPPER_TUNE_CACHE", str(path))
+    jax.clear_caches()
+
+
 def to64(x):
     """float64 values of x (through float32, where x is no float64 array already)."""
     if isinstance(x, np.ndarray) and x.dtype == np.float64:

@@ -221,8 +221,15 @@ def test_empty_problems(rng, m, n, k, groups):
 def test_config_choice_follows_rows_per_group():
     decode = choose_grouped_config(256, 4096, 64)
     assert (decode.block_m, decode.schedule, decode.cluster_n) == (64, "pingpong", 2)
+    # Past GROUPED_SMALL_TILE_ROWS rows per group (32): the 128-row tile, where a group of a
+    # few rows more than 64 would take two 64-row tiles and read its weights twice.
+    assert choose_grouped_config(32 * 64, 4096, 64).block_m == 64
+    assert choose_grouped_config(32 * 64 + 64, 4096, 64).block_m == 128
     big = choose_grouped_config(16384, 14336, 8)
-    assert (big.block_m, big.block_n, big.schedule, big.cluster_n) == (128, 256, "cooperative", 2)
+    # 16-bit 128 x 256 tiles run without a cluster; the fp8 ones pair along N.
+    assert (big.block_m, big.block_n, big.schedule, big.cluster_n) == (128, 256, "cooperative", 1)
+    assert choose_grouped_config(16384, 14336, 8, "grouped_fp8").cluster_n == 2
+    assert choose_grouped_config(16384, 14336, 8, "grouped_fp8_block").cluster_n == 1
     narrow = choose_grouped_config(4096, 256, 4)
     assert narrow.cluster_n == 1  # one column tile: nothing to share A with
     # An odd count of column tiles pairs up only when there are many.

@@ -9,7 +9,7 @@ from unittest import mock
 import jax
 import jax.numpy as jnp
 import pytest
-from gemm_helpers import launched_configs
+from gemm_helpers import launched_configs, use_tune_cache
 
 import jax_hopper.tune as tune
 from jax_hopper import (GemmConfig, hopper_fp8_matmul, hopper_glu, hopper_matmul,
@@ -25,7 +25,7 @@ PINGPONG = next(t for t in catalog.TILE_SHAPES if t.schedule == "pingpong")
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     path = tmp_path / "sub" / "tune.json"
-    monkeypatch.setenv("JAX_HOPPER_TUNE_CACHE", str(path))
+    use_tune_cache(monkeypatch, path)
     return path
 
 
@@ -51,6 +51,22 @@ def test_a_cached_config_is_what_calls_without_one_use(cache):
     assert _config_of_the_call(a, b[:, :256]) == choose_config(256, 256, 128)
     explicit = GemmConfig(cluster_m=2)
     assert _config_of_the_call(a, b, config=explicit) == explicit
+
+
+def test_a_function_traced_before_tuning_uses_the_entry_stored_after(cache):
+    # The documented flow: problems_of traces the step, tune stores, the step is jitted. A jit
+    # traced before the store must not keep its heuristic config (store clears JAX's caches).
+    a, b = jnp.ones((256, 128), jnp.bfloat16), jnp.ones((128, 512), jnp.bfloat16)
+    step = jax.jit(lambda a, b: hopper_matmul(a, b) * 2)
+    with launched_configs() as seen:
+        step.lower(a, b)
+    assert {c for *_, c in seen} == {choose_config(256, 512, 128)}
+    assert tune.problems_of(step, a, b) == [PROBLEM]
+    tuned_config = GemmConfig.for_tile(PINGPONG, cluster_m=2)
+    tuned.store(tuned.gpu_key(), {PROBLEM.key: _entry(tuned_config)})
+    with launched_configs() as seen:
+        step.lower(a, b)
+    assert {c for *_, c in seen} == {tuned_config}
 
 
 def test_entries_of_another_gpu_are_not_used(cache):

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from gemm_helpers import launched_configs
+from gemm_helpers import launched_configs, use_tune_cache
 
 import jax_hopper.tune as tune
 from jax_hopper import (GemmConfig, fp8_ragged_dot, hopper_ragged_contract, hopper_ragged_dot,
@@ -23,7 +23,7 @@ SIZES = jnp.asarray([40, 0, 50], jnp.int32)  # 6 rows past every group
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     path = tmp_path / "tune.json"
-    monkeypatch.setenv("JAX_HOPPER_TUNE_CACHE", str(path))
+    use_tune_cache(monkeypatch, path)
     return path
 
 

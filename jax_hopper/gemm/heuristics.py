@@ -174,50 +174,65 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
                          pingpong=fam.pingpong_mid_m)
 
 
+# Rows per group at or under which the grouped families take their 64-row ping-pong tile.
+# Half the tile: routing spreads the group sizes (uniform routing over 64 groups: +-12% at 64
+# rows), and a group one row past a tile takes two, reading its weights twice.
+GROUPED_SMALL_TILE_ROWS = 32
+
+
+def _grouped_tile(fam, m: int, groups: int):
+    tiles = {(t.block_m, t.block_n, t.schedule): t for t in fam.tiles}
+    small = m <= GROUPED_SMALL_TILE_ROWS * groups
+    return tiles[64, 256, "pingpong"] if small else tiles[128, 256, "cooperative"]
+
+
 def choose_grouped_config(m: int, n: int, groups: int, family: str = "grouped") -> GemmConfig:
     """A compiled grouped tile for rows spread over `groups` (sizes unknown until run time: the
-    average decides): 64 x 256 ping-pong for 64 rows per group or fewer (decode: a 128-row tile
-    would be mostly another group's rows), else 128 x 256; in 2-CTA clusters along N (the two
-    CTAs share the M tile's A by multicast) where the column tiles pair up: an odd count of
-    them leaves one CTA per row of tiles on a tile past N, which costs more than the multicast
-    saves unless the tiles are many.
+    average decides): 64 x 256 ping-pong for GROUPED_SMALL_TILE_ROWS rows per group or fewer
+    (decode: a 128-row tile would be mostly another group's rows), else 128 x 256. Clusters: the
+    16-bit 128 x 256 tile runs without; the decode tile and the fp8 families pair CTAs along N
+    (sharing the M tile's A by multicast) where the column tiles pair up: an odd count of them
+    leaves one CTA per row of tiles on a tile past N, which costs more than the multicast saves
+    unless the tiles are many.
 
-    NOTES: H100, bf16, 2026-11-23 (benchmarks/results/grouped_h100_20261123_sweep.json),
-    uniform routing, TFLOP/s of tiles 128x256 / 128x128 ping-pong / 64x256 ping-pong, without
-    and with the cluster: Mixtral up (16384 rows, 8 experts) 541 / 442 / 382 and 616 / 481 /
-    401; DeepSeek up (32768, 32) 344 / 274 / 301 and 555 / 479 / 355; decode (1024 rows, 32
-    experts) 54 / 52 / 57 and 59 / 51 / 62. 128 x 128 ping-pong, twice the tiles of 128 x 256,
-    never won; it stays compiled for explicit configs.
-    2026-11-24 (grouped_h100_20261124_swap.json): 512 rows over 128 experts, 2048 -> 768 (3
-    column tiles): 64 x 256 without the cluster 76% of the floor, with it 71% (skewed routing
-    68 / 59%). The grouped GEMM computed swapped (the experts' weights as wgmma's M, each
-    group's tokens its N, as hopper_matmul's swap-AB kernels) was built and measured on the
-    decode cases, 4 shapes x 2 routings: 58-87% of the floor with 16- to 64-token tiles
-    against 85-97% for 64 x 256 ping-pong in clusters. At a few rows per expert the weights'
-    bytes are the cost and a 64-row MMA's idle rows hide under them (at 4 rows per group its
-    FLOPs take a fifth of the weights' read time), so the swapped family was not kept.
-    2-CTA clusters along M (the pair multicasting one group's weights, over a paired table),
-    128 x 256, against clusters along N (grouped_h100_20261124_cluster_m.json): Mixtral up
-    625 vs 635, DeepSeek up 603 vs 575, DeepSeek down 586 vs 589 TFLOP/s: no clear winner,
-    so N stays the default (at decode sizes pairing would double the tiles: one per group).
-    The grouped fp8 families (`family`) have the same two tiles with a 128-element k-block, and
-    take the same rule (not measured for fp8); the block-scaled one never clusters
-    (Family.multicast, as the dense block-scaled fp8)."""
+    NOTES: H100, bf16 (benchmarks/results/tune_h100_20261127_grouped_clusters.json: the tuner's
+    interleaved timings, uniform routing). The 128 x 256 tile without a cluster against 2-CTA
+    clusters along N, TFLOP/s, over 64 groups of 128 / 256 / 512 / 1024 rows: K x N 2880 x 5760 272
+    / 454 / 524 / 574 against 265 / 388 / 450 / 482; 4096 x 4096 282 / 457 / 570 / 580 against 281 /
+    398 / 510 / 526; 768 x 2048 and 2048 x 1536 within 4% either way (the pair won by 5% at 1024
+    rows x 1536 columns); 32 groups of 1024 rows, N 4096: K 2048 / 4096 / 7168 (DeepSeek up) 571 /
+    564 / 602 against 580 / 586 / 538; the gated unit: Mixtral (8 x 2048 rows) 662 against 655,
+    Qwen3-30B (128 x 256 rows, F 768) 448 against 403. Along M (the pair multicasting the weights)
+    was mostly between them. Until 2026-11-24 (grouped_h100_20261123_sweep.json,
+    grouped_h100_20261124_cluster_m.json) the pair along N won on Mixtral up and DeepSeek up, by 14%
+    and 43-61%; which kernel change since turned that round is not known (not profiled). fp8
+    (grouped_fp8, e4m3 x e4m3) still gains from the pair: Mixtral up 1242 against 1190, Qwen3 up 753
+    / 734, DeepSeek up 1149 / 1122, gpt-oss up (128 groups of 128 rows) 519 / 526. The 64-row tile:
+    at 64 rows per group (64 groups, 7168 -> 4096) 128 x 256 ran 176 against its 150 (a group past
+    64 rows takes two of its tiles), at 32 rows 91 against 91, at 4 rows 12 against 12; its cluster
+    along N was even there (91 / 90) and won 59 against 54 (1024 rows, 32 groups) on 2026-11-23. At
+    a few rows per group the weights' bytes are the cost: a 128-row tile's idle rows, and the
+    swapped product (weights as wgmma's M; built and measured 2026-11-24, 58-87% of the floor
+    against 85-97%: not kept), gain nothing there. 128 x 128 ping-pong, twice the tiles of 128 x
+    256, won nowhere by more than 2%; it stays compiled for explicit configs and the tuner. The
+    block-scaled fp8 family never clusters (Family.multicast, as the dense block-scaled fp8)."""
     fam = catalog.FAMILIES[family]
-    tiles = {(t.block_m, t.block_n, t.schedule): t for t in fam.tiles}
-    tile = tiles[64, 256, "pingpong"] if m <= 64 * groups else tiles[128, 256, "cooperative"]
+    tile = _grouped_tile(fam, m, groups)
     column_tiles = -(-n // tile.block_n)
-    pairs = fam.multicast and column_tiles >= 2 and (column_tiles % 2 == 0 or column_tiles >= 8)
+    clustered = fam.multicast and (tile.block_m == 64 or family != "grouped")
+    pairs = clustered and column_tiles >= 2 and (column_tiles % 2 == 0 or column_tiles >= 8)
     return GemmConfig.for_tile(tile, stream_k=False, cluster_n=2 if pairs else 1)
 
 
 def choose_grouped_glu_config(m: int, f: int, groups: int) -> GemmConfig:
-    """choose_grouped_config's rule for the (M, 2F) gated product: 64 x 256 ping-pong for 64
-    rows per expert or fewer (decode), else 128 x 256; 2-CTA clusters along N wherever the
-    product has two column tiles."""
-    tiles = {(t.block_m, t.schedule): t for t in catalog.FAMILIES["grouped_glu"].tiles}
-    tile = tiles[64, "pingpong"] if m <= 64 * groups else tiles[128, "cooperative"]
-    return GemmConfig.for_tile(tile, stream_k=False, cluster_n=2 if 2 * f > tile.block_n else 1)
+    """choose_grouped_config's rule for the (M, 2F) gated product: 64 x 256 ping-pong for
+    GROUPED_SMALL_TILE_ROWS rows per expert or fewer (decode), in 2-CTA clusters along N where
+    the product has two column tiles; else 128 x 256 without a cluster (measured as
+    choose_grouped_config's NOTES say)."""
+    fam = catalog.FAMILIES["grouped_glu"]
+    tile = _grouped_tile(fam, m, groups)
+    pairs = tile.block_m == 64 and 2 * f > tile.block_n
+    return GemmConfig.for_tile(tile, stream_k=False, cluster_n=2 if pairs else 1)
 
 
 def choose_contraction_config(p: int, q: int, family: str = "grouped_contraction") -> GemmConfig:

@@ -188,7 +188,16 @@ def grouped_config(family: str, dtype: str, a_mn: bool, b_mn: bool, groups: int,
 
 def store(gpu: str, entries: dict, path: str | None = None) -> str:
     """Merges {problem key: entry} for `gpu` into the cache (replacing an unreadable one) and
-    writes it atomically; returns the path."""
+    writes it atomically; returns the path.
+
+    Then it clears JAX's trace and compile caches (jax.clear_caches): configs are chosen while
+    a call is traced, and JAX reuses a trace of the same function and shapes (a function jitted
+    before, or the layers of a call traced before: on jax 0.11 a GEMM traced by problems_of
+    was reused, heuristic config and all, by the next jit of it on an H100). Without the
+    clearing, tune(problems_of(step, ...)) followed by jax.jit(step) in one process would run
+    the heuristic's configs. A cache written by another process, or another cache named by
+    JAX_HOPPER_TUNE_CACHE mid-process, reaches GEMMs traced before only after
+    jax.clear_caches()."""
     path = path or cache_path()
     try:
         with open(path) as f:
@@ -205,6 +214,7 @@ def store(gpu: str, entries: dict, path: str | None = None) -> str:
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)
     os.replace(tmp, path)
+    jax.clear_caches()
     return path
 
 
