@@ -16,6 +16,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -117,10 +118,17 @@ def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2, pipeline: int =
     """time_chained for several variants at once: {name: (run, pairs)} -> {name: result}, where
     a result is time_chained's dict, or the exception that variant raised.
 
-    Every variant is compiled and warmed up first; then the timed runs go round robin, the
-    order rotated every round. A GPU's clock drifts with its temperature and power draw over
-    seconds, by several percent at full load: timed back to back, one variant would get the
-    cool GPU and the next the hot one. Interleaved, the drift falls on all of them alike.
+    Every variant is compiled and warmed up first; then the timed runs go in rounds, each
+    variant once a round, in a new random order every round (seeded: the same order for the
+    same variants). A GPU's clock drifts with its temperature and power draw over seconds, by
+    several percent at full load: timed back to back, one variant would get the cool GPU and
+    the next the hot one. Interleaved, the drift falls on all of them alike. Shuffled, no
+    variant always follows the same one: one timed after a low-power run (XLA's ragged_dot at
+    a few % of the peak) may start on boosted clocks. NOTES: with the order only rotated (each
+    variant always after the same one), bench_grouped's default ran 7-13% faster than the same
+    config under another name in the same run on three compute-bound MoE cases (H100,
+    2026-11-27, grouped_h100_20261127_cluster_recheck.json; the default followed XLA's
+    ragged_dot); whether the clocks did it is not measured yet.
     One timed sample is `pipeline` runs issued back to back, then waited for: the host enqueues
     a run's calls before the device finishes the previous run's, so the device time is what
     is measured wherever it exceeds the host's. NOTES: enqueueing a chained program took 17-27 us
@@ -140,9 +148,9 @@ def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2, pipeline: int =
         except Exception as e:  # noqa: BLE001 -- reported per variant by the caller
             results[name] = e
     names = [n for n, r in results.items() if not isinstance(r, Exception)]
-    for rep in range(reps):
-        shift = rep % len(names) if names else 0
-        for name in names[shift:] + names[:shift]:
+    order = np.random.default_rng(0)
+    for _ in range(reps):
+        for name in [names[i] for i in order.permutation(len(names))]:
             if isinstance(results[name], Exception):
                 continue
             run, pairs = runs[name]

@@ -178,7 +178,7 @@ def test_pass_fail_bookkeeping(tmp_path, monkeypatch):
     assert rc == 1
 
 
-def test_time_interleaved_rotates_order_and_reports_failures(sets):
+def test_time_interleaved_shuffles_order_and_reports_failures(sets):
     calls = []
 
     def tagged(name, fail_on=None):
@@ -193,15 +193,27 @@ def test_time_interleaved_rotates_order_and_reports_failures(sets):
 
     pairs = timing.rotation(sets, 3)
     runs = {"a": (tagged("a"), pairs), "b": (tagged("b"), pairs), "c": (tagged("c"), pairs)}
-    r = timing.time_interleaved(runs, reps=3, warmup=2, pipeline=1)
-    # Two warm-up runs each, then rounds a b c / b c a / c a b.
-    assert calls == ["a", "a", "b", "b", "c", "c"] + list("abc" "bca" "cab")
+    r = timing.time_interleaved(runs, reps=12, warmup=2, pipeline=1)
+    # Two warm-up runs each, then rounds of each variant once, in a new order each round.
+    assert calls[:6] == ["a", "a", "b", "b", "c", "c"]
+    timed = calls[6:]
+    rounds = [timed[i:i + 3] for i in range(0, len(timed), 3)]
+    assert len(rounds) == 12 and all(sorted(order) == list("abc") for order in rounds)
+    # No variant always follows the same one (a fixed predecessor biases it alike every round).
+    for name in "abc":
+        after = {timed[i - 1] for i in range(1, len(timed)) if timed[i] == name}
+        assert len(after - {name}) == 2, (name, after)
+    # Seeded: the same variants are timed in the same order.
+    calls.clear()
+    timing.time_interleaved(runs, reps=12, warmup=2, pipeline=1)
+    assert calls[6:] == timed
     calls.clear()
     timing.time_interleaved(runs, reps=2, warmup=1, pipeline=2)
     # A timed sample is `pipeline` runs back to back.
-    assert calls == ["a", "b", "c"] + list("aabbcc" "bbccaa")
+    timed = calls[3:]
+    assert calls[:3] == ["a", "b", "c"] and all(timed[i] == timed[i + 1] for i in range(0, 12, 2))
     for name in "abc":
-        assert len(r[name]["times_s"]) == 3 and r[name]["median_s"] > 0
+        assert len(r[name]["times_s"]) == 12 and r[name]["median_s"] > 0
         np.testing.assert_array_equal(np.asarray(r[name]["out"]), np.asarray(jnp.dot(*sets[0])))
 
     calls.clear()

@@ -164,6 +164,26 @@ def test_uniform_routing_splits_every_row():
     assert int(np.sum(sizes)) == 1000 and sizes.shape == (7,) and a.shape == (1000, 64)
 
 
+@pytest.mark.parametrize("problem,out_bytes", [
+    # A contraction's output is (G, P, Q): G times its (P, Q) product (the plan's count before,
+    # which ran the tuner out of memory on an H100 at 64 groups of 2048 x 1536).
+    (tune.Problem("grouped_contraction", "bfloat16", True, True, 5, 96, 80, 300), 5 * 96 * 80 * 2),
+    (tune.Problem("grouped", "bfloat16", False, True, 5, 300, 80, 64), 300 * 80 * 2),
+])
+def test_the_call_plan_counts_the_output_the_call_makes(problem, out_bytes, monkeypatch):
+    planned = []
+    real = tune.timing.call_plan
+
+    def spy(*args, **kwargs):
+        planned.append(kwargs["out_bytes"])
+        return real(*args, **kwargs)
+    monkeypatch.setattr(tune.timing, "call_plan", spy)
+    tune.tune_grouped.operands(problem, jax.random.key(0))
+    assert planned == [out_bytes]
+    # Every call's output is kept until a timed run ends: 8 GB of them at most.
+    assert tune.timing.calls_for(1e-6, out_bytes=403e6) * 403e6 <= 8e9
+
+
 def test_an_unaligned_problem_is_keyed_as_its_kernel_runs_it(cache):
     # K = 60 bf16 elements is not whole 16-byte rows: the call pads K to 64, and the tuner, the
     # launch and problems_of all key the problem with 64.
