@@ -195,8 +195,16 @@ def test_wrong_projection_fails_the_check(example, capsys):
 
 def test_median_seconds_interleaves_the_versions(example):
     calls = []
-    runs = {name: (lambda name=name: calls.append(name) or jnp.zeros(())) for name in "ab"}
-    medians = example.median_seconds(runs, reps=3, warmup=1, pipeline=2)
-    assert set(medians) == {"a", "b"} and all(t >= 0 for t in medians.values())
-    # A sample is `pipeline` calls back to back; the order rotates every round.
-    assert calls == ["a", "b"] + [v for v in "abbaab" for _ in range(2)]
+    runs = {name: (lambda name=name: calls.append(name) or jnp.zeros(())) for name in "abc"}
+    medians = example.median_seconds(runs, reps=8, warmup=1, pipeline=2)
+    assert set(medians) == set("abc") and all(t >= 0 for t in medians.values())
+    # A sample is `pipeline` calls back to back; each round times every version once, in a
+    # new order, so no version always runs right after the same one.
+    assert calls[:3] == list("abc")
+    samples = calls[3::2]
+    assert calls[3:] == [v for v in samples for _ in range(2)]
+    rounds = [samples[i:i + 3] for i in range(0, len(samples), 3)]
+    assert len(rounds) == 8 and all(sorted(r) == list("abc") for r in rounds)
+    for name in "abc":
+        after = {samples[i - 1] for i in range(1, len(samples)) if samples[i] == name}
+        assert len(after - {name}) == 2, (name, after)
