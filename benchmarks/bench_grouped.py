@@ -240,21 +240,29 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
     dense_sets = [(lhs, rhs[0]) for (lhs, _), rhs in sets]
     dy = jax.random.normal(jax.random.key(1), (m, n), jnp.float32)
     train_sets = [((lhs, s, dy), rhs) for (lhs, s), rhs in sets]
+    floor = floor_s(m, active, k, n)
+    # Calls per timed run: XLA's ragged_dot (2-10% of the peak) fills tens of ms with 5, and
+    # so does a training step (whose (G, K, N) gradients, kept until the run ends, bound the
+    # count). The forward kernels get enough to fill ~30 ms at their floor: with 5, a sample
+    # of a few ms is mostly clock transients and the host's.
     calls = 5
+    fwd_calls = (timing.calls_for(floor, out_bytes=2 * m * n)
+                 if jax.default_backend() == "gpu" else calls)
     runs = {
         "xla": (timing.chained(lambda a, r: jax.lax.ragged_dot(a[0], r, a[1])),
                 timing.rotation(sets, calls)),
         "hopper": (timing.chained(lambda a, r: jax_hopper.hopper_ragged_dot(a[0], r, a[1])),
-                   timing.rotation(sets, calls)),
+                   timing.rotation(sets, fwd_calls)),
         # The same FLOPs as one dense GEMM (M, K) @ (K, N): the practical compute limit.
-        "dense": (timing.chained(jax_hopper.hopper_matmul), timing.rotation(dense_sets, calls)),
+        "dense": (timing.chained(jax_hopper.hopper_matmul),
+                  timing.rotation(dense_sets, fwd_calls)),
     }
     for cname, cfg in (sweep_configs() if sweep else {}).items():
         runs[cname] = (timing.chained(functools.partial(
             lambda a, r, cfg: jax_hopper.hopper_ragged_dot(a[0], r, a[1], config=cfg), cfg=cfg)),
-            timing.rotation(sets, calls))
+            timing.rotation(sets, fwd_calls))
     pallas_runs, pallas_skip = pallas_variants() if pallas else ({}, None)
-    runs.update({pname: (timing.chained(f), timing.rotation(sets, calls))
+    runs.update({pname: (timing.chained(f), timing.rotation(sets, fwd_calls))
                  for pname, f in pallas_runs.items()})
     steps = {"xla_train": train_step(lambda x, w, s: jax.lax.ragged_dot(x, w, s)),
              "hopper_train": train_step(jax_hopper.ragged_dot)} if train else {}
@@ -285,10 +293,10 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
     fp8_floored.update(fp8_runs)
     if fp8:
         f8 = fp8_sets(sets, k)
-        runs.update({fname: (timing.chained(f), timing.rotation(f8, calls))
+        runs.update({fname: (timing.chained(f),
+                             timing.rotation(f8, calls if fname.startswith("xla") else fwd_calls))
                      for fname, f in fp8_runs.items()})
     results = timing.time_interleaved(runs, reps=reps)
-    floor = floor_s(m, active, k, n)
     row = dict(case=name, routing=routing, m=m, groups=groups, active_groups=active, k=k, n=n,
                sizes_max=int(sizes.max()), sizes_min=int(sizes.min()), floor_us=floor * 1e6)
     for impl, r in results.items():
