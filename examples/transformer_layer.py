@@ -45,10 +45,10 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import jax_hopper
 from jax_hopper import fp8_matmul, hopper_glu, hopper_matmul
+from jax_hopper.timing import shuffled_rounds
 
 F32 = jnp.float32
 E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2
@@ -272,20 +272,17 @@ def median_seconds(runs, reps, warmup=2, pipeline=3):
     the GPU's time is what counts (a step waited for alone adds the host's dispatch of its first
     kernels, and any stretch where the host enqueues slower than the GPU runs: 1.2-1.8 ms per
     step of this layer on the H100, 2026-11-25). The timed calls go in rounds, each version once
-    a round in a new (seeded) random order: a GPU's clock drifts with its temperature and power
-    draw by several percent over seconds, and timed one after the other, one version would get
-    the cool GPU and the other the hot one; shuffled, no version always runs right after the
-    same one (after a low-power one it may start on boosted clocks: jax_hopper.timing's
-    time_interleaved says more).
+    a round in a new order (jax_hopper.timing.shuffled_rounds): a GPU's clock drifts with its
+    temperature and power draw by several percent over seconds, and timed one after the other,
+    one version would get the cool GPU and the other the hot one; shuffled, no version always
+    runs right after the same one (after a low-power one it may start on boosted clocks).
     """
     for f in runs.values():
         for _ in range(warmup):
             jax.block_until_ready(f())
     times = {name: [] for name in runs}
-    names = list(runs)
-    order = np.random.default_rng(0)
-    for _ in range(reps):
-        for name in [names[i] for i in order.permutation(len(names))]:
+    for round_ in shuffled_rounds(list(runs), reps):
+        for name in round_:
             start = time.perf_counter()
             jax.block_until_ready([runs[name]() for _ in range(pipeline)])
             times[name].append((time.perf_counter() - start) / pipeline)

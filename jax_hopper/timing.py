@@ -114,13 +114,21 @@ def time_chained(run, pairs, reps: int = 7, warmup: int = 2) -> dict:
     return result
 
 
+def shuffled_rounds(names: list, reps: int):
+    """`reps` rounds of `names`, each name once a round, in a new random order every round
+    (seeded: the same rounds for the same names), so that no variant always runs right after
+    the same one (time_interleaved's NOTES)."""
+    order = np.random.default_rng(0)
+    for _ in range(reps):
+        yield [names[i] for i in order.permutation(len(names))]
+
+
 def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2, pipeline: int = 3) -> dict:
     """time_chained for several variants at once: {name: (run, pairs)} -> {name: result}, where
     a result is time_chained's dict, or the exception that variant raised.
 
-    Every variant is compiled and warmed up first; then the timed runs go in rounds, each
-    variant once a round, in a new random order every round (seeded: the same order for the
-    same variants). A GPU's clock drifts with its temperature and power draw over seconds, by
+    Every variant is compiled and warmed up first; then the timed runs go in shuffled_rounds.
+    A GPU's clock drifts with its temperature and power draw over seconds, by
     several percent at full load: timed back to back, one variant would get the cool GPU and
     the next the hot one. Interleaved, the drift falls on all of them alike. Shuffled, no
     variant always follows the same one: one timed after a low-power run (XLA's ragged_dot at
@@ -148,9 +156,8 @@ def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2, pipeline: int =
         except Exception as e:  # noqa: BLE001 -- reported per variant by the caller
             results[name] = e
     names = [n for n, r in results.items() if not isinstance(r, Exception)]
-    order = np.random.default_rng(0)
-    for _ in range(reps):
-        for name in [names[i] for i in order.permutation(len(names))]:
+    for round_ in shuffled_rounds(names, reps):
+        for name in round_:
             if isinstance(results[name], Exception):
                 continue
             run, pairs = runs[name]

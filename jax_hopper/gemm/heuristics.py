@@ -190,10 +190,11 @@ def choose_grouped_config(m: int, n: int, groups: int, family: str = "grouped") 
     """A compiled grouped tile for rows spread over `groups` (sizes unknown until run time: the
     average decides): 64 x 256 ping-pong for GROUPED_SMALL_TILE_ROWS rows per group or fewer
     (decode: a 128-row tile would be mostly another group's rows), else 128 x 256. Clusters: the
-    16-bit 128 x 256 tile runs without; the decode tile and the fp8 families pair CTAs along N
-    (sharing the M tile's A by multicast) where the column tiles pair up: an odd count of them
-    leaves one CTA per row of tiles on a tile past N, which costs more than the multicast saves
-    unless the tiles are many.
+    128 x 256 tile runs without them unless its family pairs_128_row_tiles (grouped_fp8); the
+    decode tile, and a pairing 128 x 256, run 2-CTA clusters along N (sharing the M tile's A by
+    multicast) where the column tiles pair up: an odd count of column tiles leaves one CTA per
+    row of tiles on a tile past N, which costs more than the multicast saves unless the tiles
+    are many.
 
     NOTES: H100, bf16 (benchmarks/results/tune_h100_20261127_grouped_clusters.json: the tuner's
     interleaved timings, uniform routing). The 128 x 256 tile without a cluster against 2-CTA
@@ -219,7 +220,7 @@ def choose_grouped_config(m: int, n: int, groups: int, family: str = "grouped") 
     fam = catalog.FAMILIES[family]
     tile = _grouped_tile(fam, m, groups)
     column_tiles = -(-n // tile.block_n)
-    clustered = fam.multicast and (tile.block_m == 64 or family != "grouped")
+    clustered = fam.multicast and (tile.block_m == 64 or fam.pairs_128_row_tiles)
     pairs = clustered and column_tiles >= 2 and (column_tiles % 2 == 0 or column_tiles >= 8)
     return GemmConfig.for_tile(tile, stream_k=False, cluster_n=2 if pairs else 1)
 
@@ -231,7 +232,7 @@ def choose_grouped_glu_config(m: int, f: int, groups: int) -> GemmConfig:
     choose_grouped_config's NOTES say)."""
     fam = catalog.FAMILIES["grouped_glu"]
     tile = _grouped_tile(fam, m, groups)
-    pairs = tile.block_m == 64 and 2 * f > tile.block_n
+    pairs = (tile.block_m == 64 or fam.pairs_128_row_tiles) and 2 * f > tile.block_n
     return GemmConfig.for_tile(tile, stream_k=False, cluster_n=2 if pairs else 1)
 
 

@@ -175,6 +175,10 @@ class Family:
     dtypes: tuple[tuple[str, str], ...] = tuple((d, d) for d in INPUT_DTYPES)
     # Whether the default config may use 2-CTA clusters (heuristics.choose_config's multicast)
     multicast: bool = True
+    # Grouped families: whether the default config pairs its 128-row tiles in 2-CTA clusters
+    # along N, as it does the 64-row decode tile (heuristics.choose_grouped_config's NOTES: it
+    # pays on fp8, not on 16-bit operands)
+    pairs_128_row_tiles: bool = False
     # Whether the default config takes ping-pong 128 x 128 for one partial wave of more than half
     # the SMs (heuristics.pingpong_mid_m; measured for bf16 matmul only)
     pingpong_mid_m: bool = False
@@ -266,7 +270,8 @@ FAMILIES = {
                           (TileShape(128, 256, 128, 4), TileShape(64, 256, 128, 4, "pingpong")),
                           ((False, False),), "_grouped_fp8", "the grouped fp8 GEMM",
                           scheduler="GroupedScheduler<{bm}, {bn}>",
-                          clusters=((1, 1), (1, 2), (2, 1)), dtypes=FP8_PAIRS),
+                          clusters=((1, 1), (1, 2), (2, 1)), dtypes=FP8_PAIRS,
+                          pairs_128_row_tiles=True),
     # hopper_ragged_fp8_dot with block scales (DeepSeek-V3's MoE recipe, DeepGEMM's grouped
     # "contiguous" layout): lhs (M, K) with one scale per row and 128-wide k-block, rhs
     # (G, N, K) with one per expert and 128 x 128 block (BlockScaling, the expert as the batch
