@@ -5,17 +5,21 @@
 
 Cases: every shape of bench_gemm.py (bf16 hopper_matmul, default config; or --shapes), every
 case of bench_epilogue.py (the fused call; or --epilogue-cases), the bench_grouped.py cases
-named by --grouped-cases (hopper_ragged_dot against jax.lax.ragged_dot, uniform routing), and the
-fp8 shapes named by --fp8-cases (hopper_fp8_matmul with --fp8-scaling's scales, default config,
-against bench_fp8.py's peer: XLA's fp8 dot per tensor, the dequantise-then-bf16 dot per block),
-and the quantizations named by --quantize-cases (RxC:MODE, a bench_quantize.py mode: quantize_fp8
-of a bf16 (R, C) array against the same in jnp; the rate is GB/s of bench_quantize's traffic,
-not TFLOP/s), and the vmapped products named by --vmap-cases (VxMxNxK: jax.vmap over V entries of
-(M, K) against one shared (K, N) weight, e.g. a decode step per sequence). Per case the three
-variants (xla, base, new) are timed interleaved
-(timing.time_interleaved), on rotating inputs larger than L2; each result is checked against an
-fp32-accumulated reference (a quantization: its dequantised copies against jnp's). The summary
-gives new/base per case, the geomean and the worst; the JSON (ab_<tag>.json) keeps every time.
+named by --grouped-cases (hopper_ragged_dot against jax.lax.ragged_dot, uniform routing), the
+same on e4m3 copies named by --grouped-fp8-cases (hopper_ragged_fp8_dot per tensor against
+jax.lax.ragged_dot on the same fp8 operands), the fp8 shapes named by --fp8-cases
+(hopper_fp8_matmul with --fp8-scaling's scales, default config, against bench_fp8.py's peer:
+XLA's fp8 dot per tensor, the dequantise-then-bf16 dot per block), the quantizations named by
+--quantize-cases (RxC:MODE, a bench_quantize.py mode: quantize_fp8 of a bf16 (R, C) array
+against the same in jnp; the rate is GB/s of bench_quantize's traffic, not TFLOP/s), and the
+vmapped products named by --vmap-cases (VxMxNxK: jax.vmap over V entries of (M, K) against one
+shared (K, N) weight, e.g. a decode step per sequence).
+Per case base and new are timed interleaved (timing.time_interleaved), then the peer (xla)
+alone: a peer between them would favour whichever runs right after it where the peer draws
+little power (XLA's ragged_dot; timing.time_interleaved's NOTES). Inputs rotate over sets
+larger than L2; each result is checked against an fp32-accumulated reference (a quantization:
+its dequantised copies against jnp's). The summary gives new/base per case, the geomean and the
+worst; the JSON (ab_<tag>.json) keeps every time.
 """
 
 from __future__ import annotations
@@ -76,6 +80,21 @@ def grouped_case(name: str, key):
                 "new": lambda a, r: jax_hopper.hopper_ragged_dot(a[0], r, a[1])}
     reference = lambda a, r: jax.lax.ragged_dot(a[0], r, a[1],  # noqa: E731
                                                 preferred_element_type=jnp.float32)
+    return (m, n, k), timing.rotation(sets, 5), variants, reference
+
+
+def grouped_fp8_case(name: str, key):
+    """grouped_case on e4m3 copies (bench_grouped.fp8_sets): hopper_ragged_fp8_dot per tensor
+    (one scale per expert), against lax.ragged_dot on the same fp8 operands."""
+    (m, n, k), pairs, _, _ = grouped_case(name, key)
+    sets = bench_grouped.fp8_sets([pairs[0], pairs[1]], k)
+    one = jnp.float32(1)
+    variants = {"xla": bench_grouped.fp8_variants()["xla_fp8"],
+                "base": lambda a, r: jax_hopper_base.hopper_ragged_fp8_dot(a[0], r[0], a[1], one,
+                                                                           r[2]),
+                "new": lambda a, r: jax_hopper.hopper_ragged_fp8_dot(a[0], r[0], a[1], one, r[2])}
+    reference = lambda a, r: (jax.lax.ragged_dot(  # noqa: E731
+        a[0], r[1], a[1], preferred_element_type=jnp.float32) * r[2][0])
     return (m, n, k), timing.rotation(sets, 5), variants, reference
 
 
@@ -143,6 +162,8 @@ def main():
                         choices=list(bench_epilogue.CASES))
     parser.add_argument("--grouped-cases", nargs="*", default=[],
                         choices=list(bench_grouped.CASES))
+    parser.add_argument("--grouped-fp8-cases", nargs="*", default=[],
+                        choices=list(bench_grouped.CASES))
     parser.add_argument("--fp8-cases", nargs="*", type=bench_gemm.parse_shape, default=[],
                         help="MxNxK of fp8 products (hopper_fp8_matmul)")
     parser.add_argument("--fp8-scaling", choices=("tensor", "block"), default="block")
@@ -163,6 +184,9 @@ def main():
         plans.append((name, shape, timing.rotation(sets, n_calls), variants, reference))
     for i, name in enumerate(args.grouped_cases):
         plans.append((f"grouped_{name}", *grouped_case(name, jax.random.fold_in(key, 1000 + i))))
+    for i, name in enumerate(args.grouped_fp8_cases):
+        plans.append((f"grouped_fp8_{name}",
+                      *grouped_fp8_case(name, jax.random.fold_in(key, 1000 + i))))
     for i, shape in enumerate(args.fp8_cases):
         plans.append((f"fp8_{args.fp8_scaling}_{bench_gemm.shape_name(shape)}",
                       *fp8_case(shape, args.fp8_scaling, jax.random.fold_in(key, 2000 + i))))
@@ -178,8 +202,9 @@ def main():
         check, moved = quant or (lambda out, ref: float(timing.rel_fro_error(out, ref)), None)
         unit, field = ("GB/s", "gbs") if moved else ("TFLOP/s", "tflops")
         ref = jax.jit(reference)(*pairs[-1])
-        timed = timing.time_interleaved({v: (timing.chained(f), pairs)
-                                         for v, f in variants.items()}, args.reps)
+        runs = {v: (timing.chained(f), pairs) for v, f in variants.items()}
+        timed = timing.time_interleaved({v: runs[v] for v in ("base", "new")}, args.reps)
+        timed.update(timing.time_interleaved({"xla": runs["xla"]}, args.reps))
         row = dict(case=name, shape=list(shape))
         for v, r in timed.items():
             if isinstance(r, Exception):

@@ -136,7 +136,11 @@ def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2, pipeline: int =
     variant always after the same one), bench_grouped's default ran 7-13% faster than the same
     config under another name in the same run on three compute-bound MoE cases (H100,
     2026-11-27, grouped_h100_20261127_cluster_recheck.json; the default followed XLA's
-    ragged_dot); whether the clocks did it is not measured yet.
+    ragged_dot). Confirmed with two names for one kernel (2026-11-27,
+    order_h100_20261127.json): in rounds "xla A B" A ran 1.13x / 1.12x B's speed
+    (DeepSeek up / Mixtral up), in "xla B A" 0.87x / 0.89x; shuffled, 1.04x / 0.93x (nine
+    rounds still leave that much). An A/B of two builds is fairest without the slow peer
+    between them (benchmarks/bench_ab.py times it apart).
     One timed sample is `pipeline` runs issued back to back, then waited for: the host enqueues
     a run's calls before the device finishes the previous run's, so the device time is what
     is measured wherever it exceeds the host's. NOTES: enqueueing a chained program took 17-27 us

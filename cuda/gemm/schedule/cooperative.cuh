@@ -4,8 +4,11 @@
 // accumulators per thread) this allows amortise that.
 // NOTES: a grouped tile that ends in warpgroup 0's rows leaves warpgroup 1 nothing to store.
 // Letting warpgroup 1 skip its wgmmas there (reading the tile's rows from the scheduler before
-// the mainloop, then only waiting for and releasing each stage) was measured slower: 0.90-0.95x
-// on the four compute-bound MoE cases (H100, 2026-11-24, ab_h100_20261124_grouped_idle.json).
+// the mainloop, then only waiting for and releasing each stage) gains nothing: 0.88-1.03x,
+// geomean 0.98, over nine bf16 MoE cases with the two builds timed apart from XLA (H100,
+// 2026-11-27, ab_h100_20261127_grouped_idle_wg.log). (The 0.90-0.95x of 2026-11-24 had the
+// base always right after XLA's ragged_dot.) Likely why, not profiled: the half tile still
+// loads whole 48 KB stages, and at twice the rate of a full tile that is more than L2 gives.
 #pragma once
 
 #include <cstdint>
