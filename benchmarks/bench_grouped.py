@@ -33,6 +33,9 @@ scale per expert) against jax.lax.ragged_dot on the same fp8 operands (rhs (G, K
 with bf16 out; and with block scales (per row and 128 of K, per expert's 128 x 128 block)
 against the operands dequantised to bf16 and lax.ragged_dot on them (the recipe written in
 JAX). Their floor is the fp8 one (1979 TFLOP/s, one byte per operand element).
+A timed sample is three runs back to back (timing.time_interleaved), except for the training
+steps and weight gradients: one run each (their gradients, and XLA's temporaries, would be
+held three times over; since 2026-11-27, when DeepSeek up's --train --fp8 ran out of memory).
 Writes grouped_<tag>.json.
 """
 
@@ -279,6 +282,7 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
     runs.update({wname: (timing.chained(f), timing.rotation(train_sets, calls))
                  for wname, f in wgrads.items()})
     fp8_floored = set()  # the runs whose floor is the fp8 one
+    fp8_wgrads = {}
     if train and fp8:
         f8_wgrad_sets = [((lhs.T.astype(jnp.float8_e4m3fn), s, dy.T.astype(jnp.float8_e5m2)), r)
                          for (lhs, s, dy), r in train_sets]
@@ -296,7 +300,11 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
         runs.update({fname: (timing.chained(f),
                              timing.rotation(f8, calls if fname.startswith("xla") else fwd_calls))
                      for fname, f in fp8_runs.items()})
-    results = timing.time_interleaved(runs, reps=reps)
+    # A training step or weight gradient per sample, not three back to back: each run of five
+    # already lasts tens of ms, and three in flight would hold their gigabytes of gradients
+    # (and XLA's temporaries, 30 GB a call at DeepSeek up) three times over.
+    single = set(steps) | set(wgrads) | set(fp8_wgrads)
+    results = timing.time_interleaved(runs, reps=reps, pipelines={r: 1 for r in single})
     row = dict(case=name, routing=routing, m=m, groups=groups, active_groups=active, k=k, n=n,
                sizes_max=int(sizes.max()), sizes_min=int(sizes.min()), floor_us=floor * 1e6)
     for impl, r in results.items():

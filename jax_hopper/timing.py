@@ -123,9 +123,11 @@ def shuffled_rounds(names: list, reps: int):
         yield [names[i] for i in order.permutation(len(names))]
 
 
-def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2, pipeline: int = 3) -> dict:
+def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2, pipeline: int = 3,
+                     pipelines: dict | None = None) -> dict:
     """time_chained for several variants at once: {name: (run, pairs)} -> {name: result}, where
-    a result is time_chained's dict, or the exception that variant raised.
+    a result is time_chained's dict, or the exception that variant raised (without its
+    traceback, whose frames would keep the failed run's device buffers alive).
 
     Every variant is compiled and warmed up first; then the timed runs go in shuffled_rounds.
     A GPU's clock drifts with its temperature and power draw over seconds, by
@@ -147,6 +149,10 @@ def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2, pipeline: int =
     per call on the H100 (2026-11-24, jnp.dot and hopper_matmul alike), more than a decode
     GEMM's 11-15 us on the device: one run waited for alone measured 28 us per call at
     1 x 4096 x 4096 where three back to back measured 19 (jnp.dot).
+    `pipelines` ({name: runs per sample}) overrides `pipeline` per variant: a run whose outputs
+    or temporaries take gigabytes (a training step at DeepSeek-V3's size: XLA's takes 30 GB of
+    temporaries per call) holds them `pipeline` times over while in flight, and a run that long
+    has no host time to hide.
     """
     results = {}
     for name, (run, pairs) in runs.items():
@@ -158,20 +164,21 @@ def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2, pipeline: int =
                 jax.block_until_ready(run(pairs))
             results[name] = dict(compile_s=compile_s, out=out, times_s=[])
         except Exception as e:  # noqa: BLE001 -- reported per variant by the caller
-            results[name] = e
+            results[name] = e.with_traceback(None)
     names = [n for n, r in results.items() if not isinstance(r, Exception)]
     for round_ in shuffled_rounds(names, reps):
         for name in round_:
             if isinstance(results[name], Exception):
                 continue
             run, pairs = runs[name]
+            depth = (pipelines or {}).get(name, pipeline)
             try:
                 t0 = time.perf_counter()
-                jax.block_until_ready([run(pairs) for _ in range(pipeline)])
+                jax.block_until_ready([run(pairs) for _ in range(depth)])
                 results[name]["times_s"].append((time.perf_counter() - t0) /
-                                                (pipeline * len(pairs)))
+                                                (depth * len(pairs)))
             except Exception as e:  # noqa: BLE001
-                results[name] = e
+                results[name] = e.with_traceback(None)
     for r in results.values():
         if not isinstance(r, Exception):
             r["median_s"] = statistics.median(r["times_s"])

@@ -220,7 +220,16 @@ def test_time_interleaved_shuffles_order_and_reports_failures(sets):
     runs["b"] = (tagged("b", fail_on=2), pairs)  # b's warm-up run (a's was call 1)
     r = timing.time_interleaved(runs, reps=2, warmup=1)
     assert isinstance(r["b"], RuntimeError) and "b broke" in str(r["b"])
+    # Kept without its traceback: its frames would keep the failed run's buffers alive.
+    assert r["b"].__traceback__ is None
     assert len(r["a"]["times_s"]) == len(r["c"]["times_s"]) == 2
+
+    # Per-variant depths: c's samples are single runs, the others' the default's pairs.
+    calls.clear()
+    runs["b"] = (tagged("b"), pairs)
+    timing.time_interleaved(runs, reps=3, warmup=1, pipeline=2, pipelines={"c": 1})
+    timed = calls[3:]
+    assert timed.count("a") == timed.count("b") == 6 and timed.count("c") == 3
 
 
 def test_sharding_bench_on_two_cpu_devices(tmp_path):
