@@ -11,8 +11,10 @@ of many small experts no issue lists (Qwen3-30B-A3B and gpt-oss-120b, up and dow
 "uniform" draws each row's expert uniformly, "skewed" from Dirichlet(0.3) expert weights (a few
 experts take most rows); the sizes are drawn once per case (seeded) and passed as a device
 array. TFLOP/s count useful work (2 M N K); the floor is max(FLOPs at 989 TFLOP/s, bytes of lhs,
-the weights of every expert that has rows and the output at 3.0 TB/s), H100 SXM. Each result is
-checked against XLA's (the tile table hopper builds before each launch is timed on the GPU by
+the weights of every expert that has rows and the output at 3.0 TB/s), H100 SXM. Every variant's
+output is checked against the float32 product of its operands (references(); relative
+Frobenius error, "err"; above ERR_LIMIT it is marked wrong and never the best Pallas config).
+The tile table hopper builds before each launch is timed with it (on the GPU by
 scripts/ncu_tile_table.py: a few us, below what a host clock resolves). --shape adds a case of
 your own. With --sweep, every compiled grouped tile in every cluster shape it runs (2-CTA along
 N or M) is timed too ("hopper" is the default config). With --pallas, Pallas Mosaic GPU's
@@ -75,6 +77,9 @@ CASES = {
     "gptoss_down": (16384, 128, 2880, 2880),
 }
 PEAK_FLOPS, HBM_BYTES_PER_S = 989e12, 3.0e12
+# The largest relative Frobenius error against the float32 product of a variant's operands
+# (bf16 outputs: ~2e-3); a variant above it is marked wrong and never the best Pallas config.
+ERR_LIMIT = 1e-2
 FP8_PEAK_FLOPS = 1979e12
 # Pallas ragged_dot configs (block_k 64): block_m, block_n, max_concurrent_steps, grid_block_n.
 PALLAS_CONFIGS = [(bm, bn, steps, gbn) for bm in (64, 128) for bn in (128, 192, 256)
@@ -181,6 +186,51 @@ def train_step(ragged):
     return step
 
 
+def references(sets, dense_sets, train_sets, f8, f8_wgrad_sets) -> dict:
+    """kind -> f() computing the float32 product that kind of variant is checked against, on
+    the operand set its last call reads (set 0): "fwd" (every bf16 ragged_dot: XLA's, ours,
+    the sweep's, Pallas's), "dense", "train" (d lhs and d rhs; the weight gradients are
+    checked against its d rhs), "fp8" and "fp8_block" (the products of the fp8 operands as
+    given, and dequantised by their block scales), "fp8_wgrad" (the contraction of the fp8
+    copies x^T and dy^T)."""
+    f32 = jnp.float32
+
+    def ragged32(x, w, sizes):
+        return jax.lax.ragged_dot(x.astype(f32), w.astype(f32), sizes,
+                                  preferred_element_type=f32)
+
+    def train():
+        (lhs, sizes, dy), rhs = train_sets[0]
+        return jax.grad(lambda x, w: jnp.sum(ragged32(x, w, sizes) * dy), (0, 1))(
+            lhs.astype(f32), rhs.astype(f32))
+
+    def fp8():
+        (lhs, sizes, _), (_, w, scales, _) = f8[0]
+        return ragged32(lhs, w, sizes) * scales[0]
+
+    def fp8_block():
+        (lhs, sizes, lhs_blocks), (w, _, _, w_blocks) = f8[0]
+        return ragged32(_dequantized(lhs, lhs_blocks, (1,), f32),
+                        jnp.swapaxes(_dequantized(w, w_blocks, (1, 2), f32), 1, 2), sizes)
+
+    def fp8_wgrad():
+        (xt, sizes, dyt), rhs = f8_wgrad_sets[0]
+        return jax.vjp(lambda w: ragged32(xt.T, w, sizes), rhs.astype(f32))[1](
+            dyt.T.astype(f32))[0]
+
+    return {"fwd": lambda: ragged32(sets[0][0][0], sets[0][1], sets[0][0][1]),
+            "dense": lambda: jnp.dot(*dense_sets[0], preferred_element_type=f32),
+            "train": jax.jit(train), "fp8": jax.jit(fp8), "fp8_block": jax.jit(fp8_block),
+            "fp8_wgrad": jax.jit(fp8_wgrad)}
+
+
+def rel_error(out, ref) -> float:
+    """timing.rel_fro_error, the largest over the arrays of a tuple."""
+    if isinstance(ref, tuple):
+        return max(rel_error(o, r) for o, r in zip(out, ref))
+    return float(timing.rel_fro_error(out, ref))
+
+
 def temp_bytes(f, a, rhs) -> int | None:
     """Bytes of temporaries XLA allocates for one call of f beyond its inputs and outputs."""
     try:
@@ -207,14 +257,14 @@ def fp8_sets(sets, k: int) -> list:
     return out
 
 
-def _dequantized(x8, scales, axes):
-    """x8 in bfloat16 times its block scales repeated over the blocks along `axes` (the
-    dequantise-then-bf16 recipe a JAX program writes for block scales)."""
+def _dequantized(x8, scales, axes, dtype=jnp.bfloat16):
+    """x8 times its block scales repeated over the blocks along `axes`, in `dtype` (bfloat16:
+    the dequantise-then-bf16 recipe a JAX program writes for block scales)."""
     s = scales
     for axis, extent in zip(axes, (x8.shape[a] for a in axes)):
         s = jnp.repeat(s, catalog.FP8_SCALE_BLOCK, axis=axis)[
             (slice(None),) * axis + (slice(0, extent),)]
-    return (x8.astype(jnp.float32) * s).astype(jnp.bfloat16)
+    return (x8.astype(jnp.float32) * s).astype(dtype)
 
 
 def fp8_variants() -> dict:
@@ -269,9 +319,10 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
                  for pname, f in pallas_runs.items()})
     steps = {"xla_train": train_step(lambda x, w, s: jax.lax.ragged_dot(x, w, s)),
              "hopper_train": train_step(jax_hopper.ragged_dot)} if train else {}
-    if train and fp8:  # the step with fp8_ragged_dot
-        steps.update({f"hopper_fp8_{recipe}_train": train_step(functools.partial(
-            jax_hopper.fp8_ragged_dot, recipe=recipe)) for recipe in ("tensor", "block")})
+    fp8_steps = {f"hopper_fp8_{recipe}_train": train_step(functools.partial(
+        jax_hopper.fp8_ragged_dot, recipe=recipe)) for recipe in ("tensor", "block")
+        } if train and fp8 else {}  # the step with fp8_ragged_dot
+    steps.update(fp8_steps)
     runs.update({tname: (timing.chained(f), timing.rotation(train_sets, calls))
                  for tname, f in steps.items()})
     # The weight gradient alone (one product of the forward's FLOPs and bytes).
@@ -282,7 +333,7 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
     runs.update({wname: (timing.chained(f), timing.rotation(train_sets, calls))
                  for wname, f in wgrads.items()})
     fp8_floored = set()  # the runs whose floor is the fp8 one
-    fp8_wgrads = {}
+    fp8_wgrads, f8_wgrad_sets, f8 = {}, None, None
     if train and fp8:
         f8_wgrad_sets = [((lhs.T.astype(jnp.float8_e4m3fn), s, dy.T.astype(jnp.float8_e5m2)), r)
                          for (lhs, s, dy), r in train_sets]
@@ -304,7 +355,32 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
     # already lasts tens of ms, and three in flight would hold their gigabytes of gradients
     # (and XLA's temporaries, 30 GB a call at DeepSeek up) three times over.
     single = set(steps) | set(wgrads) | set(fp8_wgrads)
-    results = timing.time_interleaved(runs, reps=reps, pipelines={r: 1 for r in single})
+    # Every variant's last output (set 0) against the float32 product of its kind, checked as
+    # it is warmed up; no output is kept (at DeepSeek's size the steps' gradients alone took
+    # ~10 GB, the 36 Pallas configs' outputs ~9 GB).
+    refs, computed = references(sets, dense_sets, train_sets, f8, f8_wgrad_sets), {}
+
+    def kind(impl):
+        if impl in steps or impl in wgrads:
+            return "train"
+        if impl in fp8_wgrads:
+            return "fp8_wgrad"
+        if impl in fp8_runs:
+            return "fp8_block" if impl.endswith("_block") else "fp8"
+        return "dense" if impl == "dense" else "fwd"
+
+    def check(impl, out):
+        k = kind(impl)
+        if k not in computed:
+            computed[k] = refs[k]()
+        if impl in steps:
+            return rel_error(out[1], computed[k])     # (loss, (d lhs, d rhs)): the gradients
+        if impl in wgrads:
+            return rel_error(out, computed[k][1])     # d rhs
+        return rel_error(out, computed[k])
+
+    results = timing.time_interleaved(runs, reps=reps, pipelines={r: 1 for r in single},
+                                      check=check)
     row = dict(case=name, routing=routing, m=m, groups=groups, active_groups=active, k=k, n=n,
                sizes_max=int(sizes.max()), sizes_min=int(sizes.min()), floor_us=floor * 1e6)
     for impl, r in results.items():
@@ -316,23 +392,16 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
         impl_floor = floor_s(m, active, k, n, fp8=True) if impl in fp8_floored else floor
         row[impl] = dict(us=r["median_s"] * 1e6,
                          tflops=work * timing.tflops(m, n, k, r["median_s"]),
-                         floor_pct=100 * work * impl_floor / r["median_s"])
+                         floor_pct=100 * work * impl_floor / r["median_s"], err=r["err"])
+        # fp8_ragged_dot's steps quantize their operands: their error is the recipe's.
+        if impl not in fp8_steps and not r["err"] <= ERR_LIMIT:
+            row[impl]["wrong"] = True
         if impl in steps:
             row[impl]["temp_bytes"] = temp_bytes(steps[impl], *train_sets[0])
     if pallas_skip:
         row["pallas_skipped"] = pallas_skip
-    pallas_ok = [name for name in pallas_runs if "us" in row[name]]
+    pallas_ok = [name for name in pallas_runs if "us" in row[name] and "wrong" not in row[name]]
     row["best_pallas"] = min(pallas_ok, key=lambda name: row[name]["us"]) if pallas_ok else None
-    if "us" in row["xla"] and "us" in row["hopper"]:
-        row["error_vs_xla"] = float(timing.rel_fro_error(results["hopper"]["out"],
-                                                         results["xla"]["out"]))
-    for ours, peer, key in (("hopper_fp8", "xla_fp8", "fp8_error_vs_xla"),
-                            ("hopper_fp8_block", "xla_fp8_block", "fp8_block_error_vs_xla")):
-        if "us" in row.get(peer, {}) and "us" in row.get(ours, {}):
-            row[key] = float(timing.rel_fro_error(results[ours]["out"], results[peer]["out"]))
-    if "us" in row.get("xla_wgrad", {}) and "us" in row.get("hopper_wgrad", {}):
-        row["wgrad_error_vs_xla"] = float(timing.rel_fro_error(
-            results["hopper_wgrad"]["out"], results["xla_wgrad"]["out"]))
     return row
 
 
@@ -357,7 +426,7 @@ def report(row: dict, sweep: bool) -> None:
     print(f"{name:16} {routing:8} {row['floor_us']:9.0f} {_tf(row, 'xla'):9.1f} "
           f"{_tf(row, best) if best else float('nan'):10.1f} {h['tflops']:11.1f} "
           f"{h['floor_pct']:7.1f}% {ratio:6.2f} {vs_pallas:8.2f} {vs_dense:8.2f} "
-          f"{row.get('error_vs_xla', float('nan')):8.1e}", flush=True)
+          f"{h['err']:8.1e}{' WRONG' if h.get('wrong') else ''}", flush=True)
     for cname in sweep_configs() if sweep else ():
         c = row[cname]
         print(f"{'':25} {cname:28} " + (f"{c['tflops']:7.1f} TF/s {c['floor_pct']:6.1f}%"
@@ -385,7 +454,7 @@ def report(row: dict, sweep: bool) -> None:
               + (f", hopper {hw['tflops']:.1f} TF/s ({hw['floor_pct']:.1f}% of floor)"
                  if "us" in hw else f", {hw['error'][:60]}")
               + (f" ({xw['us'] / hw['us']:.2f}x)" if "us" in xw and "us" in hw else "")
-              + f", error vs xla {row.get('wgrad_error_vs_xla', float('nan')):.1e}", flush=True)
+              + f", error {hw.get('err', float('nan')):.1e}", flush=True)
         fw = row.get("hopper_fp8_wgrad")
         if fw is not None:
             print(f"{'':25} fp8 weight grad: hopper " + (
@@ -405,7 +474,7 @@ def report(row: dict, sweep: bool) -> None:
               + (f" ({xf['us'] / hf['us']:.2f}x)" if "us" in xf and "us" in hf else "")
               + (f", {row['hopper']['us'] / hf['us']:.2f}x our bf16"
                  if "us" in hf and "us" in row["hopper"] else "")
-              + f", error vs xla {row.get('fp8_error_vs_xla', float('nan')):.1e}", flush=True)
+              + f", error {hf.get('err', float('nan')):.1e}", flush=True)
         hb, xb = row["hopper_fp8_block"], row["xla_fp8_block"]
         print(f"{'':25} fp8 block scales: hopper "
               + (f"{hb['tflops']:.1f} TF/s ({hb['floor_pct']:.1f}% of the fp8 floor)"
@@ -414,7 +483,7 @@ def report(row: dict, sweep: bool) -> None:
               + (f" ({xb['us'] / hb['us']:.2f}x)" if "us" in xb and "us" in hb else "")
               + (f", {hb['us'] / hf['us']:.2f}x our per-tensor time" if "us" in hb and "us" in hf
                  else "")
-              + f", error vs xla {row.get('fp8_block_error_vs_xla', float('nan')):.1e}",
+              + f", error {hb.get('err', float('nan')):.1e}",
               flush=True)
     if row.get("pallas_skipped"):
         print(f"{'':25} pallas skipped: {row['pallas_skipped']}")

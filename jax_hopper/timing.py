@@ -124,10 +124,13 @@ def shuffled_rounds(names: list, reps: int):
 
 
 def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2, pipeline: int = 3,
-                     pipelines: dict | None = None) -> dict:
+                     pipelines: dict | None = None, check=None) -> dict:
     """time_chained for several variants at once: {name: (run, pairs)} -> {name: result}, where
     a result is time_chained's dict, or the exception that variant raised (without its
-    traceback, whose frames would keep the failed run's device buffers alive).
+    traceback, whose frames would keep the failed run's device buffers alive). With `check`,
+    check(name, out) is called on each variant's last output right after its warm-up and kept
+    as the result's "err" instead of the output: a run of many variants with outputs of
+    gigabytes then holds none of them.
 
     Every variant is compiled and warmed up first; then the timed runs go in shuffled_rounds.
     A GPU's clock drifts with its temperature and power draw over seconds, by
@@ -162,7 +165,9 @@ def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2, pipeline: int =
             compile_s = time.perf_counter() - t0
             for _ in range(warmup - 1):
                 jax.block_until_ready(run(pairs))
-            results[name] = dict(compile_s=compile_s, out=out, times_s=[])
+            kept = dict(err=check(name, out)) if check else dict(out=out)
+            del out
+            results[name] = dict(compile_s=compile_s, times_s=[], **kept)
         except Exception as e:  # noqa: BLE001 -- reported per variant by the caller
             results[name] = e.with_traceback(None)
     names = [n for n, r in results.items() if not isinstance(r, Exception)]

@@ -268,13 +268,31 @@ def test_grouped_bench_on_cpu(tmp_path, monkeypatch):
                  "xla_fp8_block", "hopper_fp8_tensor_train", "hopper_fp8_block_train",
                  "hopper_fp8_wgrad"):
         assert row[impl]["us"] > 0, (impl, row[impl])
-    assert row["error_vs_xla"] < 1e-2 and row["wgrad_error_vs_xla"] < 1e-2
-    assert row["fp8_error_vs_xla"] < 1e-2 and row["fp8_block_error_vs_xla"] < 1e-2
+        # Every output checked against the float32 product of its operands; fp8_ragged_dot's
+        # steps quantize theirs, so only they may be off by more than bf16 rounding.
+        bound = 0.1 if impl.startswith("hopper_fp8_") and impl.endswith("_train") else 1e-2
+        assert row[impl]["err"] < bound and "wrong" not in row[impl], (impl, row[impl])
     assert "temp_bytes" in row["hopper_train"]
     if jax.default_backend() == "gpu":  # the suite on a GPU machine: Pallas runs there
         assert row["best_pallas"] is not None or row["pallas_skipped"]
     else:
         assert row["best_pallas"] is None and "GPU" in row["pallas_skipped"]
+
+
+def test_grouped_bench_never_picks_a_wrong_pallas_config(tmp_path, monkeypatch):
+    """A peer config whose output is wrong is marked so and not reported as the best, even
+    when it is the fastest (here: two stand-ins for Pallas configs, one scaling its output)."""
+    import bench_grouped  # noqa: PLC0415
+    monkeypatch.setattr(bench_grouped.timing, "require_kernels", lambda *mods: None)
+    monkeypatch.setattr(bench_grouped, "CASES", dict(bench_grouped.CASES))
+    right = lambda a, r: jax.lax.ragged_dot(a[0], r, a[1])  # noqa: E731
+    monkeypatch.setattr(bench_grouped, "pallas_variants", lambda: (
+        {"pallas_wrong": lambda a, r: 1.1 * right(a, r), "pallas_right": right}, None))
+    assert bench_grouped.main(["--shape", "200x4x64x48", "--routing", "uniform", "--reps", "1",
+                               "--pallas", "--out-dir", str(tmp_path), "--tag", "t"]) == 0
+    (row,) = json.loads((tmp_path / "grouped_t.json").read_text())["rows"]
+    assert row["pallas_wrong"]["wrong"] and row["pallas_wrong"]["err"] > 0.05
+    assert "wrong" not in row["pallas_right"] and row["best_pallas"] == "pallas_right"
 
 
 def test_grouped_memory_bench_on_cpu(tmp_path):
