@@ -231,6 +231,13 @@ def test_time_interleaved_shuffles_order_and_reports_failures(sets):
     timed = calls[3:]
     assert timed.count("a") == timed.count("b") == 6 and timed.count("c") == 3
 
+    # With a check, each variant's last output is checked once, after its warm-up, and not kept.
+    seen = []
+    r = timing.time_interleaved(runs, reps=2, warmup=1, pipeline=1,
+                                check=lambda name, out: seen.append(name) or float(out[0, 0]))
+    assert seen == ["a", "b", "c"]
+    assert all("out" not in r[n] and r[n]["err"] == float(jnp.dot(*sets[0])[0, 0]) for n in "abc")
+
 
 def test_sharding_bench_on_two_cpu_devices(tmp_path):
     """bench_sharding.py runs its four cases end to end (timings meaningless on a CPU) and
