@@ -186,23 +186,48 @@ def train_step(ragged):
     return step
 
 
+def contract_groups(x, y, sizes):
+    """(G, K, N) float32: x_g^T y_g for the consecutive row groups of x (M, K) and y (M, N),
+    one group at a time (lax.map over fixed-size row windows, masked to the group), so that no
+    temporary is larger than one group's window: XLA's own transpose of ragged_dot took 30 GB
+    of temporaries at DeepSeek up's size."""
+    window = max(1, int(np.max(np.asarray(sizes))))
+    return _contract_groups(x, y, jnp.asarray(sizes), window)
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _contract_groups(x, y, sizes, window):
+    f32, hi = jnp.float32, jax.lax.Precision.HIGHEST
+    sizes = jnp.maximum(sizes, 0)
+    offsets = jnp.cumsum(sizes) - sizes
+    xp = jnp.pad(x.astype(f32), ((0, window), (0, 0)))
+    yp = jnp.pad(y.astype(f32), ((0, window), (0, 0)))
+
+    def one(g):
+        keep = (jnp.arange(window) < sizes[g])[:, None]
+        xs = jax.lax.dynamic_slice_in_dim(xp, offsets[g], window) * keep
+        ys = jax.lax.dynamic_slice_in_dim(yp, offsets[g], window)
+        return jnp.dot(xs.T, ys, precision=hi)
+    return jax.lax.map(one, jnp.arange(sizes.shape[0]))
+
+
 def references(sets, dense_sets, train_sets, f8, f8_wgrad_sets) -> dict:
     """kind -> f() computing the float32 product that kind of variant is checked against, on
     the operand set its last call reads (set 0): "fwd" (every bf16 ragged_dot: XLA's, ours,
     the sweep's, Pallas's), "dense", "train" (d lhs and d rhs; the weight gradients are
     checked against its d rhs), "fp8" and "fp8_block" (the products of the fp8 operands as
     given, and dequantised by their block scales), "fp8_wgrad" (the contraction of the fp8
-    copies x^T and dy^T)."""
-    f32 = jnp.float32
+    copies x^T and dy^T). Products at full float32 precision (no TF32)."""
+    f32, hi = jnp.float32, jax.lax.Precision.HIGHEST
 
     def ragged32(x, w, sizes):
-        return jax.lax.ragged_dot(x.astype(f32), w.astype(f32), sizes,
+        return jax.lax.ragged_dot(x.astype(f32), w.astype(f32), sizes, precision=hi,
                                   preferred_element_type=f32)
 
     def train():
         (lhs, sizes, dy), rhs = train_sets[0]
-        return jax.grad(lambda x, w: jnp.sum(ragged32(x, w, sizes) * dy), (0, 1))(
-            lhs.astype(f32), rhs.astype(f32))
+        return (jax.jit(ragged32)(dy, jnp.swapaxes(rhs, 1, 2), sizes),
+                contract_groups(lhs, dy, sizes))
 
     def fp8():
         (lhs, sizes, _), (_, w, scales, _) = f8[0]
@@ -214,14 +239,13 @@ def references(sets, dense_sets, train_sets, f8, f8_wgrad_sets) -> dict:
                         jnp.swapaxes(_dequantized(w, w_blocks, (1, 2), f32), 1, 2), sizes)
 
     def fp8_wgrad():
-        (xt, sizes, dyt), rhs = f8_wgrad_sets[0]
-        return jax.vjp(lambda w: ragged32(xt.T, w, sizes), rhs.astype(f32))[1](
-            dyt.T.astype(f32))[0]
+        (xt, sizes, dyt), _ = f8_wgrad_sets[0]
+        return contract_groups(xt.T, dyt.T, sizes)
 
-    return {"fwd": lambda: ragged32(sets[0][0][0], sets[0][1], sets[0][0][1]),
-            "dense": lambda: jnp.dot(*dense_sets[0], preferred_element_type=f32),
-            "train": jax.jit(train), "fp8": jax.jit(fp8), "fp8_block": jax.jit(fp8_block),
-            "fp8_wgrad": jax.jit(fp8_wgrad)}
+    return {"fwd": lambda: jax.jit(ragged32)(sets[0][0][0], sets[0][1], sets[0][0][1]),
+            "dense": lambda: jnp.dot(*dense_sets[0], precision=hi, preferred_element_type=f32),
+            "train": train, "fp8": jax.jit(fp8), "fp8_block": jax.jit(fp8_block),
+            "fp8_wgrad": fp8_wgrad}
 
 
 def rel_error(out, ref) -> float:

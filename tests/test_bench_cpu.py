@@ -286,6 +286,21 @@ def test_grouped_bench_on_cpu(tmp_path, monkeypatch):
         assert row["best_pallas"] is None and "GPU" in row["pallas_skipped"]
 
 
+def test_contract_groups_matches_a_loop_over_groups():
+    """bench_grouped's weight-gradient reference: x_g^T y_g per group, an empty group zero, the
+    rows past every group ignored."""
+    import bench_grouped  # noqa: PLC0415
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((12, 5)), rng.standard_normal((12, 3))
+    sizes = np.array([3, 0, 5, 2], np.int32)
+    got = np.asarray(bench_grouped.contract_groups(jnp.asarray(x, jnp.float32),
+                                                   jnp.asarray(y, jnp.float32), sizes))
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    want = np.stack([x[a:b].T @ y[a:b] for a, b in zip(offsets[:-1], offsets[1:])])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert not got[1].any()
+
+
 def test_grouped_bench_never_picks_a_wrong_pallas_config(tmp_path, monkeypatch):
     """A peer config whose output is wrong is marked so and not reported as the best, even
     when it is the fastest (here: two stand-ins for Pallas configs, one scaling its output)."""
