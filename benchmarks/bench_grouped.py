@@ -186,28 +186,56 @@ def train_step(ragged):
     return step
 
 
+def _window(sizes) -> int:
+    """The row window of the per-group references: the largest group (at least 1 row)."""
+    return max(1, int(np.max(np.asarray(sizes))))
+
+
+def ragged_groups(x, w, sizes):
+    """(M, N) float32: rows of group g times w[g] (G, K, N), rows past every group zero, one
+    group at a time over fixed-size row windows masked to the group, so that no temporary is
+    larger than one group's window (XLA's ragged_dot pads; its transpose took 30 GB of
+    temporaries at DeepSeek up's size)."""
+    return _ragged_groups(x, w, jnp.asarray(sizes), _window(sizes))
+
+
 def contract_groups(x, y, sizes):
     """(G, K, N) float32: x_g^T y_g for the consecutive row groups of x (M, K) and y (M, N),
-    one group at a time (lax.map over fixed-size row windows, masked to the group), so that no
-    temporary is larger than one group's window: XLA's own transpose of ragged_dot took 30 GB
-    of temporaries at DeepSeek up's size."""
-    window = max(1, int(np.max(np.asarray(sizes))))
-    return _contract_groups(x, y, jnp.asarray(sizes), window)
+    group by group as ragged_groups."""
+    return _contract_groups(x, y, jnp.asarray(sizes), _window(sizes))
+
+
+def _group_windows(sizes, window, *arrays):
+    """Offsets of the groups, and each array as float32 padded with `window` zero rows."""
+    sizes = jnp.maximum(sizes, 0)
+    return (jnp.cumsum(sizes) - sizes, sizes,
+            [jnp.pad(a.astype(jnp.float32), ((0, window), (0, 0))) for a in arrays])
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _ragged_groups(x, w, sizes, window):
+    offsets, sizes, (xp,) = _group_windows(sizes, window, x)
+
+    def add_group(g, out):
+        keep = (jnp.arange(window) < sizes[g])[:, None]
+        xs = jax.lax.dynamic_slice_in_dim(xp, offsets[g], window) * keep
+        part = jnp.dot(xs, w[g].astype(jnp.float32), precision=jax.lax.Precision.HIGHEST)
+        rows = jax.lax.dynamic_slice_in_dim(out, offsets[g], window)
+        return jax.lax.dynamic_update_slice_in_dim(out, rows + part, offsets[g], 0)
+    out = jnp.zeros((xp.shape[0], w.shape[2]), jnp.float32)
+    out = jax.lax.fori_loop(0, sizes.shape[0], add_group, out)
+    return out[:x.shape[0]]
 
 
 @functools.partial(jax.jit, static_argnums=3)
 def _contract_groups(x, y, sizes, window):
-    f32, hi = jnp.float32, jax.lax.Precision.HIGHEST
-    sizes = jnp.maximum(sizes, 0)
-    offsets = jnp.cumsum(sizes) - sizes
-    xp = jnp.pad(x.astype(f32), ((0, window), (0, 0)))
-    yp = jnp.pad(y.astype(f32), ((0, window), (0, 0)))
+    offsets, sizes, (xp, yp) = _group_windows(sizes, window, x, y)
 
     def one(g):
         keep = (jnp.arange(window) < sizes[g])[:, None]
         xs = jax.lax.dynamic_slice_in_dim(xp, offsets[g], window) * keep
         ys = jax.lax.dynamic_slice_in_dim(yp, offsets[g], window)
-        return jnp.dot(xs.T, ys, precision=hi)
+        return jnp.dot(xs.T, ys, precision=jax.lax.Precision.HIGHEST)
     return jax.lax.map(one, jnp.arange(sizes.shape[0]))
 
 
@@ -217,35 +245,37 @@ def references(sets, dense_sets, train_sets, f8, f8_wgrad_sets) -> dict:
     the sweep's, Pallas's), "dense", "train" (d lhs and d rhs; the weight gradients are
     checked against its d rhs), "fp8" and "fp8_block" (the products of the fp8 operands as
     given, and dequantised by their block scales), "fp8_wgrad" (the contraction of the fp8
-    copies x^T and dy^T). Products at full float32 precision (no TF32)."""
-    f32, hi = jnp.float32, jax.lax.Precision.HIGHEST
+    copies x^T and dy^T). Every product group by group at full float32 precision (no TF32)."""
+    f32 = jnp.float32
 
-    def ragged32(x, w, sizes):
-        return jax.lax.ragged_dot(x.astype(f32), w.astype(f32), sizes, precision=hi,
-                                  preferred_element_type=f32)
+    def fwd():
+        (lhs, sizes), rhs = sets[0]
+        return ragged_groups(lhs, rhs, sizes)
 
     def train():
         (lhs, sizes, dy), rhs = train_sets[0]
-        return (jax.jit(ragged32)(dy, jnp.swapaxes(rhs, 1, 2), sizes),
+        return (ragged_groups(dy, jnp.swapaxes(rhs, 1, 2), sizes),
                 contract_groups(lhs, dy, sizes))
 
     def fp8():
         (lhs, sizes, _), (_, w, scales, _) = f8[0]
-        return ragged32(lhs, w, sizes) * scales[0]
+        return ragged_groups(lhs, w, sizes) * scales[0]
 
     def fp8_block():
         (lhs, sizes, lhs_blocks), (w, _, _, w_blocks) = f8[0]
-        return ragged32(_dequantized(lhs, lhs_blocks, (1,), f32),
-                        jnp.swapaxes(_dequantized(w, w_blocks, (1, 2), f32), 1, 2), sizes)
+        return ragged_groups(_dequantized(lhs, lhs_blocks, (1,), f32),
+                             jnp.swapaxes(_dequantized(w, w_blocks, (1, 2), f32), 1, 2), sizes)
 
     def fp8_wgrad():
         (xt, sizes, dyt), _ = f8_wgrad_sets[0]
         return contract_groups(xt.T, dyt.T, sizes)
 
-    return {"fwd": lambda: jax.jit(ragged32)(sets[0][0][0], sets[0][1], sets[0][0][1]),
-            "dense": lambda: jnp.dot(*dense_sets[0], precision=hi, preferred_element_type=f32),
-            "train": train, "fp8": jax.jit(fp8), "fp8_block": jax.jit(fp8_block),
-            "fp8_wgrad": fp8_wgrad}
+    def dense():
+        return jnp.dot(*dense_sets[0], precision=jax.lax.Precision.HIGHEST,
+                       preferred_element_type=f32)
+
+    return dict(fwd=fwd, dense=dense, train=train, fp8=fp8, fp8_block=fp8_block,
+                fp8_wgrad=fp8_wgrad)
 
 
 def rel_error(out, ref) -> float:

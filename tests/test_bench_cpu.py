@@ -286,17 +286,23 @@ def test_grouped_bench_on_cpu(tmp_path, monkeypatch):
         assert row["best_pallas"] is None and "GPU" in row["pallas_skipped"]
 
 
-def test_contract_groups_matches_a_loop_over_groups():
-    """bench_grouped's weight-gradient reference: x_g^T y_g per group, an empty group zero, the
-    rows past every group ignored."""
+def test_group_by_group_references_match_a_loop_over_groups():
+    """bench_grouped's references: rows of group g times w[g] (rows past every group zero), and
+    x_g^T y_g per group (an empty group's zero)."""
     import bench_grouped  # noqa: PLC0415
     rng = np.random.default_rng(0)
-    x, y = rng.standard_normal((12, 5)), rng.standard_normal((12, 3))
+    x, y, w = (rng.standard_normal(s) for s in ((12, 5), (12, 3), (4, 5, 3)))
     sizes = np.array([3, 0, 5, 2], np.int32)
-    got = np.asarray(bench_grouped.contract_groups(jnp.asarray(x, jnp.float32),
-                                                   jnp.asarray(y, jnp.float32), sizes))
     offsets = np.concatenate([[0], np.cumsum(sizes)])
-    want = np.stack([x[a:b].T @ y[a:b] for a, b in zip(offsets[:-1], offsets[1:])])
+    groups = list(zip(offsets[:-1], offsets[1:]))
+    f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
+    got = np.asarray(bench_grouped.ragged_groups(f32(x), f32(w), sizes))
+    want = np.zeros((12, 3))
+    for g, (a, b) in enumerate(groups):
+        want[a:b] = x[a:b] @ w[g]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    got = np.asarray(bench_grouped.contract_groups(f32(x), f32(y), sizes))
+    want = np.stack([x[a:b].T @ y[a:b] for a, b in groups])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert not got[1].any()
 
