@@ -425,14 +425,15 @@ def run_case(name: str, routing: str, reps: int, rng, sweep: bool, pallas: bool,
         return "dense" if impl == "dense" else "fwd"
 
     def check(impl, out):
-        k = kind(impl)
-        if k not in computed:
-            computed[k] = refs[k]()
+        ref_kind = kind(impl)
+        if ref_kind not in computed:
+            computed[ref_kind] = refs[ref_kind]()
+        ref = computed[ref_kind]
         if impl in steps:
-            return rel_error(out[1], computed[k])     # (loss, (d lhs, d rhs)): the gradients
+            return rel_error(out[1], ref)     # (loss, (d lhs, d rhs)): the gradients
         if impl in wgrads:
-            return rel_error(out, computed[k][1])     # d rhs
-        return rel_error(out, computed[k])
+            return rel_error(out, ref[1])     # d rhs
+        return rel_error(out, ref)
 
     results = timing.time_interleaved(runs, reps=reps, pipelines={r: 1 for r in single},
                                       check=check)
