@@ -16,9 +16,11 @@ backward GEMMs alike):
 
 Every candidate (each compiled tile of the family, each cluster shape, stream-K on and off
 where the schedule allows) and the heuristic's own choice are timed interleaved on random-normal
-inputs rotated past L2 (jax_hopper.timing); a candidate enters the cache only if it beats the
-heuristic by more than `min_gain` (2%: less is within the run-to-run noise of one shape). Calls without an explicit config then use the cached one for this GPU and problem
-(jax_hopper/gemm/tuned.py says where the cache lives and what it holds). Tuning needs the
+inputs rotated past L2 (jax_hopper.timing); a candidate enters the cache only if its result
+agrees with the heuristic config's (MAX_DISAGREEMENT) and it beats the heuristic by more than
+`min_gain` (2%: less is within the run-to-run noise of one shape). Calls without an explicit
+config then use the cached one for this GPU and problem (jax_hopper/gemm/tuned.py says where
+the cache lives and what it holds). Tuning needs the
 kernels (kernels_available()): on anything else it times XLA's reference and refuses.
 """
 
@@ -142,10 +144,16 @@ def _heuristic(p: Problem) -> GemmConfig:
                             num_sms=tuned.device_sms())
 
 
+# Two configs of one product differ only in the order of the fp32 sums and where the output is
+# rounded (~1e-3 relative for bf16 outputs); more means one of them computes something else.
+MAX_DISAGREEMENT = 1e-2
+
+
 def tune_problem(p: Problem, reps: int = 5, key=None) -> dict:
     """{label: median seconds} of every candidate and the heuristic's choice ("heuristic"), the
     fastest candidate other than the heuristic's config (best; None where none ran) and
-    {label: error} of the candidates that failed."""
+    {label: error} of the candidates that failed: raised, or returned a result further than
+    MAX_DISAGREEMENT from the heuristic config's."""
     grouped = tune_grouped.is_grouped(p.family)
     key = key if key is not None else jax.random.key(0)
     pairs = tune_grouped.operands(p, key) if grouped else _operands(p, key)
@@ -159,7 +167,23 @@ def tune_problem(p: Problem, reps: int = 5, key=None) -> dict:
     configs.update({f"c{i}": c for i, c in enumerate(candidates(p))
                     if tuned.config_fields(c) != same})
     runs = {label: (timing.chained(call(p, c)), pairs) for label, c in configs.items()}
-    timed = timing.time_interleaved(runs, reps)
+    reference = {}
+
+    def check(label, out):
+        # Each candidate's result against the heuristic config's (warmed up first: the runs
+        # keep their order), so that a config computing something else is never cached,
+        # however fast; without the heuristic's result nothing can be trusted.
+        if label == "heuristic":
+            reference["out"] = out
+            return 0.0
+        return float(timing.rel_fro_error(out, reference["out"])) if reference else float("nan")
+
+    timed = timing.time_interleaved(runs, reps, check=check)
+    for label, r in timed.items():
+        if not isinstance(r, Exception) and not r["err"] <= MAX_DISAGREEMENT:
+            timed[label] = ValueError(
+                f"its result differs from the heuristic config's by {r['err']:.2e} (relative "
+                f"Frobenius error; at most {MAX_DISAGREEMENT} is the same product)")
     times = {label: r["median_s"] for label, r in timed.items() if not isinstance(r, Exception)}
     failed = {label: r for label, r in timed.items() if isinstance(r, Exception)}
     best = min((label for label in times if label != "heuristic"), key=times.get, default=None)

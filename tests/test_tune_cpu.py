@@ -196,6 +196,26 @@ def test_the_tuner_times_every_candidate(cache):
         r["best"].validate("bfloat16", a_mn, False)
 
 
+def test_a_candidate_with_a_different_result_is_never_the_winner(cache):
+    """However fast, a config whose product differs from the heuristic config's is reported
+    failed and not chosen (here: the fastest candidate made to scale its result)."""
+    p = tune.Problem("matmul", "bfloat16", False, False, 1, 64, 128, 64)
+    first = tune.tune_problem(p, reps=1)
+    bad = first["best"]
+    real_call = tune._call
+
+    def call(problem, config):
+        f = real_call(problem, config)
+        return (lambda a, b: 1.1 * f(a, b)) if config == bad else f
+    with mock.patch.object(tune, "_call", call):
+        r = tune.tune_problem(p, reps=1)
+    label = next(label for label, e in r["failed"].items() if "differs" in str(e))
+    assert "by 1.0" in str(r["failed"][label]) and "e-01" in str(r["failed"][label])  # ~0.1
+    assert label not in r["times"]
+    assert r["best"] is not None and r["best"] != bad
+    assert len(r["times"]) == len(tune.candidates(p)) - 1
+
+
 @pytest.mark.skipif(bool(kernels_available()), reason="this machine has the kernels; the "
                     "refusal is for machines without them")
 def test_the_cli_refuses_without_the_kernels(cache, capsys):
