@@ -172,11 +172,13 @@ def tune_problem(p: Problem, reps: int = 5, key=None) -> dict:
     def check(label, out):
         # Each candidate's result against the heuristic config's (warmed up first: the runs
         # keep their order), so that a config computing something else is never cached,
-        # however fast; without the heuristic's result nothing can be trusted.
+        # however fast. Raised here, the error is the candidate's failure.
         if label == "heuristic":
             reference["out"] = out
             return 0.0
-        return float(timing.rel_fro_error(out, reference["out"])) if reference else float("nan")
+        if not reference:
+            raise RuntimeError("the heuristic config failed: no result to check this one by")
+        return float(timing.rel_fro_error(out, reference["out"]))
 
     timed = timing.time_interleaved(runs, reps, check=check)
     for label, r in timed.items():
