@@ -499,10 +499,12 @@ def report(row: dict, sweep: bool) -> None:
         for recipe in ("tensor", "block"):
             ft = row.get(f"hopper_fp8_{recipe}_train")
             if ft is not None:
+                ratios = [f"{peer['us'] / ft['us']:.2f}x {name}" for name, peer in
+                          (("our bf16 step", ht), ("xla", xt)) if "us" in peer]
                 print(f"{'':25} train step, fp8_ragged_dot {recipe}: "
-                      + (f"{ft['us'] / 1e3:.2f} ms ({ht['us'] / ft['us']:.2f}x our bf16 step, "
-                         f"{xt['us'] / ft['us']:.2f}x xla)" if "us" in ft and "us" in ht
-                         and "us" in xt else ft.get("error", "")[:60]), flush=True)
+                      + (f"{ft['us'] / 1e3:.2f} ms" + (f" ({', '.join(ratios)})" if ratios
+                                                       else "")
+                         if "us" in ft else ft["error"][:60]), flush=True)
     if "hopper_wgrad" in row:
         xw, hw = row["xla_wgrad"], row["hopper_wgrad"]
         print(f"{'':25} weight grad: xla " + (f"{xw['tflops']:.1f}" if "us" in xw

@@ -40,7 +40,7 @@ from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.fp8 import hopper_fp8_gemm_p, hopper_fp8_matmul
 from jax_hopper.gemm.glu import hopper_glu
-from jax_hopper.gemm.heuristics import SWAP_MAX_M, grouped_heuristic_config, heuristic_config
+from jax_hopper.gemm.heuristics import SWAP_MAX_M, grouped_heuristic_config
 from jax_hopper.gemm.primitive import hopper_gemm_p
 from jax_hopper.gemm.ragged_contract import hopper_ragged_contract_p
 from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_p
@@ -140,8 +140,8 @@ def _call(p: Problem, config: GemmConfig):
 def _heuristic(p: Problem) -> GemmConfig:
     if tune_grouped.is_grouped(p.family):
         return grouped_heuristic_config(p.family, p.batch, p.m, p.n, p.k)
-    return heuristic_config(p.family, p.a_mn, p.batch, p.m, p.n, p.k,
-                            num_sms=tuned.device_sms())
+    return tuned.heuristic_default(p.family, p.dtype, p.a_mn, p.b_mn, p.batch, p.m, p.n, p.k,
+                                   p.b_dtype)
 
 
 # Two configs of one product differ only in the order of the fp32 sums and where the output is

@@ -12,7 +12,7 @@ from gemm_helpers import REL_FROB_BOUND, random_operand, reference64, rel_frob
 from jax_hopper import GemmConfig, _ffi, hopper_matmul
 from jax_hopper.gemm import pitch
 from jax_hopper.kernels import catalog
-from jax_hopper.gemm.heuristics import choose_config, heuristic_config
+from jax_hopper.gemm.heuristics import SWAP_MAX_M, choose_config, heuristic_config
 
 CPU = jax.devices("cpu")[0]
 
@@ -123,6 +123,56 @@ def test_heuristic_pingpong_for_one_partial_wave(m, n, tiles128, pingpong):
     # The count is over the batch: two entries of 40 tiles are one wave of 80.
     if tiles128 == 80:
         assert choose_config(m, n // 2, 8192, batch=2, pingpong=True).schedule == "pingpong"
+
+
+def test_rows_off_l2_line_asks_whether_both_operands_rows_start_off_it():
+    """a (M, K) @ b (K, N): a's rows are K elements long, b's N; a transposed operand's rows
+    are its other dimension; a pitch the lowering pads is judged padded."""
+    off = pitch.rows_off_l2_line
+    assert off("bfloat16", False, True, 1000, 3000, 4104)       # 8208 and 6000 bytes
+    assert not off("bfloat16", False, True, 1000, 3072, 4104)   # b's 6144: 48 lines
+    assert not off("bfloat16", False, True, 1000, 3000, 4096)   # a's 8192
+    assert off("bfloat16", True, False, 1000, 3000, 4104)       # a (K, M), b (N, K)
+    assert not off("bfloat16", True, True, 1024, 3000, 4104)    # a (K, M): 2048 bytes
+    # 4090 bf16 elements are padded to 4096 (8192 bytes, whole lines); float32 b has 12000.
+    assert not off("bfloat16", False, True, 1000, 3000, 4090)
+    assert off("bfloat16", False, True, 1000, 3000, 4104, "float32")
+    assert not off("float8_e4m3fn", False, False, 1000, 3000, 4224)  # 33 lines each
+
+
+@pytest.mark.parametrize("m,n,k,off_line_rule", [
+    (2000, 3000, 4104, True), (1000, 5000, 4104, True), (640, 3000, 8200, True),
+    (4000, 3000, 2056, True), (256, 3000, 4104, False), (1024, 96, 4104, False)])
+def test_heuristic_off_line_rule(m, n, k, off_line_rule):
+    """With both operands' rows off the L2 line: 128 x 256 in 2-CTA clusters from 40% of a
+    wave of its tiles (matmul only); fewer tiles keep the other rules' choice, as do other
+    families."""
+    off, aligned = (choose_config(m, n, k, off_line=flag) for flag in (True, False))
+    if off_line_rule:
+        assert (off.block_m, off.block_n, off.cluster_m, off.schedule) == \
+            (128, 256, 2, "cooperative")
+    else:
+        assert off == aligned
+    glu = heuristic_config("glu", False, 1, m, n, k, off_line=True)
+    assert glu == heuristic_config("glu", False, 1, m, n, k)
+    matmul = heuristic_config("matmul", False, 1, m, n, k, off_line=True)
+    assert matmul == (off if m > SWAP_MAX_M else aligned)
+    off.validate("bfloat16", False, True)
+
+
+def test_default_config_judges_the_call_s_own_pitches(monkeypatch, tmp_path):
+    """hopper_matmul's default for a (M, K) @ b (K, N) is the off-line rule's exactly when
+    both stored row pitches are off the L2 line (nothing tuned: an empty cache path)."""
+    from jax_hopper.gemm import tuned
+    monkeypatch.setenv("JAX_HOPPER_TUNE_CACHE", str(tmp_path / "absent.json"))
+    off = tuned.default_config("matmul", "bfloat16", False, True, 1, 2000, 3000, 4104)
+    assert (off.block_n, off.cluster_m) == (256, 2)
+    assert off == choose_config(2000, 3000, 4104, off_line=True)
+    stored_k_major_b = tuned.default_config("matmul", "bfloat16", False, False, 1, 2000, 3072,
+                                            4104)   # b (N, K): its rows are 4104 long too
+    assert stored_k_major_b == choose_config(2000, 3072, 4104, off_line=True)
+    aligned_b = tuned.default_config("matmul", "bfloat16", False, True, 1, 2000, 3072, 4104)
+    assert aligned_b == choose_config(2000, 3072, 4104)
 
 
 # ---------------------------------------------------------------- bad input

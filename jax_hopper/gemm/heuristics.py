@@ -85,9 +85,46 @@ def pingpong_mid_m(m: int, n: int, batch: int, tiles: tuple[catalog.TileShape, .
     return pingpong if pingpong and low * num_sms < count <= high * num_sms else None
 
 
+# Rows off the L2 line: 128 x 256 from this fraction of a wave of its tiles (off_line_tile).
+OFF_LINE_MIN_WAVE = 0.4
+
+
+def off_line_tile(m: int, n: int, batch: int, tiles: tuple[catalog.TileShape, ...],
+                  num_sms: int) -> catalog.TileShape | None:
+    """The cooperative 128 x 256 tile of `tiles` for a product whose operands' rows both start
+    off the 128-byte L2 line (pitch.rows_off_l2_line), where its tiles fill at least
+    OFF_LINE_MIN_WAVE of the SMs; else None. choose_config runs it in 2-CTA clusters.
+
+    NOTES: there every 128-byte row of a TMA box spans two L2 lines. ncu at free clocks (H100,
+    2026-11-27, ncu_h100_20261127_pitch.txt): 1024 x 3072 x 4104 (a's rows 8208 bytes apart)
+    made 3.46M L2 read requests against 1.59M at K = 4096, 45.4 vs 37.6 us, tensor pipes 66%
+    vs 82% busy. The L2's requests, not the tensor cores, then set the pace, so the tile with
+    the fewest bytes loaded per FLOP wins (128 x 256 with b multicast to a 2-CTA pair:
+    1/256 + 1/256 per FLOP against 128 x 192's 1/192 + 1/256 and 128 x 128's 1/128 + 1/256)
+    and wave quantisation matters less than where the tensor cores set the pace. On 9 bf16
+    shapes with both operands' rows off the line (M = 640-3000,
+    gemm_h100_20261127_pitch_tiles.json) 128 x 256 in 2x1 clusters was within 2% of the best of 128 x 256 / 192 / 128 (2x1) on each, and
+    1.00-1.36x faster than the choice below (geomean 1.15x), which took 128 x 192 without
+    clusters between one and two waves (2000 x 3000 x 4104 148.9 vs 110.8 us) and 128 x 128
+    at 640 x 3000 x 8200 (120.0 vs 94.6); on 5 shapes chosen afterwards 1.01-1.27x (geomean
+    1.13x, gemm_h100_20261127_pitch_heldout.json). That lifts these shapes from 0.49-0.78x
+    XLA to 0.64-0.84x, no further: the doubled requests stay. With one operand's rows off it
+    is not the better choice: 1024 x 3000 x 4096 (b's) 54.4 against the choice below's 46.7
+    us, 1024 x 3072 x 4104 (a's) 54.1 against 51.9 (gemm_h100_20261127_pitch_clusters.json).
+    Below OFF_LINE_MIN_WAVE (the fewest measured: 60 tiles at 640 x 3000 x 8200) the split-K
+    rules decide, unmeasured there."""
+    wide = next((t for t in tiles if (t.block_m, t.block_n, t.schedule) ==
+                 (128, 256, "cooperative")), None)
+    if wide is None:
+        return None
+    count = math.ceil(m / wide.block_m) * math.ceil(n / wide.block_n) * batch
+    return wide if count >= OFF_LINE_MIN_WAVE * num_sms else None
+
+
 def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_NUM_SMS,
                   tiles: tuple[catalog.TileShape, ...] = catalog.TILE_SHAPES,
-                  multicast: bool = True, pingpong: bool = False) -> GemmConfig:
+                  multicast: bool = True, pingpong: bool = False,
+                  off_line: bool = False) -> GemmConfig:
     """The tile of `tiles` with the least wave_cost (the largest on a tie: 128x256 unless a
     narrower tile's extra parallelism outweighs its lower efficiency), split along K
     (stream_k) when there are fewer tiles than SMs only where split_k_pays.
@@ -112,16 +149,24 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
     clusters on 128 x 256 (H100, 2026-11-24, ab_h100_20261124_fp8block_order.json).
     pingpong=True (a family's Family.pingpong_mid_m) takes ping-pong 128 x 128 for a single
     partial wave of more than half, at most three quarters of the SMs (pingpong_mid_m).
+    off_line=True (both operands' rows off the L2 line, pitch.rows_off_l2_line, in a family with
+    Family.off_line_rule) takes 128 x 256 in 2-CTA clusters from OFF_LINE_MIN_WAVE of a wave
+    of its tiles (off_line_tile).
     """
     if pingpong and (tile := pingpong_mid_m(m, n, batch, tiles, num_sms)) is not None:
         return GemmConfig.for_tile(tile)
-    tiles = [t for t in tiles if (t.block_m, t.block_n, t.schedule) in TILE_EFFICIENCY]
-    tile = min(tiles, key=lambda t: (wave_cost(m, n, batch, t, num_sms), -t.block_n))
-    tiles_m = math.ceil(m / tile.block_m)
-    count = tiles_m * math.ceil(n / tile.block_n) * batch
-    long_k = math.ceil(k / tile.block_k) >= 64
-    cluster_m = 2 if multicast and tiles_m >= 2 and (
-        count >= 2 * num_sms or (count <= num_sms and long_k)) else 1
+    if off_line and (tile := off_line_tile(m, n, batch, tiles, num_sms)) is not None:
+        tiles_m = math.ceil(m / tile.block_m)
+        count = tiles_m * math.ceil(n / tile.block_n) * batch
+        cluster_m = 2 if multicast and tiles_m >= 2 else 1
+    else:
+        tiles = [t for t in tiles if (t.block_m, t.block_n, t.schedule) in TILE_EFFICIENCY]
+        tile = min(tiles, key=lambda t: (wave_cost(m, n, batch, t, num_sms), -t.block_n))
+        tiles_m = math.ceil(m / tile.block_m)
+        count = tiles_m * math.ceil(n / tile.block_n) * batch
+        long_k = math.ceil(k / tile.block_k) >= 64
+        cluster_m = 2 if multicast and tiles_m >= 2 and (
+            count >= 2 * num_sms or (count <= num_sms and long_k)) else 1
     stream_k = catalog.SCHEDULES[tile.schedule].stream_k and (
         count >= num_sms or split_k_pays(m, n, batch, tile.block_m, tile.block_n))
     return GemmConfig.for_tile(tile, cluster_m=cluster_m, cluster_n=1, raster="m",
@@ -162,16 +207,18 @@ def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...], n: int = 0,
 
 
 def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, k: int,
-                     num_sms: int = DEFAULT_NUM_SMS) -> GemmConfig:
+                     num_sms: int = DEFAULT_NUM_SMS, off_line: bool = False) -> GemmConfig:
     """The heuristic's config for a `family` call on a GPU of `num_sms` SMs: swap-AB where the
     family has it, a is stored (M, K) and m <= SWAP_MAX_M; otherwise choose_config over the
-    family's tiles."""
+    family's tiles. off_line: both operands' rows start off the L2 line (pitch.rows_off_l2_line),
+    which counts in families with Family.off_line_rule."""
     if family in catalog.SWAP_FAMILIES and not a_mn_major and m <= SWAP_MAX_M:
         return choose_swap_config(m, catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles,
                                   n, batch, num_sms)
     fam = catalog.FAMILIES[family]
     return choose_config(m, n, k, batch, num_sms, tiles=fam.tiles, multicast=fam.multicast,
-                         pingpong=fam.pingpong_mid_m)
+                         pingpong=fam.pingpong_mid_m,
+                         off_line=off_line and fam.off_line_rule)
 
 
 # Rows per group at or under which the grouped families take their 64-row ping-pong tile.

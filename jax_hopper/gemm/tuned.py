@@ -42,6 +42,7 @@ import jax
 
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.heuristics import grouped_heuristic_config, heuristic_config
+from jax_hopper.gemm.pitch import rows_off_l2_line
 from jax_hopper.kernels import catalog
 
 FORMAT = 1
@@ -171,7 +172,15 @@ def default_config(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, 
     tuned = lookup(family, dtype, a_mn, b_mn, batch, m, n, k, b_dtype)
     if tuned is not None:
         return tuned
-    return heuristic_config(family, a_mn, batch, m, n, k, num_sms=device_sms())
+    return heuristic_default(family, dtype, a_mn, b_mn, batch, m, n, k, b_dtype)
+
+
+def heuristic_default(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int,
+                      n: int, k: int, b_dtype: str | None = None) -> GemmConfig:
+    """The heuristic's config for a call that passes none, where nothing is tuned: for this
+    GPU's SM count and the operands' row pitches (pitch.rows_off_l2_line)."""
+    return heuristic_config(family, a_mn, batch, m, n, k, num_sms=device_sms(),
+                            off_line=rows_off_l2_line(dtype, a_mn, b_mn, m, n, k, b_dtype))
 
 
 def grouped_config(family: str, dtype: str, a_mn: bool, b_mn: bool, groups: int, m: int,

@@ -27,6 +27,9 @@ SMEM_RESERVED_BYTES = 1024
 SMEM_LIMIT_BYTES = SMEM_PER_SM_BYTES - SMEM_RESERVED_BYTES
 # TMA addresses a global array's rows only when they start a multiple of this many bytes apart.
 TMA_PITCH_BYTES = 16
+# An L2 cache line: a TMA box row of 128 bytes (the 128B swizzle's) whose array rows start off a
+# multiple of it spans two lines, two L2 requests instead of one (heuristics.off_line_tile).
+L2_LINE_BYTES = 128
 # H100 SXM and H200: the heuristic's SM count when no device is at hand (tracing on a CPU).
 DEFAULT_NUM_SMS = 132
 # The grouped GEMM's tile table: int32 fields per M tile (first row, rows, group) after one
@@ -182,6 +185,10 @@ class Family:
     # Whether the default config takes ping-pong 128 x 128 for one partial wave of more than half
     # the SMs (heuristics.pingpong_mid_m; measured for bf16 matmul only)
     pingpong_mid_m: bool = False
+    # Whether the default config takes 128 x 256 tiles in 2-CTA clusters where both operands'
+    # rows start off the 128-byte L2 line (heuristics.off_line_tile; measured for bf16 matmul
+    # only)
+    off_line_rule: bool = False
     # The shortest piece of a small-M split in k-blocks; None: kMinPieceBlocks
     # (cuda/gemm/scheduler/stream_k_plan.h)
     min_piece_blocks: int | None = None
@@ -220,7 +227,8 @@ FAMILIES = {
     # hopper_matmul: any operand majors, linear epilogue (alpha, bias, activation, residual).
     "matmul": Family("matmul", "kMatmul", _SS,
                      "TmaStoreEpilogue<{bn}, LinearOps>", TILE_SHAPES,
-                     OPERAND_MAJORS, "", "hopper_matmul", pingpong_mid_m=True),
+                     OPERAND_MAJORS, "", "hopper_matmul", pingpong_mid_m=True,
+                     off_line_rule=True),
     # hopper_matmul computed swapped, out^T = op(b)^T op(a)^T (GemmConfig.swap_ab): the kernel's
     # A is the weight b (its N as the tile's rows, either major) and its B the tokens a (M, K),
     # K-major (a 16- to 64-row box); the epilogue stores each strip transposed
