@@ -155,18 +155,14 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
     """
     if pingpong and (tile := pingpong_mid_m(m, n, batch, tiles, num_sms)) is not None:
         return GemmConfig.for_tile(tile)
-    if off_line and (tile := off_line_tile(m, n, batch, tiles, num_sms)) is not None:
-        tiles_m = math.ceil(m / tile.block_m)
-        count = tiles_m * math.ceil(n / tile.block_n) * batch
-        cluster_m = 2 if multicast and tiles_m >= 2 else 1
-    else:
-        tiles = [t for t in tiles if (t.block_m, t.block_n, t.schedule) in TILE_EFFICIENCY]
-        tile = min(tiles, key=lambda t: (wave_cost(m, n, batch, t, num_sms), -t.block_n))
-        tiles_m = math.ceil(m / tile.block_m)
-        count = tiles_m * math.ceil(n / tile.block_n) * batch
-        long_k = math.ceil(k / tile.block_k) >= 64
-        cluster_m = 2 if multicast and tiles_m >= 2 and (
-            count >= 2 * num_sms or (count <= num_sms and long_k)) else 1
+    wide = off_line_tile(m, n, batch, tiles, num_sms) if off_line else None
+    ranked = [t for t in tiles if (t.block_m, t.block_n, t.schedule) in TILE_EFFICIENCY]
+    tile = wide or min(ranked, key=lambda t: (wave_cost(m, n, batch, t, num_sms), -t.block_n))
+    tiles_m = math.ceil(m / tile.block_m)
+    count = tiles_m * math.ceil(n / tile.block_n) * batch
+    long_k = math.ceil(k / tile.block_k) >= 64
+    cluster_m = 2 if multicast and tiles_m >= 2 and (
+        wide is not None or count >= 2 * num_sms or (count <= num_sms and long_k)) else 1
     stream_k = catalog.SCHEDULES[tile.schedule].stream_k and (
         count >= num_sms or split_k_pays(m, n, batch, tile.block_m, tile.block_n))
     return GemmConfig.for_tile(tile, cluster_m=cluster_m, cluster_n=1, raster="m",
