@@ -12,7 +12,7 @@ from gemm_helpers import REL_FROB_BOUND, random_operand, reference64, rel_frob
 from jax_hopper import GemmConfig, _ffi, hopper_matmul
 from jax_hopper.gemm import pitch
 from jax_hopper.kernels import catalog
-from jax_hopper.gemm.heuristics import SWAP_MAX_M, choose_config, heuristic_config
+from jax_hopper.gemm.heuristics import SWAP_MAX_M, choose_config, heuristic_config, pair_along_m
 
 CPU = jax.devices("cpu")[0]
 
@@ -125,19 +125,22 @@ def test_heuristic_pingpong_for_one_partial_wave(m, n, tiles128, pingpong):
         assert choose_config(m, n // 2, 8192, batch=2, pingpong=True).schedule == "pingpong"
 
 
-def test_rows_off_l2_line_asks_whether_both_operands_rows_start_off_it():
+def test_rows_off_l2_line_asks_for_each_operand_whether_its_rows_start_off_it():
     """a (M, K) @ b (K, N): a's rows are K elements long, b's N; a transposed operand's rows
     are its other dimension; a pitch the lowering pads is judged padded."""
     off = pitch.rows_off_l2_line
-    assert off("bfloat16", False, True, 1000, 3000, 4104)       # 8208 and 6000 bytes
-    assert not off("bfloat16", False, True, 1000, 3072, 4104)   # b's 6144: 48 lines
-    assert not off("bfloat16", False, True, 1000, 3000, 4096)   # a's 8192
-    assert off("bfloat16", True, False, 1000, 3000, 4104)       # a (K, M), b (N, K)
-    assert not off("bfloat16", True, True, 1024, 3000, 4104)    # a (K, M): 2048 bytes
+    assert off("bfloat16", False, True, 1000, 3000, 4104) == (True, True)  # 8208, 6000 bytes
+    assert off("bfloat16", False, True, 1000, 3072, 4104) == (True, False)  # b's 6144: 48 lines
+    assert off("bfloat16", False, True, 1000, 3000, 4096) == (False, True)  # a's 8192
+    assert off("bfloat16", True, False, 1000, 3000, 4104) == (True, True)   # a (K, M), b (N, K)
+    assert off("bfloat16", True, True, 1024, 3000, 4104) == (False, True)   # a (K, M): 2048
     # 4090 bf16 elements are padded to 4096 (8192 bytes, whole lines); float32 b has 12000.
-    assert not off("bfloat16", False, True, 1000, 3000, 4090)
-    assert off("bfloat16", False, True, 1000, 3000, 4104, "float32")
-    assert not off("float8_e4m3fn", False, False, 1000, 3000, 4224)  # 33 lines each
+    assert off("bfloat16", False, True, 1000, 3072, 4090) == (False, False)
+    assert off("bfloat16", False, True, 1000, 3000, 4104, "float32") == (True, True)
+    assert off("float8_e4m3fn", False, False, 1000, 3000, 4224) == (False, False)  # 33 lines
+
+
+BOTH_OFF, A_OFF, B_OFF = (True, True), (True, False), (False, True)
 
 
 @pytest.mark.parametrize("m,n,k,off_line_rule", [
@@ -145,34 +148,67 @@ def test_rows_off_l2_line_asks_whether_both_operands_rows_start_off_it():
     (4000, 3000, 2056, True), (256, 3000, 4104, False), (1024, 96, 4104, False)])
 def test_heuristic_off_line_rule(m, n, k, off_line_rule):
     """With both operands' rows off the L2 line: 128 x 256 in 2-CTA clusters from 40% of a
-    wave of its tiles (matmul only); fewer tiles keep the other rules' choice, as do other
-    families."""
-    off, aligned = (choose_config(m, n, k, off_line=flag) for flag in (True, False))
+    wave of its tiles (matmul only); fewer tiles keep the other rules' tile, paired along M as
+    b's rows off the line ask (pair_along_m), as do other families."""
+    off, aligned = (choose_config(m, n, k, off_line=flag) for flag in (BOTH_OFF, (False,) * 2))
     if off_line_rule:
         assert (off.block_m, off.block_n, off.cluster_m, off.schedule) == \
             (128, 256, 2, "cooperative")
     else:
-        assert off == aligned
-    glu = heuristic_config("glu", False, 1, m, n, k, off_line=True)
+        assert off == choose_config(m, n, k, off_line=B_OFF)
+        assert (off.block_m, off.block_n) == (aligned.block_m, aligned.block_n)
+    glu = heuristic_config("glu", False, 1, m, n, k, off_line=BOTH_OFF)
     assert glu == heuristic_config("glu", False, 1, m, n, k)
-    matmul = heuristic_config("matmul", False, 1, m, n, k, off_line=True)
+    matmul = heuristic_config("matmul", False, 1, m, n, k, off_line=BOTH_OFF)
     assert matmul == (off if m > SWAP_MAX_M else aligned)
     off.validate("bfloat16", False, True)
 
 
+@pytest.mark.parametrize("tiles_m,count,long_k,off_line,paired", [
+    (1, 100, True, B_OFF, False),            # one M tile: nothing to pair
+    (12, 96, False, B_OFF, True),            # b's rows off the line: always paired
+    (7, 300, True, B_OFF, True),
+    (6, 120, True, A_OFF, False),            # a's alone off: never
+    (20, 300, True, A_OFF, False),
+    (6, 120, True, BOTH_OFF, True),          # both: b's rule
+    (8, 300, False, (False, False), True),   # two waves or more
+    (8, 200, True, (False, False), False),   # between one and two waves
+    (8, 120, True, (False, False), True),    # one wave over a long K, M tiles in pairs
+    (7, 112, True, (False, False), False),   # ... an odd count of them: the last pair half empty
+    (8, 120, False, (False, False), False),  # one wave over a short K
+])
+def test_pair_along_m(tiles_m, count, long_k, off_line, paired):
+    assert pair_along_m(tiles_m, count, long_k, 132, off_line) == paired
+
+
+def test_heuristic_pairs_along_m_by_the_operands_pitches():
+    """The rule at work on shapes measured (H100, 2026-11-27): b's rows off (N = 1000)
+    leave the ping-pong tile for a cooperative one in a pair; a's alone off (K = 10000) and an
+    odd count of M tiles in one wave stay unpaired."""
+    b_off = choose_config(1470, 1000, 11008, pingpong=True, off_line=B_OFF)
+    assert (b_off.schedule, b_off.cluster_m) == ("cooperative", 2)
+    assert choose_config(1470, 1000, 11008, pingpong=True).schedule == "pingpong"
+    assert choose_config(733, 2560, 10000, off_line=A_OFF).cluster_m == 1
+    assert choose_config(733, 2560, 10000).cluster_m == 2
+    odd = choose_config(840, 4096, 28672)
+    assert (odd.block_n, odd.cluster_m) == (256, 1)
+
+
 def test_default_config_judges_the_call_s_own_pitches(monkeypatch, tmp_path):
-    """hopper_matmul's default for a (M, K) @ b (K, N) is the off-line rule's exactly when
-    both stored row pitches are off the L2 line (nothing tuned: an empty cache path)."""
+    """hopper_matmul's default for a (M, K) @ b (K, N) weighs each stored row pitch against
+    the L2 line (nothing tuned: an empty cache path)."""
     from jax_hopper.gemm import tuned
     monkeypatch.setenv("JAX_HOPPER_TUNE_CACHE", str(tmp_path / "absent.json"))
     off = tuned.default_config("matmul", "bfloat16", False, True, 1, 2000, 3000, 4104)
     assert (off.block_n, off.cluster_m) == (256, 2)
-    assert off == choose_config(2000, 3000, 4104, off_line=True)
+    assert off == choose_config(2000, 3000, 4104, off_line=BOTH_OFF)
     stored_k_major_b = tuned.default_config("matmul", "bfloat16", False, False, 1, 2000, 3072,
                                             4104)   # b (N, K): its rows are 4104 long too
-    assert stored_k_major_b == choose_config(2000, 3072, 4104, off_line=True)
+    assert stored_k_major_b == choose_config(2000, 3072, 4104, off_line=BOTH_OFF)
     aligned_b = tuned.default_config("matmul", "bfloat16", False, True, 1, 2000, 3072, 4104)
-    assert aligned_b == choose_config(2000, 3072, 4104)
+    assert aligned_b == choose_config(2000, 3072, 4104, off_line=A_OFF)
+    assert tuned.default_config("matmul", "bfloat16", False, True, 1, 733, 2560,
+                                10000).cluster_m == 1
 
 
 # ---------------------------------------------------------------- bad input

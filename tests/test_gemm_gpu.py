@@ -1,6 +1,7 @@
 """hopper_matmul on an sm_90 GPU against float64 references."""
 
 import itertools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +10,7 @@ import pytest
 
 from gemm_helpers import (REL_FROB_BOUND, check_matmul as _check, matmul_operands as _operands,
                           random_operand, reference64, rel_frob, to64)
-from jax_hopper import GemmConfig, hopper_matmul
+from jax_hopper import GemmConfig, _ffi, hopper_matmul
 from jax_hopper.kernels import catalog
 
 pytestmark = pytest.mark.gpu
@@ -173,6 +174,9 @@ SMALL = dict(block_n=128, stages=6)
 ])
 def test_stream_k_split_tiles(rng, m, n, k, tile, cluster_m, batch):
     cfg = GemmConfig(**tile, cluster_m=cluster_m)
+    kernel = cfg.kernel("matmul", "bfloat16", False, True)
+    plan = cfg.plan(kernel, math.prod(batch), m, n, k, _ffi.resident_clusters(kernel, cluster_m))
+    assert plan["sk_clusters"] > 0, "this shape must split tiles"
     _check(rng, m, n, k, config=cfg, batch=batch)
     _check(rng, m, n, k, config=cfg, batch=batch, transpose_a=True, dtype="float16",
            out_dtype="float32")

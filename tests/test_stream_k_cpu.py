@@ -12,6 +12,7 @@ pytestmark = pytest.mark.extension  # the planner is C++, reached through the ex
 
 MAX_SPLIT = 4  # kMaxSplit in cuda/gemm/scheduler/stream_k_plan.h: a collecting piece adds at most this many others
 MIN_PIECE = 32  # kMinPieceBlocks: the shortest piece of a small-M split
+MIN_TAIL = 16  # kMinTailSplitBlocks: the shortest tile a split last wave cuts
 
 # (tiles, k_blocks, resident clusters, clusters with a workspace slot)
 CASES = [
@@ -25,8 +26,9 @@ CASES = [
     (96, 64, 132, 132),     # 64 x 12288 x 4096: more than half a wave (whole)
     (64, 64, 132, 100),     # fewer workspace slots than two pieces per tile need (whole)
     (144, 64, 132, 132),    # 12 tiles past a wave: each in 4 pieces
-    (133, 7, 132, 132),     # one tile past a wave, 7 k-blocks
-    (140, 3, 132, 132),     # 8 tiles past a wave, 3 k-blocks
+    (133, 7, 132, 132),     # one tile past a wave, 7 k-blocks (whole: too short to cut)
+    (140, 3, 132, 132),     # 8 tiles past a wave, 3 k-blocks (whole)
+    (140, 16, 132, 132),    # 8 tiles past a wave, 16 k-blocks (split)
     (162, 16, 66, 66),      # 30 tiles past two waves of 2-CTA clusters
     (132, 64, 132, 132),    # whole waves: nothing to split
     (140, 64, 132, 4),      # few workspace slots
@@ -95,24 +97,27 @@ def test_work_is_balanced(tiles, k_blocks, clusters, slots):
     assert max(work) <= whole_waves
     if plan["sk_clusters"]:
         # Splitting shortens the longest cluster's work to within a k-block of the mean over
-        # the clusters it involves.
+        # the clusters it involves; a split last wave cuts tiles of MIN_TAIL k-blocks or more.
+        assert tiles < clusters or k_blocks >= MIN_TAIL
         assert max(work) < whole_waves
         assert max(work) - min(work[:plan["sk_clusters"]]) <= 1
     else:
-        # Left whole where splitting measured no gain (a last wave more than 2/3 full) or
-        # cannot help (whole waves, one k-block, no more clusters with a workspace slot than
-        # tiles in the last wave; with no whole wave, no equal split into pieces long enough).
+        # Left whole where splitting measured no gain (a last wave more than 2/3 full, tiles
+        # shorter than MIN_TAIL) or cannot help (whole waves, no more clusters with a workspace
+        # slot than tiles in the last wave; with no whole wave, no equal split into pieces long
+        # enough).
         rest = tiles % clusters
         if tiles < clusters:
             assert _small_m_pieces(tiles, k_blocks, clusters, slots) == 1
         else:
-            assert (rest == 0 or 3 * rest > 2 * clusters or k_blocks == 1
+            assert (rest == 0 or 3 * rest > 2 * clusters or k_blocks < MIN_TAIL
                     or min(slots, clusters) <= rest)
 
 
 @pytest.mark.parametrize("tiles,k_blocks,clusters,slots,split", [
     (1024, 128, 66, 66, True), (144, 64, 132, 132, True), (264, 64, 132, 132, False),
-    (512, 64, 66, 66, False), (64, 64, 132, 132, True), (96, 64, 132, 132, False)])
+    (512, 64, 66, 66, False), (64, 64, 132, 132, True), (96, 64, 132, 132, False),
+    (215, 12, 132, 132, False), (140, 15, 132, 132, False), (140, 16, 132, 132, True)])
 def test_which_problems_split(tiles, k_blocks, clusters, slots, split):
     plan = _plan(tiles, k_blocks, clusters, slots)
     assert (plan["sk_clusters"] > 0) == split

@@ -103,7 +103,8 @@ def off_line_tile(m: int, n: int, batch: int, tiles: tuple[catalog.TileShape, ..
     1/256 + 1/256 per FLOP against 128 x 192's 1/192 + 1/256 and 128 x 128's 1/128 + 1/256)
     and wave quantisation matters less than where the tensor cores set the pace. On 9 bf16
     shapes with both operands' rows off the line (M = 640-3000,
-    gemm_h100_20261127_pitch_tiles.json) 128 x 256 in 2x1 clusters was within 2% of the best of 128 x 256 / 192 / 128 (2x1) on each, and
+    gemm_h100_20261127_pitch_tiles.json) 128 x 256 in 2x1 clusters was within 2% of the best
+    of 128 x 256 / 192 / 128 (2x1) on each, and
     1.00-1.36x faster than the choice below (geomean 1.15x), which took 128 x 192 without
     clusters between one and two waves (2000 x 3000 x 4104 148.9 vs 110.8 us) and 128 x 128
     at 640 x 3000 x 8200 (120.0 vs 94.6); on 5 shapes chosen afterwards 1.01-1.27x (geomean
@@ -121,10 +122,38 @@ def off_line_tile(m: int, n: int, batch: int, tiles: tuple[catalog.TileShape, ..
     return wide if count >= OFF_LINE_MIN_WAVE * num_sms else None
 
 
+def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
+                 off_line: tuple[bool, bool] = (False, False)) -> bool:
+    """Whether a product of `count` tiles, `tiles_m` of them along M, runs in 2-CTA clusters
+    along M (b multicast to the pair). It needs two M tiles; then: where b's rows start off
+    the L2 line, always; where a's alone do, never; else with two waves of tiles or more, or
+    in a single wave over a K of 64 k-blocks or more (long_k) that pairs its M tiles evenly.
+
+    NOTES: the multicast halves b's L2 requests, which b's rows off the line double. Which
+    configs won (H100, 2026-11-27, tune_h100_20261127_random.json, every compiled config timed
+    interleaved): on 1470 x 1000 x 11008 (b's rows 2000 bytes) every config in a pair ran 73-76
+    us, every one without 94-107; with a's rows alone off (733 x 2560 x 10000) 70.4 us unpaired,
+    81-83 paired along M, 87-88 along N; 840 x 4096 x 28672 (7 M tiles of 128 x 256 in one wave:
+    the last pair half past M, a CTA computing zeros beside its partner) 310 us unpaired against
+    342. The rule against the one before it, one process, 5 reps, on shapes chosen after those
+    (ab_h100_20261127_pairing.json; 1470 x 1000 x 11008 and 342 x 5120 x 4096 again in
+    ab_h100_20261127_pairing_tail.json): b's rows off 1.21-1.34x (1002 x 2248 x 3072, 1470 x 1000
+    x 11008); a's alone off 1.01-1.10x on five (1182 x 2048 x 4504, 1439 x 6144 x 10728, 3700 x
+    5120 x 9096, 5683 x 2048 x 5856, 733 x 2560 x 10000), 0.996x on 1342 x 8192 x 4296; an odd
+    count of M tiles in one wave 1.00-1.83x on six (342 x 5120 x 4096 1.83 and 1.67, 376 x 6144 x
+    8192 1.14, 1078 x 3072 x 14336 1.00)."""
+    a_off, b_off = off_line
+    if tiles_m < 2 or (a_off and not b_off):
+        return False
+    if b_off:
+        return True
+    return count >= 2 * num_sms or (count <= num_sms and long_k and tiles_m % 2 == 0)
+
+
 def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_NUM_SMS,
                   tiles: tuple[catalog.TileShape, ...] = catalog.TILE_SHAPES,
                   multicast: bool = True, pingpong: bool = False,
-                  off_line: bool = False) -> GemmConfig:
+                  off_line: tuple[bool, bool] = (False, False)) -> GemmConfig:
     """The tile of `tiles` with the least wave_cost (the largest on a tie: 128x256 unless a
     narrower tile's extra parallelism outweighs its lower efficiency), split along K
     (stream_k) when there are fewer tiles than SMs only where split_k_pays.
@@ -147,22 +176,26 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
     is not what limits these shapes. multicast=False never clusters: block-scaled fp8 (whose
     consumers, not operand traffic, set the pace) ran 785 vs 843 TFLOP/s at 8192^3 with 2-CTA
     clusters on 128 x 256 (H100, 2026-11-24, ab_h100_20261124_fp8block_order.json).
+    Whether the pair pays is pair_along_m's rule.
     pingpong=True (a family's Family.pingpong_mid_m) takes ping-pong 128 x 128 for a single
-    partial wave of more than half, at most three quarters of the SMs (pingpong_mid_m).
-    off_line=True (both operands' rows off the L2 line, pitch.rows_off_l2_line, in a family with
-    Family.off_line_rule) takes 128 x 256 in 2-CTA clusters from OFF_LINE_MIN_WAVE of a wave
-    of its tiles (off_line_tile).
+    partial wave of more than half, at most three quarters of the SMs (pingpong_mid_m), unless
+    b's rows are off the L2 line (that tile runs unclustered; pair_along_m).
+    off_line: whether a's and b's rows start off the L2 line (pitch.rows_off_l2_line), in a
+    family with Family.off_line_rule (else (False, False)). Both off: 128 x 256 in 2-CTA
+    clusters from OFF_LINE_MIN_WAVE of a wave of its tiles (off_line_tile).
     """
-    if pingpong and (tile := pingpong_mid_m(m, n, batch, tiles, num_sms)) is not None:
+    a_off, b_off = off_line
+    if pingpong and not b_off and (
+            tile := pingpong_mid_m(m, n, batch, tiles, num_sms)) is not None:
         return GemmConfig.for_tile(tile)
-    wide = off_line_tile(m, n, batch, tiles, num_sms) if off_line else None
+    wide = off_line_tile(m, n, batch, tiles, num_sms) if a_off and b_off else None
     ranked = [t for t in tiles if (t.block_m, t.block_n, t.schedule) in TILE_EFFICIENCY]
     tile = wide or min(ranked, key=lambda t: (wave_cost(m, n, batch, t, num_sms), -t.block_n))
     tiles_m = math.ceil(m / tile.block_m)
     count = tiles_m * math.ceil(n / tile.block_n) * batch
     long_k = math.ceil(k / tile.block_k) >= 64
-    cluster_m = 2 if multicast and tiles_m >= 2 and (
-        wide is not None or count >= 2 * num_sms or (count <= num_sms and long_k)) else 1
+    cluster_m = 2 if multicast and pair_along_m(tiles_m, count, long_k, num_sms,
+                                                off_line) else 1
     stream_k = catalog.SCHEDULES[tile.schedule].stream_k and (
         count >= num_sms or split_k_pays(m, n, batch, tile.block_m, tile.block_n))
     return GemmConfig.for_tile(tile, cluster_m=cluster_m, cluster_n=1, raster="m",
@@ -203,18 +236,19 @@ def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...], n: int = 0,
 
 
 def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, k: int,
-                     num_sms: int = DEFAULT_NUM_SMS, off_line: bool = False) -> GemmConfig:
+                     num_sms: int = DEFAULT_NUM_SMS,
+                     off_line: tuple[bool, bool] = (False, False)) -> GemmConfig:
     """The heuristic's config for a `family` call on a GPU of `num_sms` SMs: swap-AB where the
     family has it, a is stored (M, K) and m <= SWAP_MAX_M; otherwise choose_config over the
-    family's tiles. off_line: both operands' rows start off the L2 line (pitch.rows_off_l2_line),
-    which counts in families with Family.off_line_rule."""
+    family's tiles. off_line: whether a's and b's rows start off the L2 line
+    (pitch.rows_off_l2_line), which counts in families with Family.off_line_rule."""
     if family in catalog.SWAP_FAMILIES and not a_mn_major and m <= SWAP_MAX_M:
         return choose_swap_config(m, catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles,
                                   n, batch, num_sms)
     fam = catalog.FAMILIES[family]
     return choose_config(m, n, k, batch, num_sms, tiles=fam.tiles, multicast=fam.multicast,
                          pingpong=fam.pingpong_mid_m,
-                         off_line=off_line and fam.off_line_rule)
+                         off_line=off_line if fam.off_line_rule else (False, False))
 
 
 # Rows per group at or under which the grouped families take their 64-row ping-pong tile.

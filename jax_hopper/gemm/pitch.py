@@ -16,7 +16,7 @@ true shapes):
 The gated weight of hopper_glu has its own layout (the handler needs its K exact), so a padded K
 pads the weight's K too.
 A pitch TMA can address may still start rows off the 128-byte L2 line, which costs L2 requests
-(rows_off_l2_line; the heuristic weighs it: heuristics.off_line_tile).
+(rows_off_l2_line; the heuristic weighs it: heuristics.choose_config).
 """
 
 from __future__ import annotations
@@ -43,13 +43,14 @@ def row_bytes(n: int, dtype) -> int:
     return (n + pitch_pad(n, dtype)) * np.dtype(dtype).itemsize
 
 
-def rows_off_l2_line(dtype, a_mn: bool, b_mn: bool, m: int, n: int, k: int, b_dtype=None) -> bool:
-    """Whether the rows of both operands of an (m, n, k) product start off the L2 line
-    (catalog.L2_LINE_BYTES): a stored as (m, k), or (k, m) if a_mn; b as (n, k), or (k, n) if
-    b_mn; b_dtype where b's differs from a's."""
+def rows_off_l2_line(dtype, a_mn: bool, b_mn: bool, m: int, n: int, k: int,
+                     b_dtype=None) -> tuple[bool, bool]:
+    """Whether a's rows and whether b's rows start off the L2 line (catalog.L2_LINE_BYTES), as
+    (a's, b's): a stored as (m, k), or (k, m) if a_mn; b as (n, k), or (k, n) if b_mn; b_dtype
+    where b's differs from a's."""
     a_row, b_row = (m if a_mn else k), (n if b_mn else k)
-    return all(row_bytes(e, d) % catalog.L2_LINE_BYTES
-               for e, d in ((a_row, dtype), (b_row, dtype if b_dtype is None else b_dtype)))
+    return tuple(bool(row_bytes(e, d) % catalog.L2_LINE_BYTES)
+                 for e, d in ((a_row, dtype), (b_row, dtype if b_dtype is None else b_dtype)))
 
 
 def tma_unaddressable(*arrays, names=("a", "b")) -> str | None:

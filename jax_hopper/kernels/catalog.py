@@ -150,7 +150,14 @@ TILE_SHAPES = (TileShape(128, 256, 64, 4), TileShape(128, 192, 64, 4),
 # (A MN-major, B MN-major): A as (M,K) is K-major, as (K,M) MN-major; B as (N,K) is K-major,
 # as (K,N) MN-major.
 OPERAND_MAJORS = tuple(itertools.product((False, True), repeat=2))
-CLUSTER_SHAPES = ((1, 1), (2, 1), (1, 2))  # (cluster_m, cluster_n)
+# (cluster_m, cluster_n). NOTES: 4-CTA clusters ((4, 1), (1, 4); a scratch patch raising the
+# launcher's resident-cluster table to 4) were correct on every matmul tile but no rule: on 7
+# shapes with rows off the L2 line, 128 x 256 in 4x1 against 2x1 ran 0.91-1.09x (1500 x 3000 x
+# 2056 1.09, 2000 x 3000 x 4104 1.06, 4000 x 3000 x 2056 0.91), 1x4 up to 1.09x on one (1200 x
+# 4000 x 3000); on aligned shapes 0.73-0.87x (1024 x 4096 x 4096 459 vs 610 TFLOP/s, 8192^3
+# 613 vs 705) (H100, 2026-11-27, gemm_h100_20261127_cluster4.json). Not compiled: each shape
+# would add to every family's instances for gains the tuner alone could pick.
+CLUSTER_SHAPES = ((1, 1), (2, 1), (1, 2))
 RASTERS = ("m", "n")
 SWIZZLES = ("128B",)
 

@@ -54,6 +54,16 @@ constexpr int64_t kMaxSplit = 4;
 // 2026-11-24, ab_h100_20261124_piece16.json): kept at 32.
 constexpr int32_t kMinPieceBlocks = 32;
 
+// The shortest tile whose last wave is split (plan_stream_k). NOTES: H100, 2026-11-27, whole
+// tiles against ranges of a quarter tile, one process (ab_h100_20261127_pairing_tail.json):
+// 12 and 8 k-blocks, whole 1.11-1.20x faster (5588 x 2048 x 768, 627 x 11008 x 768,
+// 3319 x 2048 x 512; 128 x 256 tiles): a range's pipeline fill and fix-up do not shrink with
+// it. At 24-32 k-blocks even (1912 x 7096 x 1536 0.99x whole, 2500 x 14336 x 2048 0.99x), from
+// 40 up split gained 2-10% (2804 x 8192 x 3072 1.067, 7000 x 3072 x 3584 1.098, 5000 x 5120 x
+// 2560 1.074). One exception, not a rule yet: 4557 x 1024 x 2560 (128 x 192, 40 k-blocks, one
+// whole wave before the tail) ran 1.15x faster whole (tune_h100_20261127_random.json).
+constexpr int32_t kMinTailSplitBlocks = 16;
+
 // `tiles` in cluster units; `max_sk_clusters`: clusters with a workspace slot per CTA.
 // `max_split`: the most pieces of a small-M split (plan_last_arrival_split's are more).
 JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
@@ -66,17 +76,17 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
   const int64_t waves = tiles / resident_clusters;
   const int64_t rest = tiles - waves * resident_clusters;
   int64_t sk = 0;
-  // Split only after at least one whole wave and when the last wave is at most 2/3 full. A
-  // split tail saves (1 - rest / C) of a tile's time and its fix-up (workspace round trip,
-  // flag memset) measured about a third of a tile: with the last wave 52% or 27% full
-  // (8192^3, 8192 x 12288 x 4096) splitting gained 2.7% and 1.1%; 76-91% full (4096^3,
-  // 8192 x 4096 x 14336, 4000 x 3000 x 2056) it lost 3-8%; and with fewer tiles than clusters
-  // (256 x 4096 x 4096) this tail split lost 13% (its ranges, cut for all 132 clusters, gave
-  // each tile uneven pieces on 2-3 clusters). Below 2^31 k-blocks the kernel's range
-  // arithmetic stays in 32 bits.
+  // Split only after at least one whole wave, for tiles of kMinTailSplitBlocks or more, and
+  // when the last wave is at most 2/3 full. A split tail saves (1 - rest / C) of a tile's time
+  // and its fix-up (workspace round trip, flag memset) measured about a third of a tile: with
+  // the last wave 52% or 27% full (8192^3, 8192 x 12288 x 4096) splitting gained 2.7% and 1.1%;
+  // 76-91% full (4096^3, 8192 x 4096 x 14336, 4000 x 3000 x 2056) it lost 3-8%; and with fewer
+  // tiles than clusters (256 x 4096 x 4096) this tail split lost 13% (its ranges, cut for all
+  // 132 clusters, gave each tile uneven pieces on 2-3 clusters). Below 2^31 k-blocks the
+  // kernel's range arithmetic stays in 32 bits.
   const bool ranges_fit_i32 = rest * k_blocks < (int64_t(1) << 31);
-  if (waves > 0 && rest > 0 && 3 * rest <= 2 * resident_clusters && k_blocks > 1 &&
-      ranges_fit_i32) {
+  if (waves > 0 && rest > 0 && 3 * rest <= 2 * resident_clusters &&
+      k_blocks >= kMinTailSplitBlocks && ranges_fit_i32) {
     const int64_t min_iters = (k_blocks + kMaxSplit - 1) / kMaxSplit;
     sk = rest * k_blocks / min_iters;
     if (sk > resident_clusters) sk = resident_clusters;
