@@ -2,6 +2,7 @@
 
     python -m jax_hopper.tune --shapes 8192x8192x8192 256x4096x4096 [--layout nn] [--batch 1]
                               [--family matmul] [--dtype bfloat16] [--reps 5] [--cache PATH]
+                              [--report PATH]   (every candidate's time, as JSON)
     python -m jax_hopper.tune --family fp8 --shapes 64x4096x4096 [--dtype float8_e4m3fn]
                               [--b-dtype float8_e5m2]         (fp8_block: block scales)
     python -m jax_hopper.tune --family grouped --groups 128 --shapes 32768x1536x2048
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import json
 import sys
 
 import jax
@@ -151,9 +153,9 @@ MAX_DISAGREEMENT = 1e-2
 
 def tune_problem(p: Problem, reps: int = 5, key=None) -> dict:
     """{label: median seconds} of every candidate and the heuristic's choice ("heuristic"), the
-    fastest candidate other than the heuristic's config (best; None where none ran) and
+    fastest candidate other than the heuristic's config (best; None where none ran),
     {label: error} of the candidates that failed: raised, or returned a result further than
-    MAX_DISAGREEMENT from the heuristic config's."""
+    MAX_DISAGREEMENT from the heuristic config's, and {label: config} of them all."""
     grouped = tune_grouped.is_grouped(p.family)
     key = key if key is not None else jax.random.key(0)
     pairs = tune_grouped.operands(p, key) if grouped else _operands(p, key)
@@ -191,18 +193,20 @@ def tune_problem(p: Problem, reps: int = 5, key=None) -> dict:
     best = min((label for label in times if label != "heuristic"), key=times.get, default=None)
     return dict(times=times, best=configs[best] if best else None,
                 best_s=times[best] if best else None, heuristic_s=times.get("heuristic"),
-                failed=failed)
+                failed=failed, configs=configs)
 
 
 def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: bool = False,
-         min_gain: float = 0.02, log=print) -> dict:
+         min_gain: float = 0.02, log=print, report: str | None = None) -> dict:
     """Tunes each problem and stores every winner that beats the heuristic by more than
-    min_gain; returns {problem key: entry written (or None)}."""
+    min_gain; returns {problem key: entry written (or None)}. report: a JSON file to write
+    every problem's candidates to (_report), fastest first: where the heuristic loses, and
+    to what."""
     kernels = _ffi.kernels_available()
     if not kernels and not allow_reference:
         raise RuntimeError(f"jax_hopper.tune needs the kernels ({kernels.reason})")
     gpu = tuned.gpu_key()
-    written, results = {}, {}
+    written, results, timings = {}, {}, {}
     # Each problem once, in order; a grouped one as its kernel runs it (its K or N padded where
     # the call pads them), which is what its launches look up.
     problems = [tune_grouped.kernel_problem(p) if tune_grouped.is_grouped(p.family) else p
@@ -215,6 +219,7 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
             results[p.key] = None
             continue
         r = tune_problem(p, reps)
+        timings[p.key] = r
         for label, error in r.get("failed", {}).items():
             log(f"{p.key}: candidate {label} failed ({type(error).__name__}: {error})")
         if r["best"] is None:
@@ -233,7 +238,29 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
             written[p.key] = entry
     if written:
         log(f"wrote {len(written)} entries for {gpu} to {tuned.store(gpu, written, cache)}")
+    if report:
+        _report(report, gpu, timings)
+        log(f"wrote every candidate's time to {report}")
     return results
+
+
+def _report(path: str, gpu: str, timings: dict) -> None:
+    """{"gpu", "date", "problems": {key: {"heuristic_us", "candidates": [{"config", "us",
+    "heuristic"}, fastest first, the heuristic's own config among them], "failed": {config
+    fields as a string: error}}}} as JSON."""
+    problems = {}
+    for key, r in timings.items():
+        configs = r["configs"]
+        ranked = sorted((s, label) for label, s in r["times"].items())
+        problems[key] = dict(
+            heuristic_us=None if r["heuristic_s"] is None else r["heuristic_s"] * 1e6,
+            candidates=[dict(config=tuned.config_fields(configs[label]), us=s * 1e6,
+                             heuristic=label == "heuristic") for s, label in ranked],
+            failed={str(tuned.config_fields(configs[label])): f"{type(e).__name__}: {e}"
+                    for label, e in r["failed"].items()})
+    with open(path, "w") as f:
+        json.dump(dict(gpu=gpu, date=datetime.date.today().isoformat(), problems=problems), f,
+                  indent=1)
 
 
 def problems_of(fn, *args, **kwargs) -> list[Problem]:
@@ -335,6 +362,8 @@ def main(argv=None) -> int:
                              "into")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--cache", default=None, help=f"default: {tuned.cache_path()}")
+    parser.add_argument("--report", default=None,
+                        help="also write every candidate's time per problem to this JSON file")
     parser.add_argument("--allow-reference", action="store_true",
                         help="run without the kernels (times XLA's reference: only to test this "
                              "tool)")
@@ -365,7 +394,7 @@ def main(argv=None) -> int:
                         None if args.b_dtype in (None, dtype) else args.b_dtype)
                 for m, n, k in args.shapes]
     try:
-        tune(problems, args.reps, args.cache, args.allow_reference)
+        tune(problems, args.reps, args.cache, args.allow_reference, report=args.report)
     except RuntimeError as e:
         print(e, file=sys.stderr)
         return 2

@@ -196,6 +196,30 @@ def test_the_tuner_times_every_candidate(cache):
         r["best"].validate("bfloat16", a_mn, False)
 
 
+def test_the_report_lists_every_candidate_fastest_first(cache, tmp_path):
+    """--report: each problem's timed configs (the heuristic's marked), fastest first, and the
+    failed ones by their fields; timings stubbed (on a CPU they would time XLA's reference)."""
+    configs = {"heuristic": heuristic_config("matmul", False, 1, 256, 512, 128),
+               "c0": GemmConfig.for_tile(PINGPONG), "c1": GemmConfig(cluster_m=2),
+               "c2": GemmConfig(block_n=128, stages=6)}
+    timed = dict(times={"heuristic": 3e-6, "c0": 2e-6, "c1": 4e-6}, best=configs["c0"],
+                 best_s=2e-6, heuristic_s=3e-6, failed={"c2": ValueError("differs")},
+                 configs=configs)
+    path = tmp_path / "report.json"
+    with mock.patch.object(tune, "tune_problem", return_value=timed):
+        tune.tune([PROBLEM], allow_reference=True, log=lambda *_: None, report=str(path))
+    got = json.loads(path.read_text())
+    assert got["gpu"] == tuned.gpu_key()
+    entry = got["problems"][PROBLEM.key]
+    assert [c["us"] for c in entry["candidates"]] == pytest.approx([2.0, 3.0, 4.0])
+    assert [c["config"] for c in entry["candidates"]] == [
+        tuned.config_fields(configs[label]) for label in ("c0", "heuristic", "c1")]
+    assert [c["heuristic"] for c in entry["candidates"]] == [False, True, False]
+    assert entry["heuristic_us"] == pytest.approx(3.0)
+    assert list(entry["failed"].values()) == ["ValueError: differs"]
+    assert str(tuned.config_fields(configs["c2"])) in entry["failed"]
+
+
 def test_a_candidate_with_a_different_result_is_never_the_winner(cache):
     """However fast, a config whose product differs from the heuristic config's is reported
     failed and not chosen (here: the fastest candidate made to scale its result)."""
