@@ -86,6 +86,25 @@ class GemmCase:
                 f"{batch}{self.m}x{self.n}x{self.k}" + (f" [{epi}]" if epi else ""))
 
 
+def stream_k_cases() -> list[GemmCase]:
+    """Stream-K (cuda/gemm/scheduler/stream_k_plan.h) splits the last wave's tiles past a whole
+    wave when it is at most 2/3 full and the tiles hold 16 k-blocks or more, and with fewer
+    tiles than SMs cuts every tile into equal pieces; on 132 SMs: 144 tiles of 128 x 128 (12
+    split into 4 pieces), 80 2-CTA cluster tiles of 128 x 256 (14 split; a partial k-block),
+    and 64 tiles of 128 x 128 in 2 pieces each (a CPU test checks that each plan splits)."""
+    from jax_hopper.kernels import catalog
+    tiles = catalog.TILE_SHAPES
+    wide = next(t for t in tiles if (t.block_m, t.block_n) == (128, 256))
+    square = next(t for t in tiles if (t.block_m, t.block_n) == (128, 128))
+    return [
+        GemmCase(1536, 1536, 1024, tile=square),
+        GemmCase(2560, 2048, 1048, tile=wide, cluster=(2, 1), bias=True, activation="silu",
+                 out_dtype="float32"),
+        # Small M: every tile split into 2 equal pieces of 32 k-blocks (64 tiles of 128 x 128).
+        GemmCase(256, 4096, 4096, tile=square),
+    ]
+
+
 def gemm_groups(quick: bool) -> list[list[GemmCase]]:
     """Lists of cases; each list is one jitted program (fewer compiles, same launches)."""
     from jax_hopper.kernels import catalog
@@ -131,19 +150,7 @@ def gemm_groups(quick: bool) -> list[list[GemmCase]]:
         GemmCase(300, 520, 264, residual=True, out_dtype="float32", beta=2.0),
         GemmCase(130, 264, 72, batch=3, shared_b=True, bias=True, residual=True),
     ])
-    # Stream-K (cuda/gemm/scheduler/stream_k_plan.h) splits the last wave's tiles past a whole wave when it is at
-    # most 2/3 full, and with fewer tiles than SMs cuts every tile into equal pieces; on 132
-    # SMs: 144 tiles of 128 x 128 (12 split into 4 pieces), 80 2-CTA cluster tiles of
-    # 128 x 256 (14 split), and 64 tiles of 128 x 128 in 2 pieces each.
-    wide = next(t for t in tiles if (t.block_m, t.block_n) == (128, 256))
-    square = next(t for t in tiles if (t.block_m, t.block_n) == (128, 128))
-    groups.append([
-        GemmCase(1536, 1536, 256, tile=square),
-        GemmCase(2560, 2048, 320, tile=wide, cluster=(2, 1), bias=True, activation="silu",
-                 out_dtype="float32"),
-        # Small M: every tile split into 2 equal pieces of 32 k-blocks (64 tiles of 128 x 128).
-        GemmCase(256, 4096, 4096, tile=square),
-    ])
+    groups.append(stream_k_cases())
     # Ping-pong: 18 x 18 tiles of 128 x 128 (36 x 9 of 64 x 256), 162 2-CTA cluster tiles on
     # 66 clusters: each takes 2-3, so both consumer warpgroups run and alternate.
     groups.append([GemmCase(2300, 2200, 200, tile=t, cluster=(2, 1), bias=True, residual=True,

@@ -130,6 +130,29 @@ def test_large_shape_summary():
     assert s["min_shape"] == "4096x4096x4096"
 
 
+def test_random_shapes_are_reproducible_and_span_the_m_classes():
+    shapes = bench_gemm.random_shapes(52, 27)
+    assert shapes == bench_gemm.random_shapes(52, 27) != bench_gemm.random_shapes(52, 28)
+    assert shapes[:2] == [(62, 6144, 7168), (26, 1536, 1536)]  # the 2026-11-27 sweep's
+    counts = [sum(lo <= m <= hi for m, _, _ in shapes)
+              for _, lo, hi, _ in bench_gemm.RANDOM_M_CLASSES]
+    assert counts == [14, 12, 16, 10]
+    dims = set(bench_gemm.RANDOM_DIMS) | set(bench_gemm.RANDOM_ODD_DIMS) | {4096}
+    assert all(n in dims and k in dims for _, n, k in shapes)
+    off_line = sum(n % 64 != 0 or k % 64 != 0 for _, n, k in shapes)
+    assert 0.3 * len(shapes) <= off_line <= 0.6 * len(shapes)
+    assert len(bench_gemm.random_shapes(8, 1)) == 8
+
+
+def test_class_summary_groups_by_m():
+    rows = [dict(shape=[m, 64, 64], hopper_over_xla=r)
+            for m, r in ((1, 0.5), (64, 2.0), (100, 0.9), (5000, None))]
+    s = bench_gemm.class_summary(rows)
+    assert s["M 1-64"]["geomean"] == pytest.approx(1.0) and s["M 1-64"]["n_shapes"] == 2
+    assert s["M 65-256"] == dict(geomean=pytest.approx(0.9), min=0.9, max=0.9, n_shapes=1)
+    assert "M 2049-8192" not in s and "M 257-2048" not in s
+
+
 def test_cli_quick_on_cpu(tmp_path):
     """The documented CPU invocation runs, and writes the JSON and the PNG."""
     proc = subprocess.run(

@@ -6,6 +6,7 @@ import os
 import sys
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 import sanitize_cases  # noqa: E402
@@ -42,3 +43,16 @@ def test_fp8_cases_run_and_check_on_cpu():
         assert sanitize_driver.run_group(group, sanitize_cases.gemm_inputs,
                                          sanitize_cases.gemm_call, sanitize_cases.gemm_check,
                                          rng) == []
+
+
+@pytest.mark.extension  # the planner is C++, reached through the extension
+def test_the_stream_k_cases_split_tiles():
+    """Each stream-K case of the sanitizer run splits tiles on a 132-SM GPU, so the sanitizer
+    keeps covering the fix-up whatever the planner's rules become."""
+    from jax_hopper.kernels import catalog
+    for case in sanitize_cases.stream_k_cases():
+        cfg = case.config
+        kernel = cfg.kernel("matmul", case.dtype, case.transpose_a, not case.transpose_b)
+        resident = catalog.DEFAULT_NUM_SMS // (cfg.cluster_m * cfg.cluster_n)
+        plan = cfg.plan(kernel, 1, case.m, case.n, case.k, resident)
+        assert plan["workspace_bytes"] > 0, case.label()
