@@ -201,7 +201,7 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
     """Tunes each problem and stores every winner that beats the heuristic by more than
     min_gain; returns {problem key: entry written (or None)}. report: a JSON file to write
     every problem's candidates to (_report), fastest first: where the heuristic loses, and
-    to what."""
+    to what; rewritten after each problem."""
     kernels = _ffi.kernels_available()
     if not kernels and not allow_reference:
         raise RuntimeError(f"jax_hopper.tune needs the kernels ({kernels.reason})")
@@ -220,6 +220,8 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
             continue
         r = tune_problem(p, reps)
         timings[p.key] = r
+        if report:  # rewritten after each problem: a run stopped midway keeps what it timed
+            _report(report, gpu, timings)
         for label, error in r.get("failed", {}).items():
             log(f"{p.key}: candidate {label} failed ({type(error).__name__}: {error})")
         if r["best"] is None:
@@ -239,7 +241,6 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
     if written:
         log(f"wrote {len(written)} entries for {gpu} to {tuned.store(gpu, written, cache)}")
     if report:
-        _report(report, gpu, timings)
         log(f"wrote every candidate's time to {report}")
     return results
 

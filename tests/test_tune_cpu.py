@@ -206,9 +206,20 @@ def test_the_report_lists_every_candidate_fastest_first(cache, tmp_path):
                  best_s=2e-6, heuristic_s=3e-6, failed={"c2": ValueError("differs")},
                  configs=configs)
     path = tmp_path / "report.json"
-    with mock.patch.object(tune, "tune_problem", return_value=timed):
-        tune.tune([PROBLEM], allow_reference=True, log=lambda *_: None, report=str(path))
+    seen = []
+
+    def tune_problem(p, reps):
+        if seen:  # the second problem: the first is already in the report
+            assert list(json.loads(path.read_text())["problems"]) == [PROBLEM.key]
+        seen.append(p)
+        return timed
+    other = tune.Problem("matmul", "bfloat16", False, True, 1, 512, 512, 128)
+    with mock.patch.object(tune, "tune_problem", tune_problem):
+        tune.tune([PROBLEM, other], allow_reference=True, log=lambda *_: None,
+                  report=str(path))
+    assert len(seen) == 2
     got = json.loads(path.read_text())
+    assert list(got["problems"]) == [PROBLEM.key, other.key]
     assert got["gpu"] == tuned.gpu_key()
     entry = got["problems"][PROBLEM.key]
     assert [c["us"] for c in entry["candidates"]] == pytest.approx([2.0, 3.0, 4.0])
