@@ -129,7 +129,12 @@ def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
     the L2 line, always; where a's alone do, never; else with two waves of tiles or more, or
     in a single wave over a K of 64 k-blocks or more (long_k) that pairs its M tiles evenly.
 
-    NOTES: the multicast halves b's L2 requests, which b's rows off the line double. Which
+    NOTES: the multicast halves B's L2->SM traffic. The pair gained 3-33% in a single wave
+    over a K of 64 k-blocks or more (768x4096x4096 on 128x192 tiles 509 vs 430 TFLOP/s,
+    1000x3000x4104 384 vs 296, 256x4096x14336 461 vs 402; H100, 2026-11-22,
+    gemm_h100_20261122_tile192_mid.log, gemm_h100_20261122_splitk_configs.log), lost 4% at K
+    of 16-32 k-blocks, and measured slower between one and two waves (2048x4096x4096).
+    b's rows off the line double b's requests, which the multicast halves again. Which
     configs won (H100, 2026-11-27, tune_h100_20261127_random.json, every compiled config timed
     interleaved): on 1470 x 1000 x 11008 (b's rows 2000 bytes) every config in a pair ran 73-76
     us, every one without 94-107; with a's rows alone off (733 x 2560 x 10000) 70.4 us unpaired,
@@ -163,20 +168,14 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
     (gemm_h100_20261122_tiles_m1024.log); at M = 256-512 one wave of 128x128 tiles is the
     faster.
 
-    NOTES: a 2-CTA cluster along M halves B's L2->SM traffic by multicast. It needs two M
-    tiles per N column, and pays with at least two waves of tiles, or with a single wave over
-    a K of 64 k-blocks or more: there it gained 3-33% (768x4096x4096 on 128x192 tiles 509 vs
-    430 TFLOP/s, 1000x3000x4104 384 vs 296, 256x4096x14336 461 vs 402; H100, 2026-11-22,
-    gemm_h100_20261122_tile192_mid.log, gemm_h100_20261122_splitk_configs.log) and lost 4% at
-    K of 16-32 k-blocks; between one and two waves it measured slower (2048x4096x4096).
-    Tiles go in groups of 16 along M (GemmConfig's default). A group of 8 makes one wave of
+    A 2-CTA cluster along M is pair_along_m's call (its NOTES have the measurements).
+    NOTES: tiles go in groups of 16 along M (GemmConfig's default). A group of 8 makes one wave of
     2-CTA clusters square and cut ncu's DRAM reads at 8192^3 from 1.54 to 1.28 GB (cuBLAS 1.20),
     yet ran 2-4% slower than 16 on all six large shapes, timed interleaved in two processes
     (H100, 2026-11-22, benchmarks/results/gemm_group_clusters_h100_20261122_*): DRAM traffic
     is not what limits these shapes. multicast=False never clusters: block-scaled fp8 (whose
     consumers, not operand traffic, set the pace) ran 785 vs 843 TFLOP/s at 8192^3 with 2-CTA
     clusters on 128 x 256 (H100, 2026-11-24, ab_h100_20261124_fp8block_order.json).
-    Whether the pair pays is pair_along_m's rule.
     pingpong=True (a family's Family.pingpong_mid_m) takes ping-pong 128 x 128 for a single
     partial wave of more than half, at most three quarters of the SMs (pingpong_mid_m), unless
     b's rows are off the L2 line (that tile runs unclustered; pair_along_m).
