@@ -111,12 +111,20 @@ def run_group(group, inputs_fn, call_fn, check_fn, rng) -> list[tuple[str, str]]
     return failures
 
 
+def _group_range(text: str) -> tuple[int, int]:
+    first, _, last = text.partition("-")
+    return int(first), int(last or first)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="every kernel family once: for racecheck, the slowest tool")
     parser.add_argument("--only", choices=["gemm", "ragged", "tma", "quantize", "transpose"], help="run one family")
+    parser.add_argument("--groups", type=_group_range, metavar="FIRST[-LAST]",
+                        help="run only these groups of each family, numbered as the log prints "
+                             "them (to isolate a failing group)")
     parser.add_argument("--list", action="store_true", help="print the cases and exit")
     parser.add_argument("--plant-fault", action="store_true",
                         help="launch one out-of-bounds store instead (sanitizer self-test)")
@@ -163,6 +171,8 @@ def main(argv=None) -> int:
     failures, start, done = [], time.time(), 0
     for family, groups, inputs_fn, call_fn, check_fn in families:
         for i, group in enumerate(groups):
+            if args.groups and not args.groups[0] <= i + 1 <= args.groups[1]:
+                continue
             t0 = time.time()
             try:
                 bad = run_group(group, inputs_fn, call_fn, check_fn, rng)

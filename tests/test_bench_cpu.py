@@ -353,10 +353,12 @@ def test_grouped_bench_never_picks_a_wrong_pallas_config(tmp_path, monkeypatch):
     assert "wrong" not in row["pallas_right"] and row["best_pallas"] == "pallas_right"
 
 
-def test_grouped_memory_bench_on_cpu(tmp_path):
+def test_grouped_memory_bench_on_cpu(tmp_path, monkeypatch):
     """bench_grouped_memory.py end to end on a tiny shape: both implementations run in their
-    own process and report a time (the numbers mean nothing on a CPU)."""
+    own process and report a time (the numbers mean nothing on a CPU). The children inherit
+    JAX_PLATFORMS, so they run on the CPU on a GPU machine too."""
     import bench_grouped_memory  # noqa: PLC0415
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     assert bench_grouped_memory.main(["--shape", "128x3x32x16", "--reps", "1", "--out-dir",
                                       str(tmp_path), "--tag", "t"]) == 0
     rows = json.loads((tmp_path / "grouped_memory_t.json").read_text())["rows"]

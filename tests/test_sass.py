@@ -29,20 +29,17 @@ pytestmark = [pytest.mark.extension, pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def extension_path():
-    return _ffi.extension().__file__
-
-
-def _functions(text: str) -> dict[str, str]:
-    """{mangled kernel name: its SASS} from `cuobjdump -sass`."""
-    parts = re.split(r"^\s*Function : (\S+)\s*$", text, flags=re.M)
+def functions() -> dict[str, str]:
+    """{mangled kernel name: its SASS} from one `cuobjdump -sass` of the extension (a minute or
+    more on the GPU machine, so the tests share it)."""
+    sass = subprocess.run([CUOBJDUMP, "-sass", _ffi.extension().__file__], check=True,
+                          capture_output=True, text=True).stdout
+    parts = re.split(r"^\s*Function : (\S+)\s*$", sass, flags=re.M)
     return dict(zip(parts[1::2], parts[2::2]))
 
 
-def test_every_gemm_instance_uses_hgmma_and_tma(extension_path):
-    sass = subprocess.run([CUOBJDUMP, "-sass", extension_path], check=True, capture_output=True,
-                          text=True).stdout
-    gemm = {name: body for name, body in _functions(sass).items() if "sm90_gemm_kernel" in name}
+def test_every_gemm_instance_uses_hgmma_and_tma(functions):
+    gemm = {name: body for name, body in functions.items() if "sm90_gemm_kernel" in name}
     assert len(gemm) == len(catalog.compiled_instances())
     for name, body in gemm.items():
         # wgmma is HGMMA for 16-bit inputs, QGMMA for fp8.
@@ -51,12 +48,12 @@ def test_every_gemm_instance_uses_hgmma_and_tma(extension_path):
     fp8 = [i for i in catalog.compiled_instances() if i.dtype in catalog.FP8_DTYPES]
     assert sum("QGMMA" in body for body in gemm.values()) == len(fp8)
     assert sum("HGMMA" in body for body in gemm.values()) == len(gemm) - len(fp8)
-    tma_ops = {n: b for n, b in _functions(sass).items() if re.search(r"tma_\w+_kernel", n)}
+    tma_ops = {n: b for n, b in functions.items() if re.search(r"tma_\w+_kernel", n)}
     assert tma_ops and all("UTMALDG" in b for b in tma_ops.values())
 
 
-def test_no_kernel_uses_local_memory(extension_path):
-    usage = subprocess.run([CUOBJDUMP, "-res-usage", extension_path], check=True,
+def test_no_kernel_uses_local_memory():
+    usage = subprocess.run([CUOBJDUMP, "-res-usage", _ffi.extension().__file__], check=True,
                            capture_output=True, text=True).stdout
     rows = re.findall(r"Function (\S+):\s*\n\s*(REG:\d+ STACK:(\d+) SHARED:\d+ LOCAL:(\d+)[^\n]*)",
                       usage)
@@ -65,20 +62,16 @@ def test_no_kernel_uses_local_memory(extension_path):
         assert int(stack) == 0 and int(local) == 0, f"{name}: {line}"
 
 
-def test_quantize_kernels_use_tma_and_fp8_converts(extension_path):
-    sass = subprocess.run([CUOBJDUMP, "-sass", extension_path], check=True, capture_output=True,
-                          text=True).stdout
-    quant = {n: b for n, b in _functions(sass).items() if "quantize_fp8_kernel" in n}
+def test_quantize_kernels_use_tma_and_fp8_converts(functions):
+    quant = {n: b for n, b in functions.items() if "quantize_fp8_kernel" in n}
     assert len(quant) == 3 * 2  # bf16 / f16 / f32 in, e4m3 / e5m2 out (cuda/quantize/quantize.cu)
     for name, body in quant.items():
         for opcode in ("UTMALDG", "UTMASTG", "F2FP.SATFINITE"):
             assert opcode in body, f"{opcode} missing from {name}"
 
 
-def test_transpose_kernel_uses_tma(extension_path):
-    sass = subprocess.run([CUOBJDUMP, "-sass", extension_path], check=True, capture_output=True,
-                          text=True).stdout
-    kernels = {n: b for n, b in _functions(sass).items() if "transpose_fp8_kernel" in n}
+def test_transpose_kernel_uses_tma(functions):
+    kernels = {n: b for n, b in functions.items() if "transpose_fp8_kernel" in n}
     assert len(kernels) == 1  # one instance: the bytes, whatever fp8 type (transpose.cu)
     for name, body in kernels.items():
         for opcode in ("UTMALDG", "UTMASTG"):
