@@ -130,6 +130,7 @@ NB_MODULE(_jax_hopper, m) {
       d["b_mn_major"] = k->b_mn_major;
       d["smem_bytes"] = k->smem_bytes;
       d["slot_bytes"] = k->slot_bytes;
+      d["pads_k_blocks"] = k->pads_k_blocks;
       out.append(d);
     }
     return out;
@@ -152,15 +153,24 @@ NB_MODULE(_jax_hopper, m) {
     d["workspace_bytes"] = jax_hopper::plan_workspace_bytes(info, plan, cluster_m * cluster_n);
     return d;
   });
-  m.def("stream_k_plan", [](int64_t tiles, int32_t k_blocks, int32_t resident_clusters,
-                            int32_t max_sk_clusters) {
-    return plan_with_units(
-        jax_hopper::plan_stream_k(tiles, k_blocks, resident_clusters, max_sk_clusters));
-  });
-  m.def("last_arrival_split_plan", [](int64_t tiles, int32_t k_blocks, int32_t resident_clusters,
-                                      int32_t min_piece_blocks) {
-    return plan_with_units(jax_hopper::plan_last_arrival_split(tiles, k_blocks, resident_clusters,
-                                                               min_piece_blocks));
-  });
+  m.def(
+      "stream_k_plan",
+      [](int64_t tiles, int32_t k_blocks, int32_t resident_clusters, int32_t max_sk_clusters,
+         bool pad_k_blocks) {
+        return plan_with_units(jax_hopper::plan_stream_k(
+            tiles, k_blocks, resident_clusters, max_sk_clusters, jax_hopper::kMinPieceBlocks,
+            jax_hopper::kMaxSplit, pad_k_blocks));
+      },
+      nb::arg("tiles"), nb::arg("k_blocks"), nb::arg("resident_clusters"),
+      nb::arg("max_sk_clusters"), nb::arg("pad_k_blocks") = false);
+  m.def(
+      "last_arrival_split_plan",
+      [](int64_t tiles, int32_t k_blocks, int32_t resident_clusters, int32_t min_piece_blocks,
+         bool pad_k_blocks) {
+        return plan_with_units(jax_hopper::plan_last_arrival_split(
+            tiles, k_blocks, resident_clusters, min_piece_blocks, pad_k_blocks));
+      },
+      nb::arg("tiles"), nb::arg("k_blocks"), nb::arg("resident_clusters"),
+      nb::arg("min_piece_blocks"), nb::arg("pad_k_blocks") = false);
   m.def("cuda_runtime_version", []() { return CUDART_VERSION; });
 }

@@ -91,7 +91,8 @@ def stream_k_cases() -> list[GemmCase]:
     wave when it is at most 2/3 full and the tiles hold 16 k-blocks or more, and with fewer
     tiles than SMs cuts every tile into equal pieces; on 132 SMs: 144 tiles of 128 x 128 (12
     split into 4 pieces), 80 2-CTA cluster tiles of 128 x 256 (14 split; a partial k-block),
-    and 64 tiles of 128 x 128 in 2 pieces each (a CPU test checks that each plan splits)."""
+    64 tiles of 128 x 128 in 2 pieces each, and 8 in 4 pieces over k-blocks padded past K (a
+    CPU test checks that each plan splits)."""
     from jax_hopper.kernels import catalog
     tiles = catalog.TILE_SHAPES
     wide = next(t for t in tiles if (t.block_m, t.block_n) == (128, 256))
@@ -102,6 +103,8 @@ def stream_k_cases() -> list[GemmCase]:
                  out_dtype="float32"),
         # Small M: every tile split into 2 equal pieces of 32 k-blocks (64 tiles of 128 x 128).
         GemmCase(256, 4096, 4096, tile=square),
+        # 157 k-blocks (prime) padded to 4 pieces of 40: the last reads 3 k-blocks past K.
+        GemmCase(54, 1024, 10000, tile=square),
     ]
 
 
@@ -167,8 +170,9 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
     """The swap-AB kernels (GemmConfig.swap_ab): every token tile x weight layout x dtype (quick:
     the dtypes rotated), tokens short of the tile; the transposed epilogue in every out dtype;
     split weight streams summed by the last piece to arrive (16 x 4096 x 4096: 32 tiles in 4
-    pieces; 1 x 1024 x 8192: 8 in 16), the same and 140 tiles (over a wave) two CTAs per SM
-    (ctas_per_sm=2), and a batch against a shared weight."""
+    pieces; 1 x 1024 x 8192: 8 in 16; 3 x 1024 x 10000: 8 in 16 over 160 k-blocks, 3 past K),
+    the same and 140 tiles (over a wave) two CTAs per SM (ctas_per_sm=2), and a batch against a
+    shared weight."""
     from jax_hopper.kernels import catalog
     tiles = catalog.SWAP_TILES
     groups = []
@@ -185,6 +189,7 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
     groups.append([GemmCase(16, 4096, 4096, tile=tiles[0]),
                    GemmCase(1, 1024, 8192, tile=tiles[0]),
                    GemmCase(3, 17920, 136, tile=two[0]), GemmCase(1, 1024, 8192, tile=two[0]),
+                   GemmCase(3, 1024, 10000, tile=tiles[0]),  # 157 k-blocks padded to 160
                    GemmCase(5, 264, 136, batch=3, shared_b=True, tile=tiles[0], bias=True,
                             residual=True)])
     return groups

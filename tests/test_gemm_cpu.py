@@ -45,6 +45,10 @@ def test_extension_compiles_exactly_the_catalog():
         splits = (catalog.SCHEDULES[inst.tile.schedule].stream_k and
                   catalog.FAMILIES[inst.family].stream_k)
         assert d["slot_bytes"] == (inst.tile.block_m * inst.tile.block_n * 4 if splits else 0)
+        # Every mainloop but the block-scaled one (scales per k-block) reads k-blocks past K
+        # as zeros, so its split plans may pad K (stream_k_plan.h).
+        promoted = catalog.FAMILIES[inst.family].mainloop.startswith("MainloopSSPromoted")
+        assert d["pads_k_blocks"] == (not promoted), name
 
 
 @pytest.mark.parametrize("field,value,match", [

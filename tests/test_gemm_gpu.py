@@ -182,6 +182,20 @@ def test_stream_k_split_tiles(rng, m, n, k, tile, cluster_m, batch):
            out_dtype="float32")
 
 
+# Small M with a prime count of k-blocks: the plan pads them to a multiple of its pieces, the
+# last piece reading k-blocks past K (zeros through TMA) in every operand layout; a K tail too.
+@pytest.mark.parametrize("m,n,k", [(56, 1024, 10000), (104, 640, 4544)])
+def test_split_with_k_blocks_of_zeros(rng, m, n, k):
+    cfg = GemmConfig(**SMALL)
+    kernel = cfg.kernel("matmul", "bfloat16", False, True)
+    plan = cfg.plan(kernel, 1, m, n, k, _ffi.resident_clusters(kernel, 1))
+    assert plan["sk_clusters"] > 0 and plan["k_blocks"] > math.ceil(k / 64), plan
+    bias = random_operand(rng, (n,), "bfloat16")
+    for ta, tb in itertools.product((False, True), repeat=2):
+        _check(rng, m, n, k, config=cfg, transpose_a=ta, transpose_b=tb, out_dtype="float32",
+               bias=bias, activation="gelu")
+
+
 def test_stream_k_epilogue_on_split_tiles(rng):
     # The epilogue must see the whole sum: a nonlinear activation on a partial would differ.
     m, n, k = 1536, 1536, 4096

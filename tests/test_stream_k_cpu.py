@@ -245,3 +245,72 @@ def test_swap_configs_plan_the_last_arrival_split():
     whole = GemmConfig(block_m=128, block_n=16, stages=10, swap_ab=True, stream_k=False)
     got = whole.plan(kernel, 1, 1, 28672, 4096, 132)
     assert (got["grid_clusters"], got["sk_clusters"], got["workspace_bytes"]) == (132, 0, 0)
+
+
+def _padded_split(tiles, k_blocks, clusters, max_split, min_piece):
+    """A padding kernel's small-M split (pad_k_blocks): as many pieces as fit (clusters, the
+    most pieces, the shortest piece), each ceil(k_blocks / that) long, and as few pieces as
+    give that length; (pieces, padded k-blocks)."""
+    split = min(clusters // tiles, max_split, k_blocks // min_piece)
+    if split <= 1:
+        return 1, k_blocks
+    piece = -(-k_blocks // split)
+    split = -(-k_blocks // piece)
+    return split, split * piece
+
+
+# (tiles, k_blocks, resident clusters, the most pieces): collector splits (MAX_SPLIT) and
+# last-arrival ones (MAX_ARRIVAL_PIECES).
+PADDED_CASES = [
+    (8, 157, 132, MAX_SPLIT),       # 54 x 1024 x 10000: prime, 4 pieces of 40 (3 of zeros)
+    (8, 157, 132, 16),              # the same, last-arrival: 16 of 10
+    (32, 64, 132, MAX_SPLIT),       # a divisor gives the length: nothing padded
+    (20, 99, 132, MAX_SPLIT),       # 3 pieces of 33, exact
+    (13, 101, 132, MAX_SPLIT),      # 3 pieces (101 // 32) of 34: one k-block of zeros
+    (1, 257, 132, 16),              # 16 pieces of 17 (15 of zeros, the most a plan adds)
+    (3, 63, 132, MAX_SPLIT),        # too short for two pieces of 32: whole
+    (67, 4099, 132, MAX_SPLIT),     # more than half a wave of tiles: whole
+]
+
+
+@pytest.mark.parametrize("tiles,k_blocks,clusters,max_split", PADDED_CASES)
+def test_padded_split_covers_k_in_equal_pieces(tiles, k_blocks, clusters, max_split):
+    """Where the mainloop reads k-blocks past K as zeros, a small-M split rounds the k-blocks up
+    to a multiple of its pieces: every tile in equal pieces over [0, padded), each k-block
+    once, fewer than `pieces` of them zeros; with no padding needed, the unpadded plan."""
+    if max_split == MAX_SPLIT:
+        plan = _ffi.extension().stream_k_plan(tiles, k_blocks, clusters, clusters,
+                                              pad_k_blocks=True)
+        plain = _plan(tiles, k_blocks, clusters, clusters)
+        min_piece = MIN_PIECE
+    else:
+        plan = _ffi.extension().last_arrival_split_plan(tiles, k_blocks, clusters,
+                                                        SWAP_MIN_PIECE, pad_k_blocks=True)
+        plain = _arrival(tiles, k_blocks, clusters)
+        min_piece = SWAP_MIN_PIECE
+    pieces, padded = _padded_split(tiles, k_blocks, clusters, max_split, min_piece)
+    assert plan["k_blocks"] == padded and padded - k_blocks < pieces
+    if padded == k_blocks:
+        assert plan == plain
+    seen = {}
+    for units in plan["units"]:
+        for tile, k0, k1, _ in units:
+            assert k1 - k0 == padded // pieces
+            for kb in range(k0, k1):
+                assert (tile, kb) not in seen
+                seen[tile, kb] = True
+    assert len(seen) == tiles * padded
+    assert plan["grid_clusters"] == (tiles * pieces if pieces > 1 else min(tiles, clusters))
+
+
+def test_only_padding_kernels_get_padded_plans():
+    """The lowering's plan pads K for a mainloop that reads past K as zeros (bf16, per-tensor
+    fp8) and never for the block-scaled one (a scale per k-block): 54 x 1024 x 10000, 157
+    k-blocks of 64 (79 of 128)."""
+    cfg = GemmConfig(block_n=128, stages=6)
+    kernel = cfg.kernel("matmul", "bfloat16", False, False)
+    assert cfg.plan(kernel, 1, 54, 1024, 10000, 132)["k_blocks"] == 160
+    for family, want in (("fp8", 80), ("fp8_block", 79)):
+        fp8 = GemmConfig.for_tile(catalog.FAMILIES[family].tiles[0])
+        kernel = fp8.kernel(family, "float8_e4m3fn", False, False)
+        assert fp8.plan(kernel, 1, 54, 1024, 10000, 132)["k_blocks"] == want, family

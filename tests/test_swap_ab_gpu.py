@@ -41,6 +41,18 @@ def test_shapes_split_and_whole(rng, m, n, k, stream_k):
     check_matmul(rng, m, n, k, config=_swap(tile, stream_k), transpose_b=True)
 
 
+@pytest.mark.parametrize("m,n,k", [(3, 1024, 10000), (16, 512, 8128)])
+def test_split_with_k_blocks_of_zeros(rng, m, n, k):
+    """A prime count of k-blocks (157, 127): the last-arrival split pads them to a multiple of
+    its pieces (160 in 16, 135 in 15), the last piece reading k-blocks of zeros past K."""
+    cfg = _swap(heuristics.choose_swap_config(m, catalog.SWAP_TILES, n).tile)
+    kernel = cfg.kernel("matmul", "bfloat16", False, True)
+    plan = cfg.plan(kernel, 1, m, n, k, catalog.DEFAULT_NUM_SMS)
+    assert plan["sk_clusters"] > 0 and plan["k_blocks"] > -(-k // 64), plan
+    check_matmul(rng, m, n, k, config=cfg, transpose_b=True)
+    check_matmul(rng, m, n, k, config=cfg, out_dtype="float32")
+
+
 @pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (30, 17920, 1032), (16, 33792, 264)])
 def test_two_ctas_per_sm(rng, m, n, k):
     """The ctas_per_sm=2 tiles: 32 weight tiles split in 8 pieces (256 CTAs, two to an SM), and

@@ -104,6 +104,9 @@ GemmStatus launch_gemm(const GemmArgs& g) {
   if (e.empty()) e = Epilogue::host_params(g, &p.epilogue);
   if (e.empty())
     e = Scheduler::host_params(g, gemm_product_cols<Kernel>(g.n), Mainloop::BK, &p.scheduler);
+  if (e.empty() && !Mainloop::kPadsKBlocks &&
+      int64_t(g.plan.k_blocks) * Mainloop::BK >= int64_t(g.k) + Mainloop::BK)
+    e = "the plan pads K with k-blocks of zeros, which this kernel's mainloop cannot read";
   if (!e.empty()) return GemmStatus::invalid(e);
 
   const int csize = g.cluster_m * g.cluster_n;
@@ -138,7 +141,7 @@ constexpr GemmKernelInfo gemm_kernel_info(const char* name, GemmFamily family, D
   return GemmKernelInfo{name, family, a_dtype, b_dtype, schedule, M::BM, M::BN, M::BK, M::STAGES,
                         Kernel::kCtasPerSm, a_mn_major,
                         b_mn_major, Kernel::kSmemBytes, Kernel::Scheduler::kSlotBytes,
-                        min_piece_blocks, last_arrival_split,
+                        min_piece_blocks, last_arrival_split, M::kPadsKBlocks,
                         &gemm_product_cols<Kernel>, &gemm_resident_clusters<Kernel>,
                         &launch_gemm<Kernel>};
 }

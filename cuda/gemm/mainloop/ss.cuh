@@ -60,6 +60,10 @@ struct MainloopSS {
   static constexpr int kSmemBytes = STAGES * kStageBytes;  // 1024-aligned: stages stay aligned
   static constexpr int kBarriers = 2 * STAGES;
   static constexpr int kMinConsumerRegs = 0;  // the schedule's split suffices (kernel.cuh)
+  // A k-block wholly past K loads as zeros (the tensor maps' K extents are the problem's, and
+  // TMA fills what lies outside a map), so it adds nothing: a split plan may pad the k-blocks
+  // to a multiple of its pieces (plan_stream_k).
+  static constexpr bool kPadsKBlocks = true;
 
   struct Params {
     CUtensorMap a, b;

@@ -135,6 +135,8 @@ struct MainloopSSPromoted
   // schedule's 224 registers a 128 x 256 tile spilled (CUDA 13.0); 232 (the producer keeps 40,
   // as in ping-pong) does not.
   static constexpr int kMinConsumerRegs = 232;
+  // Each k-block reads its scale blocks by index, and past K there are none: no padded plans.
+  static constexpr bool kPadsKBlocks = false;
 
   // As MainloopSS::mma, for the same schedules: acc = rows [part * kSlices * 64, +kSlices * 64)
   // of the tile `coord()` over unit u's k-blocks, each k-block scaled per element.

@@ -48,12 +48,15 @@ struct PersistentScheduler : WholeTileScheduler {
                      g.cluster_m, g.cluster_n, g.group_size, g.raster_n};
   }
 
-  // Whether `s` (made by gemm_plan at lowering) plans this problem: its k-blocks and grid, and
-  // the split it plans ends exactly at the last tile.
+  // Whether `s` (made by gemm_plan at lowering) plans this problem: its k-blocks (those of K,
+  // or a few more of zeros: plan_stream_k's padding) and grid, and the split it plans ends
+  // exactly at the last tile.
   static bool plan_fits(const StreamKPlan& s, const TileOrder& order, const GemmArgs& g,
                         int block_k) {
     const int64_t tiles = int64_t(order.ctiles_m) * order.ctiles_n * g.batch;
-    return s.grid_clusters >= 1 && s.k_blocks == (g.k + block_k - 1) / block_k &&
+    const int64_t k_blocks = (g.k + block_k - 1) / block_k;
+    return s.grid_clusters >= 1 && s.k_blocks >= k_blocks &&
+           s.k_blocks <= k_blocks + kMaxPadKBlocks &&
            s.dp_tiles >= 0 && s.dp_tiles <= tiles && s.sk_clusters >= 0 &&
            s.sk_clusters <= s.grid_clusters &&
            (s.sk_clusters == 0

@@ -66,11 +66,15 @@ constexpr int32_t kMinTailSplitBlocks = 16;
 
 // `tiles` in cluster units; `max_sk_clusters`: clusters with a workspace slot per CTA.
 // `max_split`: the most pieces of a small-M split (plan_last_arrival_split's are more).
+// `pad_k_blocks`: the kernel's mainloop reads a k-block past K as zeros (MainloopSS::
+// kPadsKBlocks), so a small-M split may round the k-blocks up to a multiple of its pieces
+// (below); the plan's k_blocks is then the padded count.
 JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
                                                 int32_t resident_clusters,
                                                 int32_t max_sk_clusters,
                                                 int32_t min_piece_blocks = kMinPieceBlocks,
-                                                int32_t max_split = kMaxSplit) {
+                                                int32_t max_split = kMaxSplit,
+                                                bool pad_k_blocks = false) {
   StreamKPlan s = {};
   s.k_blocks = k_blocks;
   const int64_t waves = tiles / resident_clusters;
@@ -102,7 +106,20 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
     int64_t split = clusters / tiles;
     if (split > max_split) split = max_split;
     if (split > k_blocks / min_piece_blocks) split = k_blocks / min_piece_blocks;
-    while (split > 1 && k_blocks % split != 0) --split;
+    if (pad_k_blocks && split > 1) {
+      // Pieces of ceil(k_blocks / split) k-blocks, as few as give that length: where a divisor
+      // does, no padding; otherwise the last piece reads up to split - 1 k-blocks of zeros.
+      // NOTES: without it a prime count of k-blocks left every tile whole: 54 x 1024 x 10000
+      // (157 k-blocks, 8 tiles) ran on 8 of 132 SMs. Padded against that, one process, 7 reps:
+      // 2.14x there (17.4 -> 37.1 TFLOP/s; XLA 29.4), 3 x 1024 x 10000 2.48x, 64 x 2048 x 4500
+      // 1.42x, 1000 x 1024 x 10000 1.14x, 128 x 4096 x 5000 1.17x; 200 x 2048 x 7000 0.98x (3
+      // pieces of 37 for 2 of 55) (H100, 2026-11-27, ab_h100_20261127_padded_k.json).
+      const int64_t piece = (k_blocks + split - 1) / split;
+      split = (k_blocks + piece - 1) / piece;
+      if (tiles * split * piece >= (int64_t(1) << 31)) split = 1;
+      if (split > 1) s.k_blocks = static_cast<int32_t>(split * piece);
+    }
+    while (split > 1 && s.k_blocks % split != 0) --split;
     // NOTES: with more than half a wave of tiles (no equal split fits), one stream-K range per
     // cluster ran 1.3-1.8x slower than whole tiles (768 x 4096 x 4096: 87 vs 57 us;
     // 1024 x 4096 x 14336: 320 vs 180 us; H100, 2026-11-22, A/B logs in commit 4320d24): ranges
@@ -137,8 +154,8 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
   s.grid_clusters = static_cast<int32_t>(waves > 0 ? resident_clusters : sk);
   s.dp_tiles = static_cast<int32_t>(waves * resident_clusters);
   s.sk_clusters = static_cast<int32_t>(sk);
-  s.sk_quota = static_cast<int32_t>(rest * k_blocks / sk);
-  s.sk_extra = static_cast<int32_t>(rest * k_blocks % sk);
+  s.sk_quota = static_cast<int32_t>(rest * s.k_blocks / sk);
+  s.sk_extra = static_cast<int32_t>(rest * s.k_blocks % sk);
   return s;
 }
 
@@ -166,13 +183,18 @@ constexpr int32_t kMaxArrivalPieces = 16;
 
 JH_HOST_DEVICE inline StreamKPlan plan_last_arrival_split(int64_t tiles, int32_t k_blocks,
                                                           int32_t resident_clusters,
-                                                          int32_t min_piece_blocks) {
+                                                          int32_t min_piece_blocks,
+                                                          bool pad_k_blocks = false) {
   // plan_stream_k's small-M split with more pieces; its tail split (after whole waves) is not
   // one the scheduler takes, so past one wave every tile stays whole.
   return plan_stream_k(tiles, k_blocks, resident_clusters,
                        tiles < resident_clusters ? resident_clusters : 0, min_piece_blocks,
-                       kMaxArrivalPieces);
+                       kMaxArrivalPieces, pad_k_blocks);
 }
+
+// The most k-blocks of zeros a padded plan adds to the problem's (plan_stream_k): fewer than
+// the most pieces of a split.
+constexpr int32_t kMaxPadKBlocks = kMaxArrivalPieces - 1;
 
 // The ready flags a plan needs: one per consumer warpgroup (two) of every CTA of the clusters
 // that take a stream-K range (cuda/gemm/scheduler/fixup.cuh).
