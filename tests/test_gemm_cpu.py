@@ -12,7 +12,8 @@ from gemm_helpers import REL_FROB_BOUND, random_operand, reference64, rel_frob
 from jax_hopper import GemmConfig, _ffi, hopper_matmul
 from jax_hopper.gemm import pitch
 from jax_hopper.kernels import catalog
-from jax_hopper.gemm.heuristics import SWAP_MAX_M, choose_config, heuristic_config, pair_along_m
+from jax_hopper.gemm.heuristics import (DEFAULT_NUM_SMS, SWAP_MAX_M, choose_config,
+                                        heuristic_config, pair_along_m, swap_for_narrow_weight)
 
 CPU = jax.devices("cpu")[0]
 
@@ -147,6 +148,7 @@ def test_rows_off_l2_line_asks_for_each_operand_whether_its_rows_start_off_it():
 BOTH_OFF, A_OFF, B_OFF = (True, True), (True, False), (False, True)
 
 
+@pytest.mark.extension  # swap_for_narrow_weight asks the C++ planner
 @pytest.mark.parametrize("m,n,k,off_line_rule", [
     (2000, 3000, 4104, True), (1000, 5000, 4104, True), (640, 3000, 8200, True),
     (4000, 3000, 2056, True), (256, 3000, 4104, False), (1024, 96, 4104, False)])
@@ -164,7 +166,11 @@ def test_heuristic_off_line_rule(m, n, k, off_line_rule):
     glu = heuristic_config("glu", False, 1, m, n, k, off_line=BOTH_OFF)
     assert glu == heuristic_config("glu", False, 1, m, n, k)
     matmul = heuristic_config("matmul", False, 1, m, n, k, off_line=BOTH_OFF)
-    assert matmul == (off if m > SWAP_MAX_M else aligned)
+    # A narrow weight past SWAP_MAX_M rows runs swapped instead (swap_for_narrow_weight).
+    narrow = m > SWAP_MAX_M and swap_for_narrow_weight(off, 1, m, n, k, DEFAULT_NUM_SMS)
+    assert matmul.swap_ab == narrow == (n == 96)
+    if not narrow:
+        assert matmul == (off if m > SWAP_MAX_M else aligned)
     off.validate("bfloat16", False, True)
 
 

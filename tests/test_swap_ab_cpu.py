@@ -27,6 +27,43 @@ def test_heuristic_swaps_up_to_the_widest_token_tile():
     assert not heuristics.heuristic_config("glu", False, 1, 16, 4096, 4096).swap_ab
 
 
+@pytest.mark.extension  # busy_ctas asks the C++ planner
+@pytest.mark.parametrize("m,n,k,swapped", [
+    (80, 1024, 5120, True),      # 8 tiles in 2 pieces: 16 CTAs unswapped
+    (300, 1024, 3072, True),     # 24 tiles, 48 k-blocks: no split
+    (1000, 768, 768, True),      # 48 tiles
+    (150, 1024, 11008, True),    # 16 tiles in 4 pieces: 64 of 132 SMs
+    (500, 768, 8192, False),     # 24 tiles in 4 pieces: 96 busy
+    (96, 4096, 4096, False),     # 64 busy, but a 4096-wide weight (read per token tile)
+    (1025, 1024, 1024, False),   # past SWAP_NARROW_MAX_M
+    (1000, 1024, 10000, False),  # 64 tiles in 2 pieces: 128 busy
+])
+def test_heuristic_swaps_a_narrow_weight_past_64_rows(m, n, k, swapped):
+    """Past the widest token tile a narrow weight's product runs swapped (the 64-token tile,
+    its last-arrival split) where the unswapped plan keeps fewer than half the SMs busy."""
+    cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k)
+    assert cfg.swap_ab == swapped, cfg
+    unswapped = heuristics.choose_config(m, n, k, tiles=catalog.FAMILIES["matmul"].tiles,
+                                         pingpong=True)
+    busy = heuristics.busy_ctas(unswapped, 1, m, n, k, catalog.DEFAULT_NUM_SMS)
+    if swapped:
+        assert cfg.block_n == 64 and cfg.stream_k and 2 * busy < catalog.DEFAULT_NUM_SMS
+        cfg.validate("bfloat16", False, True)
+    # Only the 16-bit product: fp8 per tensor keeps its unswapped tiles there.
+    assert not heuristics.heuristic_config("fp8", False, 1, m, n, k).swap_ab
+
+
+@pytest.mark.extension
+def test_busy_ctas_is_the_plan_s_grid():
+    """busy_ctas counts the planner's CTAs: 2-CTA clusters count twice, whole tiles once."""
+    cfg = GemmConfig(block_n=128, stages=6)
+    assert heuristics.busy_ctas(cfg, 1, 256, 4096, 4096, 132) == 64 * 2   # 2 pieces a tile
+    pair = GemmConfig(block_n=128, stages=6, cluster_m=2)
+    assert heuristics.busy_ctas(pair, 1, 256, 4096, 4096, 132) == 32 * 2 * 2
+    whole = GemmConfig(block_n=128, stages=6, stream_k=False)
+    assert heuristics.busy_ctas(whole, 1, 256, 4096, 4096, 132) == 64
+
+
 def test_heuristic_takes_two_ctas_per_sm_past_one_wave_of_weight_tiles():
     # 128-column tiles: 132 of them fill an H100's SMs once; past that the narrow token tiles
     # run two CTAs to an SM; 128 x 64 has no such kernel (it spills at 80 registers).

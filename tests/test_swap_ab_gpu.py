@@ -64,6 +64,17 @@ def test_two_ctas_per_sm(rng, m, n, k):
     check_matmul(rng, m, n, k, config=_swap(tile))
 
 
+@pytest.mark.parametrize("m,n,k", [(80, 1024, 5120), (300, 1000, 3072), (1000, 768, 776)])
+def test_narrow_weight_defaults_to_swapped(rng, m, n, k):
+    """Past 64 rows a narrow weight's product runs swapped by default (the heuristic's
+    swap_for_narrow_weight), the 64-token tile walking the rows: every epilogue term."""
+    assert heuristics.heuristic_config("matmul", False, 1, m, n, k).swap_ab
+    bias = random_operand(rng, (n,), jnp.float32)
+    residual = random_operand(rng, (m, n), jnp.bfloat16)
+    check_matmul(rng, m, n, k, activation="silu", bias=bias, residual=residual, beta=0.5)
+    check_matmul(rng, m, n, k, transpose_b=True, out_dtype="float32")
+
+
 @pytest.mark.parametrize("m", [65, 200])
 def test_several_token_tiles(rng, m):
     """More tokens than one tile: the tile's columns walk the tokens (explicit config)."""
@@ -113,18 +124,18 @@ def test_split_is_reproducible_and_matches_whole(rng, m, n, k):
 
 
 def test_default_config_swaps_small_m_only(rng):
-    """The heuristic's choice reaches the call: the swapped target for 16 rows, not for 128, and
-    not for a stored (K, M)."""
-    b = random_operand(rng, (512, 256), jnp.bfloat16)
-
-    def target(m, transpose_a=False):
+    """The heuristic's choice reaches the call: the swapped target for 16 rows, not for 128
+    against a wide weight (for 128 against a narrow one: swap_for_narrow_weight), and not for a
+    stored (K, M)."""
+    def target(m, n=256, transpose_a=False):
         a = random_operand(rng, (512, m) if transpose_a else (m, 512), jnp.bfloat16)
+        b = random_operand(rng, (512, n), jnp.bfloat16)
         text = jax.jit(lambda a, b: hopper_matmul(a, b, transpose_a=transpose_a)).lower(
             a, b).as_text()
         return "jax_hopper_gemm_matmul_swap" in text
 
-    assert target(16) and target(64)
-    assert not target(128) and not target(16, transpose_a=True)
+    assert target(16) and target(64) and target(128)
+    assert not target(128, n=4096) and not target(16, transpose_a=True)
 
 
 def test_grad_of_a_decode_product(rng):

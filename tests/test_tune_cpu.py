@@ -48,7 +48,7 @@ def test_a_cached_config_is_what_calls_without_one_use(cache):
     a, b = jnp.ones((256, 128), jnp.bfloat16), jnp.ones((128, 512), jnp.bfloat16)
     assert _config_of_the_call(a, b) == tuned_config
     # Another problem, or an explicit config, is untouched by the cache.
-    assert _config_of_the_call(a, b[:, :256]) == choose_config(256, 256, 128)
+    assert _config_of_the_call(a, b[:, :256]) == heuristic_config("matmul", False, 1, 256, 256, 128)
     explicit = GemmConfig(cluster_m=2)
     assert _config_of_the_call(a, b, config=explicit) == explicit
 
@@ -60,7 +60,7 @@ def test_a_function_traced_before_tuning_uses_the_entry_stored_after(cache):
     step = jax.jit(lambda a, b: hopper_matmul(a, b) * 2)
     with launched_configs() as seen:
         step.lower(a, b)
-    assert {c for *_, c in seen} == {choose_config(256, 512, 128)}
+    assert {c for *_, c in seen} == {heuristic_config("matmul", False, 1, 256, 512, 128)}
     assert tune.problems_of(step, a, b) == [PROBLEM]
     tuned_config = GemmConfig.for_tile(PINGPONG, cluster_m=2)
     tuned.store(tuned.gpu_key(), {PROBLEM.key: _entry(tuned_config)})
@@ -92,7 +92,7 @@ def test_a_broken_or_foreign_cache_is_ignored_with_a_warning(cache, content, mes
     cache.write_text(content)
     with pytest.warns(UserWarning, match=message):
         got = tuned.default_config("matmul", "bfloat16", False, True, 1, 256, 512, 128)
-    assert got == choose_config(256, 512, 128)
+    assert got == heuristic_config("matmul", False, 1, 256, 512, 128)
     tuned.store("gpu", {"p": _entry(GemmConfig())})  # and a store replaces it
     assert json.loads(cache.read_text())["format"] == tuned.FORMAT
 
@@ -282,14 +282,15 @@ def test_the_heuristic_weighs_tiles_against_this_gpus_sms(cache):
 
 def test_a_vmapped_call_gets_the_config_of_its_whole_batch():
     # One row per entry is a decode product (swap-AB); vmapped over 256 entries against one
-    # weight it is one product of 256 rows, and the config is chosen for that.
+    # weight it is one product of 256 rows, and the config is chosen for that (unswapped: the
+    # weight is wider than heuristics.SWAP_NARROW_MAX_N).
     x = jnp.ones((256, 1, 64), jnp.bfloat16)
-    w = jnp.ones((64, 512), jnp.bfloat16)
+    w = jnp.ones((64, 2048), jnp.bfloat16)
     with launched_configs() as seen:
         jax.jit(jax.vmap(lambda x: hopper_matmul(x, w))).lower(x)
     # (custom_vmap also traces the unmapped call: one row, launched nowhere)
     (config,) = {config for a_shape, _, config in seen if a_shape == (1, 256, 64)}
-    assert config == heuristic_config("matmul", False, 1, 256, 512, 64) and not config.swap_ab
+    assert config == heuristic_config("matmul", False, 1, 256, 2048, 64) and not config.swap_ab
 
 
 @pytest.mark.parametrize("gpus", [[1, 2], "x", {"p": "not an entry"}, {"p": {"config": 3}}])
@@ -299,7 +300,7 @@ def test_a_malformed_gpu_section_or_entry_is_ignored(cache, gpus):
     cache.write_text(json.dumps({"format": tuned.FORMAT, "gpus": {tuned.gpu_key(): section}}))
     with pytest.warns(UserWarning, match="not a mapping|not a compiled config"):
         got = tuned.default_config("matmul", "bfloat16", False, True, 1, 256, 512, 128)
-    assert got == choose_config(256, 512, 128)
+    assert got == heuristic_config("matmul", False, 1, 256, 512, 128)
     # ...warned once per version of the file, not once per trace
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -234,20 +234,65 @@ def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...], n: int = 0,
     return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
 
 
+# The most rows, and the most weight columns, for which a product runs swapped past SWAP_MAX_M
+# (swap_for_narrow_weight).
+SWAP_NARROW_MAX_M = 1024
+SWAP_NARROW_MAX_N = 1536
+
+
+def busy_ctas(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int) -> int:
+    """The CTAs that the work plan of an unswapped `config` keeps busy on a GPU of `num_sms`
+    SMs: its cluster tiles, each cut into the pieces of a small-M split where config.stream_k
+    (the planner's own rule, cuda/gemm/scheduler/stream_k_plan.h, k-blocks padded)."""
+    from jax_hopper import _ffi  # noqa: PLC0415 (the planner is C++; the lowering has it)
+    cm, cn = config.cluster_m, config.cluster_n
+    tiles = (math.ceil(math.ceil(m / config.block_m) / cm)
+             * math.ceil(math.ceil(n / config.block_n) / cn) * batch)
+    resident = num_sms * config.ctas_per_sm // (cm * cn)
+    plan = _ffi.extension().stream_k_plan(tiles, math.ceil(k / config.block_k), resident,
+                                          resident if config.stream_k else 0, pad_k_blocks=True)
+    return plan["grid_clusters"] * cm * cn
+
+
+def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k: int,
+                           num_sms: int) -> bool:
+    """Whether a product of SWAP_MAX_M < m <= SWAP_NARROW_MAX_M rows against a narrow weight
+    (n <= SWAP_NARROW_MAX_N columns) runs faster swapped: where its unswapped plan keeps fewer
+    than half the SMs busy (few column tiles, and a K too short to split them further). The
+    swap-AB tile then walks the tokens 64 at a time, rereading the weight (from L2), and its
+    last-arrival split cuts each tile into up to 16 pieces where the unswapped split stops at 4
+    of 32 k-blocks.
+    NOTES: against the unswapped default, one process, 9 reps (H100, 2026-11-27,
+    ab_h100_20261127_swap_narrow.json): N = 512-1536 at M = 80-1024, 1.03-1.35x on 12 shapes
+    (80 x 1024 x 5120 1.33, 300 x 1024 x 3072 1.35, 150 x 1024 x 11008 1.09, 963 x 1024 x 3072
+    1.07), 65 x 1000 x 1000 0.98; a 4096-wide weight lost (96 x 4096 x 4096 0.94, 128 x 4096 x
+    4096 0.96: twice a 32 MB weight, each token tile's read). Widths 1537-4095 are untried."""
+    return (SWAP_MAX_M < m <= SWAP_NARROW_MAX_M and n <= SWAP_NARROW_MAX_N
+            and 2 * busy_ctas(unswapped, batch, m, n, k, num_sms) < num_sms)
+
+
 def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, k: int,
                      num_sms: int = DEFAULT_NUM_SMS,
                      off_line: tuple[bool, bool] = (False, False)) -> GemmConfig:
     """The heuristic's config for a `family` call on a GPU of `num_sms` SMs: swap-AB where the
     family has it, a is stored (M, K) and m <= SWAP_MAX_M; otherwise choose_config over the
-    family's tiles. off_line: whether a's and b's rows start off the L2 line
-    (pitch.rows_off_l2_line), which counts in families with Family.off_line_rule."""
-    if family in catalog.SWAP_FAMILIES and not a_mn_major and m <= SWAP_MAX_M:
+    family's tiles, swapped after all (the widest token tile) where the 16-bit product's weight
+    is narrow (swap_for_narrow_weight). off_line: whether a's and b's rows start off the L2
+    line (pitch.rows_off_l2_line), which counts in families with Family.off_line_rule."""
+    swaps = family in catalog.SWAP_FAMILIES and not a_mn_major
+    if swaps and m <= SWAP_MAX_M:
         return choose_swap_config(m, catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles,
                                   n, batch, num_sms)
     fam = catalog.FAMILIES[family]
-    return choose_config(m, n, k, batch, num_sms, tiles=fam.tiles, multicast=fam.multicast,
-                         pingpong=fam.pingpong_mid_m,
-                         off_line=off_line if fam.off_line_rule else (False, False))
+    config = choose_config(m, n, k, batch, num_sms, tiles=fam.tiles, multicast=fam.multicast,
+                           pingpong=fam.pingpong_mid_m,
+                           off_line=off_line if fam.off_line_rule else (False, False))
+    # NOTES: only the 16-bit family is measured: fp8's swapped tiles keep the rule above.
+    if swaps and family == "matmul" and swap_for_narrow_weight(config, batch, m, n, k, num_sms):
+        tile = max((t for t in catalog.SWAP_TILES if t.ctas_per_sm == 1),
+                   key=lambda t: t.block_n)
+        return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
+    return config
 
 
 # Rows per group at or under which the grouped families take their 64-row ping-pong tile.
