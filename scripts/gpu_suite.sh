@@ -7,14 +7,19 @@
 #   bash scripts/gpu_suite.sh            # everything
 #   SUITE_BENCH=0 bash scripts/gpu_suite.sh   # skip the benchmarks
 #   SUITE_JOBS=6 bash scripts/gpu_suite.sh    # tests in 6 pytest processes side by side
+#   SUITE_ARCHIVE=1 bash scripts/gpu_suite.sh # the logs as one file, gpu_suite_logs.tgz
 # SUITE_JOBS > 1 splits the test files into that many groups of about equal size (in bytes of
 # source, largest first) and runs them at once, each GPU process allocating as it goes
 # (XLA_PYTHON_CLIENT_PREALLOCATE=false): six processes ran every GPU test file in 5.7 min where
-# one takes over 10 (H100, 2026-11-26), which matters where a device session's minutes are few.
+# one takes over 10 (H100, 2026-11-26), which matters where a device session's minutes are few;
+# eight ran them in 7.4 min (2026-11-27). SUITE_ARCHIVE=1 suits a machine that returns only a
+# few files (the device tool: eight): the suite writes two or more per job.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS="${OUT:-gpu_suite_logs}"
 mkdir -p "$LOGS"
+ARCHIVE_DIR=""
+if [ "${SUITE_ARCHIVE:-0}" = 1 ]; then ARCHIVE_DIR="$LOGS"; LOGS=$(mktemp -d); fi
 export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 
@@ -94,4 +99,5 @@ echo "== summary"
 cat "$LOGS/gpu.txt"
 grep -E "^[0-9]+ (passed|failed)|passed|failed" "$LOGS/tests.log" | tail -"$JOBS"
 echo "build rc=$build_rc tests rc=$test_rc bench rc=$bench_rc"
+if [ -n "$ARCHIVE_DIR" ]; then tar czf "$ARCHIVE_DIR/gpu_suite_logs.tgz" -C "$LOGS" .; fi
 [ $test_rc -eq 0 ]
