@@ -208,11 +208,15 @@ def test_the_report_lists_every_candidate_fastest_first(cache, tmp_path):
     path = tmp_path / "report.json"
     seen = []
 
-    def tune_problem(p, reps):
+    def tune_problem(p, reps, only=None):
+        if only is not None:  # the confirmation round: c0 against the heuristic alone
+            assert only == configs["c0"]
+            return dict(timed, times={"heuristic": 3.1e-6, "c0": 2.2e-6}, best_s=2.2e-6,
+                        heuristic_s=3.1e-6)
         if seen:  # the second problem: the first is already in the report
             assert list(json.loads(path.read_text())["problems"]) == [PROBLEM.key]
         seen.append(p)
-        return timed
+        return dict(timed)
     other = tune.Problem("matmul", "bfloat16", False, True, 1, 512, 512, 128)
     with mock.patch.object(tune, "tune_problem", tune_problem):
         tune.tune([PROBLEM, other], allow_reference=True, log=lambda *_: None,
@@ -229,6 +233,45 @@ def test_the_report_lists_every_candidate_fastest_first(cache, tmp_path):
     assert entry["heuristic_us"] == pytest.approx(3.0)
     assert list(entry["failed"].values()) == ["ValueError: differs"]
     assert str(tuned.config_fields(configs["c2"])) in entry["failed"]
+    assert entry["confirmed"] == {"best_us": pytest.approx(2.2), "heuristic_us": pytest.approx(3.1),
+                                  "cached": True}
+
+
+@pytest.mark.parametrize("alone,cached", [((0.90, 1.0), True), ((0.99, 1.0), False),
+                                          ((None, 1.0), False)])
+def test_a_winner_must_win_again_timed_alone(cache, alone, cached):
+    """The fastest of many noisy medians wins partly by luck: before it is cached, it and the
+    heuristic's config are timed again alone (CONFIRM_REPS times the reps), and it must beat
+    the heuristic there too; the entry keeps those times."""
+    winner = GemmConfig.for_tile(PINGPONG, cluster_n=2)
+    calls = []
+
+    def tune_problem(p, reps, only=None):
+        calls.append((reps, only))
+        if only is None:
+            return dict(times={}, best=winner, best_s=0.8, heuristic_s=1.0, failed={})
+        best_s, heuristic_s = alone
+        return dict(times={}, best=winner if best_s else None, best_s=best_s,
+                    heuristic_s=heuristic_s, failed={})
+    with mock.patch.object(tune, "tune_problem", tune_problem):
+        result = tune.tune([PROBLEM], reps=4, allow_reference=True, log=lambda *_: None)
+    assert calls == [(4, None), (tune.CONFIRM_REPS * 4, winner)]
+    assert (result[PROBLEM.key] is not None) == cached
+    if cached:
+        assert result[PROBLEM.key]["us"] == pytest.approx(0.9e6)
+        assert result[PROBLEM.key]["heuristic_us"] == pytest.approx(1e6)
+        assert tuned.lookup("matmul", "bfloat16", False, True, 1, 256, 512, 128) == winner
+    else:
+        assert not cache.exists()
+
+
+def test_the_confirmation_round_runs_on_the_kernels_path(cache):
+    """tune_problem(only=config): the heuristic's config and that one alone, timed (here on
+    XLA's reference: the machinery, not the numbers)."""
+    p = tune.Problem("matmul", "bfloat16", False, False, 1, 64, 128, 64)
+    other = GemmConfig.for_tile(PINGPONG)
+    r = tune.tune_problem(p, reps=1, only=other)
+    assert set(r["times"]) == {"heuristic", "c0"} and r["best"] == other
 
 
 def test_a_candidate_with_a_different_result_is_never_the_winner(cache):
