@@ -263,9 +263,9 @@ def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k:
     last-arrival split cuts each tile into up to 16 pieces where the unswapped split stops at 4
     of 32 k-blocks.
     NOTES: against the unswapped default, one process, 9 reps (H100, 2026-11-27,
-    ab_h100_20261127_swap_narrow.json): N = 512-1536 at M = 80-1024, 1.03-1.35x on 12 shapes
-    (80 x 1024 x 5120 1.33, 300 x 1024 x 3072 1.35, 150 x 1024 x 11008 1.09, 963 x 1024 x 3072
-    1.07), 65 x 1000 x 1000 0.98; a 4096-wide weight lost (96 x 4096 x 4096 0.94, 128 x 4096 x
+    ab_h100_20261127_swap_narrow.json): N = 512-1536 at M = 65-1024, 1.03-1.35x on 11 of 12
+    shapes (80 x 1024 x 5120 1.33, 300 x 1024 x 3072 1.35, 150 x 1024 x 11008 1.09, 963 x 1024
+    x 3072 1.07), 65 x 1000 x 1000 0.98; a 4096-wide weight lost (96 x 4096 x 4096 0.94, 128 x 4096 x
     4096 0.96: twice a 32 MB weight, each token tile's read). Widths 1537-4095 are untried."""
     return (SWAP_MAX_M < m <= SWAP_NARROW_MAX_M and n <= SWAP_NARROW_MAX_N
             and 2 * busy_ctas(unswapped, batch, m, n, k, num_sms) < num_sms)
