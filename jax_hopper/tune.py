@@ -243,16 +243,15 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
         best_s, heuristic_s, verdict = r["best_s"], r["heuristic_s"], ""
         if wins and heuristic_s is not None:
             again = tune_problem(p, CONFIRM_REPS * reps, only=r["best"])
-            if again["best_s"] is None or again["heuristic_s"] is None:
+            best_s, heuristic_s = again["best_s"], again["heuristic_s"]
+            if best_s is None or heuristic_s is None:
                 wins, verdict = False, " (the confirmation round failed)"
             else:
-                best_s, heuristic_s = again["best_s"], again["heuristic_s"]
                 wins = best_s < heuristic_s * (1 - min_gain)
                 verdict = (f"; timed alone {best_s * 1e6:.1f} vs {heuristic_s * 1e6:.1f} us"
                            + ("" if wins else ", within the noise"))
-            r["confirmed"] = dict(best_us=best_s * 1e6 if best_s else None,
-                                  heuristic_us=heuristic_s * 1e6 if heuristic_s else None,
-                                  cached=wins)
+            r["confirmed"] = dict(best_us=best_s and best_s * 1e6,
+                                  heuristic_us=heuristic_s and heuristic_s * 1e6, cached=wins)
             if report:
                 _report(report, gpu, timings)
         log(f"{p.key}: best {r['best_s'] * 1e6:.1f} us, heuristic "

@@ -240,18 +240,17 @@ SWAP_NARROW_MAX_M = 1024
 SWAP_NARROW_MAX_N = 1536
 
 
-def busy_ctas(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int) -> int:
+def busy_ctas(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int,
+              family: str = "matmul") -> int:
     """The CTAs that the work plan of an unswapped `config` keeps busy on a GPU of `num_sms`
-    SMs: its cluster tiles, each cut into the pieces of a small-M split where config.stream_k
-    (the planner's own rule, cuda/gemm/scheduler/stream_k_plan.h, k-blocks padded)."""
-    from jax_hopper import _ffi  # noqa: PLC0415 (the planner is C++; the lowering has it)
-    cm, cn = config.cluster_m, config.cluster_n
-    tiles = (math.ceil(math.ceil(m / config.block_m) / cm)
-             * math.ceil(math.ceil(n / config.block_n) / cn) * batch)
-    resident = num_sms * config.ctas_per_sm // (cm * cn)
-    plan = _ffi.extension().stream_k_plan(tiles, math.ceil(k / config.block_k), resident,
-                                          resident if config.stream_k else 0, pad_k_blocks=True)
-    return plan["grid_clusters"] * cm * cn
+    SMs: the plan the lowering would make (GemmConfig.plan, the C++ gemm_plan: cluster tiles,
+    each cut into the pieces of a small-M split where config.stream_k, the family's k-block
+    padding included)."""
+    dtype = catalog.FAMILIES[family].dtypes[0][0]  # the plan depends on the tile, not the dtype
+    kernel = config.kernel(family, dtype, False, False)
+    cluster = config.cluster_m * config.cluster_n
+    plan = config.plan(kernel, batch, m, n, k, num_sms * config.ctas_per_sm // cluster)
+    return plan["grid_clusters"] * cluster
 
 
 def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k: int,
