@@ -1,12 +1,13 @@
 """fp8 GEMMs side by side in one process: hopper_fp8_matmul against XLA.
 
     python benchmarks/bench_fp8.py [--scaling tensor|block] [--shapes MxNxK ...] [--sweep]
-                                   [--out-dir DIR] [--tag TAG]
+                                   [--configs JSON] [--out-dir DIR] [--tag TAG]
 
 Operands are random-normal, quantized once to float8_e4m3fn, a as (M, K) and b as (N, K) (both
 K-major, the layout fp8 wgmma reads); bf16 output. --scaling tensor (per-tensor scales):
     hopper           hopper_fp8_matmul(a, b, a_scale, b_scale), the default config
-    cfg ...          each compiled fp8 config (--sweep: every tile x cluster)
+    cfg ...          each compiled fp8 config (--sweep: every tile x cluster), and each of
+                     --configs (GemmConfig fields, e.g. a swap-AB tile)
     xla_fp8          XLA at its best of two spellings: lax.dot_general on the fp8 operands with
                      a bf16 result, scaled after; and the dequantize-then-dot pattern XLA's GEMM
                      rewriter turns into cuBLASLt's scaled fp8 GEMM
@@ -225,16 +226,21 @@ def main():
     timing.add_output_args(parser)
     parser.add_argument("--shapes", nargs="*", type=timing.parse_shape, default=list(SHAPES))
     parser.add_argument("--sweep", action="store_true", help="time every compiled fp8 config")
+    parser.add_argument("--configs", type=json.loads, default=[],
+                        help='JSON list of GemmConfig field dicts timed beside the default, e.g. '
+                             '\'[{"block_n": 64, "block_k": 128, "stages": 8, "swap_ab": true}]\'')
     parser.add_argument("--scaling", choices=("tensor", "block"), default="tensor")
     parser.add_argument("--b-layout", choices=("nk", "kn"), default="nk",
                         help="kn: b stored (K, N) in bf16, per-tensor scaling (module docstring)")
     args = parser.parse_args()
     if args.b_layout == "kn":
-        if args.scaling != "tensor" or args.sweep:
-            parser.error("--b-layout kn times per-tensor scaling, without --sweep")
+        if args.scaling != "tensor" or args.sweep or args.configs:
+            parser.error("--b-layout kn times per-tensor scaling, without --sweep or --configs")
         args.scaling = "kn"
     timing.require_kernels(jax_hopper)
     configs = sweep_configs(args.scaling) if args.sweep else {}
+    configs.update({"cfg " + ",".join(f"{k}={v}" for k, v in c.items()): GemmConfig(**c)
+                    for c in args.configs})
     results = []
     key = jax.random.key(0)
     block = args.scaling == "block"

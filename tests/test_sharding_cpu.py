@@ -709,9 +709,9 @@ def _cases():
         from jax_hopper import hopper_fp8_matmul
         from jax_hopper.gemm import tuned
         rows = 64 * n_dev
-        # A weight wider than heuristics.SWAP_NARROW_MAX_N: the whole batch's rows (past 64) do
-        # not run swapped.
-        n = 2048
+        # A weight whose column tiles keep every SM busy (heuristics.swap_for_narrow_weight):
+        # the whole batch's rows (past 64) do not run swapped.
+        n = 16384
 
         def launched(seen, a_shape, b_shape):
             return [(shapes, c) for *shapes, c in seen if shapes == [a_shape, b_shape]]

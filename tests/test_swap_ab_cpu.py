@@ -34,13 +34,17 @@ def test_heuristic_swaps_up_to_the_widest_token_tile():
     (1000, 768, 768, True),      # 48 tiles
     (150, 1024, 11008, True),    # 16 tiles in 4 pieces: 64 of 132 SMs
     (500, 768, 8192, False),     # 24 tiles in 4 pieces: 96 busy
-    (96, 4096, 4096, False),     # 64 busy, but a 4096-wide weight (read per token tile)
+    (96, 4096, 4096, False),     # 64 busy, but a 33.5 MB weight (reread per token tile)
+    (150, 4096, 2048, True),     # as wide, 16.8 MB
+    (256, 2048, 2048, True),     # 32 busy
+    (80, 3584, 4096, False),     # 56 busy, a 29.4 MB weight
     (1025, 1024, 1024, False),   # past SWAP_NARROW_MAX_M
     (1000, 1024, 10000, False),  # 64 tiles in 2 pieces: 128 busy
 ])
 def test_heuristic_swaps_a_narrow_weight_past_64_rows(m, n, k, swapped):
     """Past the widest token tile a narrow weight's product runs swapped (the 64-token tile,
-    its last-arrival split) where the unswapped plan keeps fewer than half the SMs busy."""
+    its last-arrival split) where the unswapped plan keeps fewer than half the SMs busy and the
+    weight takes at most half the L2."""
     cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k)
     assert cfg.swap_ab == swapped, cfg
     unswapped = heuristics.choose_config(m, n, k, tiles=catalog.FAMILIES["matmul"].tiles,
@@ -48,9 +52,30 @@ def test_heuristic_swaps_a_narrow_weight_past_64_rows(m, n, k, swapped):
     busy = heuristics.busy_ctas(unswapped, 1, m, n, k, catalog.DEFAULT_NUM_SMS)
     if swapped:
         assert cfg.block_n == 64 and cfg.stream_k and 2 * busy < catalog.DEFAULT_NUM_SMS
+        assert 2 * n * k <= heuristics.SWAP_NARROW_MAX_WEIGHT_BYTES
         cfg.validate("bfloat16", False, True)
-    # Only the 16-bit product: fp8 per tensor keeps its unswapped tiles there.
-    assert not heuristics.heuristic_config("fp8", False, 1, m, n, k).swap_ab
+    # a batch's weights count together: two entries of 16.8 MB do not swap
+    if (m, n, k) == (150, 4096, 2048):
+        assert not heuristics.heuristic_config("matmul", False, 2, m, n, k).swap_ab
+
+
+@pytest.mark.extension
+@pytest.mark.parametrize("m,n,k,swapped", [
+    (80, 1024, 5120, True),      # 8 busy unswapped
+    (65, 4096, 4096, True),      # a 16.8 MB fp8 weight
+    (96, 6144, 4096, False),     # 25.2 MB
+    (200, 8192, 2048, False),    # 128 busy
+    (1000, 2048, 2048, False),   # 128 busy
+])
+def test_fp8_swaps_a_narrow_weight_on_its_own_tiles(m, n, k, swapped):
+    """fp8 per tensor takes the same rule, its weight one byte an element, on the fp8_swap
+    tiles; the block-scaled product has no swapped kernel."""
+    cfg = heuristics.heuristic_config("fp8", False, 1, m, n, k)
+    assert cfg.swap_ab == swapped, cfg
+    if swapped:
+        assert cfg.tile in catalog.SWAP_TILES_FP8 and cfg.block_n == 64 and cfg.stream_k
+        cfg.validate(E4M3, False, False, family="fp8")
+    assert not heuristics.heuristic_config("fp8_block", False, 1, m, n, k).swap_ab
 
 
 @pytest.mark.extension
@@ -87,7 +112,8 @@ def test_fp8_per_tensor_swaps_on_its_own_tiles():
         cfg = heuristics.heuristic_config("fp8", False, 1, m, 4096, 4096)
         assert cfg.swap_ab and cfg.block_n == bn and cfg.block_k == 128, (m, cfg)
         cfg.validate(E4M3, False, False, family="fp8", b_dtype=E5M2)
-    assert not heuristics.heuristic_config("fp8", False, 1, 65, 4096, 4096).swap_ab
+    # past 64 rows only a narrow weight swaps (test_fp8_swaps_a_narrow_weight_on_its_own_tiles)
+    assert not heuristics.heuristic_config("fp8", False, 1, 65, 8192, 4096).swap_ab
     assert not heuristics.heuristic_config("fp8_block", False, 1, 16, 4096, 4096).swap_ab
     # The kernel's A is b: its dtypes come b's first.
     assert SWAP8.kernel("fp8", E5M2, False, False, E4M3) == \

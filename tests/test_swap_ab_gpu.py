@@ -125,8 +125,8 @@ def test_split_is_reproducible_and_matches_whole(rng, m, n, k):
 
 def test_default_config_swaps_small_m_only(rng):
     """The heuristic's choice reaches the call: the swapped target for 16 rows, not for 128
-    against a wide weight (for 128 against a narrow one: swap_for_narrow_weight), and not for a
-    stored (K, M)."""
+    against a weight whose column tiles fill the SMs (for 128 against a narrower one:
+    swap_for_narrow_weight), and not for a stored (K, M)."""
     def target(m, n=256, transpose_a=False):
         a = random_operand(rng, (512, m) if transpose_a else (m, 512), jnp.bfloat16)
         b = random_operand(rng, (512, n), jnp.bfloat16)
@@ -135,7 +135,8 @@ def test_default_config_swaps_small_m_only(rng):
         return "jax_hopper_gemm_matmul_swap" in text
 
     assert target(16) and target(64) and target(128)
-    assert not target(128, n=4096) and not target(16, transpose_a=True)
+    assert target(128, n=4096) and not target(128, n=16384)
+    assert not target(16, transpose_a=True)
 
 
 def test_grad_of_a_decode_product(rng):
@@ -171,6 +172,17 @@ def test_fp8_default_config_is_swapped(rng, m, n, k):
     assert check_fp8(rng, m, n, k, block=False) < REL_FROB_BOUND_FP8["bfloat16"]
     tile = heuristics.choose_swap_config(m, catalog.SWAP_TILES_FP8).tile
     check_fp8(rng, m, n, k, block=False, config=_swap(tile, stream_k=False))
+
+
+@pytest.mark.parametrize("m,n,k", [(80, 1024, 5120), (300, 1000, 3072), (700, 512, 1040)])
+def test_fp8_narrow_weight_defaults_to_swapped(rng, m, n, k):
+    """Past 64 rows a narrow fp8 weight's product runs swapped by default too
+    (swap_for_narrow_weight), the 64-token tile walking the rows, epilogue included."""
+    cfg = heuristics.heuristic_config("fp8", False, 1, m, n, k)
+    assert cfg.swap_ab and cfg.block_n == 64, cfg
+    assert check_fp8(rng, m, n, k, block=False) < REL_FROB_BOUND_FP8["bfloat16"]
+    check_fp8(rng, m, n, k, block=False, out_dtype="float32", activation="silu", beta=0.5,
+              with_bias=True, with_residual=True)
 
 
 @pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)

@@ -326,14 +326,14 @@ def test_the_heuristic_weighs_tiles_against_this_gpus_sms(cache):
 def test_a_vmapped_call_gets_the_config_of_its_whole_batch():
     # One row per entry is a decode product (swap-AB); vmapped over 256 entries against one
     # weight it is one product of 256 rows, and the config is chosen for that (unswapped: the
-    # weight is wider than heuristics.SWAP_NARROW_MAX_N).
+    # weight's column tiles keep every SM busy: heuristics.swap_for_narrow_weight).
     x = jnp.ones((256, 1, 64), jnp.bfloat16)
-    w = jnp.ones((64, 2048), jnp.bfloat16)
+    w = jnp.ones((64, 16384), jnp.bfloat16)
     with launched_configs() as seen:
         jax.jit(jax.vmap(lambda x: hopper_matmul(x, w))).lower(x)
     # (custom_vmap also traces the unmapped call: one row, launched nowhere)
     (config,) = {config for a_shape, _, config in seen if a_shape == (1, 256, 64)}
-    assert config == heuristic_config("matmul", False, 1, 256, 2048, 64) and not config.swap_ab
+    assert config == heuristic_config("matmul", False, 1, 256, 16384, 64) and not config.swap_ab
 
 
 @pytest.mark.parametrize("gpus", [[1, 2], "x", {"p": "not an entry"}, {"p": {"config": 3}}])

@@ -234,10 +234,11 @@ def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...], n: int = 0,
     return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
 
 
-# The most rows, and the most weight columns, for which a product runs swapped past SWAP_MAX_M
-# (swap_for_narrow_weight).
+# The most rows, and the largest weight (bytes, every batch entry's together), for which a
+# product runs swapped past SWAP_MAX_M (swap_for_narrow_weight): half the H100's 50 MB L2, so
+# that the token tiles' rereads of the weight find it there.
 SWAP_NARROW_MAX_M = 1024
-SWAP_NARROW_MAX_N = 1536
+SWAP_NARROW_MAX_WEIGHT_BYTES = 25_000_000
 
 
 def busy_ctas(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int,
@@ -254,20 +255,28 @@ def busy_ctas(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: i
 
 
 def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k: int,
-                           num_sms: int) -> bool:
-    """Whether a product of SWAP_MAX_M < m <= SWAP_NARROW_MAX_M rows against a narrow weight
-    (n <= SWAP_NARROW_MAX_N columns) runs faster swapped: where its unswapped plan keeps fewer
-    than half the SMs busy (few column tiles, and a K too short to split them further). The
-    swap-AB tile then walks the tokens 64 at a time, rereading the weight (from L2), and its
-    last-arrival split cuts each tile into up to 16 pieces where the unswapped split stops at 4
-    of 32 k-blocks.
-    NOTES: against the unswapped default, one process, 9 reps (H100, 2026-11-27,
+                           num_sms: int, family: str = "matmul") -> bool:
+    """Whether a `family` product (matmul or fp8 per tensor) of SWAP_MAX_M < m <=
+    SWAP_NARROW_MAX_M rows against a weight of at most SWAP_NARROW_MAX_WEIGHT_BYTES runs faster
+    swapped: where its unswapped plan keeps fewer than half the SMs busy (few column tiles, and
+    a K too short to split them further). The swap-AB tile then walks the tokens 64 at a time,
+    rereading the weight (from L2, where it fits), and its last-arrival split cuts each tile
+    into up to 16 pieces where the unswapped split stops at 4 of 32 k-blocks.
+    NOTES: bf16 against the unswapped default, one process, 9 reps (H100, 2026-11-27,
     ab_h100_20261127_swap_narrow.json): N = 512-1536 at M = 65-1024, 1.03-1.35x on 11 of 12
     shapes (80 x 1024 x 5120 1.33, 300 x 1024 x 3072 1.35, 150 x 1024 x 11008 1.09, 963 x 1024
-    x 3072 1.07), 65 x 1000 x 1000 0.98; a 4096-wide weight lost (96 x 4096 x 4096 0.94, 128 x 4096 x
-    4096 0.96: twice a 32 MB weight, each token tile's read). Widths 1537-4095 are untried."""
-    return (SWAP_MAX_M < m <= SWAP_NARROW_MAX_M and n <= SWAP_NARROW_MAX_N
-            and 2 * busy_ctas(unswapped, batch, m, n, k, num_sms) < num_sms)
+    x 3072 1.07), 65 x 1000 x 1000 0.98; 96 / 128 x 4096 x 4096 (a 33.5 MB weight, each token
+    tile's reread past half the L2) 0.94 / 0.96. The bound was then N <= 1536. Wider weights,
+    the swap config against the default in one process, 7 reps (H100, 2026-11-27,
+    gemm_h100_20261127_narrow_wide.json): up to 21 MB 0.99-1.20x (256 x 2048 x 2048 1.20, 80 x
+    2048 x 5120 1.13, 160 x 2816 x 2816 1.12, 200 x 2048 x 4096 0.99), 28-34 MB 0.92-1.00x
+    (80 x 3584 x 4096 0.92): the weight's bytes, not its width, set the bound. fp8 per tensor
+    (fp8_h100_20261127_narrow.log, same run), weights of 0.8-16.8 MB: 0.97-1.33x (96 x 1536 x
+    8192 1.33, 704 x 512 x 4096 1.28, 80 x 2048 x 5120 1.26; 128 x 768 x 4096 0.97)."""
+    nbytes = catalog.DTYPES[catalog.FAMILIES[family].dtypes[0][1]].nbytes
+    return (SWAP_MAX_M < m <= SWAP_NARROW_MAX_M
+            and batch * n * k * nbytes <= SWAP_NARROW_MAX_WEIGHT_BYTES
+            and 2 * busy_ctas(unswapped, batch, m, n, k, num_sms, family) < num_sms)
 
 
 def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, k: int,
@@ -275,8 +284,8 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
                      off_line: tuple[bool, bool] = (False, False)) -> GemmConfig:
     """The heuristic's config for a `family` call on a GPU of `num_sms` SMs: swap-AB where the
     family has it, a is stored (M, K) and m <= SWAP_MAX_M; otherwise choose_config over the
-    family's tiles, swapped after all (the widest token tile) where the 16-bit product's weight
-    is narrow (swap_for_narrow_weight). off_line: whether a's and b's rows start off the L2
+    family's tiles, swapped after all (the widest token tile) where the product's weight is
+    narrow (swap_for_narrow_weight). off_line: whether a's and b's rows start off the L2
     line (pitch.rows_off_l2_line), which counts in families with Family.off_line_rule."""
     swaps = family in catalog.SWAP_FAMILIES and not a_mn_major
     if swaps and m <= SWAP_MAX_M:
@@ -286,10 +295,9 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
     config = choose_config(m, n, k, batch, num_sms, tiles=fam.tiles, multicast=fam.multicast,
                            pingpong=fam.pingpong_mid_m,
                            off_line=off_line if fam.off_line_rule else (False, False))
-    # NOTES: only the 16-bit family is measured: fp8's swapped tiles keep the rule above.
-    if swaps and family == "matmul" and swap_for_narrow_weight(config, batch, m, n, k, num_sms):
-        tile = max((t for t in catalog.SWAP_TILES if t.ctas_per_sm == 1),
-                   key=lambda t: t.block_n)
+    if swaps and swap_for_narrow_weight(config, batch, m, n, k, num_sms, family):
+        tile = max((t for t in catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
+                    if t.ctas_per_sm == 1), key=lambda t: t.block_n)
         return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
     return config
 
