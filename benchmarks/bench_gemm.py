@@ -6,11 +6,14 @@ and jax_hopper.hopper_matmul (default config plus --hopper-configs variants).
     python benchmarks/bench_gemm.py --transformer        # one layer's GEMMs (fwd + bwd, 11 shapes)
     python benchmarks/bench_gemm.py --decode             # M = 1-64 against 4 weights (20 shapes)
     python benchmarks/bench_gemm.py --random 52 --impls xla,hopper   # shapes no issue lists
+    python benchmarks/bench_gemm.py --decode --impls xla,hopper --device-time   # + device time
     python benchmarks/bench_gemm.py --shapes 8192x8192x8192 4096 \\
         --hopper-configs '[{"cluster_m": 2}, {"raster": "n", "group_size": 16}]'
 
 Each shape's roofline floor is max(its FLOPs at the H100's dense bf16 peak, 989 TFLOP/s; its
-operand and output bytes at 3.0 TB/s); the table gives each time as a % of it.
+operand and output bytes at 3.0 TB/s); the table gives each time as a % of it. With
+--device-time each variant's device time per call is measured too (timing.device_time), and
+"dev h/X" is hopper's speed over XLA's by it: below ~25 us a chained call's time is the host's.
 Writes gemm_<tag>.json and gemm_<tag>.png to --out-dir. Exit status 1 when hopper_matmul's
 result is wrong (relative Frobenius error > 1e-2 or NaN) for some shape.
 """
@@ -205,8 +208,8 @@ def bench_shape(shape, variants: dict, skipped: dict, impl_of: dict, args, key) 
 
     results = {name: dict(impl=impl_of[name], error=reason) for name, reason in skipped.items()}
     # One failing variant must not stop the run: time_interleaved returns its exception.
-    timed = timing.time_interleaved({name: (timing.chained(f), pairs)
-                                     for name, f in variants.items()}, reps=args.reps)
+    runs = {name: (timing.chained(f), pairs) for name, f in variants.items()}
+    timed = timing.time_interleaved(runs, reps=args.reps)
     for name, r in timed.items():
         if not isinstance(r, Exception):
             try:
@@ -221,8 +224,13 @@ def bench_shape(shape, variants: dict, skipped: dict, impl_of: dict, args, key) 
         results[name] = dict(impl=impl_of[name], tflops=timing.tflops(m, n, k, r["median_s"]),
                              ms=r["median_s"] * 1e3, times_ms=[t * 1e3 for t in r["times_s"]],
                              compile_s=r["compile_s"], rel_err=err, wrong=wrong)
+        device = ""
+        if args.device_time and (d := timing.device_time(*runs[name])) is not None:
+            results[name].update(device_us=d["median_s"] * 1e6, device_kernels_us=d["kernels_us"])
+            device = f"  device {d['median_s'] * 1e6:7.1f} us"
         log(f"  {name:44s} {results[name]['tflops']:7.1f} TFLOP/s  {r['median_s'] * 1e6:9.1f} us"
-            f"  err {err:.1e}{'  WRONG' if wrong else ''}  (first run {r['compile_s']:.1f} s)")
+            f"{device}  err {err:.1e}{'  WRONG' if wrong else ''}"
+            f"  (first run {r['compile_s']:.1f} s)")
     return summarise(shape, n_sets, n_calls, results)
 
 
@@ -244,6 +252,9 @@ def summarise(shape, n_sets, n_calls, results) -> dict:
         t = results.get(name, {}).get("tflops") if name else None
         return t / xla if t and xla else None
 
+    xla_device = results.get("xla", {}).get("device_us")
+    hopper_device = hopper.get("device_us")
+
     m, n, k = shape
     floor_s = max(2 * m * n * k / BF16_PEAK, 2 * (m * k + k * n + m * n) / HBM)
 
@@ -256,7 +267,10 @@ def summarise(shape, n_sets, n_calls, results) -> dict:
                 best_hopper_of_floor=of_floor(best_hopper), n_sets=n_sets, n_calls=n_calls,
                 status=status, best_pallas=best_pallas, best_hopper=best_hopper,
                 hopper_over_xla=ratio("hopper"), best_hopper_over_xla=ratio(best_hopper),
-                best_pallas_over_xla=ratio(best_pallas), variants=results)
+                best_pallas_over_xla=ratio(best_pallas),
+                hopper_over_xla_device=(xla_device / hopper_device
+                                        if xla_device and hopper_device else None),
+                variants=results)
 
 
 def fmt(x, spec):
@@ -269,8 +283,8 @@ def _variant(row, name, field):
 
 def print_table(rows):
     log(f"\n{'shape':18s} {'floor us':>8s} {'XLA':>7s} {'Pallas':>7s} {'hopper':>7s} {'h/XLA':>6s}"
-        f" {'h-best':>7s} {'hb/XLA':>6s} {'x%flr':>5s} {'h%flr':>5s} {'err':>8s} {'status':6s}"
-        f" best Pallas | best hopper")
+        f" {'h-best':>7s} {'hb/XLA':>6s} {'x%flr':>5s} {'h%flr':>5s} {'dev h/X':>7s}"
+        f" {'err':>8s} {'status':6s} best Pallas | best hopper")
     pct = "5.0%"
     for r in rows:
         log(f"{shape_name(r['shape']):18s} {r['floor_us']:8.1f}"
@@ -279,7 +293,7 @@ def print_table(rows):
             f" {fmt(_variant(r, 'hopper', 'tflops'), '7.1f')} {fmt(r['hopper_over_xla'], '6.2f')}"
             f" {fmt(_variant(r, r['best_hopper'], 'tflops'), '7.1f')}"
             f" {fmt(r['best_hopper_over_xla'], '6.2f')} {fmt(r['xla_of_floor'], pct)}"
-            f" {fmt(r['hopper_of_floor'], pct)}"
+            f" {fmt(r['hopper_of_floor'], pct)} {fmt(r.get('hopper_over_xla_device'), '7.2f')}"
             f" {fmt(_variant(r, 'hopper', 'rel_err'), '8.1e')} {r['status']:6s}"
             f" {r['best_pallas'] or '-'} | {r['best_hopper'] or '-'}")
 
@@ -336,6 +350,10 @@ def parse_args(argv=None):
     p.add_argument("--calls", type=int, default=0, help="calls per run (default: ~30 ms worth)")
     p.add_argument("--min-set-mb", type=float, default=200.0,
                    help="rotating input sets together exceed this many MB")
+    p.add_argument("--device-time", action="store_true",
+                   help="also each variant's device time per call, from a profiler trace "
+                        "(timing.device_time; the 'dev h/X' column): chained short calls are "
+                        "bound by the host")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "results"))
     p.add_argument("--tag", default=datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))

@@ -12,11 +12,13 @@ sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import argparse  # noqa: E402
 import datetime  # noqa: E402
 
-from jax_hopper.timing import (call_plan, calls_for, chained, geomean,  # noqa: E402
-                               n_sets_for, parse_shape, rel_fro_error, rotating_sets, rotation,
-                               tflops, time_chained, time_interleaved)
+from jax_hopper.timing import (RUN_GAP_NS, call_plan, calls_for, chained,  # noqa: E402
+                               device_time, geomean, n_sets_for, parse_shape, rel_fro_error,
+                               rotating_sets, rotation, run_spans, tflops, time_chained,
+                               time_interleaved)
 
-__all__ = ["add_output_args", "call_plan", "calls_for", "chained", "dims_parser", "geomean",
+__all__ = ["RUN_GAP_NS", "add_output_args", "call_plan", "calls_for", "chained",
+           "device_time", "dims_parser", "geomean", "run_spans",
            "n_sets_for", "parse_shape", "pool_limit_warning", "rel_fro_error", "require_kernels",
            "rotating_sets", "rotation", "tflops", "time_chained", "time_interleaved"]
 

@@ -1,6 +1,6 @@
 """Timing of GEMM calls on the device: rotating input sets larger than L2, chained calls,
-interleaved variants, host-clock medians. Used by `python -m jax_hopper.tune` and the
-benchmarks (benchmarks/timing.py).
+interleaved variants, host-clock medians, and device time from a profiler trace. Used by
+`python -m jax_hopper.tune` and the benchmarks (benchmarks/timing.py).
 
 Any f(a, b) -> array works (jnp.dot, a Pallas kernel, jax_hopper.hopper_matmul), so these are
 testable on CPU with plain jnp functions.
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import functools
+import glob
 import math
 import statistics
+import tempfile
 import time
 
 import jax
@@ -188,6 +190,64 @@ def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2, pipeline: int =
         if not isinstance(r, Exception):
             r["median_s"] = statistics.median(r["times_s"])
     return results
+
+
+# Kernels further apart than this belong to different runs of device_time's trace (it waits
+# for each run and sleeps RUN_PAUSE_S before the next).
+RUN_GAP_NS = 1_000_000
+RUN_PAUSE_S = 0.003
+
+
+def device_time(run, pairs, reps: int = 3) -> dict | None:
+    """Device time per call of run(pairs) (from chained), from a jax.profiler trace of `reps`
+    runs, each waited for: a run's span on the GPU (its first kernel's start to its last one's
+    end) over len(pairs), the median over the runs, as "median_s"; and each kernel's median
+    duration by name ("kernels_us"). None where the trace holds no GPU kernel (a CPU backend).
+    Call it after a warm-up: the first run's compile would be in the trace.
+
+    NOTES: chained calls of a short GEMM are bound by the host, not the device: on the H100
+    (2026-11-27, timeline_h100_20261127_percall.txt) jax took 20-27 us per call to enqueue a
+    chained program of 100 calls while the device ran each call's kernels in 1.2-16.4 us,
+    back to back (gaps under 0.2 us; XLA's overlapping by 0.4-1.8 us). time_interleaved then
+    measures the host, and this the device: what the same calls cost where a program keeps the
+    GPU fed (a CUDA graph, a long step)."""
+    n_calls = len(pairs)
+    with tempfile.TemporaryDirectory() as trace_dir:
+        jax.profiler.start_trace(trace_dir)
+        try:
+            for _ in range(reps):
+                jax.block_until_ready(run(pairs))
+                time.sleep(RUN_PAUSE_S)
+        finally:
+            jax.profiler.stop_trace()
+        files = glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True)
+        if not files:
+            return None
+        profile = jax.profiler.ProfileData.from_file(files[0])
+        events = sorted((e.start_ns, e.duration_ns, e.name) for plane in profile.planes
+                        if plane.name.startswith("/device:GPU:") for line in plane.lines
+                        if line.name.startswith("Stream") for e in line.events)
+    if not events:
+        return None
+    spans, kernels = run_spans(events)
+    return dict(median_s=statistics.median(spans) / 1e9 / n_calls, runs=len(spans),
+                kernels_us={name: statistics.median(d) for name, d in kernels.items()})
+
+
+def run_spans(events) -> tuple[list[int], dict]:
+    """(each run's span in ns, {kernel name: [durations in us]}) of device_time's kernel events
+    (start_ns, duration_ns, name), sorted by start: a gap over RUN_GAP_NS starts the next run;
+    kernels may overlap (programmatic dependent launch)."""
+    spans, kernels = [], {}
+    first, last = events[0][0], events[0][0] + events[0][1]
+    for start, dur, name in events:
+        if start - last > RUN_GAP_NS:
+            spans.append(last - first)
+            first = start
+        last = max(last, start + dur)
+        kernels.setdefault(name, []).append(dur / 1e3)
+    spans.append(last - first)
+    return spans, kernels
 
 
 @jax.jit

@@ -63,6 +63,27 @@ def test_time_chained_returns_set_0_product_and_positive_times(sets):
     np.testing.assert_array_equal(np.asarray(r["out"]), np.asarray(jnp.dot(*sets[0])))
 
 
+def test_run_spans_splits_runs_at_the_pause_and_lets_kernels_overlap():
+    gap = timing.RUN_GAP_NS
+    # run 1: two calls of two kernels, the second of each pair starting before the first ends;
+    # run 2 after a pause: one call
+    events = [(0, 100, "gemm"), (90, 20, "reduce"), (110, 100, "gemm"), (200, 30, "reduce"),
+              (230 + 2 * gap, 50, "gemm"), (285 + 2 * gap, 10, "reduce")]
+    spans, kernels = timing.run_spans(events)
+    assert spans == [230, 65]
+    assert kernels == {"gemm": [0.1, 0.1, 0.05], "reduce": [0.02, 0.03, 0.01]}
+    # a kernel ending after the next one's start: the span is the latest end
+    assert timing.run_spans([(0, 500, "a"), (10, 20, "b")])[0] == [500]
+
+
+def test_device_time_is_none_without_gpu_kernels(sets):
+    # A CPU backend's trace has no GPU plane: nothing to report, and no error.
+    pairs = timing.rotation(sets, 3)
+    run = timing.chained(jnp.dot)
+    jax.block_until_ready(run(pairs))
+    assert timing.device_time(run, pairs, reps=2) is None
+
+
 def test_rel_fro_error():
     x = jnp.arange(1.0, 7.0).reshape(2, 3)
     assert float(timing.rel_fro_error(x, x)) == 0.0
