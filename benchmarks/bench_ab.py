@@ -19,7 +19,8 @@ alone: a peer between them would favour whichever runs right after it where the 
 little power (XLA's ragged_dot; timing.time_interleaved's NOTES). Inputs rotate over sets
 larger than L2; each result is checked against an fp32-accumulated reference (a quantization:
 its dequantised copies against jnp's). The summary gives new/base per case, the geomean and the
-worst; the JSON (ab_<tag>.json) keeps every time.
+worst; the JSON (ab_<tag>.json) keeps every time. --device-time adds each build's device
+time per call (timing.device_time: short chained calls are bound by the host) and its ratio.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import sys
 
 import jax
@@ -171,6 +173,9 @@ def main():
                         help="RxC:MODE quantizations (bench_quantize.py's modes)")
     parser.add_argument("--vmap-cases", nargs="*", type=timing.dims_parser("VxMxNxK"), default=[],
                         help="VxMxNxK: jax.vmap over V (M, K) entries against one (K, N)")
+    parser.add_argument("--device-time", action="store_true",
+                        help="also base's and new's device time per call (timing.device_time, "
+                             "in the order base, new, new, base) and their ratio")
     args = parser.parse_args()
     timing.require_kernels(jax_hopper, jax_hopper_base)
     key = jax.random.key(0)
@@ -215,15 +220,32 @@ def main():
                           **{field: moved / r["median_s"] / 1e9 if moved else
                              timing.tflops(*shape, r["median_s"])}, rel_err=err)
         row["new_over_base"] = row["base"]["ms"] / row["new"]["ms"]  # speed ratio, > 1: faster
+        device = ""
+        if args.device_time:
+            us = {"base": [], "new": []}
+            for v in ("base", "new", "new", "base"):
+                if (d := timing.device_time(*runs[v])) is not None:
+                    us[v].append(d["median_s"] * 1e6)
+            if us["base"] and us["new"]:
+                for v in us:
+                    row[v]["device_us"] = statistics.mean(us[v])
+                row["new_over_base_device"] = row["base"]["device_us"] / row["new"]["device_us"]
+                device = (f"  device {row['base']['device_us']:.1f} / {row['new']['device_us']:.1f}"
+                          f" us: {row['new_over_base_device']:.3f}")
         rows.append(row)
         print(f"{name:28s} xla {row['xla'][field]:6.1f}  base {row['base'][field]:6.1f}  "
               f"new {row['new'][field]:6.1f} {unit}  new/base {row['new_over_base']:.3f}  "
-              f"err {row['new']['rel_err']:.1e}", flush=True)
+              f"err {row['new']['rel_err']:.1e}{device}", flush=True)
     ratios = [r["new_over_base"] for r in rows]
     summary = dict(geomean=timing.geomean(ratios), worst=min(ratios),
                    worst_case=rows[ratios.index(min(ratios))]["case"])
     print(f"new/base speed: geomean {summary['geomean']:.4f}, worst {summary['worst']:.4f} "
           f"({summary['worst_case']}); results {'WRONG' if wrong else 'ok'}")
+    if device_ratios := [r["new_over_base_device"] for r in rows if "new_over_base_device" in r]:
+        summary.update(device_geomean=timing.geomean(device_ratios),
+                       device_worst=min(device_ratios))
+        print(f"new/base device time: geomean {summary['device_geomean']:.4f}, worst "
+              f"{summary['device_worst']:.4f}")
     env = dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
                date=datetime.date.today().isoformat(), argv=sys.argv)
     os.makedirs(args.out_dir, exist_ok=True)

@@ -35,8 +35,13 @@ int64_t gemm_product_cols(int64_t n) {
 // NOTES: programmatic dependent launch (the kernel launched with programmatic stream
 // serialization, griddepcontrol.wait after its barrier set-up, launch_dependents at once) was
 // measured on chained calls from an XLA program: 1.000-1.014x on decode shapes, 0.995-1.009x
-// elsewhere, geomean 1.0045 (H100, 2026-11-24, ab_h100_20261124_pdl.json): within the noise,
-// so not kept.
+// elsewhere, geomean 1.0045 (H100, 2026-11-24, ab_h100_20261124_pdl.json): within the noise.
+// Those chained calls are bound by the host, so it was measured again on the device time
+// (timing.device_time, H100, 2026-11-27, ab_h100_20261127_pdl_device.json): 0.998-1.014x over
+// 9 shapes from 1 x 4096 x 4096 to 4096^3, geomean 1.003: the kernels already run back to
+// back (gaps under 0.2 us), and what a short kernel spends before its first data is mostly
+// its first loads (set-up 0.22 us, first data 1.18 us: ncu_h100_20261125_cold_code.txt),
+// which have to wait for the previous grid's end anyway. Not kept.
 template <class Kernel>
 cudaLaunchConfig_t gemm_launch_config(int cluster_size, cudaStream_t stream,
                                       cudaLaunchAttribute* attr) {
