@@ -85,8 +85,8 @@ def act64(x, activation):
         return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
     if activation == "gelu":
         return 0.5 * x * (1 + erf(x / np.sqrt(2)))
-    if activation == "silu":
-        return x / (1 + np.exp(-x))
+    if activation == "silu":  # x * sigmoid(x), the sigmoid as (1 + tanh(x / 2)) / 2: no overflow
+        return 0.5 * x * (1 + np.tanh(x / 2))
     raise ValueError(activation)
 
 

@@ -112,11 +112,12 @@ def test_heuristic_choices():
 
 @pytest.mark.parametrize("m,n,tiles128,pingpong", [
     (640, 2048, 80, True), (384, 4096, 96, True), (768, 1536, 72, True),
-    (512, 2048, 64, False), (528, 2048, 80, True), (768, 2112, 102, False),
-    (512, 4096, 128, False), (256, 4096, 64, False)])
+    (512, 2048, 64, False), (528, 2048, 80, True), (768, 2112, 102, True),
+    (512, 4096, 128, True), (1408, 1536, 132, True), (1152, 1920, 135, False),
+    (256, 4096, 64, False)])
 def test_heuristic_pingpong_for_one_partial_wave(m, n, tiles128, pingpong):
-    """Ping-pong 128 x 128 (matmul only) where its tiles fill more than half and at most three
-    quarters of the SMs in one wave; the cooperative rule elsewhere and for other families."""
+    """Ping-pong 128 x 128 (matmul only) where its tiles fill more than half the SMs in one
+    wave, up to a whole one; the cooperative rule elsewhere and for other families."""
     assert math.ceil(m / 128) * math.ceil(n / 128) == tiles128
     cfg = choose_config(m, n, 8192, pingpong=True)
     assert ((cfg.schedule, cfg.block_n, cfg.cluster_m, cfg.cluster_n) ==

@@ -309,9 +309,9 @@ class _FakeGpu:
 
 def test_the_heuristic_weighs_tiles_against_this_gpus_sms(cache):
     # 1 x 16000 x 4096 has 125 weight tiles of 128 columns: past one wave of 114 SMs (two CTAs
-    # to an SM) but not of 132; 384 x 3840 x 8192's 90 tiles of 128 x 128 fill more than half
-    # and at most three quarters of 132 SMs in one wave (ping-pong), more than that of 114.
-    shapes = [("matmul", 1, 16000, 4096), ("matmul", 384, 3840, 8192)]
+    # to an SM) but not of 132; 384 x 5120 x 8192's 120 tiles of 128 x 128 fill more than half
+    # of 132 SMs in one wave (ping-pong), more than a wave of 114.
+    shapes = [("matmul", 1, 16000, 4096), ("matmul", 384, 5120, 8192)]
     with mock.patch.object(tuned.jax, "devices", return_value=[_FakeGpu()]):
         assert tuned.device_sms() == 114 and tuned.gpu_key() == "NVIDIA H100 PCIe, 114 SMs"
         got = [tuned.default_config(f, "bfloat16", False, True, 1, m, n, k)

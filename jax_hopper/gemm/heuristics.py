@@ -58,15 +58,15 @@ def wave_cost(m: int, n: int, batch: int, tile: catalog.TileShape, num_sms: int)
             TILE_EFFICIENCY[tile.block_m, tile.block_n, tile.schedule])
 
 
-# Ping-pong 128 x 128 for a single partial wave of more than half and at most three quarters
-# of the SMs (pingpong_mid_m).
-PINGPONG_WAVE = (0.5, 0.75)
+# Ping-pong 128 x 128 for a single wave of its tiles on more than half the SMs, up to a whole
+# wave (pingpong_mid_m).
+PINGPONG_WAVE = (0.5, 1.0)
 
 
 def pingpong_mid_m(m: int, n: int, batch: int, tiles: tuple[catalog.TileShape, ...],
                    num_sms: int) -> catalog.TileShape | None:
-    """The ping-pong 128 x 128 tile of `tiles` where its tiles fill more than half and at most
-    three quarters of the SMs in one wave, else None.
+    """The ping-pong 128 x 128 tile of `tiles` where its tiles fill more than half the SMs in
+    one wave (at most one tile an SM), else None.
 
     NOTES: there the cooperative choice (128 x 128 or 128 x 192, often in 2-CTA clusters) left
     time on the table: ping-pong 128 x 128 without clusters, each CTA one tile computed by one
@@ -77,7 +77,15 @@ def pingpong_mid_m(m: int, n: int, batch: int, tiles: tuple[catalog.TileShape, .
     the build before it on 12 other shapes in that window (70-96 tiles): 0.97-1.37x, geomean 1.089
     (384 x 3328 x 6144 266 -> 363 TFLOP/s, 896 x 1280 x 8192 305 -> 350; 320 x 4096 x 6144 and
     448 x 2816 x 14336 0.97 and 0.99), i.e. 0.84x -> 0.92x XLA there; unchanged shapes in the
-    same run moved 1.02-1.04x (ab_h100_20261124_pingpong_midm.json). Not profiled yet."""
+    same run moved 1.02-1.04x (ab_h100_20261124_pingpong_midm.json). Not profiled yet.
+    The window then stopped at three quarters of the SMs. Past it, on 16 bf16 shapes of 100-128
+    tiles (0.76-0.97 of a wave; H100, 2026-11-27, gemm_h100_20261127_pingpong_wave.json, the
+    ping-pong config against the default, which was cooperative 128 x 128 split along K or
+    paired along M there, one process, 5 reps): faster on all 16, device time
+    (timing.device_time) 1.003-1.073x, geomean 1.037, chained calls 1.011-1.097x (512 x 4096 x
+    4096 1.046x, 640 x 2560 x 4096 1.073x, 256 x 8192 x 4096 1.051x, 128 x 16384 x 4096 1.003x),
+    where the earlier chained runs had it losing on 6 of 7 such shapes: those chained calls were
+    bound by the host (timing.device_time's NOTES). So the window runs to a whole wave."""
     pingpong = next((t for t in tiles if (t.block_m, t.block_n, t.schedule) ==
                      (128, 128, "pingpong")), None)
     count = math.ceil(m / 128) * math.ceil(n / 128) * batch
@@ -177,7 +185,7 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
     consumers, not operand traffic, set the pace) ran 785 vs 843 TFLOP/s at 8192^3 with 2-CTA
     clusters on 128 x 256 (H100, 2026-11-24, ab_h100_20261124_fp8block_order.json).
     pingpong=True (a family's Family.pingpong_mid_m) takes ping-pong 128 x 128 for a single
-    partial wave of more than half, at most three quarters of the SMs (pingpong_mid_m), unless
+    wave of more than half the SMs, up to a whole one (pingpong_mid_m), unless
     b's rows are off the L2 line (that tile runs unclustered; pair_along_m).
     off_line: whether a's and b's rows start off the L2 line (pitch.rows_off_l2_line), in a
     family with Family.off_line_rule (else (False, False)). Both off: 128 x 256 in 2-CTA
