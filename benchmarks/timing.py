@@ -13,12 +13,12 @@ import argparse  # noqa: E402
 import datetime  # noqa: E402
 
 from jax_hopper.timing import (RUN_GAP_NS, call_plan, calls_for, chained,  # noqa: E402
-                               device_time, geomean, n_sets_for, parse_shape, rel_fro_error,
-                               rotating_sets, rotation, run_spans, tflops, time_chained,
-                               time_interleaved)
+                               device_time, device_times, geomean, n_sets_for, parse_shape,
+                               rel_fro_error, rotating_sets, rotation, run_spans, tflops,
+                               time_chained, time_interleaved)
 
 __all__ = ["RUN_GAP_NS", "add_output_args", "call_plan", "calls_for", "chained",
-           "device_time", "dims_parser", "geomean", "run_spans",
+           "device_time", "device_times", "dims_parser", "geomean", "run_spans",
            "n_sets_for", "parse_shape", "pool_limit_warning", "rel_fro_error", "require_kernels",
            "rotating_sets", "rotation", "tflops", "time_chained", "time_interleaved"]
 

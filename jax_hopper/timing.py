@@ -211,11 +211,45 @@ def device_time(run, pairs, reps: int = 3) -> dict | None:
     back to back (gaps under 0.2 us; XLA's overlapping by 0.4-1.8 us). time_interleaved then
     measures the host, and this the device: what the same calls cost where a program keeps the
     GPU fed (a CUDA graph, a long step)."""
-    n_calls = len(pairs)
+    events = _gpu_kernels([(run, pairs)] * reps)
+    if events is None:
+        return None
+    spans, kernels = run_spans(events)
+    return dict(median_s=statistics.median(spans) / 1e9 / len(pairs), runs=len(spans),
+                kernels_us={name: statistics.median(d) for name, d in kernels.items()})
+
+
+def device_times(runs: dict, rounds: int = 3) -> dict | None:
+    """{name: device seconds per call} of each of `runs` ({name: (run, pairs)} from chained,
+    warmed up), from one trace of `rounds` shuffled rounds (each run once a round, as
+    time_interleaved's): the median of its runs' spans (device_time) over their calls. None
+    where the trace holds no GPU kernel, or where its runs cannot be told apart (run_spans
+    finds another count of them)."""
+    order = [name for round_ in shuffled_rounds(list(runs), rounds) for name in round_]
+    events = _gpu_kernels([runs[name] for name in order])
+    if events is None:
+        return None
+    spans, _ = run_spans(events)
+    if len(spans) != len(order):
+        return None
+    per_call = {}
+    for name, span in zip(order, spans):
+        per_call.setdefault(name, []).append(span / 1e9 / len(runs[name][1]))
+    return {name: statistics.median(t) for name, t in per_call.items()}
+
+
+def _gpu_kernels(runs: list) -> list | None:
+    """The GPU kernels, (start_ns, duration_ns, name) sorted by start, of a jax.profiler trace
+    over `runs` ((run, pairs) each), run in turn, each waited for and followed by RUN_PAUSE_S;
+    None where the trace holds none, or where no trace can start (one is already running: jax
+    allows one at a time)."""
     with tempfile.TemporaryDirectory() as trace_dir:
-        jax.profiler.start_trace(trace_dir)
         try:
-            for _ in range(reps):
+            jax.profiler.start_trace(trace_dir)
+        except RuntimeError:
+            return None
+        try:
+            for run, pairs in runs:
                 jax.block_until_ready(run(pairs))
                 time.sleep(RUN_PAUSE_S)
         finally:
@@ -227,11 +261,7 @@ def device_time(run, pairs, reps: int = 3) -> dict | None:
         events = sorted((e.start_ns, e.duration_ns, e.name) for plane in profile.planes
                         if plane.name.startswith("/device:GPU:") for line in plane.lines
                         if line.name.startswith("Stream") for e in line.events)
-    if not events:
-        return None
-    spans, kernels = run_spans(events)
-    return dict(median_s=statistics.median(spans) / 1e9 / n_calls, runs=len(spans),
-                kernels_us={name: statistics.median(d) for name, d in kernels.items()})
+    return events or None
 
 
 def run_spans(events) -> tuple[list[int], dict]:

@@ -17,14 +17,15 @@ backward GEMMs alike):
 
 Every candidate (each compiled tile of the family, each cluster shape, stream-K on and off
 where the schedule allows) and the heuristic's own choice are timed interleaved on random-normal
-inputs rotated past L2 (jax_hopper.timing); a candidate enters the cache only if its result
-agrees with the heuristic config's (MAX_DISAGREEMENT) and it beats the heuristic by more than
-`min_gain` (2%: less is within the run-to-run noise of one shape), first among all candidates
-and again with the two timed alone (CONFIRM_REPS: the fastest of thirty noisy medians is
-fast partly by luck). Calls without an explicit
-config then use the cached one for this GPU and problem (jax_hopper/gemm/tuned.py says where
-the cache lives and what it holds). Tuning needs the
-kernels (kernels_available()): on anything else it times XLA's reference and refuses.
+inputs rotated past L2 (jax_hopper.timing), by their device time per call where a profiler
+trace gives it (timing.device_times), else by the host clock; a candidate enters the cache
+only if its result agrees with the heuristic config's (MAX_DISAGREEMENT) and it beats the
+heuristic by more than `min_gain` (2%: less is within the run-to-run noise of one shape), first
+among all candidates and again with the two timed alone (CONFIRM_REPS: the fastest of thirty
+noisy medians is fast partly by luck). Calls without an explicit config then use the cached
+one for this GPU and problem (jax_hopper/gemm/tuned.py says where the cache lives and what it
+holds). Tuning needs the kernels (kernels_available()): on anything else it times XLA's
+reference and refuses.
 """
 
 from __future__ import annotations
@@ -154,9 +155,10 @@ MAX_DISAGREEMENT = 1e-2
 
 
 def tune_problem(p: Problem, reps: int = 5, key=None, only: GemmConfig | None = None) -> dict:
-    """{label: median seconds} of every candidate (or of `only`) and the heuristic's choice
-    ("heuristic"), the fastest candidate other than the heuristic's config (best; None where
-    none ran), {label: error} of the candidates that failed: raised, or returned a result
+    """{label: median seconds per call} of every candidate (or of `only`) and the heuristic's
+    choice ("heuristic"), on the device where a trace gives it (clock "device"), else by the
+    host clock ("host"); the fastest candidate other than the heuristic's config (best; None
+    where none ran), {label: error} of the candidates that failed: raised, or returned a result
     further than MAX_DISAGREEMENT from the heuristic config's, and {label: config} of them
     all."""
     grouped = tune_grouped.is_grouped(p.family)
@@ -193,8 +195,15 @@ def tune_problem(p: Problem, reps: int = 5, key=None, only: GemmConfig | None = 
                 f"Frobenius error; at most {MAX_DISAGREEMENT} is the same product)")
     times = {label: r["median_s"] for label, r in timed.items() if not isinstance(r, Exception)}
     failed = {label: r for label, r in timed.items() if isinstance(r, Exception)}
+    # Ranked by their device time where the trace has it: a chained call shorter than the host's
+    # ~20-27 us to enqueue it is timed by the host (timing.device_time's NOTES), so the host
+    # clock ranked short problems' candidates by noise (up to 16% between configs with the same
+    # kernel and plan, CONFIRM_REPS's NOTES).
+    device = timing.device_times({label: runs[label] for label in times}, reps) if times else None
+    clock = "device" if device else "host"
+    times = device or times
     best = min((label for label in times if label != "heuristic"), key=times.get, default=None)
-    return dict(times=times, best=configs[best] if best else None,
+    return dict(times=times, clock=clock, best=configs[best] if best else None,
                 best_s=times[best] if best else None, heuristic_s=times.get("heuristic"),
                 failed=failed, configs=configs)
 
@@ -255,7 +264,8 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
             if report:
                 _report(report, gpu, timings)
         log(f"{p.key}: best {r['best_s'] * 1e6:.1f} us, heuristic "
-            f"{(r['heuristic_s'] or float('nan')) * 1e6:.1f} us{verdict}"
+            f"{(r['heuristic_s'] or float('nan')) * 1e6:.1f} us ({r.get('clock', 'host')} "
+            f"time){verdict}"
             + (f" -> cached {tuned.config_fields(r['best'])}" if wins else " -> heuristic kept"))
         entry = dict(config=tuned.config_fields(r["best"]), us=best_s * 1e6,
                      heuristic_us=(heuristic_s or 0) * 1e6,
@@ -271,7 +281,8 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
 
 
 def _report(path: str, gpu: str, timings: dict) -> None:
-    """{"gpu", "date", "problems": {key: {"heuristic_us", "candidates": [{"config", "us",
+    """{"gpu", "date", "problems": {key: {"clock" (tune_problem's: device or host),
+    "heuristic_us", "candidates": [{"config", "us",
     "heuristic"}, fastest first, the heuristic's own config among them], "failed": {config
     fields as a string: error}, and where the best beat the heuristic, "confirmed": {"best_us",
     "heuristic_us", "cached"} of the two timed alone}}} as JSON."""
@@ -280,6 +291,7 @@ def _report(path: str, gpu: str, timings: dict) -> None:
         configs = r["configs"]
         ranked = sorted((s, label) for label, s in r["times"].items())
         problems[key] = dict(
+            clock=r.get("clock", "host"),
             heuristic_us=None if r["heuristic_s"] is None else r["heuristic_s"] * 1e6,
             candidates=[dict(config=tuned.config_fields(configs[label]), us=s * 1e6,
                              heuristic=label == "heuristic") for s, label in ranked],

@@ -18,6 +18,7 @@ BENCH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 sys.path.insert(0, BENCH_DIR)
 import bench_gemm  # noqa: E402
 import timing  # noqa: E402
+from jax_hopper import timing as jax_hopper_timing  # noqa: E402  (what benchmarks/timing wraps)
 
 
 def test_n_sets_exceeds_the_byte_floor():
@@ -76,12 +77,49 @@ def test_run_spans_splits_runs_at_the_pause_and_lets_kernels_overlap():
     assert timing.run_spans([(0, 500, "a"), (10, 20, "b")])[0] == [500]
 
 
+def test_device_times_tells_the_runs_apart_in_their_trace_order(sets, monkeypatch):
+    # A fake trace: each run's kernels, in the order device_times ran them, one call's kernel
+    # per pair lasting a per-run length, runs a pause apart.
+    pairs = timing.rotation(sets, 2)
+    runs = {"a": (None, pairs), "b": (None, pairs[:1])}
+    lengths = {id(runs["a"]): 300, id(runs["b"]): 500}
+
+    def gpu_kernels(order):
+        events, t = [], 0
+        for run in order:
+            for _ in run[1]:
+                events.append((t, lengths[id(run)], "k"))
+                t += lengths[id(run)]
+            t += 2 * timing.RUN_GAP_NS
+        return events
+
+    monkeypatch.setattr(jax_hopper_timing, "_gpu_kernels", gpu_kernels)
+    got = timing.device_times(runs, rounds=3)
+    assert got == {"a": 300e-9, "b": 500e-9}  # per call: a run's span over its calls
+    # a trace whose runs cannot be told apart gives nothing
+    monkeypatch.setattr(jax_hopper_timing, "_gpu_kernels", lambda order: [(0, 10, "k")])
+    assert timing.device_times(runs, rounds=3) is None
+
+
 def test_device_time_is_none_without_gpu_kernels(sets):
     # A CPU backend's trace has no GPU plane: nothing to report, and no error.
     pairs = timing.rotation(sets, 3)
     run = timing.chained(jnp.dot)
     jax.block_until_ready(run(pairs))
     assert timing.device_time(run, pairs, reps=2) is None
+    assert timing.device_times({"dot": (run, pairs)}, rounds=2) is None
+
+
+def test_device_time_is_none_under_another_trace(sets, tmp_path):
+    # jax runs one profiler trace at a time: a caller's own trace leaves no room for ours.
+    pairs = timing.rotation(sets, 2)
+    run = timing.chained(jnp.dot)
+    jax.block_until_ready(run(pairs))
+    jax.profiler.start_trace(str(tmp_path))
+    try:
+        assert timing.device_time(run, pairs, reps=1) is None
+    finally:
+        jax.profiler.stop_trace()
 
 
 def test_rel_fro_error():

@@ -196,6 +196,25 @@ def test_the_tuner_times_every_candidate(cache):
         r["best"].validate("bfloat16", a_mn, False)
 
 
+def test_the_tuner_ranks_by_device_time_where_a_trace_has_it(cache):
+    # A GPU's trace gives every candidate's device time (faked here: the reverse of the host's
+    # order); the tuner ranks by it and says so. On a CPU there is none: the host clock ranks.
+    p = tune.Problem("matmul", "bfloat16", False, False, 1, 64, 128, 64)
+    on_cpu = tune.tune_problem(p, reps=1)
+    assert on_cpu["clock"] == "host"
+
+    def device_times(runs, rounds):
+        order = sorted(runs, key=on_cpu["times"].get)
+        return {label: 1e-6 * (len(order) - i) for i, label in enumerate(order)}
+
+    with mock.patch.object(tune.timing, "device_times", device_times):
+        r = tune.tune_problem(p, reps=1)
+    assert r["clock"] == "device" and set(r["times"]) == set(on_cpu["times"])
+    slowest_on_host = max((label for label in on_cpu["times"] if label != "heuristic"),
+                          key=on_cpu["times"].get)
+    assert r["best"] == r["configs"][slowest_on_host] and r["best_s"] == 1e-6
+
+
 def test_the_report_lists_every_candidate_fastest_first(cache, tmp_path):
     """--report: each problem's timed configs (the heuristic's marked), fastest first, and the
     failed ones by their fields; timings stubbed (on a CPU they would time XLA's reference)."""
