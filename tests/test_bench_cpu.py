@@ -216,7 +216,7 @@ def test_cli_quick_on_cpu(tmp_path):
     """The documented CPU invocation runs, and writes the JSON and the PNG."""
     proc = subprocess.run(
         [sys.executable, os.path.join(BENCH_DIR, "bench_gemm.py"), "--quick", "--shapes",
-         "256x256x256", "--out-dir", str(tmp_path), "--tag", "t"],
+         "256x256x256", "--device-time", "--out-dir", str(tmp_path), "--tag", "t"],
         capture_output=True, text=True, timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((tmp_path / "gemm_t.json").read_text())
@@ -224,6 +224,8 @@ def test_cli_quick_on_cpu(tmp_path):
     assert row["shape"] == [256, 256, 256]
     assert row["variants"]["xla"]["tflops"] > 0
     assert row["variants"]["xla"]["rel_err"] < 1e-2
+    # --device-time: a CPU's trace has no GPU kernels, so no device time and no device ratio
+    assert "device_us" not in row["variants"]["xla"] and row["hopper_over_xla_device"] is None
     assert "error" in row["variants"]["mgpu_128x128x64_s4_wgN"]  # no Mosaic GPU on a CPU
     assert data["environment"]["jax"] == jax.__version__
     assert (tmp_path / "gemm_t.png").stat().st_size > 0
