@@ -280,7 +280,10 @@ def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k:
     2048 x 5120 1.13, 160 x 2816 x 2816 1.12, 200 x 2048 x 4096 0.99), 28-34 MB 0.92-1.00x
     (80 x 3584 x 4096 0.92): the weight's bytes, not its width, set the bound. fp8 per tensor
     (fp8_h100_20261127_narrow.log, same run), weights of 0.8-16.8 MB: 0.97-1.33x (96 x 1536 x
-    8192 1.33, 704 x 512 x 4096 1.28, 80 x 2048 x 5120 1.26; 128 x 768 x 4096 0.97)."""
+    8192 1.33, 704 x 512 x 4096 1.28, 80 x 2048 x 5120 1.26; 128 x 768 x 4096 0.97). This rule
+    against the N bound on 18 shapes chosen after it (ab_h100_20261127_swap_bytes.json, one
+    process, 9 reps): bf16 1.01-1.20x on 7 (weights 1792-5120 wide), fp8 1.03-1.24x on 9 and
+    0.98x on 65 x 4096 x 4096 (65 rows: two token tiles, the weight read twice)."""
     nbytes = catalog.DTYPES[catalog.FAMILIES[family].dtypes[0][1]].nbytes
     return (SWAP_MAX_M < m <= SWAP_NARROW_MAX_M
             and batch * n * k * nbytes <= SWAP_NARROW_MAX_WEIGHT_BYTES
