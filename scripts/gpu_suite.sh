@@ -74,7 +74,7 @@ tail -25 "$LOGS/tests.log"
 bench_rc=skipped
 if [ "${SUITE_BENCH:-1}" = 1 ]; then
   echo "== benchmarks"
-  $PY benchmarks/bench_gemm.py --out-dir "$LOGS" --tag "$(date +%Y%m%d)" \
+  $PY benchmarks/bench_gemm.py --device-time --out-dir "$LOGS" --tag "$(date +%Y%m%d)" \
       ${SUITE_BENCH_ARGS:-} > "$LOGS/bench.log" 2>&1
   bench_rc=$?
   tail -20 "$LOGS/bench.log"
