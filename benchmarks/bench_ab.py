@@ -20,7 +20,7 @@ little power (XLA's ragged_dot; timing.time_interleaved's NOTES). Inputs rotate 
 larger than L2; each result is checked against an fp32-accumulated reference (a quantization:
 its dequantised copies against jnp's). The summary gives new/base per case, the geomean and the
 worst; the JSON (ab_<tag>.json) keeps every time. --device-time adds each build's device
-time per call (timing.device_time: short chained calls are bound by the host) and its ratio.
+time per call (timing.device_times: short chained calls are bound by the host) and its ratio.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 
 import jax
@@ -174,8 +173,8 @@ def main():
     parser.add_argument("--vmap-cases", nargs="*", type=timing.dims_parser("VxMxNxK"), default=[],
                         help="VxMxNxK: jax.vmap over V (M, K) entries against one (K, N)")
     parser.add_argument("--device-time", action="store_true",
-                        help="also base's and new's device time per call (timing.device_time, "
-                             "in the order base, new, new, base) and their ratio")
+                        help="also base's and new's device time per call (timing.device_times: "
+                             "one trace, the two in shuffled rounds) and their ratio")
     args = parser.parse_args()
     timing.require_kernels(jax_hopper, jax_hopper_base)
     key = jax.random.key(0)
@@ -221,17 +220,13 @@ def main():
                              timing.tflops(*shape, r["median_s"])}, rel_err=err)
         row["new_over_base"] = row["base"]["ms"] / row["new"]["ms"]  # speed ratio, > 1: faster
         device = ""
-        if args.device_time:
-            us = {"base": [], "new": []}
-            for v in ("base", "new", "new", "base"):
-                if (d := timing.device_time(*runs[v])) is not None:
-                    us[v].append(d["median_s"] * 1e6)
-            if us["base"] and us["new"]:
-                for v in us:
-                    row[v]["device_us"] = statistics.mean(us[v])
-                row["new_over_base_device"] = row["base"]["device_us"] / row["new"]["device_us"]
-                device = (f"  device {row['base']['device_us']:.1f} / {row['new']['device_us']:.1f}"
-                          f" us: {row['new_over_base_device']:.3f}")
+        if args.device_time and (d := timing.device_times(
+                {v: runs[v] for v in ("base", "new")}, args.reps)) is not None:
+            for v in d:
+                row[v]["device_us"] = d[v] * 1e6
+            row["new_over_base_device"] = d["base"] / d["new"]
+            device = (f"  device {row['base']['device_us']:.1f} / {row['new']['device_us']:.1f}"
+                      f" us: {row['new_over_base_device']:.3f}")
         rows.append(row)
         print(f"{name:28s} xla {row['xla'][field]:6.1f}  base {row['base'][field]:6.1f}  "
               f"new {row['new'][field]:6.1f} {unit}  new/base {row['new_over_base']:.3f}  "

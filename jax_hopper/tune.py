@@ -187,21 +187,26 @@ def tune_problem(p: Problem, reps: int = 5, key=None, only: GemmConfig | None = 
             raise RuntimeError("the heuristic config failed: no result to check this one by")
         return float(timing.rel_fro_error(out, reference["out"]))
 
-    timed = timing.time_interleaved(runs, reps, check=check)
+    # Compiled, warmed up and checked (one timed round), then timed over `reps` rounds: by
+    # their device time where a trace has it, else by the host clock. A chained call shorter
+    # than the host's ~20-27 us to enqueue it is timed by the host (timing.device_time's
+    # NOTES), which ranked short problems' candidates by noise (up to 16% between configs with
+    # the same kernel and plan, CONFIRM_REPS's NOTES).
+    timed = timing.time_interleaved(runs, 1, check=check)
     for label, r in timed.items():
         if not isinstance(r, Exception) and not r["err"] <= MAX_DISAGREEMENT:
             timed[label] = ValueError(
                 f"its result differs from the heuristic config's by {r['err']:.2e} (relative "
                 f"Frobenius error; at most {MAX_DISAGREEMENT} is the same product)")
-    times = {label: r["median_s"] for label, r in timed.items() if not isinstance(r, Exception)}
     failed = {label: r for label, r in timed.items() if isinstance(r, Exception)}
-    # Ranked by their device time where the trace has it: a chained call shorter than the host's
-    # ~20-27 us to enqueue it is timed by the host (timing.device_time's NOTES), so the host
-    # clock ranked short problems' candidates by noise (up to 16% between configs with the same
-    # kernel and plan, CONFIRM_REPS's NOTES).
-    device = timing.device_times({label: runs[label] for label in times}, reps) if times else None
-    clock = "device" if device else "host"
-    times = device or times
+    ok = {label: runs[label] for label in timed if label not in failed}
+    times = timing.device_times(ok, reps) if ok else None
+    clock = "device" if times else "host"
+    if not times:
+        host = timing.time_interleaved(ok, reps, warmup=1) if ok else {}
+        failed.update({label: r for label, r in host.items() if isinstance(r, Exception)})
+        times = {label: r["median_s"] for label, r in host.items()
+                 if not isinstance(r, Exception)}
     best = min((label for label in times if label != "heuristic"), key=times.get, default=None)
     return dict(times=times, clock=clock, best=configs[best] if best else None,
                 best_s=times[best] if best else None, heuristic_s=times.get("heuristic"),
