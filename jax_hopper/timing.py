@@ -192,10 +192,11 @@ def time_interleaved(runs: dict, reps: int = 7, warmup: int = 2, pipeline: int =
     return results
 
 
-# Kernels further apart than this belong to different runs of device_time's trace (it waits
-# for each run and sleeps RUN_PAUSE_S before the next).
+# device_time's trace waits for each run and sleeps RUN_PAUSE_S before the next: no gap inside
+# a run is that wide, and kernels further apart than RUN_GAP_NS may belong to different runs
+# (run_spans).
 RUN_GAP_NS = 1_000_000
-RUN_PAUSE_S = 0.003
+RUN_PAUSE_S = 0.01
 
 
 def device_time(run, pairs, reps: int = 3) -> dict | None:
@@ -214,7 +215,7 @@ def device_time(run, pairs, reps: int = 3) -> dict | None:
     events = _gpu_kernels([(run, pairs)] * reps)
     if events is None:
         return None
-    spans, kernels = run_spans(events)
+    spans, kernels = run_spans(events, reps)
     return dict(median_s=statistics.median(spans) / 1e9 / len(pairs), runs=len(spans),
                 kernels_us={name: statistics.median(d) for name, d in kernels.items()})
 
@@ -229,7 +230,7 @@ def device_times(runs: dict, rounds: int = 3) -> dict | None:
     events = _gpu_kernels([runs[name] for name in order])
     if events is None:
         return None
-    spans, _ = run_spans(events)
+    spans, _ = run_spans(events, len(order))
     if len(spans) != len(order):
         return None
     per_call = {}
@@ -264,19 +265,30 @@ def _gpu_kernels(runs: list) -> list | None:
     return events or None
 
 
-def run_spans(events) -> tuple[list[int], dict]:
+def run_spans(events, count: int | None = None) -> tuple[list[int], dict]:
     """(each run's span in ns, {kernel name: [durations in us]}) of device_time's kernel events
-    (start_ns, duration_ns, name), sorted by start: a gap over RUN_GAP_NS starts the next run;
-    kernels may overlap (programmatic dependent launch)."""
-    spans, kernels = [], {}
-    first, last = events[0][0], events[0][0] + events[0][1]
-    for start, dur, name in events:
-        if start - last > RUN_GAP_NS:
-            spans.append(last - first)
-            first = start
+    (start_ns, duration_ns, name), sorted by start; kernels may overlap (programmatic dependent
+    launch). The runs are cut at the `count` - 1 widest gaps between kernels where the count of
+    runs is known, else at every gap over RUN_GAP_NS. Cut by a threshold alone, a host-paced
+    run (a few chained calls, each enqueued after the last one ran) can split where the host
+    stalls past it: device_times found another count of spans than the 4 runs of 3 calls it
+    traced (H100, 2026-11-27, test_bench_cpu.py on the GPU). The pause between runs is wider
+    than such a stall. Fewer gaps over RUN_GAP_NS than count - 1: fewer spans."""
+    gaps, last = [], events[0][0] + events[0][1]
+    for i, (start, dur, _) in enumerate(events[1:], 1):
+        gaps.append((start - last, i))
         last = max(last, start + dur)
+    wide = [(g, i) for g, i in gaps if g > RUN_GAP_NS]
+    if count is not None:
+        wide = sorted(wide, reverse=True)[:max(count - 1, 0)]
+    cuts = sorted(i for _, i in wide) + [len(events)]
+    spans, kernels, begin = [], {}, 0
+    for cut in cuts:
+        run = events[begin:cut]
+        spans.append(max(s + d for s, d, _ in run) - run[0][0])
+        begin = cut
+    for _, dur, name in events:
         kernels.setdefault(name, []).append(dur / 1e3)
-    spans.append(last - first)
     return spans, kernels
 
 

@@ -77,6 +77,17 @@ def test_run_spans_splits_runs_at_the_pause_and_lets_kernels_overlap():
     assert timing.run_spans([(0, 500, "a"), (10, 20, "b")])[0] == [500]
 
 
+def test_run_spans_cuts_a_known_count_of_runs_at_the_widest_gaps():
+    gap = timing.RUN_GAP_NS
+    # two runs a pause apart, the first stalled inside for more than RUN_GAP_NS
+    events = [(0, 10, "k"), (10 + 2 * gap, 10, "k"), (20 + 12 * gap, 10, "k"),
+              (30 + 12 * gap, 10, "k")]
+    assert timing.run_spans(events)[0] == [10, 10, 20]
+    assert timing.run_spans(events, 2)[0] == [20 + 2 * gap, 20]
+    # a count beyond the gaps over RUN_GAP_NS: fewer spans, never a cut inside a call's kernels
+    assert timing.run_spans(events[2:], 3)[0] == [20]
+
+
 def test_device_times_tells_the_runs_apart_in_their_trace_order(sets, monkeypatch):
     # A fake trace: each run's kernels, in the order device_times ran them, one call's kernel
     # per pair lasting a per-run length, runs a pause apart.
