@@ -5,7 +5,8 @@
 
 namespace jax_hopper {
 
-// The instantiate and initialize stages of every GEMM target (ffi/gemm/split_flags.h).
+// The instantiate stage of every GEMM target, and the initialize stage of those for split plans
+// (ffi/gemm/split_flags.h, ffi/module.cc).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(GemmInstantiate);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(GemmInitialize);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MatmulHandler);

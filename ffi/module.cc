@@ -25,15 +25,20 @@ nb::capsule capsule(T* fn) {
   return nb::capsule(reinterpret_cast<void*>(fn));
 }
 
-// A GEMM target's stages (jax.ffi.register_ffi_target takes a dict of them): every GEMM
-// custom call keeps its stream-K ready flags as state (ffi/gemm/split_flags.h).
+// A GEMM handler's two targets (jax.ffi.register_ffi_target takes a dict of stages): every GEMM
+// custom call keeps its stream-K ready flags as state (ffi/gemm/split_flags.h), made by the
+// instantiate stage; `name_split`, for plans that split tiles, also has the initialize stage,
+// which allocates and zeroes them. XLA runs an initialize stage before every execution, with a
+// call frame of its own (every operand and attribute), so plans that split no tile (and need
+// no flags) take `name`, without it (jax_hopper/gemm/primitive.py, gemm_target).
 template <typename T>
-nb::dict gemm_stages(T* execute) {
-  nb::dict d;
-  d["instantiate"] = capsule(jax_hopper::GemmInstantiate);
-  d["initialize"] = capsule(jax_hopper::GemmInitialize);
-  d["execute"] = capsule(execute);
-  return d;
+void add_gemm_targets(nb::dict& d, const char* name, T* execute) {
+  nb::dict plain, split;
+  plain["instantiate"] = split["instantiate"] = capsule(jax_hopper::GemmInstantiate);
+  plain["execute"] = split["execute"] = capsule(execute);
+  split["initialize"] = capsule(jax_hopper::GemmInitialize);
+  d[name] = plain;
+  d[(std::string(name) + "_split").c_str()] = split;
 }
 
 nb::dict plan_dict(const jax_hopper::StreamKPlan& s) {
@@ -88,22 +93,23 @@ NB_MODULE(_jax_hopper, m) {
   });
   m.def("registrations", []() {
     nb::dict d;
-    d["jax_hopper_gemm_matmul"] = gemm_stages(jax_hopper::MatmulHandler);
-    d["jax_hopper_gemm_matmul_swap"] = gemm_stages(jax_hopper::MatmulSwapHandler);
-    d["jax_hopper_gemm_glu"] = gemm_stages(jax_hopper::GluHandler);
-    d["jax_hopper_gemm_grouped"] = gemm_stages(jax_hopper::GroupedHandler);
-    d["jax_hopper_gemm_grouped_glu"] = gemm_stages(jax_hopper::GroupedGluHandler);
-    d["jax_hopper_gemm_grouped_fp8"] = gemm_stages(jax_hopper::GroupedFp8Handler);
-    d["jax_hopper_gemm_grouped_fp8_block"] = gemm_stages(jax_hopper::GroupedFp8BlockHandler);
+    add_gemm_targets(d, "jax_hopper_gemm_matmul", jax_hopper::MatmulHandler);
+    add_gemm_targets(d, "jax_hopper_gemm_matmul_swap", jax_hopper::MatmulSwapHandler);
+    add_gemm_targets(d, "jax_hopper_gemm_glu", jax_hopper::GluHandler);
+    add_gemm_targets(d, "jax_hopper_gemm_grouped", jax_hopper::GroupedHandler);
+    add_gemm_targets(d, "jax_hopper_gemm_grouped_glu", jax_hopper::GroupedGluHandler);
+    add_gemm_targets(d, "jax_hopper_gemm_grouped_fp8", jax_hopper::GroupedFp8Handler);
+    add_gemm_targets(d, "jax_hopper_gemm_grouped_fp8_block", jax_hopper::GroupedFp8BlockHandler);
     d["jax_hopper_grouped_tile_table"] = capsule(jax_hopper::GroupedTileTableHandler);
-    d["jax_hopper_gemm_grouped_contraction"] = gemm_stages(jax_hopper::GroupedContractionHandler);
-    d["jax_hopper_gemm_grouped_contraction_fp8"] =
-        gemm_stages(jax_hopper::GroupedContractionFp8Handler);
-    d["jax_hopper_gemm_grouped_contraction_fp8_block"] =
-        gemm_stages(jax_hopper::GroupedContractionFp8BlockHandler);
-    d["jax_hopper_gemm_fp8"] = gemm_stages(jax_hopper::Fp8Handler);
-    d["jax_hopper_gemm_fp8_block"] = gemm_stages(jax_hopper::Fp8BlockHandler);
-    d["jax_hopper_gemm_fp8_swap"] = gemm_stages(jax_hopper::Fp8SwapHandler);
+    add_gemm_targets(d, "jax_hopper_gemm_grouped_contraction",
+                     jax_hopper::GroupedContractionHandler);
+    add_gemm_targets(d, "jax_hopper_gemm_grouped_contraction_fp8",
+                     jax_hopper::GroupedContractionFp8Handler);
+    add_gemm_targets(d, "jax_hopper_gemm_grouped_contraction_fp8_block",
+                     jax_hopper::GroupedContractionFp8BlockHandler);
+    add_gemm_targets(d, "jax_hopper_gemm_fp8", jax_hopper::Fp8Handler);
+    add_gemm_targets(d, "jax_hopper_gemm_fp8_block", jax_hopper::Fp8BlockHandler);
+    add_gemm_targets(d, "jax_hopper_gemm_fp8_swap", jax_hopper::Fp8SwapHandler);
     d["jax_hopper_quantize_fp8"] = capsule(jax_hopper::QuantizeFp8Handler);
     d["jax_hopper_transpose_fp8"] = capsule(jax_hopper::TransposeFp8Handler);
     d["jax_hopper_tma_copy"] = capsule(jax_hopper::TmaCopyHandler);

@@ -13,6 +13,8 @@ import textwrap
 
 import pytest
 
+from jax_hopper.gemm import primitive
+
 pytestmark = pytest.mark.extension
 
 _CHILD = textwrap.dedent('''
@@ -122,8 +124,21 @@ def lowered():
 
 @pytest.mark.parametrize("program", list(EXPECTED))
 def test_each_product_lowers_to_its_kernels_and_no_xla_dot(lowered, program):
-    assert set(lowered[program]["calls"]) == EXPECTED[program]
+    # a family's target, whether or not its plan splits tiles (primitive.gemm_target)
+    assert {c.removesuffix("_split") for c in lowered[program]["calls"]} == EXPECTED[program]
     assert lowered[program]["dots"] == 0
+
+
+def test_only_plans_that_split_tiles_take_the_target_that_prepares_the_flags(lowered):
+    # A decode product's few weight tiles are split into pieces (the last-arrival split),
+    # whose ready flags the "_split" target's initialize stage prepares; a large product's
+    # whole tiles (4096 x 2048: 256 tiles of 128 x 256 in two waves) need none, and its target
+    # has no such stage (ffi/module.cc).
+    assert lowered["matmul_decode"]["calls"] == [GEMM + "matmul_swap_split"]
+    assert lowered["matmul"]["calls"] == [GEMM + "matmul"]
+    plan = dict(sk_clusters=0)
+    assert primitive.gemm_target("fp8", plan) == GEMM + "fp8"
+    assert primitive.gemm_target("fp8", {**plan, "sk_clusters": 3}) == GEMM + "fp8_split"
 
 
 def test_products_at_random_shapes_lower_to_kernels_and_no_xla_dot(lowered):

@@ -40,7 +40,8 @@ from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import activation_code
 from jax_hopper.gemm import fp8_batching
 from jax_hopper.gemm.pitch import pitch_pad
-from jax_hopper.gemm.primitive import _pad_columns, apply_epilogue, call_attrs, freeze
+from jax_hopper.gemm.primitive import (_pad_columns, apply_epilogue, call_attrs, freeze,
+                                       gemm_target)
 from jax_hopper.gemm.ragged_primitive import register
 from jax_hopper.gemm.shared_batch import fold, folds
 from jax_hopper.gemm.tuned import default_config
@@ -223,7 +224,7 @@ def _cuda_lowering(ctx, a, b, bias, residual, a_scale, b_scale, *, out_dtype, ac
     resident = _ffi.resident_clusters(kernel, config.cluster_m * config.cluster_n)
     plan = config.plan(kernel, batch, m, n, a_aval.shape[2], resident)
     workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
-    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{config.kernel_family(family)}")(
+    out, _ = jax.ffi.ffi_lowering(gemm_target(config.kernel_family(family), plan))(
         ctx.replace(avals_out=[*ctx.avals_out, workspace]), a, b, bias, residual, a_scale,
         b_scale, **call_attrs(kernel, config, plan, activation, alpha, beta))
     return [out]

@@ -193,12 +193,20 @@ def _cuda_lowering(ctx, a, b, bias, residual, *, a_mn_major, b_mn_major, out_dty
     resident = _ffi.resident_clusters(kernel, config.cluster_m * config.cluster_n)
     plan = config.plan(kernel, batch, m, n + out_pad, k, resident)
     workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
-    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{config.kernel_family(family)}")(
+    out, _ = jax.ffi.ffi_lowering(gemm_target(config.kernel_family(family), plan))(
         ctx.replace(avals_in=avals, avals_out=[call_out, workspace]), *args,
         **call_attrs(kernel, config, plan, activation, alpha, beta))
     if out_pad:
         out = _lowered(ctx, lambda x: x[..., :n], out, call_out, out_aval)
     return [out]
+
+
+def gemm_target(family: str, plan: dict) -> str:
+    """The FFI target of a `family` kernel's call with work plan `plan` (ffi/module.cc,
+    add_gemm_targets): "jax_hopper_gemm_<family>_split" where the plan splits tiles (its target
+    prepares the stream-K ready flags in an initialize stage, which XLA runs before every
+    execution), else "jax_hopper_gemm_<family>", without that stage."""
+    return f"jax_hopper_gemm_{family}" + ("_split" if plan["sk_clusters"] else "")
 
 
 def call_attrs(kernel: str, config, plan: dict, activation: int, alpha: float,

@@ -30,7 +30,7 @@ from jax_hopper import _ffi
 from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.tuned import grouped_config
-from jax_hopper.gemm.primitive import call_attrs, freeze
+from jax_hopper.gemm.primitive import call_attrs, freeze, gemm_target
 from jax_hopper.gemm.ragged_primitive import register, vmapped_per_entry
 from jax_hopper.gemm.ragged_sharding import gathered_operands, shard_sizes, split_rows
 from jax_hopper.gemm.sharding import assign_factors, spec_of
@@ -238,7 +238,7 @@ def contraction_lowering(family, mn_major, ctx, x3, y3, ends, *scales, config):
     workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
     out_dtype = ctx.avals_out[0].dtype
     no_bias, no_residual = np.zeros((0,), np.float32), np.zeros((0, 0, 0), out_dtype)
-    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{family}")(
+    out, _ = jax.ffi.ffi_lowering(gemm_target(family, plan))(
         ctx.replace(avals_in=[x_aval, y_aval,
                               jax.core.ShapedArray(no_bias.shape, no_bias.dtype),
                               jax.core.ShapedArray(no_residual.shape, no_residual.dtype),

@@ -41,7 +41,7 @@ from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import activation_code
 from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
-from jax_hopper.gemm.primitive import _pad_columns, call_attrs, freeze
+from jax_hopper.gemm.primitive import _pad_columns, call_attrs, freeze, gemm_target
 from jax_hopper.gemm.ragged import check_group_sizes, residual3
 from jax_hopper.gemm.ragged_primitive import (build_tile_table, epilogue, register,
                                               vmapped_per_entry)
@@ -302,7 +302,7 @@ def _cuda_lowering(ctx, lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale,
     resident = _ffi.resident_clusters(kernel, config.cluster_m * config.cluster_n)
     plan = config.plan(kernel, 1, slots * config.block_m, n, lhs_aval.shape[2], resident)
     workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
-    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{family}")(
+    out, _ = jax.ffi.ffi_lowering(gemm_target(family, plan))(
         ctx.replace(avals_in=[ctx.avals_in[i] for i in (0, 1, 4, 5, 3, 6, 7)],
                     avals_out=[*ctx.avals_out, workspace]),
         lhs, rhs, bias, residual, tiles, lhs_scale, rhs_scale,

@@ -30,7 +30,7 @@ from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
 from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
-from jax_hopper.gemm.primitive import _KERNELS, _pad_columns, call_attrs, freeze
+from jax_hopper.gemm.primitive import _KERNELS, _pad_columns, call_attrs, freeze, gemm_target
 from jax_hopper.gemm.typed_reshape import reshape
 
 hopper_ragged_p = Primitive("hopper_ragged_dot")
@@ -126,7 +126,7 @@ def _cuda_lowering(ctx, lhs, rhs, group_sizes, tiles, bias, residual, *, b_mn_ma
     resident = _ffi.resident_clusters(kernel, config.cluster_m * config.cluster_n)
     plan = config.plan(kernel, 1, slots * config.block_m, n, k, resident)
     workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
-    out, _ = jax.ffi.ffi_lowering(f"jax_hopper_gemm_{family}")(
+    out, _ = jax.ffi.ffi_lowering(gemm_target(family, plan))(
         ctx.replace(avals_in=[ctx.avals_in[i] for i in (0, 1, 4, 5, 3)],
                     avals_out=[*ctx.avals_out, workspace]),
         lhs, rhs, bias, residual, tiles,
