@@ -18,8 +18,8 @@ it says so. Exit status 1 if a version's output differs from float32 by more tha
 sizes, recipe=RECIPE) (gate and up as one product into (rows, 2F), SwiGLU in jnp): the
 forward, d lhs and weight-gradient products all in fp8; its check has fp8's bound. And a
 fourth, forward only: serving, the expert weights quantized once beforehand
-(quantize_experts), so each call quantizes only the tokens. With "delayed" each of the two call sites
-has an Fp8Meta (fp8_meta(16, experts=E)) in the parameters under "fp8_meta", calibrated by two
+(quantize_experts), so each call quantizes only the tokens. With "delayed" each of the two call
+sites has an Fp8Meta (fp8_meta(16, experts=E)) in the parameters under "fp8_meta", calibrated by two
 passes before anything is checked or timed, which the training step replaces by its gradient
 instead of updating it (fp8_matmul's rule): the scales come from amax histories, so no
 quantize pass reads its tensor twice.

@@ -1,7 +1,7 @@
 """The cases scripts/sanitize_driver.py runs under compute-sanitizer: per kernel family (GEMM,
-the grouped GEMM, TMA ops, quantize, transpose) the case dataclass, the lists of cases (each list one jitted program), and how a case's
-inputs are made, how it is called and how its result is checked on the host (float64 for the
-GEMM, bit for bit for the others).
+the grouped GEMM, TMA ops, quantize, transpose) the case dataclass, the lists of cases (each list
+one jitted program), and how a case's inputs are made, how it is called and how its result is
+checked on the host (float64 for the GEMM, bit for bit for the others).
 """
 from __future__ import annotations
 
@@ -369,7 +369,8 @@ class RaggedCase:
         epi = ",".join(x for x in (self.activation, "bias" if self.bias else None,
                                    "res" if self.residual else None) if x)
         op = ("contract_fp8_block" if self.contract and self.block_scaled else
-              "contract_fp8" if self.contract and self.fp8 else "contract" if self.contract else "glu" if self.glu else
+              "contract_fp8" if self.contract and self.fp8 else "contract" if self.contract else
+              "glu" if self.glu else
               "fp8_block" if self.block_scaled else "fp8" if self.fp8 else
               "gnk" if self.transpose_rhs else "gkn")
         return (f"ragged {self.dtype}->{self.out_dtype or self.dtype} {tile} cluster"

@@ -10,12 +10,14 @@ negative, 2^31 - 1, sums above and below M), the four TMA ops in every swizzle m
 (multicast with clusters of 2 and 4) and quantize_fp8 (every input and fp8 type, scaling mode and
 transposed-copy mode, partial tiles; checked bit for bit against its reference on the CPU).
 
-The cases are in scripts/sanitize_cases.py. Inputs are made on the host and copied in (cudaMemcpy, which initcheck tracks as initialising),
-every result is blocked on and copied back, and checked on the host against float64 (GEMM) or
-bit for bit (TMA): a wrong answer fails the run even when the sanitizer reports nothing.
+The cases are in scripts/sanitize_cases.py. Inputs are made on the host and copied in (cudaMemcpy,
+which initcheck tracks as initialising), every result is blocked on and copied back, and checked on
+the host against float64 (GEMM) or bit for bit (TMA): a wrong answer fails the run even when the
+sanitizer reports nothing.
 
     python3 scripts/sanitize_driver.py            # full list (a few hundred launches)
-    python3 scripts/sanitize_driver.py --quick    # ~25 launches, every kernel family once (racecheck)
+    python3 scripts/sanitize_driver.py --quick    # ~25 launches, every kernel family once
+                                                  # (racecheck)
     python3 scripts/sanitize_driver.py --list     # print the cases, run nothing
     python3 scripts/sanitize_driver.py --plant-fault  # one out-of-bounds store: the self-test
 
@@ -121,7 +123,8 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="every kernel family once: for racecheck, the slowest tool")
-    parser.add_argument("--only", choices=["gemm", "ragged", "tma", "quantize", "transpose"], help="run one family")
+    parser.add_argument("--only", choices=["gemm", "ragged", "tma", "quantize", "transpose"],
+                        help="run one family")
     parser.add_argument("--groups", type=_group_range, metavar="FIRST[-LAST]",
                         help="run only these groups of each family, numbered as the log prints "
                              "them (to isolate a failing group)")

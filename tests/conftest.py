@@ -27,7 +27,8 @@ def pytest_collection_modifyitems(config, items):
         if "gpu" in item.keywords and not _HOPPER:
             item.add_marker(pytest.mark.skip(reason=_SKIP_REASON))
         elif "extension" in item.keywords and no_extension:
-            item.add_marker(pytest.mark.skip(reason=f"needs the compiled extension: {no_extension}"))
+            item.add_marker(pytest.mark.skip(
+                reason=f"needs the compiled extension: {no_extension}"))
 
 
 @pytest.fixture

@@ -300,7 +300,8 @@ def _bad(kw):
     (dict(config="128x256"), r"^config must be a GemmConfig, got str"),
     (dict(config=GemmConfig(block_m=64)),
      r"^config: \(block_m, block_n, block_k, stages, schedule, ctas_per_sm\) = "
-     r"\(64, 256, 64, 4, 'cooperative', 1\) is not compiled; compiled tile shapes: 128x256x64_s4, 128x192x64_s4, "
+     r"\(64, 256, 64, 4, 'cooperative', 1\) is not compiled; compiled tile shapes: "
+     r"128x256x64_s4, 128x192x64_s4, "
      r"128x128x64_s6, 128x128x64_s6_pp, 64x256x64_s4_pp"),
     (dict(config=GemmConfig(cluster_m=2, cluster_n=2)), r"^config: cluster"),
     (dict(config=GemmConfig(cluster_m=4)), r"^config: cluster .* = \(4, 1\) must be one of"),
@@ -327,7 +328,8 @@ def test_a_tile_that_is_not_compiled_is_refused_by_name():
     # cuda/gemm/kernel.cuh against the catalog's limit).
     cfg = GemmConfig(block_m=256, block_n=256, block_k=64, stages=4)
     with pytest.raises(ValueError,
-                       match=r"^config: .* = \(256, 256, 64, 4, 'cooperative', 1\) is not compiled"):
+                       match=r"^config: .* = \(256, 256, 64, 4, 'cooperative', 1\) "
+                             r"is not compiled"):
         cfg.validate("bfloat16", False, True)
     ring = 4 * (256 + 256) * 64 * 2
     with pytest.raises(ValueError, match=rf"^nbytes: {ring} bytes of shared memory "

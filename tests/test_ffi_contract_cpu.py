@@ -5,7 +5,8 @@ the attributes (GemmAttrs in ffi/gemm/gemm_call.h, by name and type). Registered
 platform, a GEMM handler can only fail to get its CUDA stream (operand 0); every attribute the
 lowering passes (primitive.call_attrs) must decode. A renamed, missing or mistyped attribute
 shows up here, before it would on a GPU: as another bad operand (jax 0.10), or as a crash of
-XLA's struct decoding (jax 0.11 segfaults on it, which is why no test feeds it a bad one on purpose).
+XLA's struct decoding (jax 0.11 segfaults on it, which is why no test feeds it a bad one on
+purpose).
 """
 
 import re

@@ -159,9 +159,9 @@ def test_unaddressable_pitch_grads(rng):
         assert rel_frob(g, r) < REL_FROB_BOUND["bfloat16"]
 
 
-# Stream-K (cuda/gemm/scheduler/stream_k_plan.h): when the last wave of tiles is at most 2/3 full, its tiles are
-# split along K and their pieces summed through the workspace. Each case splits tiles into
-# 2 to 5 pieces (tests/test_stream_k_cpu.py checks the plan itself).
+# Stream-K (cuda/gemm/scheduler/stream_k_plan.h): when the last wave of tiles is at most 2/3 full,
+# its tiles are split along K and their pieces summed through the workspace. Each case splits tiles
+# into 2 to 5 pieces (tests/test_stream_k_cpu.py checks the plan itself).
 BIG = dict(block_n=256, stages=4)
 SMALL = dict(block_n=128, stages=6)
 

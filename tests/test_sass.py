@@ -25,7 +25,8 @@ def _cuobjdump():
 
 CUOBJDUMP = _cuobjdump()
 pytestmark = [pytest.mark.extension, pytest.mark.skipif(
-    CUOBJDUMP is None, reason="cuobjdump not found (CUDA toolkit without it; the GPU suite has it)")]
+    CUOBJDUMP is None,
+    reason="cuobjdump not found (CUDA toolkit without it; the GPU suite has it)")]
 
 
 @pytest.fixture(scope="module")

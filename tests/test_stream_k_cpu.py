@@ -1,5 +1,5 @@
-"""The stream-K work plan the GEMM kernels follow (cuda/gemm/scheduler/stream_k_plan.h, through the extension), and
-the workspace Python sizes for it. CPU only: the same C++ runs on the host here."""
+"""The stream-K work plan the GEMM kernels follow (cuda/gemm/scheduler/stream_k_plan.h, through the
+extension), and the workspace Python sizes for it. CPU only: the same C++ runs on the host here."""
 
 import math
 
@@ -10,7 +10,8 @@ from jax_hopper.kernels import catalog
 
 pytestmark = pytest.mark.extension  # the planner is C++, reached through the extension
 
-MAX_SPLIT = 4  # kMaxSplit in cuda/gemm/scheduler/stream_k_plan.h: a collecting piece adds at most this many others
+MAX_SPLIT = 4  # kMaxSplit in cuda/gemm/scheduler/stream_k_plan.h: a collecting piece adds at
+               # most this many others
 MIN_PIECE = 32  # kMinPieceBlocks: the shortest piece of a small-M split
 MIN_TAIL = 16  # kMinTailSplitBlocks: the shortest tile a split last wave cuts
 

@@ -18,9 +18,9 @@ class GemmConfig:
     Operand majors come from the call (transpose_a/transpose_b); `a_mn_major`/`b_mn_major`, when
     set, must agree with them.
     With `stream_k`, the tiles of the last, partial wave are split along K between all clusters
-    and their pieces summed in fp32 through a workspace (cuda/gemm/scheduler/stream_k_plan.h); with fewer tiles than
-    clusters every tile is split into equal pieces (split-K) where K is long enough; without it
-    every tile is computed whole by one cluster.
+    and their pieces summed in fp32 through a workspace (cuda/gemm/scheduler/stream_k_plan.h); with
+    fewer tiles than clusters every tile is split into equal pieces (split-K) where K is long
+    enough; without it every tile is computed whole by one cluster.
     `schedule` is how the two consumer warpgroups share the tiles: "cooperative" (both on each
     tile) or "pingpong" (alternate tiles, one's epilogue under the other's mainloop; whole
     tiles only, so stream_k=False); jax_hopper.kernels.catalog.SCHEDULES.
@@ -104,7 +104,8 @@ class GemmConfig:
         if (self.cluster_m, self.cluster_n) not in clusters:
             raise ValueError(f"config: cluster (cluster_m, cluster_n) = ({self.cluster_m}, "
                              f"{self.cluster_n}) must be one of {clusters}"
-                             f"{'' if family == 'matmul' else ' for ' + catalog.FAMILIES[family].what}")
+                             + ('' if family == 'matmul'
+                                else ' for ' + catalog.FAMILIES[family].what))
         if self.raster not in catalog.RASTERS:
             raise ValueError(f"config: raster={self.raster!r} must be one of {catalog.RASTERS}")
         if not isinstance(self.group_size, int) or not 1 <= self.group_size <= 1024:

@@ -1,6 +1,6 @@
 """fp8_matmul: a differentiable x @ w that runs its forward and both backward GEMMs in fp8.
 
-    y = jax_hopper.fp8_matmul(x, w, recipe="block")     # x (..., K) bf16, w (K, N) as flax stores it
+    y = jax_hopper.fp8_matmul(x, w, recipe="block")    # x (..., K) bf16, w (K, N) as flax stores it
     nn.Dense(features, dot_general=jax_hopper.fp8_dot_general("block"))
     y = jax_hopper.fp8_matmul(x, w, recipe="delayed", meta=meta)   # meta = jax_hopper.fp8_meta()
 

@@ -8,7 +8,8 @@ as the 16-bit GEMM does (sharding.py), its scales going with them.
     per block a_scale: b m kb,  b_scale: b nb kb                            ->  out: b m n
 
 (k a reduction factor; kb and nb, the 128-wide scale blocks of K and N, are factors of their
-own for propagation: the partition splits them on the mesh axes of k and n). After propagation `_partition` fixes the axes:
+own for propagation: the partition splits them on the mesh axes of k and n). After propagation
+`_partition` fixes the axes:
 - batch, M or N split: each device runs the kernel on its shards and their scales, with no
   communication; under block scaling an N split must give every device whole 128-row blocks
   of b (N a multiple of 128 x the devices), else N stays whole;

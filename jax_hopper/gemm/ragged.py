@@ -14,12 +14,12 @@ ragged_primitive.launch -> hopper_ragged_p.
 NOTES:
 - Autodiff: d lhs is the same grouped kernel with rhs's layout flag flipped (dP @ rhs[g]^T);
   d rhs[g] = lhs_g^T dP_g, a GEMM whose groups split the contraction, is the grouped
-  contraction kernel (ragged_contract.py). d bias is a segment sum, d residual beta * d out. An activation's pre-activation is
-  recomputed by one more launch (float32 out), as hopper_matmul does.
+  contraction kernel (ragged_contract.py). d bias is a segment sum, d residual beta * d out. An
+  activation's pre-activation is recomputed by one more launch (float32 out), as hopper_matmul does.
 - vmap: one launch per batch entry (ragged_primitive.per_entry, answered above
   custom_partitioning in ragged_sharding and on the primitive for the backward launches); the
-  weights, when not mapped, are shared. A single launch over every entry (the groups of all entries in one tile
-  table) would serve small entries better.
+  weights, when not mapped, are shared. A single launch over every entry (the groups of all entries
+  in one tile table) would serve small entries better.
 - Sharding (ragged_sharding.py): rhs split along N and lhs's rows split evenly run without
   communication, K split on both operands sums partials (psum); groups split are gathered, with
   a warning; experts split over devices is shard_map's. The backward launches are partitioned

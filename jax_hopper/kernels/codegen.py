@@ -70,7 +70,8 @@ def instance_source(inst: catalog.KernelInstance) -> str:
             f"{t.stages} && Kernel::kCtasPerSm == {t.ctas_per_sm}, "
             "\"catalog.py and the policies disagree\");\n\n"
             f"extern const GemmKernelInfo kGemmKernel_{inst.name} = gemm_kernel_info<Kernel>(\n"
-            f'    "{inst.name}", GemmFamily::{fam.cpp}, DType::{catalog.DTYPES[inst.dtypes[0]].cpp},'
+            f'    "{inst.name}", GemmFamily::{fam.cpp},'
+            f" DType::{catalog.DTYPES[inst.dtypes[0]].cpp},"
             f" DType::{catalog.DTYPES[inst.dtypes[1]].cpp},"
             f" GemmSchedule::k{catalog.SCHEDULES[t.schedule].cpp},"
             f" {str(inst.a_mn_major).lower()}, {str(inst.b_mn_major).lower()}"

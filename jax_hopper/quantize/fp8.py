@@ -7,7 +7,8 @@ in one pass on the GPU (cuda/quantize/quantize.cu).
 Scales dequantise: x ~= q * scale. Each scale comes from the absolute maximum (amax) of its block:
 scale = amax / fp8_max, q = saturate(x * (fp8_max / amax)), with a finite amax clamped to
 [catalog.FP8_MIN_AMAX, FP8_MAX_AMAX] = [2^-100, 2^126] (an all-zero block gets a finite scale;
-finite values above 2^126 saturate) and fp8_max 448 (e4m3) or 57344 (e5m2). The modes of one copy (catalog.QUANT_MODES):
+finite values above 2^126 saturate) and fp8_max 448 (e4m3) or 57344 (e5m2). The modes of one copy
+(catalog.QUANT_MODES):
 - "tensor": one scale for the whole array, from x's amax (an XLA reduction, so per-tensor
   scaling reads x twice; XLA fuses that reduction into whatever produced x where it can) or
   from an `amax=` given (delayed scaling: an amax history's), in which case the kernel records
@@ -25,8 +26,8 @@ Non-finite input: a NaN makes its block's amax and scale NaN and every q of the 
 makes the scale Inf, its own q NaN and the block's finite values 0. Never a silently finite
 result. The kernel runs for every shape: where TMA cannot address its rows (C, and R with the
 transposed copy, not multiples of 16) on a zero-padded copy of x, the outputs sliced back
-(_padded). Machines without the kernels run `reference`, which computes the same values. Under a sharded jit each device quantizes its own shard
-(quantize/sharding.py).
+(_padded). Machines without the kernels run `reference`, which computes the same values. Under a
+sharded jit each device quantizes its own shard (quantize/sharding.py).
 """
 
 from __future__ import annotations
