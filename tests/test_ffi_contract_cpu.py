@@ -90,6 +90,19 @@ def test_the_lowering_s_attributes_decode(family):
     assert _undecoded(family, attrs, 128) == [0]  # only the CUDA stream, absent on a CPU
 
 
+def test_every_gemm_family_has_a_target_with_and_one_without_the_flags_stage():
+    # Plans that split tiles take "<name>_split", whose initialize stage prepares the stream-K
+    # ready flags; the others "<name>", with no initialize stage for XLA to run before every
+    # execution (primitive.gemm_target, ffi/module.cc).
+    regs = _ffi.extension().registrations()
+    plain = {name for name in regs if name.startswith("jax_hopper_gemm_")
+             and not name.endswith("_split")}
+    assert plain == {f"jax_hopper_gemm_{family}" for family in catalog.FAMILIES}
+    for name in plain:
+        assert set(regs[name]) == {"instantiate", "execute"}, name
+        assert set(regs[name + "_split"]) == {"instantiate", "initialize", "execute"}, name
+
+
 
 def test_the_tile_table_call_decodes():
     """The tile table's call (ragged_primitive.build_tile_table) as its CUDA lowering makes it."""
