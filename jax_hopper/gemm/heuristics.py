@@ -283,7 +283,12 @@ def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k:
     8192 1.33, 704 x 512 x 4096 1.28, 80 x 2048 x 5120 1.26; 128 x 768 x 4096 0.97). This rule
     against the N bound on 18 shapes chosen after it (ab_h100_20261127_swap_bytes.json, one
     process, 9 reps): bf16 1.01-1.20x on 7 (weights 1792-5120 wide), fp8 1.03-1.24x on 9 and
-    0.98x on 65 x 4096 x 4096 (65 rows: two token tiles, the weight read twice)."""
+    0.98x on 65 x 4096 x 4096 (65 rows: two token tiles, the weight read twice).
+    NOTES: the widest token tile is not always the fastest: the tuner on the device clock ran
+    80 x 1024 x 5120 in 12.2 us on 128 x 32 tiles against 14.2 on this rule's 128 x 64 (XLA
+    10.0; H100, 2026-11-27, tests_h100_20261127_suite_2314757.log). 128 x 64 splits each of
+    its 16 tiles into 8 pieces whose last arrival reads the others' partials one piece per L2
+    round trip; 128 x 32 two per round trip. No rule yet: one shape."""
     nbytes = catalog.DTYPES[catalog.FAMILIES[family].dtypes[0][1]].nbytes
     return (SWAP_MAX_M < m <= SWAP_NARROW_MAX_M
             and batch * n * k * nbytes <= SWAP_NARROW_MAX_WEIGHT_BYTES
