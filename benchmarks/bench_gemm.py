@@ -12,7 +12,7 @@ and jax_hopper.hopper_matmul (default config plus --hopper-configs variants).
 
 Each shape's roofline floor is max(its FLOPs at the H100's dense bf16 peak, 989 TFLOP/s; its
 operand and output bytes at 3.0 TB/s); the table gives each time as a % of it. With
---device-time each variant's device time per call is measured too (timing.device_time), and
+--device-time each variant's device time per call is measured too (timing.device_times), and
 "dev h/X" is hopper's speed over XLA's by it: below ~25 us a chained call's time is the host's.
 Writes gemm_<tag>.json and gemm_<tag>.png to --out-dir. Exit status 1 when hopper_matmul's
 result is wrong (relative Frobenius error > 1e-2 or NaN) for some shape.
@@ -210,6 +210,9 @@ def bench_shape(shape, variants: dict, skipped: dict, impl_of: dict, args, key) 
     # One failing variant must not stop the run: time_interleaved returns its exception.
     runs = {name: (timing.chained(f), pairs) for name, f in variants.items()}
     timed = timing.time_interleaved(runs, reps=args.reps)
+    # Every variant that ran, on the device too: one trace, the variants in shuffled rounds.
+    ran = {name: runs[name] for name, r in timed.items() if not isinstance(r, Exception)}
+    device_s = (timing.device_times(ran, args.reps) if args.device_time and ran else None) or {}
     for name, r in timed.items():
         if not isinstance(r, Exception):
             try:
@@ -225,9 +228,9 @@ def bench_shape(shape, variants: dict, skipped: dict, impl_of: dict, args, key) 
                              ms=r["median_s"] * 1e3, times_ms=[t * 1e3 for t in r["times_s"]],
                              compile_s=r["compile_s"], rel_err=err, wrong=wrong)
         device = ""
-        if args.device_time and (d := timing.device_time(*runs[name])) is not None:
-            results[name].update(device_us=d["median_s"] * 1e6, device_kernels_us=d["kernels_us"])
-            device = f"  device {d['median_s'] * 1e6:7.1f} us"
+        if name in device_s:
+            results[name]["device_us"] = device_s[name] * 1e6
+            device = f"  device {device_s[name] * 1e6:7.1f} us"
         log(f"  {name:44s} {results[name]['tflops']:7.1f} TFLOP/s  {r['median_s'] * 1e6:9.1f} us"
             f"{device}  err {err:.1e}{'  WRONG' if wrong else ''}"
             f"  (first run {r['compile_s']:.1f} s)")
@@ -351,8 +354,8 @@ def parse_args(argv=None):
     p.add_argument("--min-set-mb", type=float, default=200.0,
                    help="rotating input sets together exceed this many MB")
     p.add_argument("--device-time", action="store_true",
-                   help="also each variant's device time per call, from a profiler trace "
-                        "(timing.device_time; the 'dev h/X' column): chained short calls are "
+                   help="also each variant's device time per call, from one profiler trace "
+                        "(timing.device_times; the 'dev h/X' column): chained short calls are "
                         "bound by the host")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "results"))

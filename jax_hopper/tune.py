@@ -269,8 +269,8 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
             if report:
                 _report(report, gpu, timings)
         log(f"{p.key}: best {r['best_s'] * 1e6:.1f} us, heuristic "
-            f"{(r['heuristic_s'] or float('nan')) * 1e6:.1f} us ({r.get('clock', 'host')} "
-            f"time){verdict}"
+            f"{(r['heuristic_s'] or float('nan')) * 1e6:.1f} us ({r['clock']} time)"
+            f"{verdict}"
             + (f" -> cached {tuned.config_fields(r['best'])}" if wins else " -> heuristic kept"))
         entry = dict(config=tuned.config_fields(r["best"]), us=best_s * 1e6,
                      heuristic_us=(heuristic_s or 0) * 1e6,
@@ -296,7 +296,7 @@ def _report(path: str, gpu: str, timings: dict) -> None:
         configs = r["configs"]
         ranked = sorted((s, label) for label, s in r["times"].items())
         problems[key] = dict(
-            clock=r.get("clock", "host"),
+            clock=r["clock"],
             heuristic_us=None if r["heuristic_s"] is None else r["heuristic_s"] * 1e6,
             candidates=[dict(config=tuned.config_fields(configs[label]), us=s * 1e6,
                              heuristic=label == "heuristic") for s, label in ranked],

@@ -172,7 +172,7 @@ def test_candidates_are_every_compiled_config_of_the_family():
 @pytest.mark.parametrize("best_s,cached", [(0.90, True), (0.99, False), (1.10, False)])
 def test_a_winner_is_cached_only_past_the_noise(cache, best_s, cached):
     winner = GemmConfig.for_tile(PINGPONG, cluster_n=2)
-    timed = dict(times={}, best=winner, best_s=best_s, heuristic_s=1.0)
+    timed = dict(times={}, clock="host", best=winner, best_s=best_s, heuristic_s=1.0)
     with mock.patch.object(tune, "tune_problem", return_value=timed):
         result = tune.tune([PROBLEM, PROBLEM], allow_reference=True, log=lambda *_: None)
     assert (result[PROBLEM.key] is not None) == cached
@@ -222,8 +222,9 @@ def test_the_report_lists_every_candidate_fastest_first(cache, tmp_path):
     configs = {"heuristic": heuristic_config("matmul", False, 1, 256, 512, 128),
                "c0": GemmConfig.for_tile(PINGPONG), "c1": GemmConfig(cluster_m=2),
                "c2": GemmConfig(block_n=128, stages=6)}
-    timed = dict(times={"heuristic": 3e-6, "c0": 2e-6, "c1": 4e-6}, best=configs["c0"],
-                 best_s=2e-6, heuristic_s=3e-6, failed={"c2": ValueError("differs")},
+    timed = dict(times={"heuristic": 3e-6, "c0": 2e-6, "c1": 4e-6}, clock="device",
+                 best=configs["c0"], best_s=2e-6, heuristic_s=3e-6,
+                 failed={"c2": ValueError("differs")},
                  configs=configs)
     path = tmp_path / "report.json"
     seen = []
@@ -269,9 +270,10 @@ def test_a_winner_must_win_again_timed_alone(cache, alone, cached):
     def tune_problem(p, reps, only=None):
         calls.append((reps, only))
         if only is None:
-            return dict(times={}, best=winner, best_s=0.8, heuristic_s=1.0, failed={})
+            return dict(times={}, clock="host", best=winner, best_s=0.8, heuristic_s=1.0,
+                        failed={})
         best_s, heuristic_s = alone
-        return dict(times={}, best=winner if best_s else None, best_s=best_s,
+        return dict(times={}, clock="host", best=winner if best_s else None, best_s=best_s,
                     heuristic_s=heuristic_s, failed={})
     with mock.patch.object(tune, "tune_problem", tune_problem):
         result = tune.tune([PROBLEM], reps=4, allow_reference=True, log=lambda *_: None)
@@ -374,7 +376,7 @@ def test_a_malformed_gpu_section_or_entry_is_ignored(cache, gpus):
 
 
 def test_a_problem_whose_candidates_all_fail_keeps_the_heuristic(cache):
-    timed = dict(times={}, best=None, best_s=None, heuristic_s=None,
+    timed = dict(times={}, clock="host", best=None, best_s=None, heuristic_s=None,
                  failed={"c0": RuntimeError("boom")})
     lines = []
     with mock.patch.object(tune, "tune_problem", return_value=timed):
