@@ -42,16 +42,17 @@ def test_heuristic_swaps_up_to_the_widest_token_tile():
     (1000, 1024, 10000, False),  # 64 tiles in 2 pieces: 128 busy
 ])
 def test_heuristic_swaps_a_narrow_weight_past_64_rows(m, n, k, swapped):
-    """Past the widest token tile a narrow weight's product runs swapped (the 64-token tile,
-    its last-arrival split) where the unswapped plan keeps fewer than half the SMs busy and the
-    weight takes at most half the L2."""
+    """Past the widest token tile a narrow weight's product runs swapped (swap_token_tile's
+    tile, its last-arrival split) where the unswapped plan keeps fewer than half the SMs busy
+    and the weight takes at most half the L2."""
     cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k)
     assert cfg.swap_ab == swapped, cfg
     unswapped = heuristics.choose_config(m, n, k, tiles=catalog.FAMILIES["matmul"].tiles,
                                          pingpong=True)
     busy = heuristics.busy_ctas(unswapped, 1, m, n, k, catalog.DEFAULT_NUM_SMS)
     if swapped:
-        assert cfg.block_n == 64 and cfg.stream_k and 2 * busy < catalog.DEFAULT_NUM_SMS
+        assert cfg.tile == heuristics.swap_token_tile(catalog.SWAP_TILES, 1, m, n, k, 132)
+        assert cfg.stream_k and 2 * busy < catalog.DEFAULT_NUM_SMS
         assert 2 * n * k <= heuristics.SWAP_NARROW_MAX_WEIGHT_BYTES
         cfg.validate("bfloat16", False, True)
     # a batch's weights count together: two entries of 16.8 MB do not swap
@@ -73,7 +74,8 @@ def test_fp8_swaps_a_narrow_weight_on_its_own_tiles(m, n, k, swapped):
     cfg = heuristics.heuristic_config("fp8", False, 1, m, n, k)
     assert cfg.swap_ab == swapped, cfg
     if swapped:
-        assert cfg.tile in catalog.SWAP_TILES_FP8 and cfg.block_n == 64 and cfg.stream_k
+        assert cfg.tile == heuristics.swap_token_tile(catalog.SWAP_TILES_FP8, 1, m, n, k,
+                                                      132, "fp8") and cfg.stream_k
         cfg.validate(E4M3, False, False, family="fp8")
     assert not heuristics.heuristic_config("fp8_block", False, 1, m, n, k).swap_ab
 
@@ -87,6 +89,52 @@ def test_busy_ctas_is_the_plan_s_grid():
     assert heuristics.busy_ctas(pair, 1, 256, 4096, 4096, 132) == 32 * 2 * 2
     whole = GemmConfig(block_n=128, stages=6, stream_k=False)
     assert heuristics.busy_ctas(whole, 1, 256, 4096, 4096, 132) == 64
+
+
+@pytest.mark.extension  # swap_cta_bytes reads the planner's split
+def test_swap_cta_bytes_counts_k_blocks_waves_and_partials():
+    """The busiest CTA's bytes: its k-blocks' weight (128 rows) and token tiles, and the fp32
+    partials its tile's last arrival reads back; whole tiles count a wave each."""
+    def cfg(bn, k=64):
+        tile = next(t for t in catalog.SWAP_TILES if t.block_n == bn and t.ctas_per_sm == 1)
+        return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
+    # 80 x 1024 x 5120, 64-token tiles: 16 tiles in 8 pieces of 10 k-blocks
+    assert heuristics.swap_cta_bytes(cfg(64), 1, 80, 1024, 5120, 132) == \
+        10 * 64 * (128 + 64) * 2 + 7 * 128 * 64 * 4
+    # 963 x 1024 x 3072, 32-token tiles: 248 whole tiles, two waves of 48 k-blocks
+    assert heuristics.swap_cta_bytes(cfg(32), 1, 963, 1024, 3072, 132) == \
+        2 * 48 * 64 * (128 + 32) * 2
+    # fp8: one byte an element, 128-deep k-blocks; 17 x 4096 x 4096 in 32 tiles of 4 pieces
+    tile8 = next(t for t in catalog.SWAP_TILES_FP8 if t.block_n == 32 and t.ctas_per_sm == 1)
+    assert heuristics.swap_cta_bytes(GemmConfig.for_tile(tile8, swap_ab=True, stream_k=True),
+                                     1, 17, 4096, 4096, 132, "fp8") == \
+        8 * 128 * (128 + 32) + 3 * 128 * 32 * 4
+
+
+@pytest.mark.extension
+@pytest.mark.parametrize("m,n,k,token_tile", [
+    (80, 1024, 5120, 32),    # 24 tiles in 5 pieces, against 16 in 8 (partials of 32 KB)
+    (32, 1024, 4096, 16),    # two 16-token tiles fill 128 SMs, one 32-token tile 64
+    (20, 512, 8192, 16),
+    (197, 1024, 5120, 64),   # 32 tiles in 4 pieces; 32 tokens: 56 in 2, twice the k-blocks
+    (963, 1024, 3072, 64),   # one wave of whole tiles; 32 tokens: two
+    (1, 1024, 4096, 16),     # one row: the narrowest tile
+])
+def test_swap_token_tile(m, n, k, token_tile):
+    """The swapped product's token tile is the one whose busiest CTA moves the fewest bytes,
+    among the tiles no wider than the rows need (at m <= 64), where the weight fits in L2."""
+    tile = heuristics.swap_token_tile(catalog.SWAP_TILES, 1, m, n, k, 132)
+    assert tile.block_n == token_tile and tile.ctas_per_sm == 1
+    assert heuristics.heuristic_config("matmul", False, 1, m, n, k).tile == tile
+
+
+def test_swap_token_tile_keeps_the_rows_tile_for_a_weight_past_l2():
+    """A weight larger than SWAP_NARROW_MAX_WEIGHT_BYTES would be reread from HBM by a second
+    token tile: at m <= 64 the narrowest tile that holds the rows stays."""
+    for m, bn in ((20, 32), (48, 64)):
+        assert not heuristics.weight_fits_l2("matmul", 1, 4096, 4096)
+        assert heuristics.heuristic_config("matmul", False, 1, m, 4096, 4096).block_n == bn
+    assert heuristics.weight_fits_l2("fp8", 1, 4096, 4096)   # one byte an element
 
 
 def test_heuristic_takes_two_ctas_per_sm_past_one_wave_of_weight_tiles():
@@ -107,6 +155,7 @@ def test_heuristic_takes_two_ctas_per_sm_past_one_wave_of_weight_tiles():
         "sm90_gemm_bf16_128x16x64_s4_occ2_mk_swap"
 
 
+@pytest.mark.extension  # a 16.8 MB fp8 weight fits in L2: swap_token_tile asks the planner
 def test_fp8_per_tensor_swaps_on_its_own_tiles():
     for m, bn in ((1, 16), (17, 32), (64, 64)):
         cfg = heuristics.heuristic_config("fp8", False, 1, m, 4096, 4096)

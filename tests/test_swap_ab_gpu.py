@@ -67,7 +67,8 @@ def test_two_ctas_per_sm(rng, m, n, k):
 @pytest.mark.parametrize("m,n,k", [(80, 1024, 5120), (300, 1000, 3072), (1000, 768, 776)])
 def test_narrow_weight_defaults_to_swapped(rng, m, n, k):
     """Past 64 rows a narrow weight's product runs swapped by default (the heuristic's
-    swap_for_narrow_weight), the 64-token tile walking the rows: every epilogue term."""
+    swap_for_narrow_weight), its token tile (swap_token_tile) walking the rows: every epilogue
+    term."""
     assert heuristics.heuristic_config("matmul", False, 1, m, n, k).swap_ab
     bias = random_operand(rng, (n,), jnp.float32)
     residual = random_operand(rng, (m, n), jnp.bfloat16)
@@ -177,9 +178,10 @@ def test_fp8_default_config_is_swapped(rng, m, n, k):
 @pytest.mark.parametrize("m,n,k", [(80, 1024, 5120), (300, 1000, 3072), (700, 512, 1040)])
 def test_fp8_narrow_weight_defaults_to_swapped(rng, m, n, k):
     """Past 64 rows a narrow fp8 weight's product runs swapped by default too
-    (swap_for_narrow_weight), the 64-token tile walking the rows, epilogue included."""
+    (swap_for_narrow_weight), its token tile walking the rows, epilogue included."""
     cfg = heuristics.heuristic_config("fp8", False, 1, m, n, k)
-    assert cfg.swap_ab and cfg.block_n == 64, cfg
+    assert cfg.swap_ab and cfg.tile == heuristics.swap_token_tile(
+        catalog.SWAP_TILES_FP8, 1, m, n, k, catalog.DEFAULT_NUM_SMS, "fp8"), cfg
     assert check_fp8(rng, m, n, k, block=False) < REL_FROB_BOUND_FP8["bfloat16"]
     check_fp8(rng, m, n, k, block=False, out_dtype="float32", activation="silu", beta=0.5,
               with_bias=True, with_residual=True)

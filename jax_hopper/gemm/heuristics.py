@@ -262,6 +262,59 @@ def busy_ctas(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: i
     return plan["grid_clusters"] * cluster
 
 
+def weight_fits_l2(family: str, batch: int, n: int, k: int) -> bool:
+    """Whether a `family` product's weight (n x k, every batch entry's together) takes at most
+    SWAP_NARROW_MAX_WEIGHT_BYTES: then the swapped tiles of a second token tile reread it from
+    L2, not HBM."""
+    nbytes = catalog.DTYPES[catalog.FAMILIES[family].dtypes[0][1]].nbytes
+    return batch * n * k * nbytes <= SWAP_NARROW_MAX_WEIGHT_BYTES
+
+
+def swap_cta_bytes(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int,
+                   family: str = "matmul") -> int:
+    """The bytes that the busiest CTA of a swapped `config`'s plan (one CTA per SM) moves: its
+    k-blocks' weight and token tiles, times the waves of whole tiles, and where the plan
+    splits, the fp32 partials of the tile's other pieces that its last arrival reads back. A
+    swapped product of a few tokens is a stream of operand bytes through each SM, not of MMAs.
+    """
+    fam = catalog.FAMILIES[family]
+    in_bytes, w_bytes = (catalog.DTYPES[d].nbytes for d in fam.dtypes[0])
+    kernel = config.kernel(family, fam.dtypes[0][0], False, False)
+    plan = config.plan(kernel, batch, m, n, k, num_sms)
+    per_block = config.block_k * (config.block_m * w_bytes + config.block_n * in_bytes)
+    if plan["sk_clusters"]:
+        pieces = plan["k_blocks"] // plan["sk_quota"]
+        partial = config.block_m * config.block_n * 4
+        return plan["sk_quota"] * per_block + (pieces - 1) * partial
+    waves = -(-plan["dp_tiles"] // plan["grid_clusters"])
+    return waves * plan["k_blocks"] * per_block
+
+
+def swap_token_tile(tiles: tuple[catalog.TileShape, ...], batch: int, m: int, n: int, k: int,
+                    num_sms: int, family: str = "matmul") -> catalog.TileShape:
+    """The swapped tile of `tiles` (one CTA per SM) whose busiest CTA moves the fewest bytes
+    (swap_cta_bytes; the wider on a tie), for a weight that fits in L2 (weight_fits_l2): a
+    narrower token tile than the rows need rereads the weight once more per token tile, from
+    L2, but gives more tiles to fill the SMs, shorter k-ranges per piece and smaller partials
+    to sum.
+    NOTES: bf16, the tuner on the device clock over 12 narrow weights (N 512-1024, M 20-963;
+    H100, 2026-11-28, tune_h100_20261128_narrow_tokens.json): the 64-token tile, the widest,
+    lost to 32 on 80 x 1024 x 5120 (12.4 vs 13.5 us: 16 tiles in 8 pieces whose last arrival
+    sums 7 partials of 32 KB, against 24 in 5 of 16 KB) and 128 x 768 x 4096 (10.7 vs 12.0: 120
+    CTAs against 96); the 32-token tile lost to 16 on 32 x 1024 x 4096 (9.2 vs 9.7) and 20 x
+    512 x 8192 (10.0 vs 11.2: 4 tiles in 16 pieces of 8 k-blocks fill 64 SMs, 8 tiles 128).
+    These bytes rank the best token tile first on all 12 problems (the other 8 kept the
+    widest that holds the rows, or ran unswapped). This rule against the widest / the rows'
+    tile on 18 shapes chosen after those that it changes (bf16 M 24-200, N 264-2048: 15; fp8
+    per tensor: 3), one process, 9 reps, device time (ab_h100_20261128_token_tile.json):
+    1.07-1.27x on 15, 1.00-1.03x on 3 (40 x 2048 x 2048, 200 x 768 x 2048, fp8 700 x 512 x
+    1040); geomean with the 3 it keeps 1.097. Not weighed: the rereads' L2 traffic as a
+    whole, which is why the weight must fit in L2."""
+    return min((t for t in tiles if t.ctas_per_sm == 1),
+               key=lambda t: (swap_cta_bytes(GemmConfig.for_tile(t, swap_ab=True, stream_k=True),
+                                             batch, m, n, k, num_sms, family), -t.block_n))
+
+
 def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k: int,
                            num_sms: int, family: str = "matmul") -> bool:
     """Whether a `family` product (matmul or fp8 per tensor) of SWAP_MAX_M < m <=
@@ -284,14 +337,8 @@ def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k:
     against the N bound on 18 shapes chosen after it (ab_h100_20261127_swap_bytes.json, one
     process, 9 reps): bf16 1.01-1.20x on 7 (weights 1792-5120 wide), fp8 1.03-1.24x on 9 and
     0.98x on 65 x 4096 x 4096 (65 rows: two token tiles, the weight read twice).
-    NOTES: the widest token tile is not always the fastest: the tuner on the device clock ran
-    80 x 1024 x 5120 in 12.2 us on 128 x 32 tiles against 14.2 on this rule's 128 x 64 (XLA
-    10.0; H100, 2026-11-27, tests_h100_20261127_suite_2314757.log). 128 x 64 splits each of
-    its 16 tiles into 8 pieces whose last arrival reads the others' partials one piece per L2
-    round trip; 128 x 32 two per round trip. No rule yet: one shape."""
-    nbytes = catalog.DTYPES[catalog.FAMILIES[family].dtypes[0][1]].nbytes
-    return (SWAP_MAX_M < m <= SWAP_NARROW_MAX_M
-            and batch * n * k * nbytes <= SWAP_NARROW_MAX_WEIGHT_BYTES
+    (Which token tile it then takes: swap_token_tile.)"""
+    return (SWAP_MAX_M < m <= SWAP_NARROW_MAX_M and weight_fits_l2(family, batch, n, k)
             and 2 * busy_ctas(unswapped, batch, m, n, k, num_sms, family) < num_sms)
 
 
@@ -300,20 +347,27 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
                      off_line: tuple[bool, bool] = (False, False)) -> GemmConfig:
     """The heuristic's config for a `family` call on a GPU of `num_sms` SMs: swap-AB where the
     family has it, a is stored (M, K) and m <= SWAP_MAX_M; otherwise choose_config over the
-    family's tiles, swapped after all (the widest token tile) where the product's weight is
-    narrow (swap_for_narrow_weight). off_line: whether a's and b's rows start off the L2
-    line (pitch.rows_off_l2_line), which counts in families with Family.off_line_rule."""
+    family's tiles, swapped after all where the product's weight is narrow
+    (swap_for_narrow_weight). A swapped product whose weight fits in L2 takes the token tile
+    of swap_token_tile (at m <= SWAP_MAX_M, no wider than the rows need). off_line: whether a's
+    and b's rows start off the L2 line (pitch.rows_off_l2_line), which counts in families with
+    Family.off_line_rule."""
     swaps = family in catalog.SWAP_FAMILIES and not a_mn_major
+    swap_tiles = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles if swaps else ()
     if swaps and m <= SWAP_MAX_M:
-        return choose_swap_config(m, catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles,
-                                  n, batch, num_sms)
+        config = choose_swap_config(m, swap_tiles, n, batch, num_sms)
+        narrower = tuple(t for t in swap_tiles
+                         if t.block_n <= config.block_n and t.ctas_per_sm == 1)
+        if config.ctas_per_sm == 1 and len(narrower) > 1 and weight_fits_l2(family, batch, n, k):
+            tile = swap_token_tile(narrower, batch, m, n, k, num_sms, family)
+            config = GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
+        return config
     fam = catalog.FAMILIES[family]
     config = choose_config(m, n, k, batch, num_sms, tiles=fam.tiles, multicast=fam.multicast,
                            pingpong=fam.pingpong_mid_m,
                            off_line=off_line if fam.off_line_rule else (False, False))
     if swaps and swap_for_narrow_weight(config, batch, m, n, k, num_sms, family):
-        tile = max((t for t in catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
-                    if t.ctas_per_sm == 1), key=lambda t: t.block_n)
+        tile = swap_token_tile(swap_tiles, batch, m, n, k, num_sms, family)
         return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
     return config
 
