@@ -222,6 +222,8 @@ def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...], n: int = 0,
     equal pieces of at least min_piece_blocks that one wave holds). Where the column tiles are
     more than the SMs, the same tile two CTAs to an SM (ctas_per_sm=2) where it is compiled:
     the tiles past the first wave then stream beside the others instead of after them.
+    (heuristic_config then takes a narrower token tile where the weight fits in L2 and
+    swap_token_tile finds it moves fewer bytes.)
 
     NOTES: above SWAP_MAX_M the swap-AB tiles would walk several token tiles, reading the
     weight once per token tile: at M = 96-512 against 4096-14336 wide weights they ran
