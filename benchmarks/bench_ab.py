@@ -20,7 +20,8 @@ little power (XLA's ragged_dot; timing.time_interleaved's NOTES). Inputs rotate 
 larger than L2; each result is checked against an fp32-accumulated reference (a quantization:
 its dequantised copies against jnp's). The summary gives new/base per case, the geomean and the
 worst; the JSON (ab_<tag>.json) keeps every time. --device-time adds each build's device
-time per call (timing.device_times: short chained calls are bound by the host) and its ratio.
+time per call (timing.device_times: short chained calls are bound by the host) and its ratio,
+and XLA's (traced apart, as its chained time) with new/XLA.
 """
 
 from __future__ import annotations
@@ -222,11 +223,17 @@ def main():
         device = ""
         if args.device_time and (d := timing.device_times(
                 {v: runs[v] for v in ("base", "new")}, args.reps)) is not None:
+            # XLA's in a trace of its own, as its chained time (apart from the two builds).
+            d.update(timing.device_times({"xla": runs["xla"]}, args.reps) or {})
             for v in d:
                 row[v]["device_us"] = d[v] * 1e6
             row["new_over_base_device"] = d["base"] / d["new"]
             device = (f"  device {row['base']['device_us']:.1f} / {row['new']['device_us']:.1f}"
                       f" us: {row['new_over_base_device']:.3f}")
+            if "xla" in d:
+                row["new_over_xla_device"] = d["xla"] / d["new"]
+                device += (f" (xla {row['xla']['device_us']:.1f} us, new/xla "
+                           f"{row['new_over_xla_device']:.3f})")
         rows.append(row)
         print(f"{name:28s} xla {row['xla'][field]:6.1f}  base {row['base'][field]:6.1f}  "
               f"new {row['new'][field]:6.1f} {unit}  new/base {row['new_over_base']:.3f}  "
@@ -241,6 +248,10 @@ def main():
                        device_worst=min(device_ratios))
         print(f"new/base device time: geomean {summary['device_geomean']:.4f}, worst "
               f"{summary['device_worst']:.4f}")
+    if xla_ratios := [r["new_over_xla_device"] for r in rows if "new_over_xla_device" in r]:
+        summary.update(device_geomean_vs_xla=timing.geomean(xla_ratios))
+        print(f"new/xla device time: geomean {summary['device_geomean_vs_xla']:.4f}, "
+              f"{min(xla_ratios):.3f}-{max(xla_ratios):.3f}")
     env = dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
                date=datetime.date.today().isoformat(), argv=sys.argv)
     os.makedirs(args.out_dir, exist_ok=True)
