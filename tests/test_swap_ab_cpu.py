@@ -95,7 +95,7 @@ def test_busy_ctas_is_the_plan_s_grid():
 def test_swap_cta_bytes_counts_k_blocks_waves_and_partials():
     """The busiest CTA's bytes: its k-blocks' weight (128 rows) and token tiles, and the fp32
     partials its tile's last arrival reads back; whole tiles count a wave each."""
-    def cfg(bn, k=64):
+    def cfg(bn):
         tile = next(t for t in catalog.SWAP_TILES if t.block_n == bn and t.ctas_per_sm == 1)
         return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
     # 80 x 1024 x 5120, 64-token tiles: 16 tiles in 8 pieces of 10 k-blocks
