@@ -57,6 +57,12 @@ def _installed_copy() -> str | None:
     return None if same or not os.path.isdir(path) else path
 
 
+def has_extension() -> bool:
+    """Whether the compiled extension (the kernels and the C++ planner) imported: a build
+    without kernels (a pure-JAX wheel) or a shadowed source tree has none."""
+    return _ext is not None
+
+
 def extension():
     """The nanobind module, or a RuntimeError that says why there is none."""
     if _ext is None:

@@ -188,6 +188,28 @@ def test_fp8_swapped_call_matches_the_reference_on_cpu(rng):
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
 
 
+def test_without_the_extension_swapped_shapes_run_the_reference(rng, monkeypatch):
+    """A build without kernels (a pure-JAX wheel, a shadowed source tree) has no C++ planner:
+    the rules that read a plan are skipped (heuristics.can_plan) and a decode product against a
+    weight that fits in L2, a narrow weight past 64 rows and an fp8 decode product run their
+    XLA reference instead of failing. On the CPU device, as above."""
+    from jax_hopper import _ffi
+    monkeypatch.setattr(_ffi, "_ext", None)
+    assert not heuristics.can_plan()
+    with jax.default_device(jax.devices("cpu")[0]):
+        for m, n, k in ((32, 1024, 4096), (80, 1024, 5120)):
+            a = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+            b = jnp.asarray(rng.standard_normal((k, n)), jnp.bfloat16)
+            got = np.asarray(hopper_matmul(a, b, preferred_element_type=jnp.float32))
+            want = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+            assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5, (m, n, k)
+        a = jnp.asarray(rng.standard_normal((24, 4096)), jnp.float8_e4m3fn)
+        b = jnp.asarray(rng.standard_normal((1024, 4096)), jnp.float8_e4m3fn)
+        got = np.asarray(hopper_fp8_matmul(a, b, 0.5, 2.0, out_dtype=jnp.float32))
+    want = np.asarray(a, np.float64) @ np.asarray(b, np.float64).T
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+
+
 def test_kernel_is_the_swapped_family_with_majors_exchanged():
     # b stored (K, N) is the kernel's A stored (K, M'): MN-major; a (M, K) its B, K-major.
     assert SWAP.kernel("matmul", "bfloat16", False, True) == \

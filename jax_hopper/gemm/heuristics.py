@@ -251,6 +251,14 @@ SWAP_NARROW_MAX_M = 1024
 SWAP_NARROW_MAX_WEIGHT_BYTES = 25_000_000
 
 
+def can_plan() -> bool:
+    """Whether the C++ planner (the compiled extension) is here. Without it (a build without
+    kernels, a shadowed source tree) every op runs its XLA reference and never uses its config,
+    so the rules that read a plan (swap_for_narrow_weight, swap_token_tile) are skipped."""
+    from jax_hopper import _ffi  # noqa: PLC0415 (as GemmConfig.plan)
+    return _ffi.has_extension()
+
+
 def busy_ctas(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int,
               family: str = "matmul") -> int:
     """The CTAs that the work plan of an unswapped `config` keeps busy on a GPU of `num_sms`
@@ -341,6 +349,7 @@ def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k:
     0.98x on 65 x 4096 x 4096 (65 rows: two token tiles, the weight read twice).
     (Which token tile it then takes: swap_token_tile.)"""
     return (SWAP_MAX_M < m <= SWAP_NARROW_MAX_M and weight_fits_l2(family, batch, n, k)
+            and can_plan()
             and 2 * busy_ctas(unswapped, batch, m, n, k, num_sms, family) < num_sms)
 
 
@@ -360,7 +369,8 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
         config = choose_swap_config(m, swap_tiles, n, batch, num_sms)
         narrower = tuple(t for t in swap_tiles
                          if t.block_n <= config.block_n and t.ctas_per_sm == 1)
-        if config.ctas_per_sm == 1 and len(narrower) > 1 and weight_fits_l2(family, batch, n, k):
+        if (config.ctas_per_sm == 1 and len(narrower) > 1
+                and weight_fits_l2(family, batch, n, k) and can_plan()):
             tile = swap_token_tile(narrower, batch, m, n, k, num_sms, family)
             config = GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
         return config
