@@ -245,8 +245,9 @@ def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...], n: int = 0,
 
 
 # The most rows, and the largest weight (bytes, every batch entry's together), for which a
-# product runs swapped past SWAP_MAX_M (swap_for_narrow_weight): half the H100's 50 MB L2, so
-# that the token tiles' rereads of the weight find it there.
+# product runs swapped past SWAP_MAX_M (swap_for_narrow_weight), and the largest for which a
+# swapped product may take more token tiles than its rows need (swap_token_tile; weight_fits_l2):
+# half the H100's 50 MB L2, so that the token tiles' rereads of the weight find it there.
 SWAP_NARROW_MAX_M = 1024
 SWAP_NARROW_MAX_WEIGHT_BYTES = 25_000_000
 
