@@ -260,17 +260,24 @@ def can_plan() -> bool:
     return _ffi.has_extension()
 
 
+def plan_of(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int,
+            family: str = "matmul") -> dict:
+    """The work plan the lowering would make for a `family` call with `config` on a GPU of
+    `num_sms` SMs (GemmConfig.plan, the C++ gemm_plan: cluster tiles, each cut into the pieces
+    of a split where config.stream_k, the family's k-block padding included). The plan depends
+    on the tile, not on the dtypes or majors, so the family's first of each stands in."""
+    dtype = catalog.FAMILIES[family].dtypes[0][0]
+    kernel = config.kernel(family, dtype, False, False)
+    cluster = config.cluster_m * config.cluster_n
+    return config.plan(kernel, batch, m, n, k, num_sms * config.ctas_per_sm // cluster)
+
+
 def busy_ctas(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int,
               family: str = "matmul") -> int:
     """The CTAs that the work plan of an unswapped `config` keeps busy on a GPU of `num_sms`
-    SMs: the plan the lowering would make (GemmConfig.plan, the C++ gemm_plan: cluster tiles,
-    each cut into the pieces of a small-M split where config.stream_k, the family's k-block
-    padding included)."""
-    dtype = catalog.FAMILIES[family].dtypes[0][0]  # the plan depends on the tile, not the dtype
-    kernel = config.kernel(family, dtype, False, False)
-    cluster = config.cluster_m * config.cluster_n
-    plan = config.plan(kernel, batch, m, n, k, num_sms * config.ctas_per_sm // cluster)
-    return plan["grid_clusters"] * cluster
+    SMs (plan_of)."""
+    plan = plan_of(config, batch, m, n, k, num_sms, family)
+    return plan["grid_clusters"] * config.cluster_m * config.cluster_n
 
 
 def weight_fits_l2(family: str, batch: int, n: int, k: int) -> bool:
@@ -288,10 +295,8 @@ def swap_cta_bytes(config: GemmConfig, batch: int, m: int, n: int, k: int, num_s
     splits, the fp32 partials of the tile's other pieces that its last arrival reads back. A
     swapped product of a few tokens is a stream of operand bytes through each SM, not of MMAs.
     """
-    fam = catalog.FAMILIES[family]
-    in_bytes, w_bytes = (catalog.DTYPES[d].nbytes for d in fam.dtypes[0])
-    kernel = config.kernel(family, fam.dtypes[0][0], False, False)
-    plan = config.plan(kernel, batch, m, n, k, num_sms)
+    in_bytes, w_bytes = (catalog.DTYPES[d].nbytes for d in catalog.FAMILIES[family].dtypes[0])
+    plan = plan_of(config, batch, m, n, k, num_sms, family)
     per_block = config.block_k * (config.block_m * w_bytes + config.block_n * in_bytes)
     if plan["sk_clusters"]:
         pieces = plan["k_blocks"] // plan["sk_quota"]
