@@ -211,7 +211,11 @@ def device_time(run, pairs, reps: int = 3) -> dict | None:
     chained program of 100 calls while the device ran each call's kernels in 1.2-16.4 us,
     back to back (gaps under 0.2 us; XLA's overlapping by 0.4-1.8 us). time_interleaved then
     measures the host, and this the device: what the same calls cost where a program keeps the
-    GPU fed (a CUDA graph, a long step)."""
+    GPU fed (a CUDA graph, a long step). It needs XLA's command buffers (the default): without
+    them the calls reach the GPU one launch at a time and the span counts the host's gaps.
+    Dependent calls (each reading the one before's output) measured the same device time as
+    these independent ones, XLA's and ours (H100, 2026-11-28, timeline_h100_20261128_
+    dependent.txt and _cmdbuf.txt): XLA's lead at small shapes is its kernels'."""
     events = _gpu_kernels([(run, pairs)] * reps)
     if events is None:
         return None

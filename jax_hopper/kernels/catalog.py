@@ -243,6 +243,13 @@ FAMILIES = {
     # weight, where a 64-row wgmma over the tokens would waste most of each MMA. Nothing to
     # multicast (one token tile); splits are weight streams, worth making short, summed by
     # whichever piece finishes last (LastArrivalSplitScheduler: nothing waits).
+    # NOTES (H100, 2026-11-28): 2-CTA clusters along N (two token tiles of one weight tile, the
+    # weight multicast; a branch whose GPU tests passed) beat the same tile unclustered on 4 of
+    # 7 narrow-weight shapes (963 x 1024 x 3072 27.5 vs 31.8 us on the device) but the default
+    # config on one only (200 x 1000 x 3072 13.3 vs 14.0; gemm_h100_20261128_swap_clusters.json,
+    # fp8 per tensor: never): not compiled. Pieces of 4 k-blocks at least (min_piece_blocks)
+    # instead of 8: device time 0.9995x over 18 decode and narrow shapes, whose token tiles
+    # already fill the wave (ab_h100_20261128_pieces4.json).
     "matmul_swap": Family("matmul_swap", "kMatmulSwap",
                           _SS,
                           "TmaStoreEpilogue<{bn}, LinearOps, TransposedOutput>", SWAP_TILES,

@@ -306,6 +306,11 @@ struct MainloopSS {
       // Waiting for the current block instead (wait_group 0) lets the producer run one stage
       // further ahead but measured 494 vs 574 TFLOP/s at 4096^3 and within noise at 8192^3
       // (H100, 2-CTA clusters, 2026-11-22).
+      // NOTES: the wgmmas of one k-block accumulate into the same registers, one after another;
+      // for the swap-AB tiles' short m64n16-m64n64 wgmmas, alternating the k-steps between two
+      // accumulator sets (summed after the loop) measured 0.998x on the device over 14 decode
+      // and narrow shapes (H100, 2026-11-28, ab_h100_20261128_acc_sets.json): not what paces
+      // them.
       ptx::wgmma_wait_group<1>();
 #pragma unroll
       for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
