@@ -1,7 +1,7 @@
 """fp8 GEMMs side by side in one process: hopper_fp8_matmul against XLA.
 
-    python benchmarks/bench_fp8.py [--scaling tensor|block] [--shapes MxNxK ...] [--sweep]
-                                   [--configs JSON] [--out-dir DIR] [--tag TAG]
+    python benchmarks/bench_fp8.py [--scaling tensor|block] [--shapes MxNxK ... | --random N]
+                                   [--sweep] [--configs JSON] [--out-dir DIR] [--tag TAG]
 
 Operands are random-normal, quantized once to float8_e4m3fn, a as (M, K) and b as (N, K) (both
 K-major, the layout fp8 wgmma reads); bf16 output. --scaling tensor (per-tensor scales):
@@ -30,6 +30,8 @@ block of b):
                      "fp8 kn" is its speed over xla_fp8_kn, the same operands
     The check's reference quantizes b from float32; both variants that start from its bf16 copy
     round twice and sit ~1e-2 from it (under the limit).
+--random N draws about N shapes no issue lists (timing.random_shapes: M 1-8192, N and K from
+model widths, a quarter of them not multiples of 64) and summarises hopper over its peer by M class.
 Rotating input sets larger than L2 (scales rotate with their operands), medians of interleaved
 runs (jax_hopper.timing). The floor is max(FLOPs at the H100's dense fp8 peak, 1979 TFLOP/s;
 operand and output bytes at 3.0 TB/s). Writes fp8_<tag>.json (fp8_block_<tag>.json); exit
@@ -220,11 +222,24 @@ def bench_shape(key, m, n, k, reps, configs, scaling):
                 best_config=best_cfg, peer_best=peer)
 
 
+def hopper_over_peer(r):
+    """The default config's speed over the best peer's in a bench_shape row (None where either
+    failed or is wrong)."""
+    v = r["variants"]
+    if r["peer_best"] is None or "us" not in v.get("hopper", {}) or v["hopper"].get("wrong"):
+        return None
+    return v[r["peer_best"]]["us"] / v["hopper"]["us"]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     timing.add_output_args(parser)
     parser.add_argument("--shapes", nargs="*", type=timing.parse_shape, default=list(SHAPES))
+    parser.add_argument("--random", type=int, default=0, metavar="COUNT",
+                        help="about COUNT shapes drawn with --random-seed (timing.random_shapes) "
+                             "instead of --shapes, summarised by M class")
+    parser.add_argument("--random-seed", type=int, default=27)
     parser.add_argument("--sweep", action="store_true", help="time every compiled fp8 config")
     parser.add_argument("--configs", type=json.loads, default=[],
                         help='JSON list of GemmConfig field dicts timed beside the default, e.g. '
@@ -237,6 +252,8 @@ def main():
         if args.scaling != "tensor" or args.sweep or args.configs:
             parser.error("--b-layout kn times per-tensor scaling, without --sweep or --configs")
         args.scaling = "kn"
+    if args.random:
+        args.shapes = timing.random_shapes(args.random, args.random_seed)
     timing.require_kernels(jax_hopper)
     configs = sweep_configs(args.scaling) if args.sweep else {}
     configs.update({"cfg " + ",".join(f"{k}={v}" for k, v in c.items()): GemmConfig(**c)
@@ -265,13 +282,17 @@ def main():
               (f"  {hop / tf('hopper_tensor'):9.2f}x" if block else "") +
               (f"  {tf('hopper_fp8_kn') / tf('xla_fp8_kn'):5.2f}x" if args.scaling == "kn"
                else ""), flush=True)
+    classes = timing.class_summary(results, hopper_over_peer) if args.random else {}
+    for name, c in classes.items():
+        print(f"hopper / {peer}, {name}: geomean {c['geomean']:.3f} over {c['n_shapes']} shapes, "
+              f"{c['min']:.2f}-{c['max']:.2f}", flush=True)
     env = dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
                date=datetime.date.today().isoformat(), argv=sys.argv[1:])
     os.makedirs(args.out_dir, exist_ok=True)
     prefix = {"block": "block_", "kn": "kn_"}.get(args.scaling, "")
     path = os.path.join(args.out_dir, f"fp8_{prefix}{args.tag}.json")
     with open(path, "w") as f:
-        json.dump(dict(environment=env, results=results), f, indent=1)
+        json.dump(dict(environment=env, results=results, m_class_summary=classes), f, indent=1)
     print(f"wrote {path}")
     wrong = [(r["shape"], n) for r in results for n, v in r["variants"].items() if v.get("wrong")]
     for shape, name in wrong:

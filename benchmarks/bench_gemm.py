@@ -28,7 +28,6 @@ import inspect
 import json
 import math
 import os
-import random
 import sys
 
 import jax
@@ -43,14 +42,6 @@ QUICK_SHAPES = [(4096, 4096, 4096), (8192, 4096, 14336), (256, 4096, 4096)]
 # Decode: a few tokens against the weights of a 4096-wide model with a 14336-wide MLP (N x K).
 DECODE_SHAPES = [(m, n, k) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 4096))
                  for m in (1, 8, 16, 32, 64)]
-# Random shapes (--random): M drawn in four classes, in these proportions; N and K from common
-# model widths, one in four of them from widths that are not multiples of 64 (rows off the
-# 128-byte L2 line in bf16); products above 8192 x 16384 x 8192 in the largest class get K 4096.
-RANDOM_M_CLASSES = (("M 1-64", 1, 64, 14), ("M 65-256", 65, 256, 12),
-                    ("M 257-2048", 257, 2048, 16), ("M 2049-8192", 2049, 8192, 10))
-RANDOM_DIMS = (768, 1024, 1536, 2048, 2560, 3072, 4096, 5120, 6144, 7168, 8192, 11008, 12288,
-               14336, 16384, 28672)
-RANDOM_ODD_DIMS = (1000, 1400, 3000, 3080, 5000, 6000, 6600, 10000)
 BF16_PEAK, HBM = 989e12, 3.0e12
 ERR_LIMIT = 1e-2
 
@@ -99,35 +90,6 @@ def transformer_shapes(text: str) -> list[tuple[int, int, int]]:
     grad_x = [(t, k, n) for k, n in projections]
     grad_w = [(k, n, t) for k, n in projections]
     return list(dict.fromkeys(forward + grad_x + grad_w))
-
-
-def random_shapes(count: int, seed: int) -> list[tuple[int, int, int]]:
-    """About `count` shapes drawn with `seed` over RANDOM_M_CLASSES (each class's share of
-    count, rounded); the same count and seed give the same shapes."""
-    rng = random.Random(seed)
-    total = sum(weight for *_, weight in RANDOM_M_CLASSES)
-    shapes = []
-    for _, lo, hi, weight in RANDOM_M_CLASSES:
-        for i in range(round(count * weight / total)):
-            m = rng.randint(lo, hi)
-            n = rng.choice(RANDOM_ODD_DIMS if i % 4 == 3 else RANDOM_DIMS)
-            k = rng.choice(RANDOM_ODD_DIMS if i % 4 == 2 else RANDOM_DIMS)
-            if lo > 2048 and n * k > 16384 * 8192:
-                k = 4096
-            shapes.append((m, n, k))
-    return shapes
-
-
-def class_summary(rows) -> dict:
-    """hopper (default) / XLA by RANDOM_M_CLASSES: {class: {geomean, min, max, n_shapes}}."""
-    out = {}
-    for name, lo, hi, _ in RANDOM_M_CLASSES:
-        ratios = [r["hopper_over_xla"] for r in rows
-                  if lo <= r["shape"][0] <= hi and r["hopper_over_xla"]]
-        if ratios:
-            out[name] = dict(geomean=timing.geomean(ratios), min=min(ratios), max=max(ratios),
-                             n_shapes=len(ratios))
-    return out
 
 
 def shape_name(shape) -> str:
@@ -339,8 +301,8 @@ def parse_args(argv=None):
                    help="M = 1, 8, 16, 32, 64 against N x K = 4096 x 4096, 14336 x 4096, "
                         "4096 x 14336 and 28672 x 4096")
     p.add_argument("--random", type=int, default=0, metavar="COUNT",
-                   help="about COUNT shapes drawn with --random-seed (random_shapes; 52 with "
-                        "seed 27 is the 2026-11-27 sweep), summarised by M class")
+                   help="about COUNT shapes drawn with --random-seed (timing.random_shapes; 52 "
+                        "with seed 27 is the 2026-11-27 sweep), summarised by M class")
     p.add_argument("--random-seed", type=int, default=27)
     p.add_argument("--quick", action="store_true",
                    help=f"shapes {', '.join(map(shape_name, QUICK_SHAPES))} and one Pallas config")
@@ -366,7 +328,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     shapes = (args.shapes or args.transformer or (DECODE_SHAPES if args.decode else None) or
-              (random_shapes(args.random, args.random_seed) if args.random else None) or
+              (timing.random_shapes(args.random, args.random_seed) if args.random else None) or
               (QUICK_SHAPES if args.quick else DEFAULT_SHAPES))
     impls = set(args.impls.split(","))
     pallas_cfgs = args.pallas_configs or PALLAS_CONFIGS
@@ -402,7 +364,8 @@ def main(argv=None) -> int:
             log(f"{label} / XLA over {s['n_shapes']} large shapes: geomean {s['geomean']:.3f}, "
                 f"min {s['min']:.3f} ({s['min_shape']})")
 
-    classes = class_summary(rows) if args.random else {}
+    classes = (timing.class_summary(rows, lambda r: r["hopper_over_xla"])
+               if args.random else {})
     for name, c in classes.items():
         log(f"hopper (default) / XLA, {name}: geomean {c['geomean']:.3f} over {c['n_shapes']} "
             f"shapes, {c['min']:.2f}-{c['max']:.2f}")

@@ -11,6 +11,7 @@ sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
+import random  # noqa: E402
 
 from jax_hopper.timing import (RUN_GAP_NS, call_plan, calls_for, chained,  # noqa: E402
                                device_time, device_times, geomean, n_sets_for, parse_shape,
@@ -20,7 +21,8 @@ from jax_hopper.timing import (RUN_GAP_NS, call_plan, calls_for, chained,  # noq
 __all__ = ["RUN_GAP_NS", "add_output_args", "call_plan", "calls_for", "chained",
            "device_time", "device_times", "dims_parser", "geomean", "run_spans",
            "n_sets_for", "parse_shape", "pool_limit_warning", "rel_fro_error", "require_kernels",
-           "rotating_sets", "rotation", "tflops", "time_chained", "time_interleaved"]
+           "rotating_sets", "rotation", "tflops", "time_chained", "time_interleaved",
+           "RANDOM_M_CLASSES", "RANDOM_DIMS", "RANDOM_ODD_DIMS", "random_shapes", "class_summary"]
 
 
 def dims_parser(names: str):
@@ -70,3 +72,42 @@ def pool_limit_warning(env) -> str | None:
     return ("note: XLA_PYTHON_CLIENT_PREALLOCATE=false without XLA_CLIENT_MEM_FRACTION keeps "
             "JAX's pool at 75% of the device: out-of-memory rows then understate what it holds "
             "(set XLA_CLIENT_MEM_FRACTION=0.95, or leave preallocation on)")
+
+
+# Random shapes (--random): M drawn in four classes, in these proportions; N and K from common
+# model widths, one in four of them from widths that are not multiples of 64 (rows off the
+# 128-byte L2 line in bf16); products above 8192 x 16384 x 8192 in the largest class get K 4096.
+RANDOM_M_CLASSES = (("M 1-64", 1, 64, 14), ("M 65-256", 65, 256, 12),
+                    ("M 257-2048", 257, 2048, 16), ("M 2049-8192", 2049, 8192, 10))
+RANDOM_DIMS = (768, 1024, 1536, 2048, 2560, 3072, 4096, 5120, 6144, 7168, 8192, 11008, 12288,
+               14336, 16384, 28672)
+RANDOM_ODD_DIMS = (1000, 1400, 3000, 3080, 5000, 6000, 6600, 10000)
+
+
+def random_shapes(count: int, seed: int) -> list[tuple[int, int, int]]:
+    """About `count` shapes drawn with `seed` over RANDOM_M_CLASSES (each class's share of
+    count, rounded); the same count and seed give the same shapes."""
+    rng = random.Random(seed)
+    total = sum(weight for *_, weight in RANDOM_M_CLASSES)
+    shapes = []
+    for _, lo, hi, weight in RANDOM_M_CLASSES:
+        for i in range(round(count * weight / total)):
+            m = rng.randint(lo, hi)
+            n = rng.choice(RANDOM_ODD_DIMS if i % 4 == 3 else RANDOM_DIMS)
+            k = rng.choice(RANDOM_ODD_DIMS if i % 4 == 2 else RANDOM_DIMS)
+            if lo > 2048 and n * k > 16384 * 8192:
+                k = 4096
+            shapes.append((m, n, k))
+    return shapes
+
+
+def class_summary(rows, ratio) -> dict:
+    """ratio(row) (ours over the peer; None where either failed) of rows with a "shape" [M, N,
+    K], by RANDOM_M_CLASSES: {class: {geomean, min, max, n_shapes}}."""
+    out = {}
+    for name, lo, hi, _ in RANDOM_M_CLASSES:
+        ratios = [x for r in rows if lo <= r["shape"][0] <= hi and (x := ratio(r))]
+        if ratios:
+            out[name] = dict(geomean=geomean(ratios), min=min(ratios), max=max(ratios),
+                             n_shapes=len(ratios))
+    return out

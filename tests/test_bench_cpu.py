@@ -207,26 +207,39 @@ def test_large_shape_summary():
 
 
 def test_random_shapes_are_reproducible_and_span_the_m_classes():
-    shapes = bench_gemm.random_shapes(52, 27)
-    assert shapes == bench_gemm.random_shapes(52, 27) != bench_gemm.random_shapes(52, 28)
+    shapes = timing.random_shapes(52, 27)
+    assert shapes == timing.random_shapes(52, 27) != timing.random_shapes(52, 28)
     assert shapes[:2] == [(62, 6144, 7168), (26, 1536, 1536)]  # the 2026-11-27 sweep's
     counts = [sum(lo <= m <= hi for m, _, _ in shapes)
-              for _, lo, hi, _ in bench_gemm.RANDOM_M_CLASSES]
+              for _, lo, hi, _ in timing.RANDOM_M_CLASSES]
     assert counts == [14, 12, 16, 10]
-    dims = set(bench_gemm.RANDOM_DIMS) | set(bench_gemm.RANDOM_ODD_DIMS) | {4096}
+    dims = set(timing.RANDOM_DIMS) | set(timing.RANDOM_ODD_DIMS) | {4096}
     assert all(n in dims and k in dims for _, n, k in shapes)
     off_line = sum(n % 64 != 0 or k % 64 != 0 for _, n, k in shapes)
     assert 0.3 * len(shapes) <= off_line <= 0.6 * len(shapes)
-    assert len(bench_gemm.random_shapes(8, 1)) == 8
+    assert len(timing.random_shapes(8, 1)) == 8
 
 
 def test_class_summary_groups_by_m():
     rows = [dict(shape=[m, 64, 64], hopper_over_xla=r)
             for m, r in ((1, 0.5), (64, 2.0), (100, 0.9), (5000, None))]
-    s = bench_gemm.class_summary(rows)
+    s = timing.class_summary(rows, lambda r: r["hopper_over_xla"])
     assert s["M 1-64"]["geomean"] == pytest.approx(1.0) and s["M 1-64"]["n_shapes"] == 2
     assert s["M 65-256"] == dict(geomean=pytest.approx(0.9), min=0.9, max=0.9, n_shapes=1)
     assert "M 2049-8192" not in s and "M 257-2048" not in s
+
+
+def test_fp8_ratio_is_the_default_over_the_best_peer_and_none_when_unusable():
+    import bench_fp8  # noqa: PLC0415 (imports jax_hopper)
+
+    def row(hopper, peer="xla_fp8_dot"):
+        return dict(shape=[8, 64, 64], peer_best=peer,
+                    variants={"hopper": hopper, "xla_fp8_dot": dict(us=30.0)})
+
+    assert bench_fp8.hopper_over_peer(row(dict(us=20.0))) == pytest.approx(1.5)
+    assert bench_fp8.hopper_over_peer(row(dict(us=20.0, wrong=True))) is None
+    assert bench_fp8.hopper_over_peer(row(dict(error="x"))) is None
+    assert bench_fp8.hopper_over_peer(row(dict(us=20.0), peer=None)) is None
 
 
 def test_cli_quick_on_cpu(tmp_path):
