@@ -9,6 +9,14 @@
 // (1 x 4096 x 4096, 32 tiles in 4) this ran 22.9 against 25.1 us (H100, 2026-11-24, forced
 // plans in one process). Whole-tile plans run on a persistent grid. Clusters of one CTA (the
 // swap-AB family's).
+// NOTES: every piece storing its partial and stopping, a second kernel (launched behind the
+// GEMM with programmatic dependent launch, one thread per float4 of a tile) summing them and
+// running the epilogue, took the last arrivals' fix-up off the busiest SMs (128 x 768 x 4096:
+// busiest SM 1.1x the average instead of 1.4x; ncu_h100_20261128_split_reduce.txt) but gained
+// only 1.015x in device time over 14 split shapes (0.992-1.062; GPU tests and sanitizer
+// clean), and cost 0.939x chained (one more launch per call where the host paces short calls)
+// (H100, 2026-11-28, ab_h100_20261128_split_reduce.json; branch next/split-reduce, 35025ef).
+// Not kept.
 // Its host side, work list and workspace are StreamKScheduler's; the counters take the ready
 // flags' memory (two per tile, fewer than the plan's two per piece). Needs no shared memory.
 #pragma once
