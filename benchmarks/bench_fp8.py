@@ -34,8 +34,9 @@ block of b):
 model widths, a quarter of them not multiples of 64) and summarises hopper over its peer by M class.
 Rotating input sets larger than L2 (scales rotate with their operands), medians of interleaved
 runs (jax_hopper.timing). The floor is max(FLOPs at the H100's dense fp8 peak, 1979 TFLOP/s;
-operand and output bytes at 3.0 TB/s). Writes fp8_<tag>.json (fp8_block_<tag>.json); exit
-status 1 when a checked variant's result is wrong. Writes fp8_kn_<tag>.json with --b-layout kn.
+operand and output bytes at 3.0 TB/s). Writes fp8_<tag>.json (fp8_block_<tag>.json), rewritten
+after every shape ("complete": false until the last); exit status 1 when a checked variant's
+result is wrong (each printed as it is found). Writes fp8_kn_<tag>.json with --b-layout kn.
 """
 
 from __future__ import annotations
@@ -267,10 +268,18 @@ def main():
            ("  fp8 kn" if args.scaling == "kn" else "") +
            "  (TFLOP/s)")
     print(hdr, flush=True)
+    env = dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
+               date=datetime.date.today().isoformat(), argv=sys.argv[1:])
+    os.makedirs(args.out_dir, exist_ok=True)
+    prefix = {"block": "block_", "kn": "kn_"}.get(args.scaling, "")
+    path = os.path.join(args.out_dir, f"fp8_{prefix}{args.tag}.json")
+    wrong = []
     for i, (m, n, k) in enumerate(args.shapes):
         r = bench_shape(jax.random.fold_in(key, i), m, n, k, args.reps, configs, args.scaling)
         results.append(r)
         v = r["variants"]
+        wrong += wrong_variants(r)
+        write_json(path, env, results, {}, complete=False)  # what a timeout would leave
 
         def tf(name):
             return v[name]["tflops"] if name and "tflops" in v.get(name, {}) else float("nan")
@@ -286,18 +295,28 @@ def main():
     for name, c in classes.items():
         print(f"hopper / {peer}, {name}: geomean {c['geomean']:.3f} over {c['n_shapes']} shapes, "
               f"{c['min']:.2f}-{c['max']:.2f}", flush=True)
-    env = dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
-               date=datetime.date.today().isoformat(), argv=sys.argv[1:])
-    os.makedirs(args.out_dir, exist_ok=True)
-    prefix = {"block": "block_", "kn": "kn_"}.get(args.scaling, "")
-    path = os.path.join(args.out_dir, f"fp8_{prefix}{args.tag}.json")
-    with open(path, "w") as f:
-        json.dump(dict(environment=env, results=results, m_class_summary=classes), f, indent=1)
+    write_json(path, env, results, classes, complete=True)
     print(f"wrote {path}")
-    wrong = [(r["shape"], n) for r in results for n, v in r["variants"].items() if v.get("wrong")]
     for shape, name in wrong:
         print(f"WRONG RESULT: {name} at {shape}")
     return 1 if wrong else 0
+
+
+def wrong_variants(r) -> list:
+    """(shape, variant) of a bench_shape row's checked variants whose result is wrong, each
+    printed as it is found (a run cut short still shows it)."""
+    found = [(r["shape"], n) for n, v in r["variants"].items() if v.get("wrong")]
+    for shape, name in found:
+        print(f"WRONG RESULT: {name} at {shape}", flush=True)
+    return found
+
+
+def write_json(path, env, results, classes, *, complete):
+    """The run's JSON, rewritten after every shape: complete=False until the last one, so a
+    run cut short (a time limit) keeps its rows and says so."""
+    with open(path, "w") as f:
+        json.dump(dict(environment=env, complete=complete, results=results,
+                       m_class_summary=classes), f, indent=1)
 
 
 if __name__ == "__main__":

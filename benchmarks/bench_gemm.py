@@ -14,7 +14,8 @@ Each shape's roofline floor is max(its FLOPs at the H100's dense bf16 peak, 989 
 operand and output bytes at 3.0 TB/s); the table gives each time as a % of it. With
 --device-time each variant's device time per call is measured too (timing.device_times), and
 "dev h/X" is hopper's speed over XLA's by it: below ~25 us a chained call's time is the host's.
-Writes gemm_<tag>.json and gemm_<tag>.png to --out-dir. Exit status 1 when hopper_matmul's
+Writes gemm_<tag>.json (rewritten after every shape, "complete": false until the last) and
+gemm_<tag>.png to --out-dir. Exit status 1 when hopper_matmul's
 result is wrong (relative Frobenius error > 1e-2 or NaN) for some shape.
 """
 
@@ -350,11 +351,14 @@ def main(argv=None) -> int:
     for name, reason in skipped.items():
         log(f"  {name}: not run: {reason}")
 
+    os.makedirs(args.out_dir, exist_ok=True)
+    stem = os.path.join(args.out_dir, f"gemm_{args.tag}")
     rows = []
     for i, shape in enumerate(shapes):
         log(f"[{i + 1}/{len(shapes)}] {shape_name(shape)}")
         key = jax.random.fold_in(jax.random.key(args.seed), i)
         rows.append(bench_shape(shape, variants, skipped, impl_of, args, key))
+        write_json(stem + ".json", env, rows, {}, {}, complete=False)  # kept if cut short
 
     print_table(rows)
     summary = large_shape_summary(rows)
@@ -370,15 +374,19 @@ def main(argv=None) -> int:
         log(f"hopper (default) / XLA, {name}: geomean {c['geomean']:.3f} over {c['n_shapes']} "
             f"shapes, {c['min']:.2f}-{c['max']:.2f}")
 
-    os.makedirs(args.out_dir, exist_ok=True)
-    stem = os.path.join(args.out_dir, f"gemm_{args.tag}")
-    with open(stem + ".json", "w") as fh:
-        json.dump(dict(environment=env, shapes=rows, large_shape_summary=summary,
-                       m_class_summary=classes), fh, indent=1)
+    write_json(stem + ".json", env, rows, summary, classes, complete=True)
     import plot  # matplotlib only now: a missing one must not cost the numbers above
     plot.plot_results(rows, stem + ".png", title=f"bf16 GEMM, {env['device']}, jax {env['jax']}")
     log(f"wrote {stem}.json and {stem}.png")
     return 1 if any(r["status"] == "FAIL" for r in rows) else 0
+
+
+def write_json(path, env, rows, summary, classes, *, complete):
+    """The run's JSON, rewritten after every shape: complete=False (and no summaries) until the
+    last one, so a run cut short (a time limit) keeps its rows and says so."""
+    with open(path, "w") as fh:
+        json.dump(dict(environment=env, complete=complete, shapes=rows,
+                       large_shape_summary=summary, m_class_summary=classes), fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -242,6 +242,22 @@ def test_fp8_ratio_is_the_default_over_the_best_peer_and_none_when_unusable():
     assert bench_fp8.hopper_over_peer(row(dict(us=20.0), peer=None)) is None
 
 
+def test_fp8_json_is_written_per_shape_and_wrong_results_are_named(tmp_path, capsys):
+    import bench_fp8  # noqa: PLC0415
+
+    row = dict(shape=[8, 64, 64], peer_best=None,
+               variants={"hopper": dict(us=1.0, wrong=True), "xla_fp8_dot": dict(us=2.0)})
+    assert bench_fp8.wrong_variants(row) == [([8, 64, 64], "hopper")]
+    assert "WRONG RESULT: hopper at [8, 64, 64]" in capsys.readouterr().out
+    path = tmp_path / "fp8_t.json"
+    bench_fp8.write_json(str(path), {"device": "x"}, [row], {}, complete=False)
+    data = json.loads(path.read_text())
+    assert data["complete"] is False and data["results"] == [row]
+    bench_fp8.write_json(str(path), {"device": "x"}, [row, row], {"M 1-64": {}}, complete=True)
+    data = json.loads(path.read_text())
+    assert data["complete"] is True and len(data["results"]) == 2 and data["m_class_summary"]
+
+
 def test_cli_quick_on_cpu(tmp_path):
     """The documented CPU invocation runs, and writes the JSON and the PNG."""
     proc = subprocess.run(
@@ -257,7 +273,7 @@ def test_cli_quick_on_cpu(tmp_path):
     # --device-time: a CPU's trace has no GPU kernels, so no device time and no device ratio
     assert "device_us" not in row["variants"]["xla"] and row["hopper_over_xla_device"] is None
     assert "error" in row["variants"]["mgpu_128x128x64_s4_wgN"]  # no Mosaic GPU on a CPU
-    assert data["environment"]["jax"] == jax.__version__
+    assert data["environment"]["jax"] == jax.__version__ and data["complete"] is True
     assert (tmp_path / "gemm_t.png").stat().st_size > 0
 
 
