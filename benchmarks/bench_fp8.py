@@ -279,7 +279,7 @@ def main():
         results.append(r)
         v = r["variants"]
         wrong += wrong_variants(r)
-        write_json(path, env, results, {}, complete=False)  # what a timeout would leave
+        timing.write_run_json(path, complete=False, environment=env, results=results)
 
         def tf(name):
             return v[name]["tflops"] if name and "tflops" in v.get(name, {}) else float("nan")
@@ -295,10 +295,9 @@ def main():
     for name, c in classes.items():
         print(f"hopper / {peer}, {name}: geomean {c['geomean']:.3f} over {c['n_shapes']} shapes, "
               f"{c['min']:.2f}-{c['max']:.2f}", flush=True)
-    write_json(path, env, results, classes, complete=True)
-    print(f"wrote {path}")
-    for shape, name in wrong:
-        print(f"WRONG RESULT: {name} at {shape}")
+    timing.write_run_json(path, complete=True, environment=env, results=results,
+                          m_class_summary=classes)
+    print(f"wrote {path}" + (f"; {len(wrong)} wrong results (WRONG RESULT above)" if wrong else ""))
     return 1 if wrong else 0
 
 
@@ -309,14 +308,6 @@ def wrong_variants(r) -> list:
     for shape, name in found:
         print(f"WRONG RESULT: {name} at {shape}", flush=True)
     return found
-
-
-def write_json(path, env, results, classes, *, complete):
-    """The run's JSON, rewritten after every shape: complete=False until the last one, so a
-    run cut short (a time limit) keeps its rows and says so."""
-    with open(path, "w") as f:
-        json.dump(dict(environment=env, complete=complete, results=results,
-                       m_class_summary=classes), f, indent=1)
 
 
 if __name__ == "__main__":

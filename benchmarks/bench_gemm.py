@@ -358,7 +358,7 @@ def main(argv=None) -> int:
         log(f"[{i + 1}/{len(shapes)}] {shape_name(shape)}")
         key = jax.random.fold_in(jax.random.key(args.seed), i)
         rows.append(bench_shape(shape, variants, skipped, impl_of, args, key))
-        write_json(stem + ".json", env, rows, {}, {}, complete=False)  # kept if cut short
+        timing.write_run_json(stem + ".json", complete=False, environment=env, shapes=rows)
 
     print_table(rows)
     summary = large_shape_summary(rows)
@@ -374,19 +374,12 @@ def main(argv=None) -> int:
         log(f"hopper (default) / XLA, {name}: geomean {c['geomean']:.3f} over {c['n_shapes']} "
             f"shapes, {c['min']:.2f}-{c['max']:.2f}")
 
-    write_json(stem + ".json", env, rows, summary, classes, complete=True)
+    timing.write_run_json(stem + ".json", complete=True, environment=env, shapes=rows,
+                          large_shape_summary=summary, m_class_summary=classes)
     import plot  # matplotlib only now: a missing one must not cost the numbers above
     plot.plot_results(rows, stem + ".png", title=f"bf16 GEMM, {env['device']}, jax {env['jax']}")
     log(f"wrote {stem}.json and {stem}.png")
     return 1 if any(r["status"] == "FAIL" for r in rows) else 0
-
-
-def write_json(path, env, rows, summary, classes, *, complete):
-    """The run's JSON, rewritten after every shape: complete=False (and no summaries) until the
-    last one, so a run cut short (a time limit) keeps its rows and says so."""
-    with open(path, "w") as fh:
-        json.dump(dict(environment=env, complete=complete, shapes=rows,
-                       large_shape_summary=summary, m_class_summary=classes), fh, indent=1)
 
 
 if __name__ == "__main__":

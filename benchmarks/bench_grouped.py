@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
-import json
 import os
 import sys
 
@@ -578,17 +577,16 @@ def main(argv=None) -> int:
           f"{'err':>8}")
     os.makedirs(args.out_dir, exist_ok=True)
     path = os.path.join(args.out_dir, f"grouped_{args.tag}.json")
+    env = dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
+               date=datetime.datetime.now(datetime.timezone.utc).isoformat(), argv=sys.argv[1:])
     for name in names:
         for routing in args.routing:
             row = run_case(name, routing, args.reps, rng, args.sweep, args.pallas, args.train,
                            args.fp8)
             rows.append(row)
             report(row, args.sweep)
-            # Rewritten after every row, so a run stopped by a time limit keeps what it timed.
-            with open(path, "w") as f:
-                json.dump(dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
-                               date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                               argv=sys.argv[1:], rows=rows), f, indent=1)
+            timing.write_run_json(path, complete=False, rows=rows, **env)
+    timing.write_run_json(path, complete=True, rows=rows, **env)
     print(f"wrote {path}")
     return 0
 

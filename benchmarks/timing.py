@@ -11,6 +11,7 @@ sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
+import json  # noqa: E402
 import random  # noqa: E402
 
 from jax_hopper.timing import (RUN_GAP_NS, call_plan, calls_for, chained,  # noqa: E402
@@ -22,7 +23,8 @@ __all__ = ["RUN_GAP_NS", "add_output_args", "call_plan", "calls_for", "chained",
            "device_time", "device_times", "dims_parser", "geomean", "run_spans",
            "n_sets_for", "parse_shape", "pool_limit_warning", "rel_fro_error", "require_kernels",
            "rotating_sets", "rotation", "tflops", "time_chained", "time_interleaved",
-           "RANDOM_M_CLASSES", "RANDOM_DIMS", "RANDOM_ODD_DIMS", "random_shapes", "class_summary"]
+           "RANDOM_M_CLASSES", "RANDOM_DIMS", "RANDOM_ODD_DIMS", "random_shapes", "class_summary",
+           "write_run_json"]
 
 
 def dims_parser(names: str):
@@ -111,3 +113,10 @@ def class_summary(rows, ratio) -> dict:
             out[name] = dict(geomean=geomean(ratios), min=min(ratios), max=max(ratios),
                              n_shapes=len(ratios))
     return out
+
+
+def write_run_json(path: str, *, complete: bool, **fields) -> None:
+    """A benchmark's JSON, rewritten after every shape or case: "complete" is false until the
+    last, so a run cut short (a time limit) keeps what it timed and says so."""
+    with open(path, "w") as f:
+        json.dump(dict(complete=complete, **fields), f, indent=1)

@@ -250,10 +250,11 @@ def test_fp8_json_is_written_per_shape_and_wrong_results_are_named(tmp_path, cap
     assert bench_fp8.wrong_variants(row) == [([8, 64, 64], "hopper")]
     assert "WRONG RESULT: hopper at [8, 64, 64]" in capsys.readouterr().out
     path = tmp_path / "fp8_t.json"
-    bench_fp8.write_json(str(path), {"device": "x"}, [row], {}, complete=False)
+    timing.write_run_json(str(path), complete=False, environment={"device": "x"}, results=[row])
     data = json.loads(path.read_text())
     assert data["complete"] is False and data["results"] == [row]
-    bench_fp8.write_json(str(path), {"device": "x"}, [row, row], {"M 1-64": {}}, complete=True)
+    timing.write_run_json(str(path), complete=True, environment={"device": "x"},
+                          results=[row, row], m_class_summary={"M 1-64": {}})
     data = json.loads(path.read_text())
     assert data["complete"] is True and len(data["results"]) == 2 and data["m_class_summary"]
 
