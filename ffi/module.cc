@@ -110,6 +110,7 @@ NB_MODULE(_jax_hopper, m) {
     add_gemm_targets(d, "jax_hopper_gemm_fp8", jax_hopper::Fp8Handler);
     add_gemm_targets(d, "jax_hopper_gemm_fp8_block", jax_hopper::Fp8BlockHandler);
     add_gemm_targets(d, "jax_hopper_gemm_fp8_swap", jax_hopper::Fp8SwapHandler);
+    add_gemm_targets(d, "jax_hopper_gemm_fp8_block_swap", jax_hopper::Fp8BlockSwapHandler);
     d["jax_hopper_quantize_fp8"] = capsule(jax_hopper::QuantizeFp8Handler);
     d["jax_hopper_transpose_fp8"] = capsule(jax_hopper::TransposeFp8Handler);
     d["jax_hopper_tma_copy"] = capsule(jax_hopper::TmaCopyHandler);

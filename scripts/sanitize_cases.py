@@ -198,7 +198,7 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
 def fp8_groups(quick: bool) -> list[list[GemmCase]]:
     """The fp8 families: every dtype pair x tile (b as (N, K): the only layout it reads), the
     clusters rotated; K past the 128-wide k-block; an epilogue; split tiles (scaled pieces);
-    block scales; the swapped kernels."""
+    block scales; the swapped kernels, per tensor and per block."""
     from jax_hopper.kernels import catalog
     fam = catalog.FAMILIES["fp8"]
     shapes = [(300, 520, 272)] if quick else [(1, 16, 16), (129, 136, 144), (300, 520, 272)]
@@ -238,6 +238,14 @@ def fp8_groups(quick: bool) -> list[list[GemmCase]]:
                             tile=swap[2], transpose_b=True, out_dtype="bfloat16",
                             scales=(0.5, 0.25)),
                    GemmCase(1, 4096, 4096, tile=swap[0], out_dtype="bfloat16", **fp8)])
+    # Swapped block scales (fp8_block_swap): every token tile, partial scale blocks of N and K,
+    # the transposed epilogue, a split weight stream.
+    bswap = catalog.FAMILIES["fp8_block_swap"].tiles
+    groups.append([GemmCase(t.block_n - 3, 328, 584, tile=t, out_dtype="bfloat16", **fp8b)
+                   for t in bswap] +
+                  [GemmCase(24, 392, 1024, tile=bswap[1], out_dtype="float32",
+                            activation="gelu_tanh", bias=True, residual=True, alpha=0.5, **fp8b),
+                   GemmCase(1, 4096, 4096, tile=bswap[0], out_dtype="bfloat16", **fp8b)])
     return groups
 
 

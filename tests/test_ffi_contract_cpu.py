@@ -50,7 +50,8 @@ def _undecoded_on_default_device(family, attrs, out_cols):
     # The grouped handlers take a fifth input: the tile table (ragged_primitive.py) or the
     # group ends (ragged_contract.py, with the two scales after them for fp8); the fp8
     # handlers two, the scales (fp8.py): per tensor (1,), per block (1, M, K/128) and
-    # (1, N/128, K/128); the grouped fp8 ones all three (ragged_fp8.py).
+    # (1, N/128, K/128) (swapped too: the handler exchanges them); the grouped fp8 ones all
+    # three (ragged_fp8.py).
     table = [jnp.zeros((1 + catalog.GROUP_TILE_FIELDS,), jnp.int32)]
     extra = {"grouped": table, "grouped_glu": table,
              "grouped_contraction": [jnp.zeros((1,), jnp.int32)],
@@ -66,7 +67,9 @@ def _undecoded_on_default_device(family, attrs, out_cols):
              "grouped_fp8_block": table + [jnp.ones((1, 256, 1), jnp.float32),
                                            jnp.ones((1, -(-out_cols // 128), 1), jnp.float32)],
              "fp8_block": [jnp.ones((1, 256, 1), jnp.float32),
-                           jnp.ones((1, -(-out_cols // 128), 1), jnp.float32)]}.get(family, [])
+                           jnp.ones((1, -(-out_cols // 128), 1), jnp.float32)],
+             "fp8_block_swap": [jnp.ones((1, 256, 1), jnp.float32),
+                                jnp.ones((1, -(-out_cols // 128), 1), jnp.float32)]}.get(family, [])
     call = jax.ffi.ffi_call(f"jax_hopper_gemm_{family}",
                             (jax.ShapeDtypeStruct((1, 256, out_cols), jnp.bfloat16),
                              jax.ShapeDtypeStruct((0,), jnp.uint8)))

@@ -1,7 +1,8 @@
-"""hopper_fp8_matmul with block scales (the fp8_block family) on an sm_90 GPU against float64 of
-the dequantised operands: every compiled instance, out dtypes with the fused epilogue, edge
-shapes (one scale block, partial blocks of M, N and K), clusters, split tiles, batches, vmap,
-traced scales, and the accuracy that promoting each k-block in fp32 buys."""
+"""hopper_fp8_matmul with block scales (the fp8_block family, and fp8_block_swap for few rows) on
+an sm_90 GPU against float64 of the dequantised operands: every compiled instance, out dtypes
+with the fused epilogue, edge shapes (one scale block, partial blocks of M, N and K), clusters,
+split tiles, batches, vmap, traced scales, and the accuracy that promoting each k-block in fp32
+buys."""
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,7 @@ from jax_hopper.kernels import catalog
 pytestmark = pytest.mark.gpu
 
 FAM = catalog.FAMILIES["fp8_block"]
+SWAP_FAM = catalog.FAMILIES["fp8_block_swap"]
 E4M3 = jnp.float8_e4m3fn
 
 
@@ -74,6 +76,26 @@ def test_split_k_and_stream_k(tile):
            config=GemmConfig.for_tile(tile, stream_k=True))
     _check(np.random.default_rng(), 2048, 3072, 2048,  # a split tail: 16 k-blocks of 128
            config=GemmConfig.for_tile(tile, stream_k=True, cluster_m=2))
+
+
+@pytest.mark.parametrize("m", [1, 7, 16, 33, 64])
+@pytest.mark.parametrize("tile", SWAP_FAM.tiles, ids=lambda t: t.tag)
+def test_every_swapped_instance(tile, m):
+    # out^T = b a^T: the weight's rows are wgmma's M (a scale per 128 x 128 block), the tokens
+    # its N (a scale per row). Rows within one token tile and past it, N and K off the scale
+    # blocks (partial last ones), K split in pieces that each promote their own k-blocks.
+    config = GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
+    _check(np.random.default_rng(), m, 392, 2000, out_dtype="float32", config=config)
+
+
+@pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)
+def test_swapped_epilogue_and_batch(out_dtype):
+    # The transposed store with the bias per output column (a strip row) and the residual;
+    # scales within 2^-1 .. 2^1, as test_out_dtypes_and_epilogue.
+    config = GemmConfig.for_tile(SWAP_FAM.tiles[1], swap_ab=True, stream_k=True)
+    _check(np.random.default_rng(), 24, 520, 1024, out_dtype=out_dtype, activation="gelu_tanh",
+           alpha=0.75, beta=-0.5, with_bias=True, with_residual=True, spread=1.0, config=config)
+    _check(np.random.default_rng(), 20, 200, 256, batch=(3,), with_residual=True, config=config)
 
 
 def test_batched_scales_follow_their_operands():

@@ -1,5 +1,6 @@
-"""The swap-AB configs (GemmConfig.swap_ab: the matmul_swap and fp8_swap families) without a GPU:
-validation, the heuristic's choice, kernel names and the plan over the swapped tiles."""
+"""The swap-AB configs (GemmConfig.swap_ab: the matmul_swap, fp8_swap and fp8_block_swap
+families) without a GPU: validation, the heuristic's choice, kernel names and the plan over the
+swapped tiles."""
 
 import jax
 import jax.numpy as jnp
@@ -70,14 +71,21 @@ def test_heuristic_swaps_a_narrow_weight_past_64_rows(m, n, k, swapped):
 ])
 def test_fp8_swaps_a_narrow_weight_on_its_own_tiles(m, n, k, swapped):
     """fp8 per tensor takes the same rule, its weight one byte an element, on the fp8_swap
-    tiles; the block-scaled product has no swapped kernel."""
+    tiles; the block-scaled product by its own unswapped config, on the fp8_block_swap tiles."""
     cfg = heuristics.heuristic_config("fp8", False, 1, m, n, k)
     assert cfg.swap_ab == swapped, cfg
     if swapped:
         assert cfg.tile == heuristics.swap_token_tile(catalog.SWAP_TILES_FP8, 1, m, n, k,
                                                       132, "fp8") and cfg.stream_k
         cfg.validate(E4M3, False, False, family="fp8")
-    assert not heuristics.heuristic_config("fp8_block", False, 1, m, n, k).swap_ab
+    block = heuristics.heuristic_config("fp8_block", False, 1, m, n, k)
+    unswapped = heuristics.choose_config(m, n, k, tiles=catalog.FAMILIES["fp8_block"].tiles,
+                                         multicast=False)
+    assert block.swap_ab == heuristics.swap_for_narrow_weight(unswapped, 1, m, n, k, 132,
+                                                              "fp8_block"), block
+    if block.swap_ab:
+        assert block.tile in catalog.FAMILIES["fp8_block_swap"].tiles
+        block.validate(E4M3, False, False, family="fp8_block")
 
 
 @pytest.mark.extension
@@ -163,7 +171,6 @@ def test_fp8_per_tensor_swaps_on_its_own_tiles():
         cfg.validate(E4M3, False, False, family="fp8", b_dtype=E5M2)
     # past 64 rows only a narrow weight swaps (test_fp8_swaps_a_narrow_weight_on_its_own_tiles)
     assert not heuristics.heuristic_config("fp8", False, 1, 65, 8192, 4096).swap_ab
-    assert not heuristics.heuristic_config("fp8_block", False, 1, 16, 4096, 4096).swap_ab
     # The kernel's A is b: its dtypes come b's first.
     assert SWAP8.kernel("fp8", E5M2, False, False, E4M3) == \
         "sm90_gemm_e4m3xe5m2_128x16x128_s10_kk_fp8_swap"
@@ -172,9 +179,42 @@ def test_fp8_per_tensor_swaps_on_its_own_tiles():
     assert SWAP8.kernel_family("fp8") == "fp8_swap"
     with pytest.raises(ValueError, match="not compiled for the swap-AB fp8 GEMM"):
         SWAP.validate(E4M3, False, False, family="fp8")  # a 16-bit swap tile (block_k 64)
-    with pytest.raises(ValueError, match="swap_ab=True is compiled for hopper_matmul and the fp8 "
-                                         "GEMM only, not for the block-scaled fp8 GEMM"):
-        SWAP8.validate(E4M3, False, False, family="fp8_block")
+
+
+@pytest.mark.extension  # swap_token_tile asks the planner
+def test_block_scaled_fp8_swaps_on_its_own_tiles():
+    """Block scales swap as per tensor does (the weight's 128 x 128 blocks as the kernel's A
+    scales, the tokens' rows as its B's: SwappedBlockScaling), on the one-CTA-per-SM fp8 swap
+    tiles: e4m3 both ways, no two-CTA tile (the promoted consumer keeps 232 registers)."""
+    for m, bn in ((1, 16), (17, 32), (64, 64)):
+        cfg = heuristics.heuristic_config("fp8_block", False, 1, m, 4096, 4096)
+        assert cfg.swap_ab and cfg.block_n == bn and cfg.block_k == 128, (m, cfg)
+        cfg.validate(E4M3, False, False, family="fp8_block")
+    assert not heuristics.heuristic_config("fp8_block", False, 1, 65, 8192, 4096).swap_ab
+    wide = heuristics.heuristic_config("fp8_block", False, 1, 1, 28672, 4096)
+    assert wide.swap_ab and wide.ctas_per_sm == 1
+    assert SWAP8.kernel_family("fp8_block") == "fp8_block_swap"
+    assert SWAP8.kernel("fp8_block", E4M3, False, False, E4M3) == \
+        "sm90_gemm_e4m3_128x16x128_s10_kk_fp8_block_swap"
+    occ2 = next(t for t in catalog.SWAP_TILES_FP8 if t.ctas_per_sm == 2)
+    with pytest.raises(ValueError, match="not compiled for the swap-AB block-scaled fp8 GEMM"):
+        GemmConfig.for_tile(occ2, swap_ab=True).validate(E4M3, False, False, family="fp8_block")
+    with pytest.raises(ValueError, match="not compiled for the swap-AB block-scaled fp8 GEMM"):
+        SWAP8.validate(E5M2, False, False, family="fp8_block", b_dtype=E4M3)
+
+
+def test_block_scaled_swapped_call_matches_the_reference_on_cpu(rng):
+    # The config is validated and the reference lowering runs (on the CPU device, as below).
+    with jax.default_device(jax.devices("cpu")[0]):
+        a = jnp.asarray(rng.standard_normal((5, 200)), jnp.float8_e4m3fn)
+        b = jnp.asarray(rng.standard_normal((300, 200)), jnp.float8_e4m3fn)
+        sa = jnp.asarray(rng.uniform(0.5, 2.0, (5, 2)), jnp.float32)
+        sb = jnp.asarray(rng.uniform(0.5, 2.0, (3, 2)), jnp.float32)
+        got = hopper_fp8_matmul(a, b, sa, sb, config=SWAP8, out_dtype=jnp.float32)
+    x = np.asarray(a, np.float64) * np.repeat(np.asarray(sa, np.float64), 128, axis=1)[:, :200]
+    w = np.asarray(b, np.float64) * np.repeat(np.repeat(np.asarray(sb, np.float64), 128, axis=0),
+                                              128, axis=1)[:300, :200]
+    np.testing.assert_allclose(np.asarray(got), x @ w.T, rtol=1e-5, atol=1e-4)
 
 
 def test_fp8_swapped_call_matches_the_reference_on_cpu(rng):
@@ -228,14 +268,14 @@ def test_validation_names_the_rule():
     with pytest.raises(ValueError, match="must be one of"):
         GemmConfig.for_tile(catalog.SWAP_TILES[0], swap_ab=True, cluster_m=2).validate(
             "bfloat16", False, True)
-    with pytest.raises(ValueError, match="swap_ab=True is compiled for hopper_matmul and"):
+    with pytest.raises(ValueError, match="swap_ab=True is compiled for hopper_matmul, the fp8"):
         SWAP.validate("bfloat16", False, True, family="glu")
     with pytest.raises(ValueError, match="must be a bool"):
         GemmConfig(swap_ab=1).validate("bfloat16", False, True)
     with pytest.raises(ValueError, match="transpose_a=False"):
         hopper_matmul(jnp.zeros((64, 16), jnp.bfloat16), jnp.zeros((64, 64), jnp.bfloat16),
                       transpose_a=True, config=SWAP)
-    with pytest.raises(ValueError, match="swap_ab=True is compiled for hopper_matmul and"):
+    with pytest.raises(ValueError, match="swap_ab=True is compiled for hopper_matmul, the fp8"):
         hopper_glu(jnp.zeros((16, 64), jnp.bfloat16), jnp.zeros((64, 2, 64), jnp.bfloat16),
                    config=SWAP)
 

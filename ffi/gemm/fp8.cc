@@ -2,8 +2,8 @@
 // beta * residual, A (Ba, M, K) and B (Bb, N, K) fp8, both K-major. Family fp8: one float32
 // scale per tensor (or per batch entry); family fp8_block: a_scale (Ba', M, ceil(K/128)) and b_scale
 // (Bb', ceil(N/128), ceil(K/128)) (cuda/gemm/mainloop/scaling.cuh checks them against the
-// problem); family fp8_swap: per tensor, the product computed swapped. The scales are the
-// call's fifth and sixth inputs.
+// problem); families fp8_swap and fp8_block_swap: per tensor and per block, the product
+// computed swapped. The scales are the call's fifth and sixth inputs.
 #include <string>
 
 #include "ffi/gemm/gemm_call.h"
@@ -13,8 +13,9 @@ namespace jax_hopper {
 namespace {
 
 // Unswapped, the kernel's A is a (Ba, M, K) and its B is b (Bb, N, K). The swap-AB kernels
-// (family fp8_swap, GemmConfig.swap_ab) run out^T = b a^T: their A is b and their B is a, and
-// out stays (batch, M, N), stored transposed by the epilogue. In `g` the kernel's operands.
+// (families fp8_swap and fp8_block_swap, GemmConfig.swap_ab) run out^T = b a^T: their A is b
+// and their B is a, and out stays (batch, M, N), stored transposed by the epilogue. In `g` the
+// kernel's operands.
 template <bool kSwap>
 ffi::Error fp8_shapes(const GemmKernelInfo&, const GemmArgs& g, GemmShape* s) {
   const int64_t batch = g.out.batch;
@@ -33,9 +34,11 @@ ffi::Error fp8_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a, ff
                     ffi::AnyBuffer bias, ffi::AnyBuffer residual, ffi::AnyBuffer a_scale,
                     ffi::AnyBuffer b_scale, ffi::Result<ffi::AnyBuffer> out,
                     ffi::Result<ffi::AnyBuffer> workspace, GemmAttrs attrs) {
-  constexpr int kRank = kFamily == GemmFamily::kFp8Block ? 3 : 1;
+  constexpr int kRank =
+      kFamily == GemmFamily::kFp8Block || kFamily == GemmFamily::kFp8BlockSwap ? 3 : 1;
   // Swapped, the kernel's operands (and so their scales) are b's, then a's.
-  constexpr bool kSwap = kFamily == GemmFamily::kFp8Swap;
+  constexpr bool kSwap =
+      kFamily == GemmFamily::kFp8Swap || kFamily == GemmFamily::kFp8BlockSwap;
   GemmArgs preset = {};
   constexpr const char* kOp = "hopper_fp8_matmul";
   JH_RETURN_IF_ERROR(
@@ -55,5 +58,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Fp8BlockHandler, fp8_impl<GemmFamily::kFp8Block>,
                               gemm_binding<2>(), {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Fp8SwapHandler, fp8_impl<GemmFamily::kFp8Swap>, gemm_binding<2>(),
                               {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Fp8BlockSwapHandler, fp8_impl<GemmFamily::kFp8BlockSwap>,
+                              gemm_binding<2>(), {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jax_hopper

@@ -77,7 +77,8 @@ class GemmConfig:
             raise ValueError(f"config: swap_ab={self.swap_ab!r} must be a bool")
         if self.swap_ab:
             if family not in catalog.SWAP_FAMILIES:
-                swappable = " and ".join(catalog.FAMILIES[f].what for f in catalog.SWAP_FAMILIES)
+                *first, last = (catalog.FAMILIES[f].what for f in catalog.SWAP_FAMILIES)
+                swappable = f"{', '.join(first)} and {last}"
                 raise ValueError(f"config: swap_ab=True is compiled for {swappable} only, not "
                                  f"for {catalog.FAMILIES[family].what}")
             if a_mn_major:

@@ -214,10 +214,13 @@ _SS16 = ("MainloopSS<DType::{a_dtype}, DType::{b_dtype}, {bm}, {bn}, {bk}, {stag
 # The same with B a plain tile (no gated loader), and that with fp8's per-tensor scales.
 _SS = _SS16.replace("{b_load}", "OperandLoad<{b_mn}, {b_bytes}>")
 _SS_TENSOR_SCALED = _SS.replace("NoScaling", "TensorScaling")
-# Block-scaled fp8 (BlockScaling): each 128-wide k-block's product scaled and added in fp32.
+# Block-scaled fp8 (BlockScaling): each 128-wide k-block's product scaled and added in fp32;
+# swapped (SwappedBlockScaling), the kernel's A is the weight scaled per 128 x 128 block and
+# its B the tokens scaled per row.
 _SS_PROMOTED = ("MainloopSSPromoted<DType::{a_dtype}, DType::{b_dtype}, {bm}, {bn}, {bk}, "
                 "{stages}, {tile_wgs}, OperandLoad<{a_mn}, {a_bytes}>, "
-                "OperandLoad<{b_mn}, {b_bytes}>>")
+                "OperandLoad<{b_mn}, {b_bytes}>, BlockScaling>")
+_SS_PROMOTED_SWAPPED = _SS_PROMOTED.replace("BlockScaling>", "SwappedBlockScaling>")
 
 # The swap-AB tiles (hopper_matmul at small M, GemmConfig.swap_ab): 128 weight columns (two
 # consumer warpgroups of 64 wgmma rows) by 16, 32 or 64 tokens (wgmma's N). The operand ring
@@ -375,10 +378,22 @@ FAMILIES = {
         ((False, False),), "_fp8_block", "the block-scaled fp8 GEMM",
         dtypes=(("float8_e4m3fn", "float8_e4m3fn"),),
         multicast=False),  # slower with clusters (heuristics.choose_config's NOTES)
+    # hopper_fp8_matmul with block scales, computed swapped (GemmConfig.swap_ab) as fp8_swap
+    # is: the kernel's A is the weight b (N, K) with its 128 x 128 block scales, its B the
+    # tokens a (M, K) with theirs per row (SwappedBlockScaling), each k-block promoted as in
+    # fp8_block; a token tile is one unit wide. The one-CTA-per-SM swap tiles: the promoted
+    # consumer keeps 232 registers, more than two CTAs to an SM leave it.
+    "fp8_block_swap": Family(
+        "fp8_block_swap", "kFp8BlockSwap", _SS_PROMOTED_SWAPPED,
+        "TmaStoreEpilogue<{bn}, LinearOps, TransposedOutput>",
+        tuple(t for t in SWAP_TILES_FP8 if t.ctas_per_sm == 1), ((False, False),),
+        "_fp8_block_swap", "the swap-AB block-scaled fp8 GEMM (GemmConfig.swap_ab)",
+        dtypes=(("float8_e4m3fn", "float8_e4m3fn"),), clusters=((1, 1),), multicast=False,
+        min_piece_blocks=8, last_arrival_split=True),
 }
 
 # The family that runs a family's product swapped (GemmConfig.swap_ab).
-SWAP_FAMILIES = {"matmul": "matmul_swap", "fp8": "fp8_swap"}
+SWAP_FAMILIES = {"matmul": "matmul_swap", "fp8": "fp8_swap", "fp8_block": "fp8_block_swap"}
 # The families whose tiles follow group sizes on the device: the grouped products (M rows over
 # G groups, one weight per group) and the contractions (out (G, P, Q), the groups splitting the
 # contracted rows). Their problems are keyed with G where the dense ones have the batch

@@ -8,6 +8,9 @@
 //    k-block, one per 128 x 128 block of B (128 of its N rows by a k-block). The scale then
 //    varies inside the product, so each k-block's wgmma result is scaled on its own and added
 //    into the accumulators in fp32 (MainloopSSPromoted, cuda/gemm/mainloop/ss_promoted.cuh).
+//  - SwappedBlockScaling: the same recipe for the swap-AB kernels (out^T = b a^T), whose A is
+//    the weight (one scale per 128 x 128 block) and whose B the tokens (one per row and
+//    k-block): BlockScaling with the operands' roles exchanged.
 // The scales are device arrays, read by the kernel: traced values, never compiled into the call.
 #pragma once
 
@@ -66,6 +69,7 @@ struct TensorScaling {
 
 struct BlockScaling {
   static constexpr int kBlock = kFp8ScaleBlock;  // K elements (and B rows) one scale covers
+  static constexpr bool kPerRowOfA = true;       // A per row, B per 128-row block
 
   struct Params {
     const float* a;  // (Ba, M, k_blocks)
@@ -103,6 +107,46 @@ struct BlockScaling {
   __device__ static const float* b_row(const Params& p, int32_t batch, int32_t block) {
     return p.b + max(batch, 0) * p.b_batch_stride +
            int64_t(min(block, p.n_blocks - 1)) * p.k_blocks;
+  }
+};
+
+struct SwappedBlockScaling {
+  static constexpr int kBlock = kFp8ScaleBlock;
+  static constexpr bool kPerRowOfA = false;  // A per 128-row block, B per row
+
+  struct Params {
+    const float* a;  // (Ba, a_blocks, k_blocks): the weight's
+    const float* b;  // (Bb, b_rows, k_blocks): the tokens'
+    int64_t a_batch_stride, b_batch_stride;  // 0 when one scale array serves every batch entry
+    int32_t a_blocks, b_rows, k_blocks;
+  };
+
+  // The kernel's A is the call's b (N rows: g.m here) and its B the call's a (M rows: g.n), and
+  // the handler has exchanged the scales with them, so the messages name the call's arguments.
+  static std::string host_params(const GemmArgs& g, Params* p) {
+    const Array3 &sa = g.a_scale, &sb = g.b_scale;
+    const int64_t k_blocks = (int64_t(g.k) + kBlock - 1) / kBlock;
+    const int64_t a_blocks = (int64_t(g.m) + kBlock - 1) / kBlock;
+    if (sa.data == nullptr || sb.data == nullptr)
+      return "block-scaled operands need a_scale and b_scale";
+    if (sa.rows != a_blocks || sa.cols != k_blocks || (sa.batch != 1 && sa.batch != g.batch))
+      return "b_scale must be (batch or 1, ceil(N/128), ceil(K/128)) float32";
+    if (sb.rows != g.n || sb.cols != k_blocks || (sb.batch != 1 && sb.batch != g.batch))
+      return "a_scale must be (batch or 1, M, ceil(K/128)) float32";
+    *p = Params{static_cast<const float*>(sa.data), static_cast<const float*>(sb.data),
+                sa.batch == 1 ? 0 : sa.rows * sa.cols, sb.batch == 1 ? 0 : sb.rows * sb.cols,
+                static_cast<int32_t>(a_blocks), g.n, static_cast<int32_t>(k_blocks)};
+    return {};
+  }
+
+  // As BlockScaling's a_row and b_row, the roles exchanged: A's 128-row block `block`, B's row
+  // `row` (clamped to the last: rows and columns past the problem are never stored).
+  __device__ static const float* a_block(const Params& p, int32_t batch, int32_t block) {
+    return p.a + max(batch, 0) * p.a_batch_stride +
+           int64_t(min(block, p.a_blocks - 1)) * p.k_blocks;
+  }
+  __device__ static const float* b_row(const Params& p, int32_t batch, int32_t row) {
+    return p.b + max(batch, 0) * p.b_batch_stride + int64_t(min(row, p.b_rows - 1)) * p.k_blocks;
   }
 };
 

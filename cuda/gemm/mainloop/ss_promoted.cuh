@@ -1,7 +1,9 @@
 // Mainloop policy "SS, promoted": MainloopSS's ring and producer with a consumer for
-// block-scaled fp8 (BlockScaling, cuda/gemm/mainloop/scaling.cuh). A k-block is one scale block
-// (128 elements of K), and the scale of a product element varies with its row (A's scale) and
-// its 128-column block (B's), so a k-block's wgmmas cannot accumulate into the running sum:
+// block-scaled fp8 (BlockScaling, or SwappedBlockScaling for the swap-AB kernels:
+// cuda/gemm/mainloop/scaling.cuh). A k-block is one scale block (128 elements of K), and the
+// scale of a product element varies with its row (A's scale) and its 128-column block (B's;
+// swapped, with its 128-row block and its column), so a k-block's wgmmas cannot accumulate
+// into the running sum:
 // each unit of the warpgroup's rows (a 64-row slice by a column chunk inside one scale block)
 // is multiplied into fresh registers (the first k32 step overwrites them), waited for, and
 // added into the fp32 accumulators times a_scale[row] * b_scale[chunk] on the CUDA cores.
@@ -89,29 +91,34 @@
 namespace jax_hopper {
 
 template <DType TA, DType TB, int BM_, int BN_, int BK_, int STAGES_, int TILE_WARPGROUPS,
-          class ALoad, class BLoad>
+          class ALoad, class BLoad, class Scaling>
 struct MainloopSSPromoted
-    : MainloopSS<TA, TB, BM_, BN_, BK_, STAGES_, TILE_WARPGROUPS, ALoad, BLoad, BlockScaling> {
-  using Base =
-      MainloopSS<TA, TB, BM_, BN_, BK_, STAGES_, TILE_WARPGROUPS, ALoad, BLoad, BlockScaling>;
+    : MainloopSS<TA, TB, BM_, BN_, BK_, STAGES_, TILE_WARPGROUPS, ALoad, BLoad, Scaling> {
+  using Base = MainloopSS<TA, TB, BM_, BN_, BK_, STAGES_, TILE_WARPGROUPS, ALoad, BLoad, Scaling>;
   using typename Base::Params;
   using typename Base::Pipe;
   using typename Base::Shared;
   using Base::BK;
+  using Base::BM;
   using Base::BN;
   using Base::kAccRegs;
   using Base::kSliceRegs;
   using Base::kSlices;
 
   static_assert(!ALoad::kMnMajor && !BLoad::kMnMajor, "block-scaled fp8 operands are K-major");
-  static_assert(BK == BlockScaling::kBlock, "a k-block is one scale block");
+  static constexpr bool kRowScales = Scaling::kPerRowOfA;  // else SwappedBlockScaling
+  static_assert(BK == Scaling::kBlock, "a k-block is one scale block");
+  static_assert(kRowScales || BM == Scaling::kBlock,
+                "swapped, a tile's rows are one 128-row scale block of A");
   // A unit: 64 rows (a slice) x kUnitN columns of one k-block, so that one A scale per row
   // and one B scale cover it; a k-block is kUnits of them. Two units' registers sit beside the
   // accumulators: whole 128-column units where that fits the consumer's budget (a 128 x 128
-  // cooperative tile: 64 + 2 x 64), else 64-column ones (128 + 2 x 32). Narrower wgmmas read
-  // A from shared memory once per 64 columns instead of once per 128.
-  static constexpr int kUnitN = kAccRegs + 2 * 64 <= 192 ? 128 : 64;
-  static_assert(BlockScaling::kBlock % kUnitN == 0 && BN % kUnitN == 0,
+  // cooperative tile: 64 + 2 x 64), else 64-column ones (128 + 2 x 32); a narrower tile is one
+  // unit wide (the swap-AB tiles: 16-64 columns). Narrower wgmmas read A from shared memory
+  // once per 64 columns instead of once per 128.
+  static constexpr int kWideUnitN = kAccRegs + 2 * 64 <= 192 ? 128 : 64;
+  static constexpr int kUnitN = BN < kWideUnitN ? BN : kWideUnitN;
+  static_assert(Scaling::kBlock % kUnitN == 0 && BN % kUnitN == 0,
                 "a unit is inside one scale block, and the tile's columns are whole units");
   static constexpr int kChunks = BN / kUnitN;       // units across the columns
   static constexpr int kUnits = kSlices * kChunks;  // units per k-block
@@ -126,10 +133,14 @@ struct MainloopSSPromoted
   static constexpr int kKSteps = BK / UnitMma::kK;
   static constexpr int kChunkBytes = kUnitN * 128;  // a chunk's K-major rows of B
   static constexpr uint32_t kStepBytes = Base::template kStepBytes<false>;  // per k32 step
-  static constexpr int kBColumnBlocks = BN / BlockScaling::kBlock;  // B scales per k-block
-  // A k-block's scales in a thread's registers: B's per 128-column block, then each slice's
-  // two rows' (r, r + 8) A scales.
-  static constexpr int kKBlockScales = kBColumnBlocks + 2 * kSlices;
+  static constexpr int kBColumnBlocks = BN / Scaling::kBlock;  // B scales per k-block
+  // A k-block's scales in a thread's registers, B's then A's, each read through a pointer of
+  // its own stepped one k-block at a time. BlockScaling: B's per 128-column block, then each
+  // slice's two rows' (r, r + 8) A scales. SwappedBlockScaling: B's per column the thread's
+  // fragment holds (2 (lane % 4) and its neighbour in each 8-column group), then A's for the
+  // tile's 128-row block.
+  static constexpr int kBScales = kRowScales ? kBColumnBlocks : BN / 4;
+  static constexpr int kKBlockScales = kBScales + (kRowScales ? 2 * kSlices : 1);
   using KBlockScales = float[kKBlockScales];
   // The accumulators, two units' registers and the scale pointers: with the cooperative
   // schedule's 224 registers a 128 x 256 tile spilled (CUDA 13.0); 232 (the producer keeps 40,
@@ -144,27 +155,10 @@ struct MainloopSSPromoted
   __device__ static void mma(const Params& p, const Shared& s, Pipe& pipe, const WorkUnit& u,
                              uint32_t part, uint32_t wg_thread, uint32_t cluster_size,
                              float* acc, const CoordFn& coord) {
-    const TileCoord tc = coord();
-    // This thread's first accumulator row (the wgmma m64 fragment: warp w holds rows 16 w ..
-    // +15, lane l rows l / 4 and l / 4 + 8; register r of a unit is in the second when r / 2 is
-    // odd) and the tile's first 128-column block of B.
-    const int32_t row = tc.row0 + static_cast<int32_t>(part) * kSlices * 64 +
-                        static_cast<int32_t>(wg_thread / 32) * 16 +
-                        static_cast<int32_t>(wg_thread % 32) / 4;
-    const int32_t b_block = tc.n_block * kBColumnBlocks;
-    // Each row's (two per slice: rows r and r + 8 of the fragment) and 128-column block's
-    // scales, from the unit's first k-block on; each k-block steps every pointer by one.
-    const int32_t k_first = u.k_offset / BK + u.k_begin;
-    const float* a_scales[kSlices][2];
-    const float* b_scales[kBColumnBlocks];
-#pragma unroll
-    for (int i = 0; i < kSlices; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        a_scales[i][h] = BlockScaling::a_row(p.scale, tc.batch, row + i * 64 + 8 * h) + k_first;
-#pragma unroll
-    for (int c = 0; c < kBColumnBlocks; ++c)
-      b_scales[c] = BlockScaling::b_row(p.scale, tc.batch, b_block + c) + k_first;
+    // Each scale's pointer (KBlockScales' order) at the unit's first k-block; each k-block
+    // steps every one by one.
+    const float* scale_ptrs[kKBlockScales];
+    first_scales(p, coord(), part, wg_thread, u.k_offset / BK + u.k_begin, scale_ptrs);
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
 
@@ -203,13 +197,11 @@ struct MainloopSSPromoted
           d = d0.at_stage(pipe.stage);
         }
         issue<j>(d, buf[t % 2]);
-        if constexpr (j == 0) load_scales(scales[(t / kUnits) % 2], a_scales, b_scales);
+        if constexpr (j == 0) load_scales(scales[(t / kUnits) % 2], scale_ptrs);
         if constexpr (j == kUnits - 1) {  // the k-block's units are issued: on to the next
           pipe.advance();
 #pragma unroll
-          for (int i = 0; i < kSlices; ++i) ++a_scales[i][0], ++a_scales[i][1];
-#pragma unroll
-          for (int c = 0; c < kBColumnBlocks; ++c) ++b_scales[c];
+          for (int q = 0; q < kKBlockScales; ++q) ++scale_ptrs[q];
         }
         if constexpr (t > 0) {
           ptx::wgmma_wait_group<1>();
@@ -252,17 +244,46 @@ struct MainloopSSPromoted
     ptx::wgmma_commit_group();
   }
 
+  // The pointers of this thread's scales (KBlockScales' order) at k-block `k_first` of tile
+  // `tc`, part `part` of its rows.
+  __device__ static void first_scales(const Params& p, const TileCoord& tc, uint32_t part,
+                                      uint32_t wg_thread, int32_t k_first,
+                                      const float* (&ptrs)[kKBlockScales]) {
+    const int32_t lane = static_cast<int32_t>(wg_thread % 32);
+    if constexpr (kRowScales) {
+      // This thread's first accumulator row (the wgmma m64 fragment: warp w holds rows 16 w ..
+      // +15, lane l rows l / 4 and l / 4 + 8; register r of a unit is in the second when r / 2
+      // is odd), and the tile's first 128-column block of B.
+      const int32_t row = tc.row0 + static_cast<int32_t>(part) * kSlices * 64 +
+                          static_cast<int32_t>(wg_thread / 32) * 16 + lane / 4;
+#pragma unroll
+      for (int c = 0; c < kBColumnBlocks; ++c)
+        ptrs[c] = Scaling::b_row(p.scale, tc.batch, tc.n_block * kBColumnBlocks + c) + k_first;
+#pragma unroll
+      for (int i = 0; i < kSlices; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          ptrs[kBScales + 2 * i + h] =
+              Scaling::a_row(p.scale, tc.batch, row + i * 64 + 8 * h) + k_first;
+    } else {
+      // The fragment's columns (8 j + 2 (lane % 4) + e: register r of a unit is column
+      // 8 (r / 4) + 2 (lane % 4) + r % 2) are rows of B.
+      const int32_t col0 = tc.n_block * BN + 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          ptrs[2 * j + e] = Scaling::b_row(p.scale, tc.batch, col0 + 8 * j + e) + k_first;
+      ptrs[kBScales] = Scaling::a_block(p.scale, tc.batch, tc.row0 / Scaling::kBlock) + k_first;
+    }
+  }
+
   // A k-block's scales (L1 hits after a row's first k-block: 32 k-blocks of scales share a
   // 128-byte line). Nothing uses them before its first unit's promotion, so they land while
   // that unit multiplies.
-  __device__ static void load_scales(KBlockScales& ks, const float* const (&a_scales)[kSlices][2],
-                                     const float* const (&b_scales)[kBColumnBlocks]) {
+  __device__ static void load_scales(KBlockScales& ks, const float* const (&ptrs)[kKBlockScales]) {
 #pragma unroll
-    for (int c = 0; c < kBColumnBlocks; ++c) ks[c] = __ldg(b_scales[c]);
-#pragma unroll
-    for (int i = 0; i < kSlices; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) ks[kBColumnBlocks + 2 * i + h] = __ldg(a_scales[i][h]);
+    for (int q = 0; q < kKBlockScales; ++q) ks[q] = __ldg(ptrs[q]);
   }
 
   // Calls f(integral_constant<T>) for T = 0, 1, ..., in order.
@@ -281,10 +302,17 @@ struct MainloopSSPromoted
     for (int q = 0; q < kUnitRegs; ++q) ptx::wgmma_fence_operand(unit[q]);
     constexpr int i = J / kChunks, c = J % kChunks;
     float* out = acc + i * kSliceRegs + c * kUnitRegs;
-    const float b = ks[c * kUnitN / BlockScaling::kBlock];
-    const float s0 = b * ks[kBColumnBlocks + 2 * i], s1 = b * ks[kBColumnBlocks + 2 * i + 1];
+    if constexpr (kRowScales) {
+      const float b = ks[c * kUnitN / Scaling::kBlock];
+      const float s0 = b * ks[kBScales + 2 * i], s1 = b * ks[kBScales + 2 * i + 1];
 #pragma unroll
-    for (int q = 0; q < kUnitRegs; ++q) out[q] += unit[q] * ((q / 2) % 2 ? s1 : s0);
+      for (int q = 0; q < kUnitRegs; ++q) out[q] += unit[q] * ((q / 2) % 2 ? s1 : s0);
+    } else {
+      const float a = ks[kBScales];
+#pragma unroll
+      for (int q = 0; q < kUnitRegs; ++q)
+        out[q] += unit[q] * (a * ks[c * (kUnitN / 4) + 2 * (q / 4) + q % 2]);
+    }
   }
 };
 
