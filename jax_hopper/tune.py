@@ -389,9 +389,10 @@ def main(argv=None) -> int:
     parser.add_argument("--family", choices=_CLI_FAMILIES, default="matmul",
                         help="hopper_matmul (with its swap-AB kernels), hopper_glu, "
                              "hopper_fp8_matmul per tensor (fp8, with its swap-AB kernels) or "
-                             "with block scales (fp8_block); the grouped products "
-                             "(hopper_ragged_dot: grouped, hopper_ragged_glu: grouped_glu, "
-                             "hopper_ragged_fp8_dot: grouped_fp8[_block]) and contractions "
+                             "with block scales (fp8_block, with its swap-AB kernels); the "
+                             "grouped products (hopper_ragged_dot: grouped, hopper_ragged_glu: "
+                             "grouped_glu, hopper_ragged_fp8_dot: grouped_fp8[_block]) and "
+                             "contractions "
                              "(hopper_ragged_contract, hopper_ragged_fp8_contract)")
     parser.add_argument("--dtype", choices=catalog.INPUT_DTYPES + catalog.FP8_DTYPES,
                         help="a's dtype (default the family's first compiled one: bfloat16, "
