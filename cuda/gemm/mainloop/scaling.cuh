@@ -67,86 +67,87 @@ struct TensorScaling {
   }
 };
 
+// The two float32 scale arrays of a block-scaled product, (Ba or 1, a_rows, k_blocks) and
+// (Bb or 1, b_rows, k_blocks): a row of either, over the k-blocks, is `at(batch, row)` (index it
+// with the k-block). Past the last row it is the last one's: rows and columns past the problem
+// are computed but never stored, so any scale serves them, and the loads need no predicate. In
+// the grouped GEMM the batch entry is the tile's group (B's scales per expert, A's one array for
+// every row); a tile slot past every group has batch -1 and no k-blocks: its pointers are never
+// read, and are clamped into the arrays all the same.
+struct ScaleArrays {
+  const float* a;
+  const float* b;
+  int64_t a_batch_stride, b_batch_stride;  // 0 when one scale array serves every batch entry
+  int32_t a_rows, b_rows, k_blocks;
+
+  __device__ const float* a_at(int32_t batch, int32_t row) const {
+    return a + max(batch, 0) * a_batch_stride + int64_t(min(row, a_rows - 1)) * k_blocks;
+  }
+  __device__ const float* b_at(int32_t batch, int32_t row) const {
+    return b + max(batch, 0) * b_batch_stride + int64_t(min(row, b_rows - 1)) * k_blocks;
+  }
+
+  // The kernel's scales (g.a_scale, g.b_scale) checked against a_rows and b_rows rows of
+  // ceil(K/128) k-blocks each; a_rule / b_rule say what is wrong otherwise.
+  static std::string read(const GemmArgs& g, int64_t a_rows, int64_t b_rows, const char* a_rule,
+                          const char* b_rule, ScaleArrays* p) {
+    const Array3 &sa = g.a_scale, &sb = g.b_scale;
+    const int64_t k_blocks = (int64_t(g.k) + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
+    if (sa.data == nullptr || sb.data == nullptr)
+      return "block-scaled operands need a_scale and b_scale";
+    if (sa.rows != a_rows || sa.cols != k_blocks || (sa.batch != 1 && sa.batch != g.batch))
+      return a_rule;
+    if (sb.rows != b_rows || sb.cols != k_blocks || (sb.batch != 1 && sb.batch != g.batch))
+      return b_rule;
+    *p = ScaleArrays{static_cast<const float*>(sa.data), static_cast<const float*>(sb.data),
+                     sa.batch == 1 ? 0 : sa.rows * sa.cols, sb.batch == 1 ? 0 : sb.rows * sb.cols,
+                     static_cast<int32_t>(a_rows), static_cast<int32_t>(b_rows),
+                     static_cast<int32_t>(k_blocks)};
+    return {};
+  }
+};
+
 struct BlockScaling {
   static constexpr int kBlock = kFp8ScaleBlock;  // K elements (and B rows) one scale covers
   static constexpr bool kPerRowOfA = true;       // A per row, B per 128-row block
-
-  struct Params {
-    const float* a;  // (Ba, M, k_blocks)
-    const float* b;  // (Bb, n_blocks, k_blocks)
-    int64_t a_batch_stride, b_batch_stride;  // 0 when one scale array serves every batch entry
-    int32_t rows, n_blocks, k_blocks;
-  };
+  using Params = ScaleArrays;                    // a (Ba, M, k_blocks), b (Bb, n_blocks, k_blocks)
 
   static std::string host_params(const GemmArgs& g, Params* p) {
-    const Array3 &sa = g.a_scale, &sb = g.b_scale;
-    const int64_t k_blocks = (int64_t(g.k) + kBlock - 1) / kBlock;
-    const int64_t n_blocks = (int64_t(g.n) + kBlock - 1) / kBlock;
-    if (sa.data == nullptr || sb.data == nullptr)
-      return "block-scaled operands need a_scale and b_scale";
-    if (sa.rows != g.m || sa.cols != k_blocks || (sa.batch != 1 && sa.batch != g.batch))
-      return "a_scale must be (batch or 1, M, ceil(K/128)) float32";
-    if (sb.rows != n_blocks || sb.cols != k_blocks || (sb.batch != 1 && sb.batch != g.batch))
-      return "b_scale must be (batch or 1, ceil(N/128), ceil(K/128)) float32";
-    *p = Params{static_cast<const float*>(sa.data), static_cast<const float*>(sb.data),
-                sa.batch == 1 ? 0 : sa.rows * sa.cols, sb.batch == 1 ? 0 : sb.rows * sb.cols,
-                g.m, static_cast<int32_t>(n_blocks), static_cast<int32_t>(k_blocks)};
-    return {};
+    return ScaleArrays::read(g, g.m, (int64_t(g.n) + kBlock - 1) / kBlock,
+                             "a_scale must be (batch or 1, M, ceil(K/128)) float32",
+                             "b_scale must be (batch or 1, ceil(N/128), ceil(K/128)) float32", p);
   }
 
-  // The scales of A's row `row` over the k-blocks (index them with the k-block), and those of
-  // B's 128-row block `block`. Past the last row or block they are the last one's: rows and
-  // columns past the problem are computed but never stored, so any scale serves them, and the
-  // loads need no predicate. Taken once per work unit, so each unit's loads are a pointer plus
-  // the k-block index. In the grouped GEMM the batch entry is the tile's group (B's scales per
-  // expert, A's one array for every row); a tile slot past every group has batch -1 and no
-  // k-blocks: its pointers are never read, and are clamped into the arrays all the same.
+  // The scales of A's row `row` and of B's 128-row block `block` (ScaleArrays::at). Taken once
+  // per work unit, so each unit's loads are a pointer plus the k-block index.
   __device__ static const float* a_row(const Params& p, int32_t batch, int32_t row) {
-    return p.a + max(batch, 0) * p.a_batch_stride + int64_t(min(row, p.rows - 1)) * p.k_blocks;
+    return p.a_at(batch, row);
   }
   __device__ static const float* b_row(const Params& p, int32_t batch, int32_t block) {
-    return p.b + max(batch, 0) * p.b_batch_stride +
-           int64_t(min(block, p.n_blocks - 1)) * p.k_blocks;
+    return p.b_at(batch, block);
   }
 };
 
 struct SwappedBlockScaling {
   static constexpr int kBlock = kFp8ScaleBlock;
   static constexpr bool kPerRowOfA = false;  // A per 128-row block, B per row
-
-  struct Params {
-    const float* a;  // (Ba, a_blocks, k_blocks): the weight's
-    const float* b;  // (Bb, b_rows, k_blocks): the tokens'
-    int64_t a_batch_stride, b_batch_stride;  // 0 when one scale array serves every batch entry
-    int32_t a_blocks, b_rows, k_blocks;
-  };
+  using Params = ScaleArrays;                // a: the weight's blocks, b: the tokens' rows
 
   // The kernel's A is the call's b (N rows: g.m here) and its B the call's a (M rows: g.n), and
   // the handler has exchanged the scales with them, so the messages name the call's arguments.
   static std::string host_params(const GemmArgs& g, Params* p) {
-    const Array3 &sa = g.a_scale, &sb = g.b_scale;
-    const int64_t k_blocks = (int64_t(g.k) + kBlock - 1) / kBlock;
-    const int64_t a_blocks = (int64_t(g.m) + kBlock - 1) / kBlock;
-    if (sa.data == nullptr || sb.data == nullptr)
-      return "block-scaled operands need a_scale and b_scale";
-    if (sa.rows != a_blocks || sa.cols != k_blocks || (sa.batch != 1 && sa.batch != g.batch))
-      return "b_scale must be (batch or 1, ceil(N/128), ceil(K/128)) float32";
-    if (sb.rows != g.n || sb.cols != k_blocks || (sb.batch != 1 && sb.batch != g.batch))
-      return "a_scale must be (batch or 1, M, ceil(K/128)) float32";
-    *p = Params{static_cast<const float*>(sa.data), static_cast<const float*>(sb.data),
-                sa.batch == 1 ? 0 : sa.rows * sa.cols, sb.batch == 1 ? 0 : sb.rows * sb.cols,
-                static_cast<int32_t>(a_blocks), g.n, static_cast<int32_t>(k_blocks)};
-    return {};
+    return ScaleArrays::read(g, (int64_t(g.m) + kBlock - 1) / kBlock, g.n,
+                             "b_scale must be (batch or 1, ceil(N/128), ceil(K/128)) float32",
+                             "a_scale must be (batch or 1, M, ceil(K/128)) float32", p);
   }
 
   // As BlockScaling's a_row and b_row, the roles exchanged: A's 128-row block `block`, B's row
-  // `row` (clamped to the last: rows and columns past the problem are never stored).
+  // `row`.
   __device__ static const float* a_block(const Params& p, int32_t batch, int32_t block) {
-    return p.a + max(batch, 0) * p.a_batch_stride +
-           int64_t(min(block, p.a_blocks - 1)) * p.k_blocks;
+    return p.a_at(batch, block);
   }
   __device__ static const float* b_row(const Params& p, int32_t batch, int32_t row) {
-    return p.b + max(batch, 0) * p.b_batch_stride + int64_t(min(row, p.b_rows - 1)) * p.k_blocks;
+    return p.b_at(batch, row);
   }
 };
 
