@@ -89,6 +89,24 @@ def test_fp8_swaps_a_narrow_weight_on_its_own_tiles(m, n, k, swapped):
 
 
 @pytest.mark.extension
+@pytest.mark.parametrize("m,n,k,swapped", [
+    (80, 1024, 5120, True),     # 8 busy unswapped
+    (96, 2048, 7168, True),     # 16 busy
+    (384, 1024, 4096, False),   # 24 busy: swapped under half the SMs, not under an eighth
+    (256, 4096, 4096, False),   # 64 busy
+])
+def test_block_scaled_swaps_under_an_eighth_of_the_sms(m, n, k, swapped):
+    """The block-scaled product swaps past SWAP_MAX_M only where its unswapped plan keeps
+    fewer than an eighth of the SMs busy (SWAP_NARROW_BUSY_SHARE), per tensor under half."""
+    block = heuristics.heuristic_config("fp8_block", False, 1, m, n, k)
+    assert block.swap_ab == swapped, block
+    unswapped = heuristics.choose_config(m, n, k, tiles=catalog.FAMILIES["fp8_block"].tiles,
+                                         multicast=False)
+    busy = heuristics.busy_ctas(unswapped, 1, m, n, k, 132, "fp8_block")
+    assert (8 * busy < 132) == swapped and 2 * busy < 132
+
+
+@pytest.mark.extension
 def test_busy_ctas_is_the_plan_s_grid():
     """busy_ctas counts the planner's CTAs: 2-CTA clusters count twice, whole tiles once."""
     cfg = GemmConfig(block_n=128, stages=6)

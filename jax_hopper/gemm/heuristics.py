@@ -250,6 +250,11 @@ def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...], n: int = 0,
 # half the H100's 50 MB L2, so that the token tiles' rereads of the weight find it there.
 SWAP_NARROW_MAX_M = 1024
 SWAP_NARROW_MAX_WEIGHT_BYTES = 25_000_000
+# The share of the SMs (one in this many) under which an unswapped plan's busy CTAs make a
+# product past SWAP_MAX_M run swapped (swap_for_narrow_weight): half, but an eighth for the
+# block-scaled product, whose swapped tile loses wherever the unswapped one fills more.
+SWAP_NARROW_BUSY_SHARE = {"fp8_block": 8}
+SWAP_NARROW_DEFAULT_BUSY_SHARE = 2
 
 
 def can_plan() -> bool:
@@ -335,8 +340,9 @@ def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k:
                            num_sms: int, family: str = "matmul") -> bool:
     """Whether a `family` product (matmul, fp8 per tensor or block-scaled) of SWAP_MAX_M < m <=
     SWAP_NARROW_MAX_M rows against a weight of at most SWAP_NARROW_MAX_WEIGHT_BYTES runs faster
-    swapped: where its unswapped plan keeps fewer than half the SMs busy (few column tiles, and
-    a K too short to split them further). The swap-AB tile then walks the tokens 64 at a time,
+    swapped: where its unswapped plan keeps fewer than half the SMs busy (an eighth for the
+    block-scaled product: SWAP_NARROW_BUSY_SHARE; few column tiles, and a K too short to split
+    them further). The swap-AB tile then walks the tokens 64 at a time,
     rereading the weight (from L2, where it fits), and its last-arrival split cuts each tile
     into up to 16 pieces where the unswapped split stops at 4 of 32 k-blocks.
     NOTES: bf16 against the unswapped default, one process, 9 reps (H100, 2026-11-27,
@@ -352,12 +358,19 @@ def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k:
     8192 1.33, 704 x 512 x 4096 1.28, 80 x 2048 x 5120 1.26; 128 x 768 x 4096 0.97). This rule
     against the N bound on 18 shapes chosen after it (ab_h100_20261127_swap_bytes.json, one
     process, 9 reps): bf16 1.01-1.20x on 7 (weights 1792-5120 wide), fp8 1.03-1.24x on 9 and
-    0.98x on 65 x 4096 x 4096 (65 rows: two token tiles, the weight read twice). The
-    block-scaled product takes the rule as it stands (not measured for it yet).
+    0.98x on 65 x 4096 x 4096 (65 rows: two token tiles, the weight read twice).
+    Block-scaled fp8 (H100, 2026-11-28): under the half rule, against the unswapped default
+    (ab_h100_20261128_fp8_block_swap.json, device time) 80 x 1024 x 5120 1.74x and 128 x 2048 x
+    7168 1.55x (8 and 16 busy CTAs) but 256 x 4096 x 4096 0.79x (64); both tiles forced on 16
+    shapes of M = 80-1000 (fp8_block_h100_20261128_swap_rule.json, one process, chained):
+    swapped won only at 16 busy CTAs (96 x 2048 x 7168 1.16x, 256 x 1024 x 5120 1.09x) and lost
+    from 24 (384 x 1024 x 4096 0.89x, 300 x 1024 x 3072 0.86x) to 64 (256 x 4096 x 4096 0.75x,
+    1000 x 512 x 8192 0.75x): hence an eighth of the SMs for it.
     (Which token tile it then takes: swap_token_tile.)"""
     return (SWAP_MAX_M < m <= SWAP_NARROW_MAX_M and weight_fits_l2(family, batch, n, k)
             and can_plan()
-            and 2 * busy_ctas(unswapped, batch, m, n, k, num_sms, family) < num_sms)
+            and SWAP_NARROW_BUSY_SHARE.get(family, SWAP_NARROW_DEFAULT_BUSY_SHARE)
+            * busy_ctas(unswapped, batch, m, n, k, num_sms, family) < num_sms)
 
 
 def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, k: int,
