@@ -228,6 +228,12 @@ _SS_PROMOTED_SWAPPED = _SS_PROMOTED.replace("BlockScaling>", "SwappedBlockScalin
 # also two CTAs to an SM (ctas_per_sm=2: half the shared memory each, 4 and 3 stages next to the
 # epilogue's 32 KB, and 80 registers a thread), so that a partial wave of weight streams is
 # shared by every SM's second CTA; 128 x 64 spills (1.5 KB) at 80 registers.
+# NOTES: small CTAs of the same policies (one consumer warpgroup on 64 weight columns, 64 x 16
+# and 64 x 32, three to an SM: a "single" schedule on branch next/single-wg, its GPU tests
+# passed) ran 0.95-1.08x the default's device time on 7 decode shapes (1 x 4096 x 4096 17.1
+# vs 16.3 us, 32 x 1024 x 4096 8.9 vs 9.6; XLA 13.8 and 6.6; H100, 2026-11-28,
+# gemm_h100_20261128_single_wg.json): more CTAs to an SM do not shorten a short call; not
+# compiled.
 SWAP_TILES = (TileShape(128, 16, 64, 10), TileShape(128, 32, 64, 9), TileShape(128, 64, 64, 8),
               TileShape(128, 16, 64, 4, ctas_per_sm=2), TileShape(128, 32, 64, 3, ctas_per_sm=2))
 # The same for fp8: a k-block is 128 one-byte elements, so each stage holds the same bytes.
