@@ -233,7 +233,10 @@ _SS_PROMOTED_SWAPPED = _SS_PROMOTED.replace("BlockScaling>", "SwappedBlockScalin
 # passed) ran 0.95-1.08x the default's device time on 7 decode shapes (1 x 4096 x 4096 17.1
 # vs 16.3 us, 32 x 1024 x 4096 8.9 vs 9.6; XLA 13.8 and 6.6; H100, 2026-11-28,
 # gemm_h100_20261128_single_wg.json): more CTAs to an SM do not shorten a short call; not
-# compiled.
+# compiled. One warpgroup that feeds itself (no producer warpgroup: a "lean" schedule on branch
+# next/lean, 64 x 16 / 64 x 32, 3 stages, four to an SM; its GPU tests passed) shortened the
+# tiny calls (64 x 256 x 64 2.6 vs 3.3 us, 32 x 1024 x 4096 9.1 vs 9.7) but streamed weights
+# slower (1 x 4096 x 4096 17.1 vs 16.3; gemm_h100_20261128_lean_schedule.json): not compiled.
 SWAP_TILES = (TileShape(128, 16, 64, 10), TileShape(128, 32, 64, 9), TileShape(128, 64, 64, 8),
               TileShape(128, 16, 64, 4, ctas_per_sm=2), TileShape(128, 32, 64, 3, ctas_per_sm=2))
 # The same for fp8: a k-block is 128 one-byte elements, so each stage holds the same bytes.
