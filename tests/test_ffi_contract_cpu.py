@@ -53,23 +53,18 @@ def _undecoded_on_default_device(family, attrs, out_cols):
     # (1, N/128, K/128) (swapped too: the handler exchanges them); the grouped fp8 ones all
     # three (ragged_fp8.py).
     table = [jnp.zeros((1 + catalog.GROUP_TILE_FIELDS,), jnp.int32)]
+    block_scales = [jnp.ones((1, 256, 1), jnp.float32),
+                    jnp.ones((1, -(-out_cols // 128), 1), jnp.float32)]
     extra = {"grouped": table, "grouped_glu": table,
              "grouped_contraction": [jnp.zeros((1,), jnp.int32)],
              "grouped_contraction_fp8": [jnp.zeros((1,), jnp.int32)]
              + [jnp.ones((1,), jnp.float32)] * 2,
-             "grouped_contraction_fp8_block": [jnp.zeros((1,), jnp.int32),
-                                               jnp.ones((1, 256, 1), jnp.float32),
-                                               jnp.ones((1, -(-out_cols // 128), 1),
-                                                        jnp.float32)],
+             "grouped_contraction_fp8_block": [jnp.zeros((1,), jnp.int32)] + block_scales,
              "fp8": [jnp.ones((1,), jnp.float32)] * 2,
              "fp8_swap": [jnp.ones((1,), jnp.float32)] * 2,
              "grouped_fp8": table + [jnp.ones((1,), jnp.float32)] * 2,
-             "grouped_fp8_block": table + [jnp.ones((1, 256, 1), jnp.float32),
-                                           jnp.ones((1, -(-out_cols // 128), 1), jnp.float32)],
-             "fp8_block": [jnp.ones((1, 256, 1), jnp.float32),
-                           jnp.ones((1, -(-out_cols // 128), 1), jnp.float32)],
-             "fp8_block_swap": [jnp.ones((1, 256, 1), jnp.float32),
-                                jnp.ones((1, -(-out_cols // 128), 1), jnp.float32)]}.get(family, [])
+             "grouped_fp8_block": table + block_scales,
+             "fp8_block": block_scales, "fp8_block_swap": block_scales}.get(family, [])
     call = jax.ffi.ffi_call(f"jax_hopper_gemm_{family}",
                             (jax.ShapeDtypeStruct((1, 256, out_cols), jnp.bfloat16),
                              jax.ShapeDtypeStruct((0,), jnp.uint8)))

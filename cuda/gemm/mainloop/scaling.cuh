@@ -68,12 +68,13 @@ struct TensorScaling {
 };
 
 // The two float32 scale arrays of a block-scaled product, (Ba or 1, a_rows, k_blocks) and
-// (Bb or 1, b_rows, k_blocks): a row of either, over the k-blocks, is `at(batch, row)` (index it
-// with the k-block). Past the last row it is the last one's: rows and columns past the problem
-// are computed but never stored, so any scale serves them, and the loads need no predicate. In
-// the grouped GEMM the batch entry is the tile's group (B's scales per expert, A's one array for
-// every row); a tile slot past every group has batch -1 and no k-blocks: its pointers are never
-// read, and are clamped into the arrays all the same.
+// (Bb or 1, b_rows, k_blocks): a row of either, over the k-blocks, is a_at / b_at(batch, row)
+// (index it with the k-block; the mainloop takes it once per work unit, so each unit's loads
+// are a pointer plus the k-block index). Past the last row it is the last one's: rows and
+// columns past the problem are computed but never stored, so any scale serves them, and the
+// loads need no predicate. In the grouped GEMM the batch entry is the tile's group (B's scales
+// per expert, A's one array for every row); a tile slot past every group has batch -1 and no
+// k-blocks: its pointers are never read, and are clamped into the arrays all the same.
 struct ScaleArrays {
   const float* a;
   const float* b;
@@ -107,48 +108,31 @@ struct ScaleArrays {
   }
 };
 
-struct BlockScaling {
-  static constexpr int kBlock = kFp8ScaleBlock;  // K elements (and B rows) one scale covers
-  static constexpr bool kPerRowOfA = true;       // A per row, B per 128-row block
-  using Params = ScaleArrays;                    // a (Ba, M, k_blocks), b (Bb, n_blocks, k_blocks)
+// Block scales on a product whose A is scaled per row and B per 128-row block (kSwapped
+// false: BlockScaling), or, for the swap-AB kernels (out^T = b a^T), whose A is the weight
+// scaled per 128 x 128 block and B the tokens per row (kSwapped: SwappedBlockScaling). The
+// mainloop reads a row of either array through ScaleArrays::a_at / b_at.
+template <bool kSwapped>
+struct BlockScalingOf {
+  static constexpr int kBlock = kFp8ScaleBlock;  // K elements (and rows) one scale covers
+  static constexpr bool kPerRowOfA = !kSwapped;  // else A per 128-row block, B per row
+  using Params = ScaleArrays;
 
+  // Swapped, the kernel's A is the call's b (N rows: g.m here) and its B the call's a (M rows:
+  // g.n), and the handler has exchanged the scales with them, so the messages name the call's
+  // arguments either way.
   static std::string host_params(const GemmArgs& g, Params* p) {
-    return ScaleArrays::read(g, g.m, (int64_t(g.n) + kBlock - 1) / kBlock,
-                             "a_scale must be (batch or 1, M, ceil(K/128)) float32",
-                             "b_scale must be (batch or 1, ceil(N/128), ceil(K/128)) float32", p);
-  }
-
-  // The scales of A's row `row` and of B's 128-row block `block` (ScaleArrays::at). Taken once
-  // per work unit, so each unit's loads are a pointer plus the k-block index.
-  __device__ static const float* a_row(const Params& p, int32_t batch, int32_t row) {
-    return p.a_at(batch, row);
-  }
-  __device__ static const float* b_row(const Params& p, int32_t batch, int32_t block) {
-    return p.b_at(batch, block);
+    constexpr const char* kARule = "a_scale must be (batch or 1, M, ceil(K/128)) float32";
+    constexpr const char* kBRule =
+        "b_scale must be (batch or 1, ceil(N/128), ceil(K/128)) float32";
+    if constexpr (kSwapped)
+      return ScaleArrays::read(g, (int64_t(g.m) + kBlock - 1) / kBlock, g.n, kBRule, kARule, p);
+    else
+      return ScaleArrays::read(g, g.m, (int64_t(g.n) + kBlock - 1) / kBlock, kARule, kBRule, p);
   }
 };
 
-struct SwappedBlockScaling {
-  static constexpr int kBlock = kFp8ScaleBlock;
-  static constexpr bool kPerRowOfA = false;  // A per 128-row block, B per row
-  using Params = ScaleArrays;                // a: the weight's blocks, b: the tokens' rows
-
-  // The kernel's A is the call's b (N rows: g.m here) and its B the call's a (M rows: g.n), and
-  // the handler has exchanged the scales with them, so the messages name the call's arguments.
-  static std::string host_params(const GemmArgs& g, Params* p) {
-    return ScaleArrays::read(g, (int64_t(g.m) + kBlock - 1) / kBlock, g.n,
-                             "b_scale must be (batch or 1, ceil(N/128), ceil(K/128)) float32",
-                             "a_scale must be (batch or 1, M, ceil(K/128)) float32", p);
-  }
-
-  // As BlockScaling's a_row and b_row, the roles exchanged: A's 128-row block `block`, B's row
-  // `row`.
-  __device__ static const float* a_block(const Params& p, int32_t batch, int32_t block) {
-    return p.a_at(batch, block);
-  }
-  __device__ static const float* b_row(const Params& p, int32_t batch, int32_t row) {
-    return p.b_at(batch, row);
-  }
-};
+using BlockScaling = BlockScalingOf<false>;
+using SwappedBlockScaling = BlockScalingOf<true>;
 
 }  // namespace jax_hopper

@@ -258,13 +258,13 @@ struct MainloopSSPromoted
                           static_cast<int32_t>(wg_thread / 32) * 16 + lane / 4;
 #pragma unroll
       for (int c = 0; c < kBColumnBlocks; ++c)
-        ptrs[c] = Scaling::b_row(p.scale, tc.batch, tc.n_block * kBColumnBlocks + c) + k_first;
+        ptrs[c] = p.scale.b_at(tc.batch, tc.n_block * kBColumnBlocks + c) + k_first;
 #pragma unroll
       for (int i = 0; i < kSlices; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           ptrs[kBScales + 2 * i + h] =
-              Scaling::a_row(p.scale, tc.batch, row + i * 64 + 8 * h) + k_first;
+              p.scale.a_at(tc.batch, row + i * 64 + 8 * h) + k_first;
     } else {
       // The fragment's columns (8 j + 2 (lane % 4) + e: register r of a unit is column
       // 8 (r / 4) + 2 (lane % 4) + r % 2) are rows of B.
@@ -273,8 +273,8 @@ struct MainloopSSPromoted
       for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e)
-          ptrs[2 * j + e] = Scaling::b_row(p.scale, tc.batch, col0 + 8 * j + e) + k_first;
-      ptrs[kBScales] = Scaling::a_block(p.scale, tc.batch, tc.row0 / Scaling::kBlock) + k_first;
+          ptrs[2 * j + e] = p.scale.b_at(tc.batch, col0 + 8 * j + e) + k_first;
+      ptrs[kBScales] = p.scale.a_at(tc.batch, tc.row0 / Scaling::kBlock) + k_first;
     }
   }
 
