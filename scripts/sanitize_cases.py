@@ -171,8 +171,8 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
     the dtypes rotated), tokens short of the tile; the transposed epilogue in every out dtype;
     split weight streams summed by the last piece to arrive (16 x 4096 x 4096: 32 tiles in 4
     pieces; 1 x 1024 x 8192: 8 in 16; 3 x 1024 x 10000: 8 in 16 over 160 k-blocks, 3 past K),
-    the same and 140 tiles (over a wave) two CTAs per SM (ctas_per_sm=2), and a batch against a
-    shared weight."""
+    the same and 140 tiles (over a wave) two CTAs per SM (ctas_per_sm=2), the lean schedule's
+    self-fed CTAs (four to an SM) split and over a wave, and a batch against a shared weight."""
     from jax_hopper.kernels import catalog
     tiles = catalog.SWAP_TILES
     groups = []
@@ -186,6 +186,11 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
                             bias=True, residual=True, alpha=0.5, beta=-1.5)
                    for o in catalog.OUTPUT_DTYPES])
     two = [t for t in tiles if t.ctas_per_sm == 2]
+    lean = [t for t in tiles if t.schedule == "lean"]
+    groups.append([GemmCase(1, 4096, 4096, tile=lean[0]),
+                   GemmCase(29, 1000, 1032, tile=lean[-1], bias=True, residual=True),
+                   GemmCase(7, 40960, 136, tile=lean[0]),  # 640 tiles: units in turn
+                   GemmCase(3, 1024, 10000, tile=lean[0])])
     groups.append([GemmCase(16, 4096, 4096, tile=tiles[0]),
                    GemmCase(1, 1024, 8192, tile=tiles[0]),
                    GemmCase(3, 17920, 136, tile=two[0]), GemmCase(1, 1024, 8192, tile=two[0]),

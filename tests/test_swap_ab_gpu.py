@@ -64,6 +64,40 @@ def test_two_ctas_per_sm(rng, m, n, k):
     check_matmul(rng, m, n, k, config=_swap(tile))
 
 
+LEAN_TILES = [t for t in catalog.SWAP_TILES if t.schedule == "lean"]
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (16, 1000, 1032), (29, 14336, 2056),
+                                   (7, 136, 72), (32, 40960, 264), (3, 1024, 10000)])
+@pytest.mark.parametrize("tile", LEAN_TILES, ids=lambda t: t.tag)
+def test_lean_tiles(rng, tile, m, n, k):
+    """The lean schedule's CTAs (one warpgroup that loads its own k-blocks, 64 weight columns,
+    four to an SM): split in equal pieces, whole tiles over a wave (640 tiles: several units
+    per CTA through one ring), k-blocks of zeros past K (157 padded), every epilogue term."""
+    m = min(m, tile.block_n)
+    cfg = _swap(tile)
+    if (m, n, k) == (1, 4096, 4096):  # 64 weight tiles split over four CTAs to an SM
+        plan = cfg.plan(cfg.kernel("matmul", "bfloat16", False, True), 1, m, n, k,
+                        tile.ctas_per_sm * catalog.DEFAULT_NUM_SMS)
+        assert plan["sk_clusters"] > catalog.DEFAULT_NUM_SMS, plan
+    check_matmul(rng, m, n, k, config=cfg, transpose_b=True, out_dtype="float32")
+    bias = random_operand(rng, (n,), jnp.float32)
+    residual = random_operand(rng, (m, n), jnp.bfloat16)
+    check_matmul(rng, m, n, k, config=cfg, activation="gelu", bias=bias, residual=residual,
+                 alpha=0.5, beta=-1.5)
+
+
+@pytest.mark.parametrize("tile", [t for t in catalog.SWAP_TILES_FP8 if t.schedule == "lean"],
+                         ids=lambda t: t.tag)
+def test_lean_tiles_fp8(rng, tile):
+    """fp8 per tensor on the lean tiles: split (1 x 4096 x 4096), a mixed pair, a batch."""
+    cfg = _swap(tile)
+    check_fp8(rng, 1, 4096, 4096, block=False, config=cfg)
+    check_fp8(rng, tile.block_n - 5, 392, 1024, block=False, config=cfg,
+              pair=("float8_e5m2", "float8_e4m3fn"), out_dtype="float32", batch=(2,),
+              b_batch=(2,))
+
+
 @pytest.mark.parametrize("m,n,k", [(80, 1024, 5120), (300, 1000, 3072), (1000, 768, 776)])
 def test_narrow_weight_defaults_to_swapped(rng, m, n, k):
     """Past 64 rows a narrow weight's product runs swapped by default (the heuristic's

@@ -8,10 +8,11 @@
 //             pieces of a split tile meet;
 //   Schedule  (cuda/gemm/schedule/):  how the two consumer warpgroups share the tiles:
 //             cooperative (both on every tile, a half each) or ping-pong (alternate tiles, one
-//             warpgroup's epilogue under the other's mainloop).
+//             warpgroup's epilogue under the other's mainloop); or lean (one warpgroup).
 // Warpgroup 0 is the producer (one thread issues the TMA loads for every tile of the cluster's
-// work list, in order); warpgroups 1 and 2 are the consumers. An optional 2-CTA cluster
-// multicasts the operand the two CTAs share. CTAS_PER_SM CTAs are resident on an SM at once (the
+// work list, in order); warpgroups 1 and 2 are the consumers. The lean schedule instead runs
+// one warpgroup that feeds itself (Schedule::kSelfFed): a small CTA, several to an SM. An
+// optional 2-CTA cluster multicasts the operand the two CTAs share. CTAS_PER_SM CTAs are resident on an SM at once (the
 // launch bounds and the register split follow it; the policies' shared memory must fit that
 // many times). The generated catalog
 // (jax_hopper/kernels/codegen.py) names one instance per compiled combination.
@@ -43,16 +44,22 @@ struct GemmKernel {
   static_assert(!Scheduler::kRaggedK || Mainloop::kClearsOutsideK,
                 "a scheduler whose k-ranges end mid-block needs a mainloop that zeroes the tail");
 
-  static constexpr int kThreads = 384;    // producer warpgroup + two consumer warpgroups
+  // The schedule's consumer warpgroups, behind a producer warpgroup unless the schedule's
+  // warpgroup loads its own k-blocks (kSelfFed: the lean schedule, a small CTA).
+  static constexpr int kConsumerWarpgroups = Schedule::kConsumerWarpgroups;
+  static constexpr int kProducerWarpgroups = Schedule::kSelfFed ? 0 : 1;
+  static constexpr int kThreads = 128 * (kProducerWarpgroups + kConsumerWarpgroups);
   static constexpr int kCtasPerSm = CTAS_PER_SM;
-  static_assert(kCtasPerSm == 1 || kCtasPerSm == 2, "one or two CTAs per SM");
+  static_assert(kCtasPerSm >= 1 && kCtasPerSm <= (Schedule::kSelfFed ? 4 : 2),
+                "one or two CTAs per SM, up to four of the lean schedule's");
   // The register split between the producer and the consumer warpgroups is the schedule's,
   // unless the mainloop needs more per consumer thread (kMinConsumerRegs): the producer then
   // gets what is left. setmaxnreg.inc only redistributes the CTA's own registers, those of its
   // launch: the register file (65536) over the SM's resident threads, in steps of 8 (168 per
   // thread at one CTA per SM, 80 at two), three times that per producer-consumer-consumer
   // triple (more would leave a consumer's setmaxnreg.inc waiting forever). At two CTAs per SM
-  // the consumers take what the triple leaves after the producer's 40 (96 each).
+  // the consumers take what the triple leaves after the producer's 40 (96 each). A self-fed
+  // warpgroup keeps its launch's registers (no setmaxnreg).
   static constexpr int kLaunchRegs = 65536 / (kThreads * kCtasPerSm) / 8 * 8;
   static constexpr int kTripleRegs = 3 * kLaunchRegs;
   static constexpr int kMinProducerRegs = 40;  // what the TMA-issuing producer needs
@@ -65,14 +72,17 @@ struct GemmKernel {
   static constexpr int kProducerRegs = Schedule::kProducerRegs < kTripleRegs - 2 * kConsumerRegs
                                            ? Schedule::kProducerRegs
                                            : kTripleRegs - 2 * kConsumerRegs;
-  static_assert(kConsumerRegs >= Mainloop::kMinConsumerRegs, "the mainloop's registers");
-  static_assert(kProducerRegs >= kMinProducerRegs &&
-                    kProducerRegs + 2 * kConsumerRegs <= kTripleRegs,
+  static_assert(Schedule::kSelfFed
+                    ? Mainloop::kMinConsumerRegs <= kLaunchRegs
+                    : kConsumerWarpgroups == 2 && kConsumerRegs >= Mainloop::kMinConsumerRegs &&
+                          kProducerRegs >= kMinProducerRegs &&
+                          kProducerRegs + 2 * kConsumerRegs <= kTripleRegs,
                 "the launch's registers");
   // Shared memory: the mainloop's ring, the epilogue's staging, then every barrier; + 1024 so
   // the base can be rounded up to the 1024-byte alignment the 128B swizzle needs.
   static constexpr int kEpilogueOffset = Mainloop::kSmemBytes;
-  static constexpr int kBarrierOffset = kEpilogueOffset + Epilogue::kSmemBytes;
+  static constexpr int kBarrierOffset =
+      kEpilogueOffset + Epilogue::kSmemBytesPerWarpgroup * kConsumerWarpgroups;
   static constexpr int kBarriers = Mainloop::kBarriers + Epilogue::kBarriers + Schedule::kBarriers;
   static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8 + 1024;
   static_assert(kSmemBytes <= kSmemLimitBytes, "the policies' shared memory exceeds the limit");
@@ -112,30 +122,36 @@ struct GemmKernel {
     }
     if (cluster_size > 1) ptx::cluster_sync(); else __syncthreads();
 
-    if (warpgroup == 0) {
-      // -------------------------------------------------------------- producer
-      ptx::setmaxnreg_dec<kProducerRegs>();
-      if (threadIdx.x == 0) {
-        typename Mainloop::Pipe pipe;
-        typename Scheduler::Work work(p.scheduler, cluster_id);
-        for (WorkUnit u; work.next(p.scheduler, &u);) {
-          const TileCoord tc = Scheduler::coord(p.scheduler, u, rank);
-          Mainloop::load(p.mainloop, ml, pipe, tc, u, p.cluster_m, p.cluster_n, rank);
-        }
-      }
-      ptx::cluster_arrive_if(cluster_size);
+    if constexpr (Schedule::kSelfFed) {
+      // One warpgroup that loads its own k-blocks and stores its tiles; its clusters are of
+      // one CTA (the last-arrival split's), so nothing outside the CTA waits on it.
+      Schedule::template run<GemmKernel>(p, ml, epi, cluster_id);
     } else {
-      // -------------------------------------------------------------- consumers
-      ptx::setmaxnreg_inc<kConsumerRegs>();
-      Schedule::template consume<GemmKernel>(p, ml, epi, schedule_bars, cluster_id, cluster_size,
-                                             rank, warpgroup - 1);
+      if (warpgroup == 0) {
+        // -------------------------------------------------------------- producer
+        ptx::setmaxnreg_dec<kProducerRegs>();
+        if (threadIdx.x == 0) {
+          typename Mainloop::Pipe pipe;
+          typename Scheduler::Work work(p.scheduler, cluster_id);
+          for (WorkUnit u; work.next(p.scheduler, &u);) {
+            const TileCoord tc = Scheduler::coord(p.scheduler, u, rank);
+            Mainloop::load(p.mainloop, ml, pipe, tc, u, p.cluster_m, p.cluster_n, rank);
+          }
+        }
+        ptx::cluster_arrive_if(cluster_size);
+      } else {
+        // -------------------------------------------------------------- consumers
+        ptx::setmaxnreg_inc<kConsumerRegs>();
+        Schedule::template consume<GemmKernel>(p, ml, epi, schedule_bars, cluster_id, cluster_size,
+                                               rank, warpgroup - 1);
+      }
+      // No CTA may exit while a peer can still arrive on its barriers or multicast into it. Every
+      // thread has arrived on the cluster barrier once past its last such access (the producer
+      // after its last load; the consumers where their schedule says, the cooperative one after
+      // its last mainloop); waiting only here lets the barrier's latency pass under the last
+      // epilogue.
+      if (cluster_size > 1) ptx::cluster_wait(); else __syncthreads();
     }
-    // No CTA may exit while a peer can still arrive on its barriers or multicast into it. Every
-    // thread has arrived on the cluster barrier once past its last such access (the producer
-    // after its last load; the consumers where their schedule says, the cooperative one after
-    // its last mainloop); waiting only here lets the barrier's latency pass under the last
-    // epilogue.
-    if (cluster_size > 1) ptx::cluster_wait(); else __syncthreads();
   }
 };
 

@@ -17,6 +17,7 @@
 #include "cuda/gemm/mainloop/ss.cuh"
 #include "cuda/gemm/mainloop/ss_promoted.cuh"
 #include "cuda/gemm/schedule/cooperative.cuh"
+#include "cuda/gemm/schedule/lean.cuh"
 #include "cuda/gemm/schedule/pingpong.cuh"
 #include "cuda/gemm/scheduler/last_arrival_split.cuh"
 #include "cuda/gemm/scheduler/grouped.cuh"

@@ -21,9 +21,10 @@ class GemmConfig:
     and their pieces summed in fp32 through a workspace (cuda/gemm/scheduler/stream_k_plan.h); with
     fewer tiles than clusters every tile is split into equal pieces (split-K) where K is long
     enough; without it every tile is computed whole by one cluster.
-    `schedule` is how the two consumer warpgroups share the tiles: "cooperative" (both on each
-    tile) or "pingpong" (alternate tiles, one's epilogue under the other's mainloop; whole
-    tiles only, so stream_k=False); jax_hopper.kernels.catalog.SCHEDULES.
+    `schedule` is how the consumer warpgroups share the tiles: "cooperative" (two, both on each
+    tile), "pingpong" (two, alternate tiles, one's epilogue under the other's mainloop; whole
+    tiles only, so stream_k=False) or "lean" (one that loads its own k-blocks, no producer
+    warpgroup: the swap-AB lean tiles); jax_hopper.kernels.catalog.SCHEDULES.
     `swap_ab` (hopper_matmul with a stored (M, K), hopper_fp8_matmul per tensor) computes
     out^T = op(b)^T a^T on the catalog's swap-AB tiles (catalog.SWAP_TILES, SWAP_TILES_FP8):
     block_m counts the weight's N columns, which
@@ -31,7 +32,7 @@ class GemmConfig:
     tile transposed. For decode (M <= 64), where a 64-row MMA over a few tokens would waste
     most of its work.
     `ctas_per_sm`: CTAs of the kernel resident on an SM at once (catalog.TileShape.ctas_per_sm):
-    1, or 2 for the swap-AB tiles compiled with half the stages.
+    1, or 2 for the swap-AB tiles compiled with half the stages, 4 for the lean ones.
     """
 
     block_m: int = 128

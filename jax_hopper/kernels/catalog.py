@@ -83,7 +83,7 @@ ACTIVATION_CODES = {name: code for code, (name, _) in enumerate(ACTIVATIONS)}
 
 @dataclasses.dataclass(frozen=True)
 class Schedule:
-    """How the two consumer warpgroups share the tiles (cuda/gemm/schedule/)."""
+    """How the consumer warpgroups share the tiles (cuda/gemm/schedule/)."""
     cpp: str               # the C++ schedule type; the GemmSchedule enumerator is k<cpp>
     tile_warpgroups: int   # consumer warpgroups per tile (the mainloop's TILE_WARPGROUPS)
     scheduler: str         # the tile scheduler it runs with (cuda/gemm/scheduler/)
@@ -96,9 +96,12 @@ class Schedule:
 # mainloop; a warpgroup then holds the whole tile's accumulators (128 x BN / 128 threads), so
 # only BN <= 128 fits its registers, and with the stream-K fix-up inlined as well the kernel
 # spilled (28 bytes, CUDA 13.0): ping-pong computes whole tiles (PersistentScheduler).
+# lean: one warpgroup that loads its own k-blocks, no producer warpgroup: 64-row tiles of a
+# small CTA, several to an SM (the swap-AB lean tiles, SWAP_TILES).
 SCHEDULES = {
     "cooperative": Schedule("CooperativeSchedule", 2, "StreamKScheduler<{bm}, {bn}>", True, ""),
     "pingpong": Schedule("PingPongSchedule", 1, "PersistentScheduler<{bm}, {bn}>", False, "_pp"),
+    "lean": Schedule("LeanSchedule", 1, "StreamKScheduler<{bm}, {bn}>", True, "_lean"),
 }
 
 
@@ -233,12 +236,17 @@ _SS_PROMOTED_SWAPPED = _SS_PROMOTED.replace("BlockScaling>", "SwappedBlockScalin
 # passed) ran 0.95-1.08x the default's device time on 7 decode shapes (1 x 4096 x 4096 17.1
 # vs 16.3 us, 32 x 1024 x 4096 8.9 vs 9.6; XLA 13.8 and 6.6; H100, 2026-11-28,
 # gemm_h100_20261128_single_wg.json): more CTAs to an SM do not shorten a short call; not
-# compiled. One warpgroup that feeds itself (no producer warpgroup: a "lean" schedule on branch
-# next/lean, 64 x 16 / 64 x 32, 3 stages, four to an SM; its GPU tests passed) shortened the
-# tiny calls (64 x 256 x 64 2.6 vs 3.3 us, 32 x 1024 x 4096 9.1 vs 9.7) but streamed weights
-# slower (1 x 4096 x 4096 17.1 vs 16.3; gemm_h100_20261128_lean_schedule.json): not compiled.
+# compiled. One warpgroup that feeds itself (no producer warpgroup: the lean schedule, here
+# on branch next/lean, 64 x 16 / 64 x 32, 3 stages, four to an SM; its GPU tests passed)
+# shortened the tiny calls (64 x 256 x 64 2.6 vs 3.3 us, 32 x 1024 x 4096 9.1 vs 9.7) but
+# streamed weights slower (1 x 4096 x 4096 17.1 vs 16.3; gemm_h100_20261128_lean_schedule.json).
+# The lean tiles (the lean schedule: one warpgroup that feeds itself, 64 weight columns) run
+# four CTAs to an SM, 3 stages beside one warpgroup's 16 KB of staging; a 64-row weight tile
+# gives twice the tiles before any split.
 SWAP_TILES = (TileShape(128, 16, 64, 10), TileShape(128, 32, 64, 9), TileShape(128, 64, 64, 8),
-              TileShape(128, 16, 64, 4, ctas_per_sm=2), TileShape(128, 32, 64, 3, ctas_per_sm=2))
+              TileShape(128, 16, 64, 4, ctas_per_sm=2), TileShape(128, 32, 64, 3, ctas_per_sm=2),
+              TileShape(64, 16, 64, 3, "lean", ctas_per_sm=4),
+              TileShape(64, 32, 64, 3, "lean", ctas_per_sm=4))
 # The same for fp8: a k-block is 128 one-byte elements, so each stage holds the same bytes.
 SWAP_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_TILES)
 

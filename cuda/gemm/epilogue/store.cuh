@@ -271,7 +271,7 @@ template <int BN_, typename Ops, typename Output = DenseOutput>
 struct TmaStoreEpilogue {
   static constexpr int BN = BN_;                                 // product columns of a tile
   static constexpr int kOutCols = Ops::template kOutCols<BN>;    // output columns of a tile
-  static constexpr int kSmemBytes = 2 * kEpiBytesPerWarpgroup;   // two consumer warpgroups
+  static constexpr int kSmemBytesPerWarpgroup = kEpiBytesPerWarpgroup;  // staging, each its own
   static constexpr int kBarriers = 2;                            // residual loaded, per warpgroup
 
   struct Params {

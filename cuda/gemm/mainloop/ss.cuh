@@ -123,18 +123,34 @@ struct MainloopSS {
   __device__ static void load(const Params& p, const Shared& s, Pipe& pipe, const TileCoord& tc,
                               const WorkUnit& u, uint32_t cluster_m, uint32_t cluster_n,
                               uint32_t rank) {
-    const int32_t ba = p.a_batched ? tc.batch : 0, bb = p.b_batched ? tc.batch : 0;
+    const int32_t ba = a_batch(p, tc), bb = b_batch(p, tc);
     for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
       const int32_t k0 = u.k_offset + kb * BK;
       // A fresh barrier passes a wait on parity 1, so the first lap does not block.
       ptx::mbarrier_wait(&s.empty[pipe.stage], pipe.phase ^ 1);
-      uint64_t* full = &s.full[pipe.stage];
-      ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
-      ALoad::load(&p.a, full, s.a + pipe.stage * kABytes, BM, tc.row0, k0, ba, cluster_n, rank);
-      BLoad::load(&p.b, full, s.b + pipe.stage * kBBytes, BN, BLoad::origin(tc.n_block, BN), k0,
-                  bb, cluster_m, rank);
+      load_k_block(p, s, pipe.stage, tc, k0, ba, bb, cluster_m, cluster_n, rank);
       pipe.advance();
     }
+  }
+
+  // The batch entries of A and B that tile `tc` reads.
+  __device__ static int32_t a_batch(const Params& p, const TileCoord& tc) {
+    return p.a_batched ? tc.batch : 0;
+  }
+  __device__ static int32_t b_batch(const Params& p, const TileCoord& tc) {
+    return p.b_batched ? tc.batch : 0;
+  }
+
+  // One thread: the k-block at element k0 of tile `tc` (batch entries ba of A, bb of B) into
+  // stage `stage`, counted in on its full barrier.
+  __device__ static void load_k_block(const Params& p, const Shared& s, int stage,
+                                      const TileCoord& tc, int32_t k0, int32_t ba, int32_t bb,
+                                      uint32_t cluster_m, uint32_t cluster_n, uint32_t rank) {
+    uint64_t* full = &s.full[stage];
+    ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
+    ALoad::load(&p.a, full, s.a + stage * kABytes, BM, tc.row0, k0, ba, cluster_n, rank);
+    BLoad::load(&p.b, full, s.b + stage * kBBytes, BN, BLoad::origin(tc.n_block, BN), k0, bb,
+                cluster_m, rank);
   }
 
   // wgmma descriptor of a 64-row (A) or BN-row (B) slice at its first k-step; the kk-th k-step
@@ -286,21 +302,7 @@ struct MainloopSS {
           clear_k_outside(s, pipe.stage, head ? u.k_head_rows : 0, tail ? u.k_tail_rows : BK,
                           part, wg_thread);
       }
-      const Descs d = d0.at_stage(pipe.stage);
-#pragma unroll
-      for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kKSteps; ++kk) {
-        const uint64_t b_desc = ptx::wgmma_desc_advance(d.b, kk * kStepBytes<BLoad::kMnMajor>);
-        // The 64-row slices of A are whole boxes apart in both majors (K-major: 64 rows of
-        // 128 B; MN-major: the next box of 64 M-columns).
-#pragma unroll
-        for (int i = 0; i < kSlices; ++i)
-          Mma::mma(ptx::wgmma_desc_advance(d.a, i * kBoxBytes + kk * kStepBytes<ALoad::kMnMajor>),
-                   b_desc, acc + i * kSliceRegs, 1);
-      }
-      ptx::wgmma_commit_group();
+      issue_k_block(d0.at_stage(pipe.stage), acc);
       // NOTES: keep this k-block's wgmmas in flight while waiting for the previous one, so the
       // tensor cores never drain between k-blocks; its stage is free once that wait returns.
       // Waiting for the current block instead (wait_group 0) lets the producer run one stage
@@ -322,6 +324,67 @@ struct MainloopSS {
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
     if (prev_stage >= 0) release(s, prev_stage, cluster_size, wg_thread);
+    Scaling::template apply<kAccRegs>(scale, acc);
+  }
+
+  // The wgmmas of one k-block (its stage's descriptors `d`) into acc, committed as one group.
+  __device__ static void issue_k_block(const Descs& d, float* acc) {
+#pragma unroll
+    for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      const uint64_t b_desc = ptx::wgmma_desc_advance(d.b, kk * kStepBytes<BLoad::kMnMajor>);
+      // The 64-row slices of A are whole boxes apart in both majors (K-major: 64 rows of
+      // 128 B; MN-major: the next box of 64 M-columns).
+#pragma unroll
+      for (int i = 0; i < kSlices; ++i)
+        Mma::mma(ptx::wgmma_desc_advance(d.a, i * kBoxBytes + kk * kStepBytes<ALoad::kMnMajor>),
+                 b_desc, acc + i * kSliceRegs, 1);
+    }
+    ptx::wgmma_commit_group();
+  }
+
+  // As mma(), for a warpgroup that feeds itself (the lean schedule: no producer warpgroup):
+  // its thread 0 keeps the ring up to STAGES k-blocks ahead of the wgmmas, refilling a stage
+  // once the wgmmas that read it are done (the wait after which mma() releases it; a
+  // warpgroup's wgmma completes only after all four warps issued it, so every warp has passed
+  // that stage's full barrier by then). `fill` is where thread 0's loads are in the ring; it
+  // moves in step with `pipe`, so both are equal again after each unit.
+  template <class CoordFn>
+  __device__ static void mma_self_fed(const Params& p, const Shared& s, Pipe& pipe, Pipe& fill,
+                                      const WorkUnit& u, const TileCoord& tc, uint32_t wg_thread,
+                                      float* acc, const CoordFn& coord) {
+    static_assert(TILE_WARPGROUPS == 1, "the warpgroup computes the whole tile");
+    const typename Scaling::Value scale = Scaling::load(p.scale, coord);
+    const bool loader = wg_thread == 0;
+    const int32_t ba = a_batch(p, tc), bb = b_batch(p, tc);
+    int32_t next = u.k_begin;  // the next k-block to load
+    if (loader) {
+      for (; next < u.k_end && next < u.k_begin + STAGES; ++next) {
+        load_k_block(p, s, fill.stage, tc, u.k_offset + next * BK, ba, bb, 1, 1, 0);
+        fill.advance();
+      }
+    }
+    const Descs d0 = first_descs(s, 0);
+#pragma unroll
+    for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
+    for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
+      ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);
+      issue_k_block(d0.at_stage(pipe.stage), acc);
+      ptx::wgmma_wait_group<1>();  // k-block kb - 1's wgmmas are done: its stage is free
+#pragma unroll
+      for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
+      if (loader && kb > u.k_begin && next < u.k_end) {
+        load_k_block(p, s, fill.stage, tc, u.k_offset + next * BK, ba, bb, 1, 1, 0);
+        fill.advance();
+        ++next;
+      }
+      pipe.advance();
+    }
+    ptx::wgmma_wait_group<0>();
+#pragma unroll
+    for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
     Scaling::template apply<kAccRegs>(scale, acc);
   }
 };

@@ -22,6 +22,8 @@ namespace jax_hopper {
 
 struct CooperativeSchedule {
   static constexpr int kTileWarpgroups = 2;
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr bool kSelfFed = false;
   static constexpr int kBarriers = 0;
   static constexpr int kProducerRegs = 56, kConsumerRegs = 224;  // setmaxnreg per thread
 

@@ -23,6 +23,8 @@ namespace jax_hopper {
 
 struct PingPongSchedule {
   static constexpr int kTileWarpgroups = 1;
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr bool kSelfFed = false;
   static constexpr int kBarriers = 2;  // turn[0], turn[1]
   // setmaxnreg per thread. A warpgroup holds a whole tile's accumulators plus the epilogue's
   // working set; with 224 (the cooperative split) the K-major x K-major instances spilled 12

@@ -21,8 +21,10 @@ namespace jax_hopper {
 
 template <int BM, int BN>
 struct StreamKScheduler {
-  // A CTA's workspace slot: its fp32 partial tile (the flags live outside the workspace).
-  static constexpr int64_t kSlotBytes = int64_t(BM) * BN * 4;
+  // A CTA's workspace slot: its fp32 partial tile (the flags live outside the workspace), laid
+  // out as two 64-row warpgroup strips (fixup.cuh's partial_slot), so a 64-row tile (the lean
+  // schedule's one warpgroup) takes a slot of 128 rows and fills the first half.
+  static constexpr int64_t kSlotBytes = int64_t(BM < 128 ? 128 : BM) * BN * 4;
   static constexpr bool kRaggedK = false;
 
   struct Params {
