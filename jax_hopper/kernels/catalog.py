@@ -241,11 +241,13 @@ _SS_PROMOTED_SWAPPED = _SS_PROMOTED.replace("BlockScaling>", "SwappedBlockScalin
 # shortened the tiny calls (64 x 256 x 64 2.6 vs 3.3 us, 32 x 1024 x 4096 9.1 vs 9.7) but
 # streamed weights slower (1 x 4096 x 4096 17.1 vs 16.3; gemm_h100_20261128_lean_schedule.json).
 # The lean tiles (the lean schedule: one warpgroup that feeds itself, 64 weight columns) run
-# four CTAs to an SM, 3 stages beside one warpgroup's 16 KB of staging; a 64-row weight tile
-# gives twice the tiles before any split.
+# four CTAs to an SM beside one warpgroup's staging (a transposed strip: 4 / 8 KB); a 64-row
+# weight tile gives twice the tiles before any split. 64 x 16 with 3 and 5 stages (the bytes
+# in flight per SM: 96 and 160 KB), for the measurement the 2026-11-28 run left open.
 SWAP_TILES = (TileShape(128, 16, 64, 10), TileShape(128, 32, 64, 9), TileShape(128, 64, 64, 8),
               TileShape(128, 16, 64, 4, ctas_per_sm=2), TileShape(128, 32, 64, 3, ctas_per_sm=2),
               TileShape(64, 16, 64, 3, "lean", ctas_per_sm=4),
+              TileShape(64, 16, 64, 5, "lean", ctas_per_sm=4),
               TileShape(64, 32, 64, 3, "lean", ctas_per_sm=4))
 # The same for fp8: a k-block is 128 one-byte elements, so each stage holds the same bytes.
 SWAP_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_TILES)

@@ -76,6 +76,10 @@ template <> struct OutType<float> {
 constexpr int kEpiBoxBytes = 64 * 128;
 constexpr int kEpiBoxesPerPass = 2;
 constexpr int kEpiBytesPerWarpgroup = kEpiBoxBytes * kEpiBoxesPerPass;
+// A transposed strip's staging (epilogue_store_transposed): its BN output rows of 64 columns,
+// at most 4 bytes each (two 128-byte boxes), in one pass.
+template <int BN>
+constexpr int kTransposedStripBytes = 2 * BN * 128;
 
 // Boxes per staging pass for a strip of `boxes` boxes: the most that divide it and fit (a
 // 192-column strip of 16-bit outputs is three boxes: one per pass).
@@ -247,7 +251,7 @@ __device__ __forceinline__ void epilogue_store_transposed(const float* acc, floa
   constexpr int kBoxCols = 128 / kOutBytes;  // output columns per 128-byte swizzle row
   constexpr int kBoxes = 64 / kBoxCols;
   constexpr int kBoxBytes = BN * 128;        // BN output rows
-  static_assert(kBoxes * kBoxBytes <= kEpiBytesPerWarpgroup, "the strip fits its staging");
+  static_assert(kBoxes * kBoxBytes <= kTransposedStripBytes<BN>, "the strip fits its staging");
   static_assert(kBoxBytes % 1024 == 0, "boxes stay aligned to the 128B swizzle's 1024 bytes");
   begin_staging<RESIDUAL, kBoxes, kBoxBytes, kBoxCols>(tma_r, t, s, t.col0);
   const int32_t warp = wg_thread / 32, lane = wg_thread % 32;
@@ -271,7 +275,13 @@ template <int BN_, typename Ops, typename Output = DenseOutput>
 struct TmaStoreEpilogue {
   static constexpr int BN = BN_;                                 // product columns of a tile
   static constexpr int kOutCols = Ops::template kOutCols<BN>;    // output columns of a tile
-  static constexpr int kSmemBytesPerWarpgroup = kEpiBytesPerWarpgroup;  // staging, each its own
+  // Staging, each consumer warpgroup its own: a transposed strip (BN <= 64 rows of 256 bytes)
+  // needs less than the row path's passes.
+  static constexpr int kSmemBytesPerWarpgroup =
+      Output::kTransposed ? kTransposedStripBytes<BN> : kEpiBytesPerWarpgroup;
+  static_assert(kSmemBytesPerWarpgroup <= kEpiBytesPerWarpgroup &&
+                    kSmemBytesPerWarpgroup % 1024 == 0,
+                "whole 1024-byte swizzle atoms");
   static constexpr int kBarriers = 2;                            // residual loaded, per warpgroup
 
   struct Params {
@@ -359,7 +369,7 @@ struct TmaStoreEpilogue {
     const int32_t col0 = tc.n_block * kOutCols;
     Ops::template apply<BN, false>(acc, p, Output::template bias<Ops>(p, tc), col0, wg_thread);
     const EpilogueTile t{row0, col0, Output::batch(tc), Output::residual_batch(p, tc), rows};
-    const EpilogueSync sync{s.staging + wg * kEpiBytesPerWarpgroup, &s.residual_loaded[wg],
+    const EpilogueSync sync{s.staging + wg * kSmemBytesPerWarpgroup, &s.residual_loaded[wg],
                             &st.residual_phase, wg_thread, barrier_id};
     // The out dtype and the residual are chosen at run time.
     const bool res = p.has_residual;
@@ -390,7 +400,7 @@ struct TmaStoreEpilogue {
     Ops::template apply<BN, true>(acc, p, Output::template bias<Ops>(p, tc), row0, wg_thread);
     const EpilogueTile t{tc.n_block * BN, row0, Output::batch(tc), Output::residual_batch(p, tc),
                          BN};
-    const EpilogueSync sync{s.staging + wg * kEpiBytesPerWarpgroup, &s.residual_loaded[wg],
+    const EpilogueSync sync{s.staging + wg * kSmemBytesPerWarpgroup, &s.residual_loaded[wg],
                             &st.residual_phase, wg_thread, barrier_id};
     const bool res = p.has_residual;
     switch (p.out_dtype) {
