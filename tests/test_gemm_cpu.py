@@ -41,11 +41,13 @@ def test_extension_compiles_exactly_the_catalog():
         assert 0 < d["smem_bytes"] <= catalog.SMEM_LIMIT_BYTES
         assert (d["ctas_per_sm"] * (d["smem_bytes"] + catalog.SMEM_RESERVED_BYTES)
                 <= catalog.SMEM_PER_SM_BYTES)
-        # A stream-K workspace slot per CTA (its fp32 partial tile) where tiles split; the ready
-        # flags are kept outside the workspace (ffi/gemm/split_flags.h).
+        # A stream-K workspace slot per CTA (its fp32 partial tile, as two 64-row warpgroup
+        # strips: a 64-row tile's slot holds 128 rows) where tiles split; the ready flags are
+        # kept outside the workspace (ffi/gemm/split_flags.h).
         splits = (catalog.SCHEDULES[inst.tile.schedule].stream_k and
                   catalog.FAMILIES[inst.family].stream_k)
-        assert d["slot_bytes"] == (inst.tile.block_m * inst.tile.block_n * 4 if splits else 0)
+        slot = max(inst.tile.block_m, 128) * inst.tile.block_n * 4
+        assert d["slot_bytes"] == (slot if splits else 0)
         # Every mainloop but the block-scaled one (scales per k-block) reads k-blocks past K
         # as zeros, so its split plans may pad K (stream_k_plan.h).
         promoted = catalog.FAMILIES[inst.family].mainloop.startswith("MainloopSSPromoted")
