@@ -151,7 +151,31 @@ def test_swap_token_tile(m, n, k, token_tile):
     among the tiles no wider than the rows need (at m <= 64), where the weight fits in L2."""
     tile = heuristics.swap_token_tile(catalog.SWAP_TILES, 1, m, n, k, 132)
     assert tile.block_n == token_tile and tile.ctas_per_sm == 1
-    assert heuristics.heuristic_config("matmul", False, 1, m, n, k).tile == tile
+    # (the lean tile comes before it: bf16, up to 32 rows against a small weight,
+    # test_lean_tile_for_a_short_call)
+    if heuristics.lean_swap_tile(catalog.SWAP_TILES, "matmul", 1, m, n, k) is None:
+        assert heuristics.heuristic_config("matmul", False, 1, m, n, k).tile == tile
+
+
+@pytest.mark.parametrize("batch,m,n,k,lean", [
+    (1, 1, 1024, 4096, True), (1, 32, 2048, 2048, True), (1, 16, 256, 64, True),
+    (1, 33, 2048, 2048, False),   # three token tiles of 16: not measured
+    (1, 1, 4096, 4096, False),    # a 33.5 MB weight streams faster on the one-CTA tiles
+    (2, 8, 2048, 2048, False),    # a batch's weights count together
+    (1, 8, 2000, 4000, True),     # 16.0 MB: the bound itself
+])
+def test_lean_tile_for_a_short_call(batch, m, n, k, lean):
+    """A bf16 product of at most LEAN_MAX_M rows against a weight of at most
+    LEAN_MAX_WEIGHT_BYTES runs on the lean tile (one self-fed warpgroup, four CTAs to an SM);
+    fp8 has none."""
+    cfg = heuristics.heuristic_config("matmul", False, batch, m, n, k)
+    assert cfg.swap_ab
+    assert (cfg.schedule == "lean") == lean, cfg
+    if lean:
+        assert cfg.ctas_per_sm == 4 and cfg.stream_k and cfg.tile in catalog.SWAP_TILES
+        cfg.validate("bfloat16", False, True)
+    assert heuristics.heuristic_config("fp8", False, batch, m, n, k).schedule != "lean"
+    assert not any(t.schedule == "lean" for t in catalog.SWAP_TILES_FP8)
 
 
 def test_swap_token_tile_keeps_the_rows_tile_for_a_weight_past_l2():

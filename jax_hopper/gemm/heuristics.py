@@ -285,12 +285,40 @@ def busy_ctas(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: i
     return plan["grid_clusters"] * config.cluster_m * config.cluster_n
 
 
+def weight_bytes(family: str, batch: int, n: int, k: int) -> int:
+    """The bytes of a `family` product's weight (n x k, every batch entry's together)."""
+    return batch * n * k * catalog.DTYPES[catalog.FAMILIES[family].dtypes[0][1]].nbytes
+
+
 def weight_fits_l2(family: str, batch: int, n: int, k: int) -> bool:
-    """Whether a `family` product's weight (n x k, every batch entry's together) takes at most
-    SWAP_NARROW_MAX_WEIGHT_BYTES: then the swapped tiles of a second token tile reread it from
-    L2, not HBM."""
-    nbytes = catalog.DTYPES[catalog.FAMILIES[family].dtypes[0][1]].nbytes
-    return batch * n * k * nbytes <= SWAP_NARROW_MAX_WEIGHT_BYTES
+    """Whether a `family` product's weight takes at most SWAP_NARROW_MAX_WEIGHT_BYTES: then the
+    swapped tiles of a second token tile reread it from L2, not HBM."""
+    return weight_bytes(family, batch, n, k) <= SWAP_NARROW_MAX_WEIGHT_BYTES
+
+
+# The most rows, and the largest weight (bytes, every batch entry's together), for which a
+# swapped product takes its family's lean tile (lean_swap_tile).
+LEAN_MAX_M = 32
+LEAN_MAX_WEIGHT_BYTES = 16_000_000
+
+
+def lean_swap_tile(tiles: tuple[catalog.TileShape, ...], family: str, batch: int, m: int,
+                   n: int, k: int) -> catalog.TileShape | None:
+    """The lean tile of a swapped family's `tiles` (the lean schedule: one warpgroup that loads
+    its own k-blocks, 64 weight columns, four CTAs to an SM) for a product of at most
+    LEAN_MAX_M rows against a weight of at most LEAN_MAX_WEIGHT_BYTES; else None. Such a call
+    is a few microseconds long: a CTA without the producer's hand-over of each stage starts
+    multiplying sooner, and four to an SM split a small weight finer, while a large weight's
+    stream runs slower on them than on the one-CTA tiles.
+    NOTES: device time on an H200 (2026-11-28, gemm_h200_20261128_lean_apart.json): 24 x 2048
+    x 2048 and 32 x 1024 x 4096 (8 MB weights) 7.8 vs 8.5 / 8.8 us, 64 x 256 x 64 2.7 vs 3.3,
+    and slower from a 32 MB weight (1 / 16 x 4096 x 4096 13.9 / 14.0 vs 13.3 / 13.6, 8 x 4096
+    x 14336 33.8 vs 32.8); the bound between, and the rows (up to two 16-token tiles, as
+    measured), were set before the held-out check in lean_check (see docs/benchmarks.md)."""
+    lean = [t for t in tiles if t.schedule == "lean"]
+    if not lean or m > LEAN_MAX_M or weight_bytes(family, batch, n, k) > LEAN_MAX_WEIGHT_BYTES:
+        return None
+    return lean[0]
 
 
 def swap_cta_bytes(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int,
@@ -377,7 +405,8 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
                      num_sms: int = DEFAULT_NUM_SMS,
                      off_line: tuple[bool, bool] = (False, False)) -> GemmConfig:
     """The heuristic's config for a `family` call on a GPU of `num_sms` SMs: swap-AB where the
-    family has it, a is stored (M, K) and m <= SWAP_MAX_M; otherwise choose_config over the
+    family has it, a is stored (M, K) and m <= SWAP_MAX_M (the lean tile for a small weight:
+    lean_swap_tile); otherwise choose_config over the
     family's tiles, swapped after all where the product's weight is narrow
     (swap_for_narrow_weight). A swapped product whose weight fits in L2 takes the token tile
     of swap_token_tile (at m <= SWAP_MAX_M, no wider than the rows need). off_line: whether a's
@@ -386,6 +415,9 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
     swaps = family in catalog.SWAP_FAMILIES and not a_mn_major
     swap_tiles = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles if swaps else ()
     if swaps and m <= SWAP_MAX_M:
+        lean = lean_swap_tile(swap_tiles, family, batch, m, n, k)
+        if lean is not None:
+            return GemmConfig.for_tile(lean, swap_ab=True, stream_k=True)
         config = choose_swap_config(m, swap_tiles, n, batch, num_sms)
         narrower = tuple(t for t in swap_tiles
                          if t.block_n <= config.block_n and t.ctas_per_sm == 1)

@@ -236,21 +236,29 @@ _SS_PROMOTED_SWAPPED = _SS_PROMOTED.replace("BlockScaling>", "SwappedBlockScalin
 # passed) ran 0.95-1.08x the default's device time on 7 decode shapes (1 x 4096 x 4096 17.1
 # vs 16.3 us, 32 x 1024 x 4096 8.9 vs 9.6; XLA 13.8 and 6.6; H100, 2026-11-28,
 # gemm_h100_20261128_single_wg.json): more CTAs to an SM do not shorten a short call; not
-# compiled. One warpgroup that feeds itself (no producer warpgroup: the lean schedule, here
-# on branch next/lean, 64 x 16 / 64 x 32, 3 stages, four to an SM; its GPU tests passed)
-# shortened the tiny calls (64 x 256 x 64 2.6 vs 3.3 us, 32 x 1024 x 4096 9.1 vs 9.7) but
-# streamed weights slower (1 x 4096 x 4096 17.1 vs 16.3; gemm_h100_20261128_lean_schedule.json).
-# The lean tiles (the lean schedule: one warpgroup that feeds itself, 64 weight columns) run
-# four CTAs to an SM beside one warpgroup's staging (a transposed strip: 4 / 8 KB); a 64-row
-# weight tile gives twice the tiles before any split. 64 x 16 with 3 and 5 stages (the bytes
-# in flight per SM: 96 and 160 KB), for the measurement the 2026-11-28 run left open.
+# compiled. One warpgroup that feeds itself (the lean schedule: no producer warpgroup, 64
+# weight columns, four CTAs to an SM beside one warpgroup's staging, a transposed strip of 4 KB)
+# shortened the tiny calls (64 x 256 x 64 2.6 vs 3.3 us, 32 x 1024 x 4096 9.1 vs 9.7, with 3
+# stages) but streamed large weights slower (1 x 4096 x 4096 17.1 vs 16.3;
+# gemm_h100_20261128_lean_schedule.json). Then, device time on an H200 (2026-11-28,
+# gemm_h200_20261128_lean_apart.json; XLA / default / lean 64 x 16 s3 / s5 / 64 x 32 s3 /
+# s5 with the split summed apart by a second kernel, branch next/lean-apart): 24 x 2048 x 2048
+# 5.6 / 8.5 / 8.4 / 7.8 / 8.6 / 7.9 us, 32 x 1024 x 4096 5.8 / 8.8 / 8.7 / 7.8 / 9.2 / 7.8,
+# 64 x 256 x 64 1.2 / 3.3 / 2.6 / 2.7 / 2.6 / 2.6, but 1 x 4096 x 4096 10.5 / 13.3 / 13.7 /
+# 13.9 / 15.4 / 13.8 and 8 x 4096 x 14336 29.1 / 32.8 / 33.5 / 33.8 / 34.8 / 33.5. ncu at 1 x
+# 4096 x 4096 (probe_h200_20261128_lean_apart.txt): 47% of the DRAM peak for the default and
+# the lean tiles alike; summed apart the GEMM ran 12.7 us at 55% and its reduction 4.2 more.
+# More bytes in flight (5 stages: 160 KB an SM) do not speed a large weight's stream, nor
+# does a tail without the last arrival's sum; a standalone probe of the same tile reached 9.6
+# us there (10.6 with its reduction). Kept: the 5-stage lean tile, which the heuristic takes
+# for small weights (heuristics.LEAN_MAX_WEIGHT_BYTES); bf16 only (fp8 not measured).
 SWAP_TILES = (TileShape(128, 16, 64, 10), TileShape(128, 32, 64, 9), TileShape(128, 64, 64, 8),
               TileShape(128, 16, 64, 4, ctas_per_sm=2), TileShape(128, 32, 64, 3, ctas_per_sm=2),
-              TileShape(64, 16, 64, 3, "lean", ctas_per_sm=4),
-              TileShape(64, 16, 64, 5, "lean", ctas_per_sm=4),
-              TileShape(64, 32, 64, 3, "lean", ctas_per_sm=4))
-# The same for fp8: a k-block is 128 one-byte elements, so each stage holds the same bytes.
-SWAP_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_TILES)
+              TileShape(64, 16, 64, 5, "lean", ctas_per_sm=4))
+# The same for fp8 (a k-block is 128 one-byte elements, so each stage holds the same bytes),
+# without the lean tile.
+SWAP_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_TILES
+                       if t.schedule != "lean")
 
 FAMILIES = {
     # hopper_matmul: any operand majors, linear epilogue (alpha, bias, activation, residual).
