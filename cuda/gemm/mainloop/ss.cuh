@@ -372,10 +372,15 @@ struct MainloopSS {
     for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
       ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);
       issue_k_block(d0.at_stage(pipe.stage), acc);
-      ptx::wgmma_wait_group<1>();  // k-block kb - 1's wgmmas are done: its stage is free
+      // This k-block's wgmmas are done: its stage is free for the k-block STAGES ahead.
+      // NOTES: waiting for the previous k-block's only (wait_group 1, as mma()) with thread 0's
+      // refill between made ptxas serialise every wgmma (C7515, CUDA 13.0), moving the operand
+      // fence after the refill too; the 64 x 16 tile's four wgmmas a k-block are short next to
+      // the weight's stream, which the STAGES k-blocks in flight keep going.
+      ptx::wgmma_wait_group<0>();
 #pragma unroll
       for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
-      if (loader && kb > u.k_begin && next < u.k_end) {
+      if (loader && next < u.k_end) {
         load_k_block(p, s, fill.stage, tc, u.k_offset + next * BK, ba, bb, 1, 1, 0);
         fill.advance();
         ++next;
