@@ -296,29 +296,37 @@ def weight_fits_l2(family: str, batch: int, n: int, k: int) -> bool:
     return weight_bytes(family, batch, n, k) <= SWAP_NARROW_MAX_WEIGHT_BYTES
 
 
-# The most rows, and the largest weight (bytes, every batch entry's together), for which a
-# swapped product takes its family's lean tile (lean_swap_tile).
+# The most rows for which a swapped product takes its family's lean tile, and the most weight
+# bytes its token tiles then stream (lean_swap_tile).
 LEAN_MAX_M = 32
-LEAN_MAX_WEIGHT_BYTES = 16_000_000
+LEAN_MAX_STREAM_BYTES = 17_000_000
 
 
 def lean_swap_tile(tiles: tuple[catalog.TileShape, ...], family: str, batch: int, m: int,
                    n: int, k: int) -> catalog.TileShape | None:
     """The lean tile of a swapped family's `tiles` (the lean schedule: one warpgroup that loads
-    its own k-blocks, 64 weight columns, four CTAs to an SM) for a product of at most
-    LEAN_MAX_M rows against a weight of at most LEAN_MAX_WEIGHT_BYTES; else None. Such a call
-    is a few microseconds long: a CTA without the producer's hand-over of each stage starts
-    multiplying sooner, and four to an SM split a small weight finer, while a large weight's
-    stream runs slower on them than on the one-CTA tiles.
-    NOTES: device time on an H200 (2026-11-28, gemm_h200_20261128_lean_apart.json): 24 x 2048
-    x 2048 and 32 x 1024 x 4096 (8 MB weights) 7.8 vs 8.5 / 8.8 us, 64 x 256 x 64 2.7 vs 3.3,
-    and slower from a 32 MB weight (1 / 16 x 4096 x 4096 13.9 / 14.0 vs 13.3 / 13.6, 8 x 4096
-    x 14336 33.8 vs 32.8); the bound between, and the rows (up to two 16-token tiles, as
-    measured), were set before the held-out check in lean_check (see docs/benchmarks.md)."""
+    its own k-blocks, 64 weight columns by 16 tokens, four CTAs to an SM) for a product of at
+    most LEAN_MAX_M rows whose token tiles stream at most LEAN_MAX_STREAM_BYTES of weight (its
+    bytes, every batch entry's, once per 16 tokens); else None. Such a call is a few
+    microseconds long: a CTA without the producer's hand-over of each stage starts multiplying
+    sooner, and four to an SM split a small weight finer, while a long stream runs slower on
+    them than on the one-CTA tiles.
+    NOTES: device time on an H200 (2026-11-28; the lean tile then waited for the previous
+    k-block's wgmmas, gemm_h200_20261128_lean_apart.json): 24 x 2048 x 2048 and 32 x 1024 x
+    4096 (8.4 MB weights in two token tiles) 7.8 vs 8.5 / 8.8 us, 64 x 256 x 64 2.7 vs 3.3, and
+    slower from a 33.5 MB weight (1 / 16 x 4096 x 4096 13.9 / 14.0 vs 13.3 / 13.6, 8 x 4096 x
+    14336 33.8 vs 32.8). A first bound, 16 MB of weight at up to 32 rows, against the build
+    without the lean tile on 11 shapes chosen after it (ab_h200_20261128_lean_rule.json, one
+    process, 7 reps, device time): 1.06-1.29x on the 9 whose token tiles stream up to 15.9 MB
+    (20 x 768 x 768 1.29x, 16 x 1536 x 1536 1.18x, 1 x 1024 x 4096 1.13x, 1 x 2816 x 2816
+    1.06x), 0.98x / 0.88x on 32 x 2048 x 3584 and 28 x 4096 x 1792 (14.7 MB in two token
+    tiles: 29.4 MB streamed); hence the bound on the bytes streamed, set at the most that won
+    in either run (16.8 MB: 24 x 2048 x 2048)."""
     lean = [t for t in tiles if t.schedule == "lean"]
-    if not lean or m > LEAN_MAX_M or weight_bytes(family, batch, n, k) > LEAN_MAX_WEIGHT_BYTES:
+    if not lean or m > LEAN_MAX_M:
         return None
-    return lean[0]
+    streamed = weight_bytes(family, batch, n, k) * -(-m // lean[0].block_n)
+    return lean[0] if streamed <= LEAN_MAX_STREAM_BYTES else None
 
 
 def swap_cta_bytes(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int,
