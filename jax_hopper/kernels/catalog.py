@@ -250,8 +250,10 @@ _SS_PROMOTED_SWAPPED = _SS_PROMOTED.replace("BlockScaling>", "SwappedBlockScalin
 # the lean tiles alike; summed apart the GEMM ran 12.7 us at 55% and its reduction 4.2 more.
 # More bytes in flight (5 stages: 160 KB an SM) do not speed a large weight's stream, nor
 # does a tail without the last arrival's sum; a standalone probe of the same tile reached 9.6
-# us there (10.6 with its reduction). Kept: the 5-stage lean tile, which the heuristic takes
-# for small weights (heuristics.LEAN_MAX_WEIGHT_BYTES); bf16 only (fp8 not measured).
+# us there (10.6 with its reduction). (Those lean tiles waited on the previous k-block's
+# wgmmas, which ptxas serialised: MainloopSS::mma_self_fed.) Kept: the 5-stage lean tile,
+# which the heuristic takes for short weight streams (heuristics.lean_swap_tile); bf16 only
+# (fp8 not measured).
 SWAP_TILES = (TileShape(128, 16, 64, 10), TileShape(128, 32, 64, 9), TileShape(128, 64, 64, 8),
               TileShape(128, 16, 64, 4, ctas_per_sm=2), TileShape(128, 32, 64, 3, ctas_per_sm=2),
               TileShape(64, 16, 64, 5, "lean", ctas_per_sm=4))
