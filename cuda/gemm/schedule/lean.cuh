@@ -9,7 +9,9 @@
 // consumer, three to an SM) ran 0.95-1.08x the default's device time on decode shapes (H100,
 // 2026-11-28, gemm_h100_20261128_single_wg.json); a standalone one-warpgroup probe of this
 // shape, 0.84x of it at 1 x 4096 x 4096 and 0.43x at 64 x 256 x 64
-// (probe_h100_20261128_lean.txt).
+// (probe_h100_20261128_lean.txt). Its 5-stage 64 x 16 tile ran 1.06-1.29x the one-CTA swap
+// tiles' device time on calls streaming up to 17 MB of weight and slower on longer streams
+// (H200, 2026-11-28, ab_h200_20261128_lean_rule*.json): heuristics.lean_swap_tile.
 #pragma once
 
 #include <cstdint>
