@@ -2,8 +2,8 @@
 fp8) fed by TMA loads (UTMALDG), stores through TMA (UTMASTG), and uses no local memory (no
 spills).
 
-Needs cuobjdump (CUDA toolkit), not a GPU; the build already treats ptxas warnings (spills,
-"wgmma serialized") as errors, this reads the result back."""
+Needs cuobjdump (CUDA toolkit), not a GPU; the build already treats ptxas warnings (spills) and
+"wgmma serialized" (cmake/ptxas_guard.py) as errors, this reads the result back."""
 
 import os
 import re
