@@ -2,9 +2,12 @@
 fp8) fed by TMA loads (UTMALDG), stores through TMA (UTMASTG), and uses no local memory (no
 spills).
 
-Needs cuobjdump (CUDA toolkit), not a GPU; the build already treats ptxas warnings (spills) and
+Needs cuobjdump (the CUDA toolkit's, or the nvidia-cuda-cuobjdump wheel of the test extras),
+not a GPU; the build already treats ptxas warnings (spills) and
 "wgmma serialized" (cmake/ptxas_guard.py) as errors, this reads the result back."""
 
+import glob
+import importlib.util
 import os
 import re
 import shutil
@@ -17,24 +20,37 @@ from jax_hopper.kernels import catalog
 
 
 def _cuobjdump():
+    """The CUDA toolkit's cuobjdump, else the one of the nvidia-cuda-cuobjdump wheel (the test
+    extras) beside the nvidia-cuda-nvdisasm wheel's nvdisasm, which it runs."""
     for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
         if root and os.path.exists(os.path.join(root, "bin", "cuobjdump")):
             return os.path.join(root, "bin", "cuobjdump")
-    return shutil.which("cuobjdump")
+    if shutil.which("cuobjdump"):
+        return shutil.which("cuobjdump")
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        found = sorted(glob.glob(os.path.join(root, "*", "bin", "cuobjdump")))
+        if found:
+            return found[-1]
+    return None
 
 
 CUOBJDUMP = _cuobjdump()
 pytestmark = [pytest.mark.extension, pytest.mark.skipif(
     CUOBJDUMP is None,
-    reason="cuobjdump not found (CUDA toolkit without it; the GPU suite has it)")]
+    reason="cuobjdump not found (neither the CUDA toolkit's nor the test extras' "
+           "nvidia-cuda-cuobjdump wheel; the GPU suite has it)")]
 
 
 @pytest.fixture(scope="module")
 def functions() -> dict[str, str]:
     """{mangled kernel name: its SASS} from one `cuobjdump -sass` of the extension (a minute or
     more on the GPU machine, so the tests share it)."""
+    # cuobjdump runs the nvdisasm on PATH (the wheels put both in one bin directory)
+    env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(CUOBJDUMP),
+                                                 os.environ.get("PATH", "")]))
     sass = subprocess.run([CUOBJDUMP, "-sass", _ffi.extension().__file__], check=True,
-                          capture_output=True, text=True).stdout
+                          capture_output=True, text=True, env=env).stdout
     parts = re.split(r"^\s*Function : (\S+)\s*$", sass, flags=re.M)
     return dict(zip(parts[1::2], parts[2::2]))
 
