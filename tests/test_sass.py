@@ -25,8 +25,9 @@ def _cuobjdump():
     for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
         if root and os.path.exists(os.path.join(root, "bin", "cuobjdump")):
             return os.path.join(root, "bin", "cuobjdump")
-    if shutil.which("cuobjdump"):
-        return shutil.which("cuobjdump")
+    on_path = shutil.which("cuobjdump")
+    if on_path:
+        return on_path
     spec = importlib.util.find_spec("nvidia")
     for root in (spec.submodule_search_locations or []) if spec else []:
         found = sorted(glob.glob(os.path.join(root, "*", "bin", "cuobjdump")))
