@@ -231,8 +231,8 @@ def fp8_groups(quick: bool) -> list[list[GemmCase]]:
                             activation="silu", bias=True, residual=True, alpha=0.5, **fp8b),
                    GemmCase(256, 4096, 4096, tile=block.tiles[1], out_dtype="bfloat16",
                             **fp8b)])
-    # Swapped per tensor (fp8_swap): every token tile, a mixed pair (the kernel's dtypes are
-    # b's first), the transposed epilogue, a split weight stream (1 x 4096 x 4096).
+    # Swapped per tensor (fp8_swap): the one-CTA token tiles, a mixed pair (the kernel's dtypes
+    # are b's first), the transposed epilogue, a split weight stream (1 x 4096 x 4096).
     swap = catalog.SWAP_TILES_FP8
     groups.append([GemmCase(swap[0].block_n - 3, 328, 584, tile=swap[0], out_dtype="bfloat16",
                             **fp8),
@@ -243,6 +243,13 @@ def fp8_groups(quick: bool) -> list[list[GemmCase]]:
                             tile=swap[2], transpose_b=True, out_dtype="bfloat16",
                             scales=(0.5, 0.25)),
                    GemmCase(1, 4096, 4096, tile=swap[0], out_dtype="bfloat16", **fp8)])
+    # ... and on the lean tile: a split stream, and two token tiles of a mixed pair
+    lean8 = [t for t in swap if t.schedule == "lean"]
+    groups.append([GemmCase(1, 4096, 4096, tile=lean8[0], out_dtype="bfloat16", **fp8),
+                   GemmCase(29, 392, 1032, dtype="float8_e5m2", b_dtype="float8_e4m3fn",
+                            tile=lean8[0], transpose_b=True, out_dtype="float32", bias=True,
+                            residual=True,
+                            scales=(0.5, 0.25))])
     # Swapped block scales (fp8_block_swap): every token tile, partial scale blocks of N and K,
     # the transposed epilogue, a split weight stream.
     bswap = catalog.FAMILIES["fp8_block_swap"].tiles

@@ -168,15 +168,18 @@ def test_swap_token_tile(m, n, k, token_tile):
 def test_lean_tile_for_a_short_call(batch, m, n, k, lean):
     """A bf16 product of at most LEAN_MAX_M rows whose 16-token tiles stream at most
     LEAN_MAX_STREAM_BYTES of weight runs on the lean tile (one self-fed warpgroup, four CTAs to
-    an SM); fp8 has none."""
+    an SM); fp8 per tensor too."""
     cfg = heuristics.heuristic_config("matmul", False, batch, m, n, k)
     assert cfg.swap_ab
     assert (cfg.schedule == "lean") == lean, cfg
     if lean:
         assert cfg.ctas_per_sm == 4 and cfg.stream_k and cfg.tile in catalog.SWAP_TILES
         cfg.validate("bfloat16", False, True)
-    assert heuristics.heuristic_config("fp8", False, batch, m, n, k).schedule != "lean"
-    assert not any(t.schedule == "lean" for t in catalog.SWAP_TILES_FP8)
+    # fp8 per tensor: the same rule over its one-byte weight (twice the elements a byte)
+    fp8 = heuristics.heuristic_config("fp8", False, batch, m, 2 * n, k)
+    assert (fp8.schedule == "lean") == lean, fp8
+    if lean:
+        assert fp8.tile in catalog.SWAP_TILES_FP8 and fp8.block_k == 128
 
 
 def test_swap_token_tile_keeps_the_rows_tile_for_a_weight_past_l2():
@@ -195,6 +198,9 @@ def test_heuristic_takes_two_ctas_per_sm_past_one_wave_of_weight_tiles():
         for m, n, occupancy in ((1, 28672, 2), (32, 28672, 2), (16, 132 * 128, 1),
                                 (16, 133 * 128, 2), (1, 4096, 1), (48, 28672, 1)):
             cfg = heuristics.heuristic_config(family, False, 1, m, n, 4096)
+            swap_tiles = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
+            if heuristics.lean_swap_tile(swap_tiles, family, 1, m, n, 4096) is not None:
+                occupancy = 4  # a short fp8 stream (1 x 4096 x 4096: 16.8 MB) on the lean tile
             assert cfg.swap_ab and cfg.ctas_per_sm == occupancy, (family, m, n, cfg)
             assert cfg.tile in catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
     # a batch of products counts every entry's tiles

@@ -87,6 +87,17 @@ def test_lean_tiles(rng, tile, m, n, k):
                  alpha=0.5, beta=-1.5)
 
 
+@pytest.mark.parametrize("tile", [t for t in catalog.SWAP_TILES_FP8 if t.schedule == "lean"],
+                         ids=lambda t: t.tag)
+def test_lean_tiles_fp8(rng, tile):
+    """fp8 per tensor on the lean tiles: split (1 x 4096 x 4096), a mixed pair, a batch."""
+    cfg = _swap(tile)
+    check_fp8(rng, 1, 4096, 4096, block=False, config=cfg)
+    check_fp8(rng, tile.block_n - 5, 392, 1024, block=False, config=cfg,
+              pair=("float8_e5m2", "float8_e4m3fn"), out_dtype="float32", batch=(2,),
+              b_batch=(2,))
+
+
 @pytest.mark.parametrize("m,n,k", [(80, 1024, 5120), (300, 1000, 3072), (1000, 768, 776)])
 def test_narrow_weight_defaults_to_swapped(rng, m, n, k):
     """Past 64 rows a narrow weight's product runs swapped by default (the heuristic's

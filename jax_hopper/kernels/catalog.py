@@ -252,15 +252,13 @@ _SS_PROMOTED_SWAPPED = _SS_PROMOTED.replace("BlockScaling>", "SwappedBlockScalin
 # does a tail without the last arrival's sum; a standalone probe of the same tile reached 9.6
 # us there (10.6 with its reduction). (Those lean tiles waited on the previous k-block's
 # wgmmas, which ptxas serialised: MainloopSS::mma_self_fed.) Kept: the 5-stage lean tile,
-# which the heuristic takes for short weight streams (heuristics.lean_swap_tile); bf16 only
-# (fp8 not measured).
+# which the heuristic takes for short weight streams (heuristics.lean_swap_tile); fp8 per
+# tensor too (UNTESTED: branch next/lean-fp8).
 SWAP_TILES = (TileShape(128, 16, 64, 10), TileShape(128, 32, 64, 9), TileShape(128, 64, 64, 8),
               TileShape(128, 16, 64, 4, ctas_per_sm=2), TileShape(128, 32, 64, 3, ctas_per_sm=2),
               TileShape(64, 16, 64, 5, "lean", ctas_per_sm=4))
-# The same for fp8 (a k-block is 128 one-byte elements, so each stage holds the same bytes),
-# without the lean tile.
-SWAP_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_TILES
-                       if t.schedule != "lean")
+# The same for fp8: a k-block is 128 one-byte elements, so each stage holds the same bytes.
+SWAP_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_TILES)
 
 FAMILIES = {
     # hopper_matmul: any operand majors, linear epilogue (alpha, bias, activation, residual).
