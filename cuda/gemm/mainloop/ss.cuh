@@ -347,9 +347,9 @@ struct MainloopSS {
 
   // As mma(), for a warpgroup that feeds itself (the lean schedule: no producer warpgroup):
   // its thread 0 keeps the ring up to STAGES k-blocks ahead of the wgmmas, refilling a stage
-  // once the wgmmas that read it are done (the wait after which mma() releases it; a
-  // warpgroup's wgmma completes only after all four warps issued it, so every warp has passed
-  // that stage's full barrier by then). `fill` is where thread 0's loads are in the ring; it
+  // once the wgmmas that read it are done (each k-block's are waited for before the next is
+  // issued; a warpgroup's wgmma completes only after all four warps issued it, so every warp
+  // has passed that stage's full barrier by then). `fill` is where thread 0's loads are in the ring; it
   // moves in step with `pipe`, so both are equal again after each unit.
   template <class CoordFn>
   __device__ static void mma_self_fed(const Params& p, const Shared& s, Pipe& pipe, Pipe& fill,
@@ -387,9 +387,6 @@ struct MainloopSS {
       }
       pipe.advance();
     }
-    ptx::wgmma_wait_group<0>();
-#pragma unroll
-    for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
     Scaling::template apply<kAccRegs>(scale, acc);
   }
 };
