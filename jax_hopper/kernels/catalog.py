@@ -252,8 +252,14 @@ _SS_PROMOTED_SWAPPED = _SS_PROMOTED.replace("BlockScaling>", "SwappedBlockScalin
 # does a tail without the last arrival's sum; a standalone probe of the same tile reached 9.6
 # us there (10.6 with its reduction). (Those lean tiles waited on the previous k-block's
 # wgmmas, which ptxas serialised: MainloopSS::mma_self_fed.) Kept: the 5-stage lean tile,
-# which the heuristic takes for short weight streams (heuristics.lean_swap_tile); fp8 per
-# tensor too (UNTESTED: branch next/lean-fp8).
+# which the heuristic takes for short weight streams (heuristics.lean_swap_tile), bf16 and fp8
+# per tensor: on 15 fp8 calls of 1-32 rows the rule takes, 1.07-1.12x the device time of the
+# one-CTA swap tiles (geomean 1.096; 1.03x chained; H200, 2026-11-28,
+# ab_h200_20261128_lean_fp8.json), still 0.67-1.02x XLA's fp8 there.
+# Tried: pieces of 16 k-blocks at least instead of the family's 8 (as the probe streamed best):
+# 0.79-1.05x the device time on 8 bf16 short calls, geomean 0.915 (fewer CTAs where K is short;
+# ab_h200_20261128_lean_pieces.json); forced on the long streams it gained 1.05x on 4096 x 4096
+# weights and lost on 14336 x 4096 ones, still 1.13-1.20x XLA's time: not kept.
 SWAP_TILES = (TileShape(128, 16, 64, 10), TileShape(128, 32, 64, 9), TileShape(128, 64, 64, 8),
               TileShape(128, 16, 64, 4, ctas_per_sm=2), TileShape(128, 32, 64, 3, ctas_per_sm=2),
               TileShape(64, 16, 64, 5, "lean", ctas_per_sm=4))

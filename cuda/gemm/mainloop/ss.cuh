@@ -349,8 +349,9 @@ struct MainloopSS {
   // its thread 0 keeps the ring up to STAGES k-blocks ahead of the wgmmas, refilling a stage
   // once the wgmmas that read it are done (each k-block's are waited for before the next is
   // issued; a warpgroup's wgmma completes only after all four warps issued it, so every warp
-  // has passed that stage's full barrier by then). `fill` is where thread 0's loads are in the ring; it
-  // moves in step with `pipe`, so both are equal again after each unit.
+  // has passed that stage's full barrier by then; so is the last one's, before the scaling).
+  // `fill` is where thread 0's loads are in the ring; it moves in step with `pipe`, so both are
+  // equal again after each unit.
   template <class CoordFn>
   __device__ static void mma_self_fed(const Params& p, const Shared& s, Pipe& pipe, Pipe& fill,
                                       const WorkUnit& u, const TileCoord& tc, uint32_t wg_thread,
