@@ -130,12 +130,19 @@ def off_line_tile(m: int, n: int, batch: int, tiles: tuple[catalog.TileShape, ..
     return wide if count >= OFF_LINE_MIN_WAVE * num_sms else None
 
 
+# Pairs along M over an odd count of M tiles leave the last pair's second CTA computing past
+# M; from this many M tiles that padding is a small share of the work (pair_along_m).
+PAIR_MIN_ODD_TILES_M = 16
+
+
 def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
                  off_line: tuple[bool, bool] = (False, False)) -> bool:
     """Whether a product of `count` tiles, `tiles_m` of them along M, runs in 2-CTA clusters
-    along M (b multicast to the pair). It needs two M tiles; then: where b's rows start off
-    the L2 line, always; where a's alone do, never; else with two waves of tiles or more, or
-    in a single wave over a K of 64 k-blocks or more (long_k) that pairs its M tiles evenly.
+    along M (b multicast to the pair). It needs two M tiles, and an odd count of them only
+    where the padded pairs still fit one wave (the padding runs on SMs that would idle) or
+    there are PAIR_MIN_ODD_TILES_M of them; then: where b's rows start off the L2 line, always;
+    where a's alone do, never; else with two waves of tiles or more, or in a single wave over
+    a K of 64 k-blocks or more (long_k) that pairs its M tiles evenly.
 
     NOTES: the multicast halves B's L2->SM traffic. The pair gained 3-33% in a single wave
     over a K of 64 k-blocks or more (768x4096x4096 on 128x192 tiles 509 vs 430 TFLOP/s,
@@ -157,6 +164,9 @@ def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
     8192 1.14, 1078 x 3072 x 14336 1.00)."""
     a_off, b_off = off_line
     if tiles_m < 2 or (a_off and not b_off):
+        return False
+    padded = count // tiles_m * (tiles_m + 1)
+    if tiles_m % 2 and padded > num_sms and tiles_m < PAIR_MIN_ODD_TILES_M:
         return False
     if b_off:
         return True
