@@ -180,11 +180,15 @@ def test_heuristic_off_line_rule(m, n, k, off_line_rule):
 @pytest.mark.parametrize("tiles_m,count,long_k,off_line,paired", [
     (1, 100, True, B_OFF, False),            # one M tile: nothing to pair
     (12, 96, False, B_OFF, True),            # b's rows off the line: always paired
-    (7, 300, True, B_OFF, True),
+    (7, 300, True, B_OFF, True),             # ... an odd count of M tiles where the padding
+    (15, 240, True, B_OFF, True),            #     adds no wave (3 and 2 waves either way)
+    (5, 120, True, B_OFF, False),            # ... but not where it does (144 padded)
     (6, 120, True, A_OFF, False),            # a's alone off: never
     (20, 300, True, A_OFF, False),
     (6, 120, True, BOTH_OFF, True),          # both: b's rule
     (8, 300, False, (False, False), True),   # two waves or more
+    (7, 336, False, (False, False), False),  # ... an odd count of M tiles: the last pair half empty
+    (17, 340, False, (False, False), True),  # ... unless there are 16 or more
     (8, 200, True, (False, False), False),   # between one and two waves
     (8, 120, True, (False, False), True),    # one wave over a long K, M tiles in pairs
     (7, 112, True, (False, False), False),   # ... an odd count of them: the last pair half empty
@@ -205,6 +209,15 @@ def test_heuristic_pairs_along_m_by_the_operands_pitches():
     assert choose_config(733, 2560, 10000).cluster_m == 2
     odd = choose_config(840, 4096, 28672)
     assert (odd.block_n, odd.cluster_m) == (256, 1)
+
+
+def test_heuristic_pairs_odd_m_tiles_by_the_waves():
+    """Odd counts of M tiles as measured (H200, 2026-11-28): unpaired over two waves or more
+    with b's rows on the line, and with them off where the pairs' padding adds a wave; paired
+    with b's rows off where it does not."""
+    assert choose_config(326, 28672, 1536).cluster_m == 1       # 3 M tiles, 336 tiles
+    assert choose_config(559, 3000, 3072, off_line=B_OFF).cluster_m == 1   # 120 -> 144 padded
+    assert choose_config(1834, 3000, 16384, off_line=B_OFF).cluster_m == 2  # 240 -> 256
 
 
 def test_default_config_judges_the_call_s_own_pitches(monkeypatch, tmp_path):

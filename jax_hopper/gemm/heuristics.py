@@ -135,14 +135,18 @@ def off_line_tile(m: int, n: int, batch: int, tiles: tuple[catalog.TileShape, ..
 PAIR_MIN_ODD_TILES_M = 16
 
 
+def _waves(tiles: int, num_sms: int) -> int:
+    return -(-tiles // num_sms)
+
+
 def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
                  off_line: tuple[bool, bool] = (False, False)) -> bool:
     """Whether a product of `count` tiles, `tiles_m` of them along M, runs in 2-CTA clusters
-    along M (b multicast to the pair). It needs two M tiles, and an odd count of them only
-    where the padded pairs still fit one wave (the padding runs on SMs that would idle) or
-    there are PAIR_MIN_ODD_TILES_M of them; then: where b's rows start off the L2 line, always;
-    where a's alone do, never; else with two waves of tiles or more, or in a single wave over
-    a K of 64 k-blocks or more (long_k) that pairs its M tiles evenly.
+    along M (b multicast to the pair). It needs two M tiles; then: where b's rows start off
+    the L2 line, unless the pairs' padding (an odd count of M tiles: the last pair's second CTA
+    past M) adds a wave; where a's alone do, never; else with two waves of tiles or more (an
+    odd count of M tiles only from PAIR_MIN_ODD_TILES_M), or in a single wave over a K of 64
+    k-blocks or more (long_k) that pairs its M tiles evenly.
 
     NOTES: the multicast halves B's L2->SM traffic. The pair gained 3-33% in a single wave
     over a K of 64 k-blocks or more (768x4096x4096 on 128x192 tiles 509 vs 430 TFLOP/s,
@@ -161,16 +165,28 @@ def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
     x 11008); a's alone off 1.01-1.10x on five (1182 x 2048 x 4504, 1439 x 6144 x 10728, 3700 x
     5120 x 9096, 5683 x 2048 x 5856, 733 x 2560 x 10000), 0.996x on 1342 x 8192 x 4296; an odd
     count of M tiles in one wave 1.00-1.83x on six (342 x 5120 x 4096 1.83 and 1.67, 376 x 6144 x
-    8192 1.14, 1078 x 3072 x 14336 1.00)."""
+    8192 1.14, 1078 x 3072 x 14336 1.00).
+    Odd counts of M tiles (H200, 2026-11-28, ab_h200_20261128_pair_odd.json: every such pair
+    left unpaired where the padded pairs overran one wave and there were fewer than 16 M tiles,
+    against pairing them, one process, 5 reps, device time; the first three shapes from the
+    tuner, tune_h200_20261128_midm.json, the other ten drawn after): two waves or more with
+    b's rows on the line, unpaired 0.99-1.32x on 7 (326 x 28672 x 1536 1.32, 832 x 28672 x
+    1536 1.13, 1055 x 14336 x 2560 1.13, 857 x 11008 x 3072 1.08, 778 x 12288 x 1536 0.99);
+    b's rows off, unpaired 1.03-1.48x where the padding adds a wave (559 x 3000 x 3072 1.48:
+    120 tiles, 144 padded; 1595 x 10000 x 1000 1.06, 1392 x 6000 x 5000 1.03) but 0.72x / 0.95x
+    where it does not (1834 x 3000 x 16384: 15 M tiles over 256 k-blocks; 771 x 5000 x 1000),
+    and 1.12x on 811 x 6000 x 4096 (224 tiles, 256 padded), which the rule leaves paired: the
+    rule was set from these 13 shapes, not yet tried on others."""
     a_off, b_off = off_line
     if tiles_m < 2 or (a_off and not b_off):
         return False
-    padded = count // tiles_m * (tiles_m + 1)
-    if tiles_m % 2 and padded > num_sms and tiles_m < PAIR_MIN_ODD_TILES_M:
-        return False
+    odd = tiles_m % 2 == 1
     if b_off:
-        return True
-    return count >= 2 * num_sms or (count <= num_sms and long_k and tiles_m % 2 == 0)
+        padded = count // tiles_m * (tiles_m + 1)
+        return not odd or _waves(padded, num_sms) == _waves(count, num_sms)
+    if odd and tiles_m < PAIR_MIN_ODD_TILES_M:
+        return False
+    return count >= 2 * num_sms or (count <= num_sms and long_k and not odd)
 
 
 def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_NUM_SMS,
