@@ -183,6 +183,7 @@ def test_heuristic_off_line_rule(m, n, k, off_line_rule):
     (7, 300, True, B_OFF, True),             # ... an odd count of M tiles where the padding
     (15, 240, True, B_OFF, True),            #     adds no wave (3 and 2 waves either way)
     (5, 120, True, B_OFF, False),            # ... but not where it does (144 padded)
+    (17, 255, True, B_OFF, True),            # ... from 16 M tiles the padding does not count
     (6, 120, True, A_OFF, False),            # a's alone off: never
     (20, 300, True, A_OFF, False),
     (6, 120, True, BOTH_OFF, True),          # both: b's rule

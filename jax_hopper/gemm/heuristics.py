@@ -142,11 +142,11 @@ def _waves(tiles: int, num_sms: int) -> int:
 def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
                  off_line: tuple[bool, bool] = (False, False)) -> bool:
     """Whether a product of `count` tiles, `tiles_m` of them along M, runs in 2-CTA clusters
-    along M (b multicast to the pair). It needs two M tiles; then: where b's rows start off
-    the L2 line, unless the pairs' padding (an odd count of M tiles: the last pair's second CTA
-    past M) adds a wave; where a's alone do, never; else with two waves of tiles or more (an
-    odd count of M tiles only from PAIR_MIN_ODD_TILES_M), or in a single wave over a K of 64
-    k-blocks or more (long_k) that pairs its M tiles evenly.
+    along M (b multicast to the pair). It needs two M tiles; an odd count of fewer than
+    PAIR_MIN_ODD_TILES_M leaves the last pair's second CTA computing past M, a padding that
+    counts. Then: where b's rows start off the L2 line, unless that padding adds a wave; where
+    a's alone do, never; else, without such padding, with two waves of tiles or more, or in a
+    single wave over a K of 64 k-blocks or more (long_k) that pairs its M tiles evenly.
 
     NOTES: the multicast halves B's L2->SM traffic. The pair gained 3-33% in a single wave
     over a K of 64 k-blocks or more (768x4096x4096 on 128x192 tiles 509 vs 430 TFLOP/s,
@@ -180,13 +180,13 @@ def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
     a_off, b_off = off_line
     if tiles_m < 2 or (a_off and not b_off):
         return False
-    odd = tiles_m % 2 == 1
+    odd = tiles_m % 2 == 1 and tiles_m < PAIR_MIN_ODD_TILES_M  # a padding that counts
     if b_off:
         padded = count // tiles_m * (tiles_m + 1)
         return not odd or _waves(padded, num_sms) == _waves(count, num_sms)
-    if odd and tiles_m < PAIR_MIN_ODD_TILES_M:
+    if odd:
         return False
-    return count >= 2 * num_sms or (count <= num_sms and long_k and not odd)
+    return count >= 2 * num_sms or (count <= num_sms and long_k and tiles_m % 2 == 0)
 
 
 def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_NUM_SMS,
