@@ -1,7 +1,8 @@
 """fp8 GEMMs side by side in one process: hopper_fp8_matmul against XLA.
 
     python benchmarks/bench_fp8.py [--scaling tensor|block] [--shapes MxNxK ... | --random N]
-                                   [--sweep] [--configs JSON] [--out-dir DIR] [--tag TAG]
+                                   [--sweep] [--configs JSON] [--device-time]
+                                   [--out-dir DIR] [--tag TAG]
 
 Operands are random-normal, quantized once to float8_e4m3fn, a as (M, K) and b as (N, K) (both
 K-major, the layout fp8 wgmma reads); bf16 output. --scaling tensor (per-tensor scales):
@@ -33,10 +34,13 @@ block of b):
 --random N draws about N shapes no issue lists (timing.random_shapes: M 1-8192, N and K from
 model widths, a quarter of them not multiples of 64) and summarises hopper over its peer by M class.
 Rotating input sets larger than L2 (scales rotate with their operands), medians of interleaved
-runs (jax_hopper.timing). The floor is max(FLOPs at the H100's dense fp8 peak, 1979 TFLOP/s;
-operand and output bytes at 3.0 TB/s). Writes fp8_<tag>.json (fp8_block_<tag>.json), rewritten
-after every shape ("complete": false until the last); exit status 1 when a checked variant's
-result is wrong (each printed as it is found). Writes fp8_kn_<tag>.json with --b-layout kn.
+runs (jax_hopper.timing); --device-time adds each variant's device time per call from one
+profiler trace (timing.device_times: chained short calls are bound by the host) and the
+default's ratio over the best peer by it ("dev h/p"). The floor is max(FLOPs at the H100's
+dense fp8 peak, 1979 TFLOP/s; operand and output bytes at 3.0 TB/s). Writes fp8_<tag>.json
+(fp8_block_<tag>.json), rewritten after every shape ("complete": false until the last); exit
+status 1 when a checked variant's result is wrong (each printed as it is found). Writes
+fp8_kn_<tag>.json with --b-layout kn.
 """
 
 from __future__ import annotations
@@ -196,7 +200,7 @@ def sweep_configs(scaling):
             for t in fam.tiles for cm, cn in fam.clusters}
 
 
-def bench_shape(key, m, n, k, reps, configs, scaling):
+def bench_shape(key, m, n, k, reps, configs, scaling, device_time=False):
     n_calls, _ = timing.call_plan(m, n, k)
     n_sets = min(n_calls, timing.n_sets_for(m * k + n * k))
     sets = fp8_sets(key, m, n, k, n_sets, scaling)
@@ -205,6 +209,9 @@ def bench_shape(key, m, n, k, reps, configs, scaling):
     fns = {"block": block_variants, "tensor": tensor_variants, "kn": kn_variants}[scaling](configs)
     runs = {name: (timing.chained(f), pairs) for name, f in fns.items()}
     timed = timing.time_interleaved(runs, reps)
+    # Every variant that ran, on the device too: one trace, the variants in shuffled rounds.
+    ran = {name: runs[name] for name, r in timed.items() if not isinstance(r, Exception)}
+    device_s = (timing.device_times(ran, reps) if device_time and ran else None) or {}
     rows = {}
     for name, r in timed.items():
         if isinstance(r, Exception):
@@ -212,6 +219,8 @@ def bench_shape(key, m, n, k, reps, configs, scaling):
             continue
         rows[name] = dict(us=r["median_s"] * 1e6, tflops=timing.tflops(m, n, k, r["median_s"]),
                           floor_pct=100 * floor_s(m, n, k) / r["median_s"])
+        if name in device_s:
+            rows[name]["device_us"] = device_s[name] * 1e6
         if name not in UNCHECKED:
             err = float(timing.rel_fro_error(r["out"], ref))
             rows[name].update(rel_err=err, wrong=not err <= ERR_LIMIT)
@@ -219,17 +228,26 @@ def bench_shape(key, m, n, k, reps, configs, scaling):
     best_cfg = min((n for n in ok if n.startswith("cfg ")), key=lambda n: ok[n]["us"],
                    default=None)
     peer = min((n for n in PEERS[scaling] if n in ok), key=lambda n: ok[n]["us"], default=None)
+    peer_device = min((n for n in PEERS[scaling] if "device_us" in ok.get(n, {})),
+                      key=lambda n: ok[n]["device_us"], default=None)
     return dict(shape=[m, n, k], floor_us=floor_s(m, n, k) * 1e6, variants=rows,
-                best_config=best_cfg, peer_best=peer)
+                best_config=best_cfg, peer_best=peer, peer_best_device=peer_device)
 
 
-def hopper_over_peer(r):
-    """The default config's speed over the best peer's in a bench_shape row (None where either
-    failed or is wrong)."""
+def hopper_over_peer(r, clock="us"):
+    """The default config's speed over the best peer's in a bench_shape row, by the chained
+    time (clock "us") or the device time ("device_us"); None where either failed, is wrong or
+    has no such time."""
     v = r["variants"]
-    if r["peer_best"] is None or "us" not in v.get("hopper", {}) or v["hopper"].get("wrong"):
+    peer = r["peer_best"] if clock == "us" else r.get("peer_best_device")
+    hopper = v.get("hopper", {})
+    if peer is None or clock not in hopper or hopper.get("wrong"):
         return None
-    return v[r["peer_best"]]["us"] / v["hopper"]["us"]
+    return v[peer][clock] / hopper[clock]
+
+
+def hopper_over_peer_device(r):
+    return hopper_over_peer(r, "device_us")
 
 
 def main():
@@ -246,6 +264,9 @@ def main():
                         help='JSON list of GemmConfig field dicts timed beside the default, e.g. '
                              '\'[{"block_n": 64, "block_k": 128, "stages": 8, "swap_ab": true}]\'')
     parser.add_argument("--scaling", choices=("tensor", "block"), default="tensor")
+    parser.add_argument("--device-time", action="store_true",
+                        help="also each variant's device time per call, from one profiler trace "
+                             "(timing.device_times), and the default over the best peer by it")
     parser.add_argument("--b-layout", choices=("nk", "kn"), default="nk",
                         help="kn: b stored (K, N) in bf16, per-tensor scaling (module docstring)")
     args = parser.parse_args()
@@ -266,7 +287,7 @@ def main():
     hdr = (f"{'M x N x K':>20s} {'floor us':>9s} {'hopper':>8s} {'best cfg':>9s} {peer:>8s} "
            f"{'hop/peer':>9s} {'hop %floor':>10s}" + ("  hop/tensor" if block else "") +
            ("  fp8 kn" if args.scaling == "kn" else "") +
-           "  (TFLOP/s)")
+           ("  dev h/p" if args.device_time else "") + "  (TFLOP/s)")
     print(hdr, flush=True)
     env = dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
                date=datetime.date.today().isoformat(), argv=sys.argv[1:])
@@ -275,7 +296,8 @@ def main():
     path = os.path.join(args.out_dir, f"fp8_{prefix}{args.tag}.json")
     wrong = []
     for i, (m, n, k) in enumerate(args.shapes):
-        r = bench_shape(jax.random.fold_in(key, i), m, n, k, args.reps, configs, args.scaling)
+        r = bench_shape(jax.random.fold_in(key, i), m, n, k, args.reps, configs, args.scaling,
+                        args.device_time)
         results.append(r)
         v = r["variants"]
         wrong += wrong_variants(r)
@@ -290,13 +312,20 @@ def main():
               f"{v['hopper'].get('floor_pct', float('nan')):9.0f}%" +
               (f"  {hop / tf('hopper_tensor'):9.2f}x" if block else "") +
               (f"  {tf('hopper_fp8_kn') / tf('xla_fp8_kn'):5.2f}x" if args.scaling == "kn"
+               else "") +
+              (f"  {hopper_over_peer_device(r) or float('nan'):6.2f}x" if args.device_time
                else ""), flush=True)
-    classes = timing.class_summary(results, hopper_over_peer) if args.random else {}
-    for name, c in classes.items():
-        print(f"hopper / {peer}, {name}: geomean {c['geomean']:.3f} over {c['n_shapes']} shapes, "
-              f"{c['min']:.2f}-{c['max']:.2f}", flush=True)
-    timing.write_run_json(path, complete=True, environment=env, results=results,
-                          m_class_summary=classes)
+    summaries = {}
+    if args.random:
+        summaries["m_class_summary"] = timing.class_summary(results, hopper_over_peer)
+        if args.device_time:
+            summaries["m_class_summary_device"] = timing.class_summary(results,
+                                                                       hopper_over_peer_device)
+    for key_, label in (("m_class_summary", ""), ("m_class_summary_device", " (device time)")):
+        for name, c in summaries.get(key_, {}).items():
+            print(f"hopper / {peer}{label}, {name}: geomean {c['geomean']:.3f} over "
+                  f"{c['n_shapes']} shapes, {c['min']:.2f}-{c['max']:.2f}", flush=True)
+    timing.write_run_json(path, complete=True, environment=env, results=results, **summaries)
     print(f"wrote {path}" + (f"; {len(wrong)} wrong results (WRONG RESULT above)" if wrong else ""))
     return 1 if wrong else 0
 

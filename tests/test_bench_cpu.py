@@ -242,6 +242,22 @@ def test_fp8_ratio_is_the_default_over_the_best_peer_and_none_when_unusable():
     assert bench_fp8.hopper_over_peer(row(dict(us=20.0), peer=None)) is None
 
 
+def test_fp8_device_ratio_takes_the_best_peer_by_device_time():
+    """--device-time: the default over the peer fastest on the device, which may be another
+    than the fastest chained; None where the trace gave no device time (a CPU)."""
+    import bench_fp8  # noqa: PLC0415 (imports jax_hopper)
+
+    r = dict(shape=[8, 64, 64], peer_best="xla_fp8_dot", peer_best_device="xla_fp8_dequant",
+             variants={"hopper": dict(us=20.0, device_us=6.0),
+                       "xla_fp8_dot": dict(us=30.0, device_us=9.0),
+                       "xla_fp8_dequant": dict(us=31.0, device_us=7.5)})
+    assert bench_fp8.hopper_over_peer(r) == pytest.approx(1.5)
+    assert bench_fp8.hopper_over_peer_device(r) == pytest.approx(1.25)
+    del r["variants"]["hopper"]["device_us"]
+    assert bench_fp8.hopper_over_peer_device(r) is None
+    assert bench_fp8.hopper_over_peer_device(dict(r, peer_best_device=None)) is None
+
+
 def test_fp8_json_is_written_per_shape_and_wrong_results_are_named(tmp_path, capsys):
     import bench_fp8  # noqa: PLC0415
 
