@@ -259,7 +259,7 @@ _SS_PROMOTED_SWAPPED = _SS_PROMOTED.replace("BlockScaling>", "SwappedBlockScalin
 # Tried: pieces of 16 k-blocks at least instead of the family's 8 (as the probe streamed best):
 # 0.79-1.05x the device time on 8 bf16 short calls, geomean 0.915 (fewer CTAs where K is short;
 # ab_h200_20261128_lean_pieces.json); forced on the long streams it gained 1.05x on 4096 x 4096
-# weights and lost on 14336 x 4096 ones, still 1.13-1.20x XLA's time: not kept.
+# weights and lost on 14336 x 4096 ones, still 1.13-1.43x XLA's time: not kept.
 SWAP_TILES = (TileShape(128, 16, 64, 10), TileShape(128, 32, 64, 9), TileShape(128, 64, 64, 8),
               TileShape(128, 16, 64, 4, ctas_per_sm=2), TileShape(128, 32, 64, 3, ctas_per_sm=2),
               TileShape(64, 16, 64, 5, "lean", ctas_per_sm=4))
