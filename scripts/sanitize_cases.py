@@ -248,8 +248,7 @@ def fp8_groups(quick: bool) -> list[list[GemmCase]]:
     groups.append([GemmCase(1, 4096, 4096, tile=lean8[0], out_dtype="bfloat16", **fp8),
                    GemmCase(29, 392, 1032, dtype="float8_e5m2", b_dtype="float8_e4m3fn",
                             tile=lean8[0], transpose_b=True, out_dtype="float32", bias=True,
-                            residual=True,
-                            scales=(0.5, 0.25))])
+                            residual=True, scales=(0.5, 0.25))])
     # Swapped block scales (fp8_block_swap): every token tile, partial scale blocks of N and K,
     # the transposed epilogue, a split weight stream.
     bswap = catalog.FAMILIES["fp8_block_swap"].tiles

@@ -135,10 +135,6 @@ def off_line_tile(m: int, n: int, batch: int, tiles: tuple[catalog.TileShape, ..
 PAIR_MIN_ODD_TILES_M = 16
 
 
-def _waves(tiles: int, num_sms: int) -> int:
-    return -(-tiles // num_sms)
-
-
 def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
                  off_line: tuple[bool, bool] = (False, False)) -> bool:
     """Whether a product of `count` tiles, `tiles_m` of them along M, runs in 2-CTA clusters
@@ -183,7 +179,7 @@ def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
     odd = tiles_m % 2 == 1 and tiles_m < PAIR_MIN_ODD_TILES_M  # a padding that counts
     if b_off:
         padded = count // tiles_m * (tiles_m + 1)
-        return not odd or _waves(padded, num_sms) == _waves(count, num_sms)
+        return not odd or math.ceil(padded / num_sms) == math.ceil(count / num_sms)
     if odd:
         return False
     return count >= 2 * num_sms or (count <= num_sms and long_k and tiles_m % 2 == 0)
