@@ -4,7 +4,9 @@
     PYTHONPATH=DIR python benchmarks/bench_ab.py [--reps 7] [--out-dir D] [--tag T]
 
 Cases: every shape of bench_gemm.py (bf16 hopper_matmul, default config; or --shapes), every
-case of bench_epilogue.py (the fused call; or --epilogue-cases), the bench_grouped.py cases
+case of bench_epilogue.py (the fused call; or --epilogue-cases), the gated units named by
+--glu-cases (hopper_glu of a bf16 (M, K) and a (K, N) weight, N its gate's and up's columns,
+against swiglu on jnp.dot), the bench_grouped.py cases
 named by --grouped-cases (hopper_ragged_dot against jax.lax.ragged_dot, uniform routing), the
 same on e4m3 copies named by --grouped-fp8-cases (hopper_ragged_fp8_dot per tensor against
 jax.lax.ragged_dot on the same fp8 operands), the fp8 shapes named by --fp8-cases
@@ -50,7 +52,7 @@ import jax_hopper_base  # noqa: E402  (scripts/install_baseline.sh)
 ERR_LIMIT = 1e-2
 
 
-def cases(shapes, epilogue_cases):
+def cases(shapes, epilogue_cases, glu_shapes=()):
     """name -> (shape, {variant: f(a, b)}, reference(a, b))."""
     out = {}
     dot32 = lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32)  # noqa: E731
@@ -58,6 +60,13 @@ def cases(shapes, epilogue_cases):
         out[bench_gemm.shape_name(shape)] = (shape, {
             "xla": jnp.dot, "base": jax_hopper_base.hopper_matmul,
             "new": jax_hopper.hopper_matmul}, dot32)
+    # The gated unit: b (K, 2F) is the gate's F columns, then the up projection's.
+    glu = lambda jh: lambda a, b: jh.hopper_glu(a, b.reshape(b.shape[0], 2, -1))  # noqa: E731
+    for shape in glu_shapes:
+        out[f"glu_{bench_gemm.shape_name(shape)}"] = (shape, {
+            "xla": lambda a, b: bench_epilogue.swiglu(jnp.dot(a, b), None),
+            "base": glu(jax_hopper_base), "new": glu(jax_hopper)},
+            lambda a, b: bench_epilogue.swiglu(dot32(a, b), None))
     key = jax.random.key(1)
     for i, name in enumerate(epilogue_cases):
         shape, epilogue, fused = bench_epilogue.CASES[name]
@@ -162,6 +171,9 @@ def main():
                         default=bench_gemm.DEFAULT_SHAPES, help="MxNxK of the plain GEMMs")
     parser.add_argument("--epilogue-cases", nargs="*", default=list(bench_epilogue.CASES),
                         choices=list(bench_epilogue.CASES))
+    parser.add_argument("--glu-cases", nargs="*", type=bench_gemm.parse_shape, default=[],
+                        help="MxNxK of hopper_glu products (N: the gate's and up's columns "
+                             "together), against swiglu on jnp.dot")
     parser.add_argument("--grouped-cases", nargs="*", default=[],
                         choices=list(bench_grouped.CASES))
     parser.add_argument("--grouped-fp8-cases", nargs="*", default=[],
@@ -181,7 +193,7 @@ def main():
     key = jax.random.key(0)
     rows, wrong = [], False
     plans = []
-    dense = cases(args.shapes, args.epilogue_cases)
+    dense = cases(args.shapes, args.epilogue_cases, args.glu_cases)
     for i, (name, (shape, variants, reference)) in enumerate(dense.items()):
         m, n, k = shape
         n_calls, n_sets = timing.call_plan(m, n, k)

@@ -133,19 +133,22 @@ def test_heuristic_pingpong_for_one_partial_wave(m, n, tiles128, pingpong):
         assert choose_config(m, n // 2, 8192, batch=2, pingpong=True).schedule == "pingpong"
 
 
-def test_rows_off_l2_line_asks_for_each_operand_whether_its_rows_start_off_it():
+def test_rows_off_l2_line_asks_for_each_operand_how_far_its_rows_start_off_it():
     """a (M, K) @ b (K, N): a's rows are K elements long, b's N; a transposed operand's rows
-    are its other dimension; a pitch the lowering pads is judged padded."""
+    are its other dimension; a pitch the lowering pads is judged padded. The bytes past whole
+    lines: 0 on the line."""
     off = pitch.rows_off_l2_line
-    assert off("bfloat16", False, True, 1000, 3000, 4104) == (True, True)  # 8208, 6000 bytes
-    assert off("bfloat16", False, True, 1000, 3072, 4104) == (True, False)  # b's 6144: 48 lines
-    assert off("bfloat16", False, True, 1000, 3000, 4096) == (False, True)  # a's 8192
-    assert off("bfloat16", True, False, 1000, 3000, 4104) == (True, True)   # a (K, M), b (N, K)
-    assert off("bfloat16", True, True, 1024, 3000, 4104) == (False, True)   # a (K, M): 2048
+    assert off("bfloat16", False, True, 1000, 3000, 4104) == (16, 112)  # 8208, 6000 bytes
+    assert off("bfloat16", False, True, 1000, 3072, 4104) == (16, 0)  # b's 6144: 48 lines
+    assert off("bfloat16", False, True, 1000, 3000, 4096) == (0, 112)  # a's 8192
+    assert off("bfloat16", True, False, 1000, 3000, 4104) == (80, 16)   # a (K, M), b (N, K)
+    assert off("bfloat16", True, True, 1024, 3000, 4104) == (0, 112)   # a (K, M): 2048
     # 4090 bf16 elements are padded to 4096 (8192 bytes, whole lines); float32 b has 12000.
-    assert off("bfloat16", False, True, 1000, 3072, 4090) == (False, False)
-    assert off("bfloat16", False, True, 1000, 3000, 4104, "float32") == (True, True)
-    assert off("float8_e4m3fn", False, False, 1000, 3000, 4224) == (False, False)  # 33 lines
+    assert off("bfloat16", False, True, 1000, 3072, 4090) == (0, 0)
+    assert off("bfloat16", False, True, 1000, 3000, 4104, "float32") == (16, 96)
+    assert off("float8_e4m3fn", False, False, 1000, 3000, 4224) == (0, 0)  # 33 lines
+    # 1500 bf16 elements are padded to 1504: 3008 bytes, 64 past 23 lines (on a sector)
+    assert off("bfloat16", False, True, 1000, 1500, 4096) == (0, 64)
 
 
 BOTH_OFF, A_OFF, B_OFF = (True, True), (True, False), (False, True)
@@ -158,7 +161,7 @@ BOTH_OFF, A_OFF, B_OFF = (True, True), (True, False), (False, True)
 def test_heuristic_off_line_rule(m, n, k, off_line_rule):
     """With both operands' rows off the L2 line: 128 x 256 in 2-CTA clusters from 40% of a
     wave of its tiles (matmul only); fewer tiles keep the other rules' tile, paired along M as
-    b's rows off the line ask (pair_along_m), as do other families."""
+    b's rows off the line ask (pair_along_m), as do other families' tiles."""
     off, aligned = (choose_config(m, n, k, off_line=flag) for flag in (BOTH_OFF, (False,) * 2))
     if off_line_rule:
         assert (off.block_m, off.block_n, off.cluster_m, off.schedule) == \
@@ -166,8 +169,11 @@ def test_heuristic_off_line_rule(m, n, k, off_line_rule):
     else:
         assert off == choose_config(m, n, k, off_line=B_OFF)
         assert (off.block_m, off.block_n) == (aligned.block_m, aligned.block_n)
-    glu = heuristic_config("glu", False, 1, m, n, k, off_line=BOTH_OFF)
-    assert glu == heuristic_config("glu", False, 1, m, n, k)
+    # The gated family has no off_line_tile: its tile is the aligned one, only paired per b.
+    glu, glu_aligned = (heuristic_config("glu", False, 1, m, n, k, off_line=flag)
+                        for flag in (BOTH_OFF, (0, 0)))
+    assert (glu.block_m, glu.block_n, glu.schedule, glu.stream_k) == \
+        (glu_aligned.block_m, glu_aligned.block_n, glu_aligned.schedule, glu_aligned.stream_k)
     matmul = heuristic_config("matmul", False, 1, m, n, k, off_line=BOTH_OFF)
     # A narrow weight past SWAP_MAX_M rows runs swapped instead (swap_for_narrow_weight).
     narrow = m > SWAP_MAX_M and swap_for_narrow_weight(off, 1, m, n, k, DEFAULT_NUM_SMS)
@@ -180,9 +186,12 @@ def test_heuristic_off_line_rule(m, n, k, off_line_rule):
 @pytest.mark.parametrize("tiles_m,count,long_k,off_line,paired", [
     (1, 100, True, B_OFF, False),            # one M tile: nothing to pair
     (12, 96, False, B_OFF, True),            # b's rows off the line: always paired
-    (7, 300, True, B_OFF, True),             # ... an odd count of M tiles where the padding
-    (15, 240, True, B_OFF, True),            #     adds no wave (3 and 2 waves either way)
-    (5, 120, True, B_OFF, False),            # ... but not where it does (144 padded)
+    (7, 300, True, B_OFF, True),             # ... an odd count of M tiles past one wave
+    (15, 240, True, B_OFF, True),
+    (5, 120, True, B_OFF, False),            # ... but not where it pushes one wave into two
+    (13, 260, True, B_OFF, True),            #     (144 padded); past one wave stream-K spreads it
+    (13, 260, True, (0, 32), False),         # ... with the rows on a sector: as on the line
+    (12, 96, False, (0, 32), True),          #     (an even count: as off it)
     (17, 255, True, B_OFF, True),            # ... from 16 M tiles the padding does not count
     (6, 120, True, A_OFF, False),            # a's alone off: never
     (20, 300, True, A_OFF, False),
@@ -212,13 +221,21 @@ def test_heuristic_pairs_along_m_by_the_operands_pitches():
     assert (odd.block_n, odd.cluster_m) == (256, 1)
 
 
-def test_heuristic_pairs_odd_m_tiles_by_the_waves():
-    """Odd counts of M tiles as measured (H200, 2026-11-28): unpaired over two waves or more
-    with b's rows on the line, and with them off where the pairs' padding adds a wave; paired
-    with b's rows off where it does not."""
-    assert choose_config(326, 28672, 1536).cluster_m == 1       # 3 M tiles, 336 tiles
-    assert choose_config(559, 3000, 3072, off_line=B_OFF).cluster_m == 1   # 120 -> 144 padded
-    assert choose_config(1834, 3000, 16384, off_line=B_OFF).cluster_m == 2  # 240 -> 256
+@pytest.mark.parametrize("m,n,k,paired", [
+    (326, 28672, 1536, False),   # b's rows on the line: 3 M tiles, 336 tiles
+    (559, 3000, 3072, False),    # 6000 bytes, off a sector: 120 tiles -> 144 padded, two waves
+    (1834, 3000, 16384, True),   # ... 240 -> 256
+    (1576, 5000, 14336, True),   # 10000 bytes, off a sector: 260 -> 280
+    (1652, 10000, 14336, False),  # 20000 bytes, on a sector: as on the line
+    (811, 6000, 4096, False),    # 12000 bytes, on a sector
+])
+def test_heuristic_pairs_odd_m_tiles_by_the_pitch_and_the_waves(m, n, k, paired):
+    """Odd counts of M tiles as measured (H200, 2026-11-28) on a (M, K) @ b (K, N): unpaired
+    where b's rows start on the L2 line or on a sector boundary; with them off a sector,
+    paired unless the pairs' padding pushes a single wave into a second."""
+    off = pitch.rows_off_l2_line("bfloat16", False, True, m, n, k)
+    assert off[0] == 0
+    assert (choose_config(m, n, k, off_line=off).cluster_m == 2) == paired
 
 
 def test_default_config_judges_the_call_s_own_pitches(monkeypatch, tmp_path):

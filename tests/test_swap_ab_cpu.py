@@ -159,14 +159,15 @@ def test_swap_token_tile(m, n, k, token_tile):
 
 @pytest.mark.parametrize("batch,m,n,k,lean", [
     (1, 1, 1024, 4096, True), (1, 32, 2048, 2048, True), (1, 16, 256, 64, True),
-    (1, 33, 2048, 2048, False),   # three token tiles of 16: not measured
+    (1, 33, 2048, 2048, False),   # three token tiles of 16: 25.2 MB streamed
+    (1, 64, 1024, 2048, True),    # four: 16.8 MB
     (1, 1, 4096, 4096, False),    # a 33.5 MB weight streams faster on the one-CTA tiles
     (1, 28, 4096, 1792, False),   # 14.7 MB, twice: two token tiles
     (3, 8, 2048, 2048, False),    # a batch's weights count together
     (1, 16, 2048, 4096, True),    # 16.8 MB in one token tile
 ])
 def test_lean_tile_for_a_short_call(batch, m, n, k, lean):
-    """A bf16 product of at most LEAN_MAX_M rows whose 16-token tiles stream at most
+    """A bf16 product of at most SWAP_MAX_M rows whose 16-token tiles stream at most
     LEAN_MAX_STREAM_BYTES of weight runs on the lean tile (one self-fed warpgroup, four CTAs to
     an SM); fp8 per tensor too."""
     cfg = heuristics.heuristic_config("matmul", False, batch, m, n, k)

@@ -68,13 +68,14 @@ LEAN_TILES = [t for t in catalog.SWAP_TILES if t.schedule == "lean"]
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (16, 1000, 1032), (29, 14336, 2056),
-                                   (7, 136, 72), (32, 40960, 264), (3, 1024, 10000)])
+                                   (7, 136, 72), (32, 40960, 264), (3, 1024, 10000),
+                                   (57, 1544, 1032)])
 @pytest.mark.parametrize("tile", LEAN_TILES, ids=lambda t: t.tag)
 def test_lean_tiles(rng, tile, m, n, k):
     """The lean schedule's CTAs (one warpgroup that loads its own k-blocks, 64 weight columns,
     four to an SM): split in equal pieces, whole tiles over a wave (640 tiles: several units
     per CTA through one ring), k-blocks of zeros past K (157 padded), every epilogue term;
-    up to two token tiles (29 and 32 rows), as the heuristic gives it (LEAN_MAX_M)."""
+    up to four token tiles (57 rows), as the heuristic gives it (lean_swap_tile)."""
     cfg = _swap(tile)
     if (m, n, k) == (1, 4096, 4096):  # 64 weight tiles split over four CTAs to an SM
         plan = cfg.plan(cfg.kernel("matmul", "bfloat16", False, True), 1, m, n, k,

@@ -136,13 +136,16 @@ PAIR_MIN_ODD_TILES_M = 16
 
 
 def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
-                 off_line: tuple[bool, bool] = (False, False)) -> bool:
+                 off_line: tuple[int, int] = (0, 0)) -> bool:
     """Whether a product of `count` tiles, `tiles_m` of them along M, runs in 2-CTA clusters
     along M (b multicast to the pair). It needs two M tiles; an odd count of fewer than
     PAIR_MIN_ODD_TILES_M leaves the last pair's second CTA computing past M, a padding that
-    counts. Then: where b's rows start off the L2 line, unless that padding adds a wave; where
-    a's alone do, never; else, without such padding, with two waves of tiles or more, or in a
-    single wave over a K of 64 k-blocks or more (long_k) that pairs its M tiles evenly.
+    counts. off_line: pitch.rows_off_l2_line's (a's, b's). Where b's rows start off the L2
+    line: paired, but with that padding only where they start off a sector too
+    (catalog.L2_SECTOR_BYTES) and the padding does not push a single wave of tiles into a
+    second. Where a's alone do, never. Else, without such padding, with two waves of tiles or
+    more, or in a single wave over a K of 64 k-blocks or more (long_k) that pairs its M tiles
+    evenly.
 
     NOTES: the multicast halves B's L2->SM traffic. The pair gained 3-33% in a single wave
     over a K of 64 k-blocks or more (768x4096x4096 on 128x192 tiles 509 vs 430 TFLOP/s,
@@ -171,15 +174,33 @@ def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
     b's rows off, unpaired 1.03-1.48x where the padding adds a wave (559 x 3000 x 3072 1.48:
     120 tiles, 144 padded; 1595 x 10000 x 1000 1.06, 1392 x 6000 x 5000 1.03) but 0.72x / 0.95x
     where it does not (1834 x 3000 x 16384: 15 M tiles over 256 k-blocks; 771 x 5000 x 1000),
-    and 1.12x on 811 x 6000 x 4096 (224 tiles, 256 padded), which the rule leaves paired: the
-    rule was set from these 13 shapes, not yet tried on others."""
+    and 1.12x on 811 x 6000 x 4096 (224 tiles, 256 padded).
+    Held out (H200, 2026-11-28, same method; ab_h200_20261128_pair_odd_heldout*.json: 12 bf16
+    and 6 fp8 shapes drawn after, which that rule unpaired): b's rows on the line, unpaired
+    0.99-1.37x on all 11 timed (1537 x 12288 x 768 1.20, fp8 292 x 28672 x 11008 1.37); b's
+    rows off, where the padding added a wave: 1.57x where the unpaired tiles fit one wave
+    (623 x 3000 x 1536: 120, 144 padded), else 0.81-1.11x. Then the pair wherever the padding
+    did not push one wave into two (ab_h200_20261128_pairs_lean64.json, 8 bf16 shapes drawn
+    after): 1.17-1.25x with b's rows 10000 bytes apart (N = 5000: 1625 x 5000 x 3000, 1596 x
+    5000 x 5120, 1581 x 5000 x 6000), 0.72-0.88x with 12000 or 20000 (N = 6000, 10000). The
+    split is the sector: a row 16 bytes past a sector boundary spans one more 32-byte sector
+    per 128-byte box row (5 for 4), which the multicast halves; a row on a sector boundary
+    spans no more than an aligned one, and its pair's padding costs as it does on the line.
+    All 21 odd-count shapes above with b's rows off the line fall on the faster side of that
+    split (N = 3000 and 5000 off the sector, 6000 and 10000 on it; fp8 K = 6000 off): set from
+    them. fp8 per tensor, whose pairing saw no row pitch before (1565 x 8192 x 6000 with both
+    rows off: 0.75x unpaired), now sees it (heuristic_config): 0.96-1.34x on 6 shapes drawn
+    after (ab_h200_20261128_pairs_lean64_fp8.json), the gated unit 0.99-1.24x on 5
+    (glu_* in ab_h200_20261128_pairs_lean64.json)."""
     a_off, b_off = off_line
     if tiles_m < 2 or (a_off and not b_off):
         return False
     odd = tiles_m % 2 == 1 and tiles_m < PAIR_MIN_ODD_TILES_M  # a padding that counts
     if b_off:
+        if not odd:
+            return True
         padded = count // tiles_m * (tiles_m + 1)
-        return not odd or math.ceil(padded / num_sms) == math.ceil(count / num_sms)
+        return b_off % catalog.L2_SECTOR_BYTES != 0 and not count <= num_sms < padded
     if odd:
         return False
     return count >= 2 * num_sms or (count <= num_sms and long_k and tiles_m % 2 == 0)
@@ -188,7 +209,8 @@ def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
 def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_NUM_SMS,
                   tiles: tuple[catalog.TileShape, ...] = catalog.TILE_SHAPES,
                   multicast: bool = True, pingpong: bool = False,
-                  off_line: tuple[bool, bool] = (False, False)) -> GemmConfig:
+                  off_line: tuple[int, int] = (0, 0),
+                  off_line_rule: bool = True) -> GemmConfig:
     """The tile of `tiles` with the least wave_cost (the largest on a tie: 128x256 unless a
     narrower tile's extra parallelism outweighs its lower efficiency), split along K
     (stream_k) when there are fewer tiles than SMs only where split_k_pays.
@@ -209,15 +231,18 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
     pingpong=True (a family's Family.pingpong_mid_m) takes ping-pong 128 x 128 for a single
     wave of more than half the SMs, up to a whole one (pingpong_mid_m), unless
     b's rows are off the L2 line (that tile runs unclustered; pair_along_m).
-    off_line: whether a's and b's rows start off the L2 line (pitch.rows_off_l2_line), in a
-    family with Family.off_line_rule (else (False, False)). Both off: 128 x 256 in 2-CTA
-    clusters from OFF_LINE_MIN_WAVE of a wave of its tiles (off_line_tile).
+    off_line: how many bytes past whole L2 lines a's and b's rows run
+    (pitch.rows_off_l2_line; 0 on the line), which pair_along_m weighs in every family;
+    off_line_rule (a family's Family.off_line_rule): both
+    off take 128 x 256 in 2-CTA clusters from OFF_LINE_MIN_WAVE of a wave of its tiles
+    (off_line_tile).
     """
     a_off, b_off = off_line
     if pingpong and not b_off and (
             tile := pingpong_mid_m(m, n, batch, tiles, num_sms)) is not None:
         return GemmConfig.for_tile(tile)
-    wide = off_line_tile(m, n, batch, tiles, num_sms) if a_off and b_off else None
+    wide = (off_line_tile(m, n, batch, tiles, num_sms)
+            if off_line_rule and a_off and b_off else None)
     ranked = [t for t in tiles if (t.block_m, t.block_n, t.schedule) in TILE_EFFICIENCY]
     tile = wide or min(ranked, key=lambda t: (wave_cost(m, n, batch, t, num_sms), -t.block_n))
     tiles_m = math.ceil(m / tile.block_m)
@@ -318,18 +343,17 @@ def weight_fits_l2(family: str, batch: int, n: int, k: int) -> bool:
     return weight_bytes(family, batch, n, k) <= SWAP_NARROW_MAX_WEIGHT_BYTES
 
 
-# The most rows for which a swapped product takes its family's lean tile, and the most weight
-# bytes its token tiles then stream (lean_swap_tile).
-LEAN_MAX_M = 32
+# The most weight bytes the token tiles of a swapped product on its family's lean tile stream
+# (lean_swap_tile).
 LEAN_MAX_STREAM_BYTES = 17_000_000
 
 
 def lean_swap_tile(tiles: tuple[catalog.TileShape, ...], family: str, batch: int, m: int,
                    n: int, k: int) -> catalog.TileShape | None:
     """The lean tile of a swapped family's `tiles` (the lean schedule: one warpgroup that loads
-    its own k-blocks, 64 weight columns by 16 tokens, four CTAs to an SM) for a product of at
-    most LEAN_MAX_M rows whose token tiles stream at most LEAN_MAX_STREAM_BYTES of weight (its
-    bytes, every batch entry's, once per 16 tokens); else None. Such a call is a few
+    its own k-blocks, 64 weight columns by 16 tokens, four CTAs to an SM) for a swapped product
+    (at most SWAP_MAX_M rows) whose token tiles stream at most LEAN_MAX_STREAM_BYTES of weight
+    (its bytes, every batch entry's, once per 16 tokens); else None. Such a call is a few
     microseconds long: a CTA without the producer's hand-over of each stage starts multiplying
     sooner, and four to an SM split a small weight finer, while a long stream runs slower on
     them than on the one-CTA tiles.
@@ -343,9 +367,13 @@ def lean_swap_tile(tiles: tuple[catalog.TileShape, ...], family: str, batch: int
     (20 x 768 x 768 1.29x, 16 x 1536 x 1536 1.18x, 1 x 1024 x 4096 1.13x, 1 x 2816 x 2816
     1.06x), 0.98x / 0.88x on 32 x 2048 x 3584 and 28 x 4096 x 1792 (14.7 MB in two token
     tiles: 29.4 MB streamed); hence the bound on the bytes streamed, set at the most that won
-    in either run (16.8 MB: 24 x 2048 x 2048)."""
+    in either run (16.8 MB: 24 x 2048 x 2048). The rule first stopped at 32 rows; from 33 to
+    64 (three or four token tiles) against that build, 12 bf16 and 8 fp8 per-tensor shapes
+    chosen after it (H200, 2026-11-28, ab_h200_20261128_pairs_lean64*.json, 5 reps, device
+    time): 1.09-1.29x on every one (bf16 geomean 1.21, fp8 1.17; 45 x 1000 x 768 5.2 vs 6.8
+    us, 64 x 2048 x 1024 7.0 vs 7.6), still 0.67-1.10x XLA's bf16 and 0.71-1.32x its fp8."""
     lean = [t for t in tiles if t.schedule == "lean"]
-    if not lean or m > LEAN_MAX_M:
+    if not lean:
         return None
     streamed = weight_bytes(family, batch, n, k) * -(-m // lean[0].block_n)
     return lean[0] if streamed <= LEAN_MAX_STREAM_BYTES else None
@@ -433,15 +461,14 @@ def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k:
 
 def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, k: int,
                      num_sms: int = DEFAULT_NUM_SMS,
-                     off_line: tuple[bool, bool] = (False, False)) -> GemmConfig:
+                     off_line: tuple[int, int] = (0, 0)) -> GemmConfig:
     """The heuristic's config for a `family` call on a GPU of `num_sms` SMs: swap-AB where the
     family has it, a is stored (M, K) and m <= SWAP_MAX_M (the lean tile for a small weight:
     lean_swap_tile); otherwise choose_config over the
     family's tiles, swapped after all where the product's weight is narrow
     (swap_for_narrow_weight). A swapped product whose weight fits in L2 takes the token tile
-    of swap_token_tile (at m <= SWAP_MAX_M, no wider than the rows need). off_line: whether a's
-    and b's rows start off the L2 line (pitch.rows_off_l2_line), which counts in families with
-    Family.off_line_rule."""
+    of swap_token_tile (at m <= SWAP_MAX_M, no wider than the rows need). off_line: a's and b's
+    rows' bytes past whole L2 lines (pitch.rows_off_l2_line), for choose_config."""
     swaps = family in catalog.SWAP_FAMILIES and not a_mn_major
     swap_tiles = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles if swaps else ()
     if swaps and m <= SWAP_MAX_M:
@@ -459,7 +486,7 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
     fam = catalog.FAMILIES[family]
     config = choose_config(m, n, k, batch, num_sms, tiles=fam.tiles, multicast=fam.multicast,
                            pingpong=fam.pingpong_mid_m,
-                           off_line=off_line if fam.off_line_rule else (False, False))
+                           off_line=off_line, off_line_rule=fam.off_line_rule)
     if swaps and swap_for_narrow_weight(config, batch, m, n, k, num_sms, family):
         tile = swap_token_tile(swap_tiles, batch, m, n, k, num_sms, family)
         return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)

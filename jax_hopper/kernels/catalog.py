@@ -30,6 +30,10 @@ TMA_PITCH_BYTES = 16
 # An L2 cache line: a TMA box row of 128 bytes (the 128B swizzle's) whose array rows start off a
 # multiple of it spans two lines, two L2 requests instead of one (heuristics.off_line_tile).
 L2_LINE_BYTES = 128
+# What L2 moves: a line's 32-byte sectors. Rows that start off a line but on a sector boundary
+# still span as many sectors as aligned ones; rows off a sector span one more per box row
+# (heuristics.pair_along_m).
+L2_SECTOR_BYTES = 32
 # H100 SXM and H200: the heuristic's SM count when no device is at hand (tracing on a CPU).
 DEFAULT_NUM_SMS = 132
 # The grouped GEMM's tile table: int32 fields per M tile (first row, rows, group) after one
@@ -197,7 +201,7 @@ class Family:
     pingpong_mid_m: bool = False
     # Whether the default config takes 128 x 256 tiles in 2-CTA clusters where both operands'
     # rows start off the 128-byte L2 line (heuristics.off_line_tile; measured for bf16 matmul
-    # only)
+    # only; the 2-CTA pairing weighs the row pitches in every family)
     off_line_rule: bool = False
     # The shortest piece of a small-M split in k-blocks; None: kMinPieceBlocks
     # (cuda/gemm/scheduler/stream_k_plan.h)
