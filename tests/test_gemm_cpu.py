@@ -13,7 +13,8 @@ from jax_hopper import GemmConfig, _ffi, hopper_matmul
 from jax_hopper.gemm import pitch
 from jax_hopper.kernels import catalog
 from jax_hopper.gemm.heuristics import (DEFAULT_NUM_SMS, SWAP_MAX_M, choose_config,
-                                        heuristic_config, pair_along_m, swap_for_narrow_weight)
+                                        heuristic_config, long_k_split_tile, pair_along_m,
+                                        swap_for_narrow_weight)
 
 CPU = jax.devices("cpu")[0]
 
@@ -117,20 +118,42 @@ def test_heuristic_choices():
     (512, 2048, 64, False), (528, 2048, 80, True), (768, 2112, 102, True),
     (512, 4096, 128, True), (1408, 1536, 132, True), (1152, 1920, 135, False),
     (256, 4096, 64, False)])
-def test_heuristic_pingpong_for_one_partial_wave(m, n, tiles128, pingpong):
+@pytest.mark.parametrize("k", [2048, 3968])  # under 64 k-blocks (long_k_split_tile)
+def test_heuristic_pingpong_for_one_partial_wave(m, n, tiles128, pingpong, k):
     """Ping-pong 128 x 128 (matmul only) where its tiles fill more than half the SMs in one
-    wave, up to a whole one; the cooperative rule elsewhere and for other families."""
+    wave, up to a whole one, over a K short of LONG_K_BLOCKS; the cooperative rule elsewhere
+    and for other families."""
     assert math.ceil(m / 128) * math.ceil(n / 128) == tiles128
-    cfg = choose_config(m, n, 8192, pingpong=True)
+    cfg = choose_config(m, n, k, pingpong=True, long_k_split=True)
     assert ((cfg.schedule, cfg.block_n, cfg.cluster_m, cfg.cluster_n) ==
             ("pingpong", 128, 1, 1)) == pingpong
-    assert choose_config(m, n, 8192).schedule == "cooperative"
-    glu = heuristic_config("glu", False, 1, m, n, 8192)
+    assert choose_config(m, n, k).schedule == "cooperative"
+    glu = heuristic_config("glu", False, 1, m, n, k)
     assert glu.schedule == "cooperative"
-    assert (heuristic_config("matmul", False, 1, m, n, 8192).schedule == "pingpong") == pingpong
+    assert (heuristic_config("matmul", False, 1, m, n, k).schedule == "pingpong") == pingpong
     # The count is over the batch: two entries of 40 tiles are one wave of 80.
     if tiles128 == 80:
-        assert choose_config(m, n // 2, 8192, batch=2, pingpong=True).schedule == "pingpong"
+        assert choose_config(m, n // 2, k, batch=2, pingpong=True).schedule == "pingpong"
+
+
+@pytest.mark.parametrize("m,n,k,block_n", [
+    (140, 3072, 11008, 192),    # 2 M tiles: 32 tiles of 128 x 192 in 4.1 pieces each
+    (174, 5120, 11008, 192),    # ping-pong's window before (80 tiles of 128 x 128)
+    (310, 5056, 7254, 256),     # ... 60 tiles of 128 x 256, the 128 x 192 ones past half a wave
+    (471, 1280, 14592, 128),    # narrow: 128 x 256 in 6.6 pieces a tile costs more
+    (807, 3456, 4608, None),    # every tile's count past half the SMs: the earlier rules
+    (316, 3328, 3072, None),    # 48 k-blocks: short
+    (140, 3072, 4032, None)])   # 63
+def test_long_k_split_tile_weighs_work_against_pieces(m, n, k, block_n):
+    """Under a wave over 64 k-blocks or more, the split tile whose k-blocks per SM plus
+    SPLIT_PIECE_KBLOCKS per extra piece cost the least; None where K is short or no tile
+    makes SPLIT_MIN_PIECES pieces."""
+    tile = long_k_split_tile(m, n, k, 1, catalog.TILE_SHAPES, DEFAULT_NUM_SMS)
+    assert (tile.block_n if tile else None) == block_n
+    cfg = heuristic_config("matmul", False, 1, m, n, k)
+    if block_n is not None:
+        assert (cfg.block_m, cfg.block_n, cfg.schedule, cfg.stream_k) == \
+            (128, block_n, "cooperative", True)
 
 
 def test_rows_off_l2_line_asks_for_each_operand_how_far_its_rows_start_off_it():

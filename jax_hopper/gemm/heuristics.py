@@ -66,7 +66,8 @@ PINGPONG_WAVE = (0.5, 1.0)
 def pingpong_mid_m(m: int, n: int, batch: int, tiles: tuple[catalog.TileShape, ...],
                    num_sms: int) -> catalog.TileShape | None:
     """The ping-pong 128 x 128 tile of `tiles` where its tiles fill more than half the SMs in
-    one wave (at most one tile an SM), else None.
+    one wave (at most one tile an SM), else None. (choose_config asks long_k_split_tile first:
+    over a long K such a wave is split.)
 
     NOTES: there the cooperative choice (128 x 128 or 128 x 192, often in 2-CTA clusters) left
     time on the table: ping-pong 128 x 128 without clusters, each CTA one tile computed by one
@@ -128,6 +129,65 @@ def off_line_tile(m: int, n: int, batch: int, tiles: tuple[catalog.TileShape, ..
         return None
     count = math.ceil(m / wide.block_m) * math.ceil(n / wide.block_n) * batch
     return wide if count >= OFF_LINE_MIN_WAVE * num_sms else None
+
+
+# The fewest k-blocks for which a single partial wave is split along K on the tile of
+# long_k_split_tile (a k-block: the tile's block_k).
+LONG_K_BLOCKS = 64
+# What one more piece of a split tile costs (its fp32 partial stored, then read and summed by
+# the tile's last piece), in k-blocks of that tile's work (long_k_split_tile).
+SPLIT_PIECE_KBLOCKS = 5.0
+# The fewest pieces per tile for which long_k_split_tile weighs a tile: fewer leave some tiles
+# whole and others in two.
+SPLIT_MIN_PIECES = 2
+
+
+def long_k_split_tile(m: int, n: int, k: int, batch: int,
+                      tiles: tuple[catalog.TileShape, ...],
+                      num_sms: int) -> catalog.TileShape | None:
+    """For a product whose tiles fill less than a wave over a long K (LONG_K_BLOCKS or more),
+    the cooperative tile of `tiles` (TILE_EFFICIENCY's) that stream-K splits over every SM in
+    the least time: its k-blocks per SM (count x k-blocks / num_sms, at the tile's
+    efficiency) plus SPLIT_PIECE_KBLOCKS for each piece past the first of a tile (num_sms /
+    count - 1), scaled by the tile's area. Only tiles of at most num_sms / SPLIT_MIN_PIECES
+    whose split pays (split_k_pays) compete; None where none does, or K is short.
+
+    NOTES: one partial wave over a long K was ping-pong 128 x 128 unsplit (pingpong_mid_m)
+    from half a wave of its tiles, else the least wave_cost, which ranks whole waves and so
+    took 128 x 128 under a wave; split over every SM, the wider tiles move fewer bytes per
+    FLOP but in more pieces, each adding a partial's round trip. The tuner's device time of
+    every compiled config on 24 bf16 shapes (H200, 2026-11-29: the worst ten of the seed-38
+    sweep, tune_h200_20261129_worst_s38.json, and 14 drawn at M = 129-1100 under a wave of
+    128 x 128, tune_h200_20261129_midm_s40.json): on the 15 of 64 k-blocks or more, time =
+    work + 2.8 k-blocks per extra piece fit the unclustered split tiles (each shape left out
+    in turn: its pick within 6.4% of its fastest, mean 0.7%); with pair_along_m's pairs, which
+    help 128 x 128 and cost 128 x 192 2-5% there, 4.5-6 picked best (set at 5). The heuristic
+    before lost 1.07-1.32x on those shapes (140 x 3072 x 11008 42.8 vs 33.9 us on 128 x 192,
+    174 x 5120 x 11008 ping-pong 62.5 vs 47.5 on 128 x 256, 856 x 1280 x 11008 54.5 vs 45.9).
+    Against main e4ebd37 on 14 shapes drawn after (ab_h200_20261129_long_k_split.json), device
+    time 0.80-1.37x: the losses (807 x 3456 x 4608 0.80, 341 x 6185 x 13888 0.90) took
+    128 x 256 where 128 x 192 filled 75-95% of a wave, split in 1.0-1.3 pieces a tile; hence
+    SPLIT_MIN_PIECES, after which those 14 ran 0.97-1.37x, geomean 1.057. On 14 more drawn
+    after that (ab_h200_20261129_long_k_split_heldout.json): 0.82-1.66x, geomean 1.076 (133 x
+    6912 x 8448 1.66, 130 x 8128 x 7703 1.30, 174 x 5184 x 10624 1.24; 635 x 1664 x 8941 0.82,
+    934 x 1594 x 4608 0.88, 231 x 3968 x 9280 0.89, 966 x 1984 x 7168 0.92). Under 64
+    k-blocks the pieces cost more than the fit says (316 x 3328 x 3072: ping-pong 18.6 us,
+    split 128 x 192 25.6, 128 x 256 32.5): there the earlier rules stay. The 8 shapes of
+    pingpong_mid_m's own data that this rule now splits (ab_h200_20261129_long_k_split_pingpong
+    .json): 0.93-1.20x, geomean 1.037 (448 x 2816 x 14336 1.20, 640 x 2048 x 8192 1.14;
+    256 x 4096 x 14336 0.93, 512 x 3072 x 14336 0.95). Not measured on an H100."""
+    ranked = [t for t in tiles if (t.block_m, t.block_n, t.schedule) in TILE_EFFICIENCY]
+    costs = {}
+    for t in ranked:
+        count = math.ceil(m / t.block_m) * math.ceil(n / t.block_n) * batch
+        k_blocks = math.ceil(k / t.block_k)
+        if (k_blocks < LONG_K_BLOCKS or count > num_sms // SPLIT_MIN_PIECES
+                or not split_k_pays(m, n, batch, t.block_m, t.block_n)):
+            continue
+        eff = TILE_EFFICIENCY[t.block_m, t.block_n, t.schedule]
+        costs[t] = (count * k_blocks / num_sms / eff +
+                    SPLIT_PIECE_KBLOCKS * (num_sms / count - 1)) * t.block_m * t.block_n
+    return min(costs, key=costs.get) if costs else None
 
 
 # Pairs along M over an odd count of M tiles leave the last pair's second CTA computing past
@@ -210,7 +270,7 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
                   tiles: tuple[catalog.TileShape, ...] = catalog.TILE_SHAPES,
                   multicast: bool = True, pingpong: bool = False,
                   off_line: tuple[int, int] = (0, 0),
-                  off_line_rule: bool = True) -> GemmConfig:
+                  off_line_rule: bool = True, long_k_split: bool = False) -> GemmConfig:
     """The tile of `tiles` with the least wave_cost (the largest on a tie: 128x256 unless a
     narrower tile's extra parallelism outweighs its lower efficiency), split along K
     (stream_k) when there are fewer tiles than SMs only where split_k_pays.
@@ -228,9 +288,11 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
     is not what limits these shapes. multicast=False never clusters: block-scaled fp8 (whose
     consumers, not operand traffic, set the pace) ran 785 vs 843 TFLOP/s at 8192^3 with 2-CTA
     clusters on 128 x 256 (H100, 2026-11-24, ab_h100_20261124_fp8block_order.json).
-    pingpong=True (a family's Family.pingpong_mid_m) takes ping-pong 128 x 128 for a single
-    wave of more than half the SMs, up to a whole one (pingpong_mid_m), unless
-    b's rows are off the L2 line (that tile runs unclustered; pair_along_m).
+    long_k_split=True (a family's Family.long_k_split): under a wave of tiles over a long K,
+    long_k_split_tile's. pingpong=True (a family's Family.pingpong_mid_m) takes ping-pong
+    128 x 128 for a single wave of more than half the SMs, up to a whole one (pingpong_mid_m),
+    unless b's rows are off the L2 line (that tile runs unclustered; pair_along_m) or
+    long_k_split_tile has a tile.
     off_line: how many bytes past whole L2 lines a's and b's rows run
     (pitch.rows_off_l2_line; 0 on the line), which pair_along_m weighs in every family;
     off_line_rule (a family's Family.off_line_rule): both
@@ -238,16 +300,19 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
     (off_line_tile).
     """
     a_off, b_off = off_line
-    if pingpong and not b_off and (
-            tile := pingpong_mid_m(m, n, batch, tiles, num_sms)) is not None:
-        return GemmConfig.for_tile(tile)
     wide = (off_line_tile(m, n, batch, tiles, num_sms)
             if off_line_rule and a_off and b_off else None)
+    split = (long_k_split_tile(m, n, k, batch, tiles, num_sms)
+             if long_k_split and wide is None else None)
+    if pingpong and not b_off and split is None and (
+            tile := pingpong_mid_m(m, n, batch, tiles, num_sms)) is not None:
+        return GemmConfig.for_tile(tile)
     ranked = [t for t in tiles if (t.block_m, t.block_n, t.schedule) in TILE_EFFICIENCY]
-    tile = wide or min(ranked, key=lambda t: (wave_cost(m, n, batch, t, num_sms), -t.block_n))
+    tile = wide or split or min(ranked,
+                                key=lambda t: (wave_cost(m, n, batch, t, num_sms), -t.block_n))
     tiles_m = math.ceil(m / tile.block_m)
     count = tiles_m * math.ceil(n / tile.block_n) * batch
-    long_k = math.ceil(k / tile.block_k) >= 64
+    long_k = math.ceil(k / tile.block_k) >= LONG_K_BLOCKS
     cluster_m = 2 if multicast and pair_along_m(tiles_m, count, long_k, num_sms,
                                                 off_line) else 1
     stream_k = catalog.SCHEDULES[tile.schedule].stream_k and (
@@ -485,8 +550,8 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
         return config
     fam = catalog.FAMILIES[family]
     config = choose_config(m, n, k, batch, num_sms, tiles=fam.tiles, multicast=fam.multicast,
-                           pingpong=fam.pingpong_mid_m,
-                           off_line=off_line, off_line_rule=fam.off_line_rule)
+                           pingpong=fam.pingpong_mid_m, off_line=off_line,
+                           off_line_rule=fam.off_line_rule, long_k_split=fam.long_k_split)
     if swaps and swap_for_narrow_weight(config, batch, m, n, k, num_sms, family):
         tile = swap_token_tile(swap_tiles, batch, m, n, k, num_sms, family)
         return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)

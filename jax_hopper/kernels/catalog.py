@@ -203,6 +203,9 @@ class Family:
     # rows start off the 128-byte L2 line (heuristics.off_line_tile; measured for bf16 matmul
     # only; the 2-CTA pairing weighs the row pitches in every family)
     off_line_rule: bool = False
+    # Whether the default config splits one partial wave over a long K on the tile whose
+    # pieces cost the least (heuristics.long_k_split_tile; measured for bf16 matmul only)
+    long_k_split: bool = False
     # The shortest piece of a small-M split in k-blocks; None: kMinPieceBlocks
     # (cuda/gemm/scheduler/stream_k_plan.h)
     min_piece_blocks: int | None = None
@@ -275,7 +278,7 @@ FAMILIES = {
     "matmul": Family("matmul", "kMatmul", _SS,
                      "TmaStoreEpilogue<{bn}, LinearOps>", TILE_SHAPES,
                      OPERAND_MAJORS, "", "hopper_matmul", pingpong_mid_m=True,
-                     off_line_rule=True),
+                     off_line_rule=True, long_k_split=True),
     # hopper_matmul computed swapped, out^T = op(b)^T op(a)^T (GemmConfig.swap_ab): the kernel's
     # A is the weight b (its N as the tile's rows, either major) and its B the tokens a (M, K),
     # K-major (a 16- to 64-row box); the epilogue stores each strip transposed
