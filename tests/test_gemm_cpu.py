@@ -174,7 +174,8 @@ def test_rows_off_l2_line_asks_for_each_operand_how_far_its_rows_start_off_it():
     assert off("bfloat16", False, True, 1000, 1500, 4096) == (0, 64)
 
 
-BOTH_OFF, A_OFF, B_OFF = (True, True), (True, False), (False, True)
+# Rows 16 bytes past the L2 line (off a sector too), as pitch.rows_off_l2_line gives them.
+BOTH_OFF, A_OFF, B_OFF = (16, 16), (16, 0), (0, 16)
 
 
 @pytest.mark.extension  # swap_for_narrow_weight asks the C++ planner
@@ -185,7 +186,7 @@ def test_heuristic_off_line_rule(m, n, k, off_line_rule):
     """With both operands' rows off the L2 line: 128 x 256 in 2-CTA clusters from 40% of a
     wave of its tiles (matmul only); fewer tiles keep the other rules' tile, paired along M as
     b's rows off the line ask (pair_along_m), as do other families' tiles."""
-    off, aligned = (choose_config(m, n, k, off_line=flag) for flag in (BOTH_OFF, (False,) * 2))
+    off, aligned = (choose_config(m, n, k, off_line=flag) for flag in (BOTH_OFF, (0, 0)))
     if off_line_rule:
         assert (off.block_m, off.block_n, off.cluster_m, off.schedule) == \
             (128, 256, 2, "cooperative")
@@ -219,13 +220,13 @@ def test_heuristic_off_line_rule(m, n, k, off_line_rule):
     (6, 120, True, A_OFF, False),            # a's alone off: never
     (20, 300, True, A_OFF, False),
     (6, 120, True, BOTH_OFF, True),          # both: b's rule
-    (8, 300, False, (False, False), True),   # two waves or more
-    (7, 336, False, (False, False), False),  # ... an odd count of M tiles: the last pair half empty
-    (17, 340, False, (False, False), True),  # ... unless there are 16 or more
-    (8, 200, True, (False, False), False),   # between one and two waves
-    (8, 120, True, (False, False), True),    # one wave over a long K, M tiles in pairs
-    (7, 112, True, (False, False), False),   # ... an odd count of them: the last pair half empty
-    (8, 120, False, (False, False), False),  # one wave over a short K
+    (8, 300, False, (0, 0), True),           # two waves or more
+    (7, 336, False, (0, 0), False),          # ... an odd count of M tiles: the last pair half empty
+    (17, 340, False, (0, 0), True),          # ... unless there are 16 or more
+    (8, 200, True, (0, 0), False),           # between one and two waves
+    (8, 120, True, (0, 0), True),            # one wave over a long K, M tiles in pairs
+    (7, 112, True, (0, 0), False),           # ... an odd count of them: the last pair half empty
+    (8, 120, False, (0, 0), False),          # one wave over a short K
 ])
 def test_pair_along_m(tiles_m, count, long_k, off_line, paired):
     assert pair_along_m(tiles_m, count, long_k, 132, off_line) == paired

@@ -51,9 +51,19 @@ TILE_EFFICIENCY = {(128, 256, "cooperative"): 1.0, (128, 192, "cooperative"): 0.
                    (128, 128, "cooperative"): 0.75}
 
 
+def ranked_tiles(tiles: tuple[catalog.TileShape, ...]) -> list[catalog.TileShape]:
+    """The tiles of `tiles` the heuristic weighs: those of TILE_EFFICIENCY."""
+    return [t for t in tiles if (t.block_m, t.block_n, t.schedule) in TILE_EFFICIENCY]
+
+
+def tile_count(m: int, n: int, batch: int, tile: catalog.TileShape) -> int:
+    """How many output tiles of `tile` a batch x m x n product has."""
+    return math.ceil(m / tile.block_m) * math.ceil(n / tile.block_n) * batch
+
+
 def wave_cost(m: int, n: int, batch: int, tile: catalog.TileShape, num_sms: int) -> float:
     """Relative run time of whole tiles in waves: waves x tile area / the tile's efficiency."""
-    tiles = math.ceil(m / tile.block_m) * math.ceil(n / tile.block_n) * batch
+    tiles = tile_count(m, n, batch, tile)
     return (math.ceil(tiles / num_sms) * tile.block_m * tile.block_n /
             TILE_EFFICIENCY[tile.block_m, tile.block_n, tile.schedule])
 
@@ -127,7 +137,7 @@ def off_line_tile(m: int, n: int, batch: int, tiles: tuple[catalog.TileShape, ..
                  (128, 256, "cooperative")), None)
     if wide is None:
         return None
-    count = math.ceil(m / wide.block_m) * math.ceil(n / wide.block_n) * batch
+    count = tile_count(m, n, batch, wide)
     return wide if count >= OFF_LINE_MIN_WAVE * num_sms else None
 
 
@@ -176,10 +186,9 @@ def long_k_split_tile(m: int, n: int, k: int, batch: int,
     pingpong_mid_m's own data that this rule now splits (ab_h200_20261129_long_k_split_pingpong
     .json): 0.93-1.20x, geomean 1.037 (448 x 2816 x 14336 1.20, 640 x 2048 x 8192 1.14;
     256 x 4096 x 14336 0.93, 512 x 3072 x 14336 0.95). Not measured on an H100."""
-    ranked = [t for t in tiles if (t.block_m, t.block_n, t.schedule) in TILE_EFFICIENCY]
     costs = {}
-    for t in ranked:
-        count = math.ceil(m / t.block_m) * math.ceil(n / t.block_n) * batch
+    for t in ranked_tiles(tiles):
+        count = tile_count(m, n, batch, t)
         k_blocks = math.ceil(k / t.block_k)
         if (k_blocks < LONG_K_BLOCKS or count > num_sms // SPLIT_MIN_PIECES
                 or not split_k_pays(m, n, batch, t.block_m, t.block_n)):
@@ -307,11 +316,10 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
     if pingpong and not b_off and split is None and (
             tile := pingpong_mid_m(m, n, batch, tiles, num_sms)) is not None:
         return GemmConfig.for_tile(tile)
-    ranked = [t for t in tiles if (t.block_m, t.block_n, t.schedule) in TILE_EFFICIENCY]
-    tile = wide or split or min(ranked,
+    tile = wide or split or min(ranked_tiles(tiles),
                                 key=lambda t: (wave_cost(m, n, batch, t, num_sms), -t.block_n))
     tiles_m = math.ceil(m / tile.block_m)
-    count = tiles_m * math.ceil(n / tile.block_n) * batch
+    count = tile_count(m, n, batch, tile)
     long_k = math.ceil(k / tile.block_k) >= LONG_K_BLOCKS
     cluster_m = 2 if multicast and pair_along_m(tiles_m, count, long_k, num_sms,
                                                 off_line) else 1

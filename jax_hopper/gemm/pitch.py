@@ -46,8 +46,8 @@ def row_bytes(n: int, dtype) -> int:
 def rows_off_l2_line(dtype, a_mn: bool, b_mn: bool, m: int, n: int, k: int,
                      b_dtype=None) -> tuple[int, int]:
     """How far a's and b's rows run past whole L2 lines (catalog.L2_LINE_BYTES), in bytes, as
-    (a's, b's): 0 where every row starts on a line, else the rows start off it (a multiple of
-    catalog.L2_SECTOR_BYTES: on a sector boundary). a stored as (m, k), or (k, m) if a_mn; b as
+    (a's, b's): 0 where every row starts on a line; a multiple of catalog.L2_SECTOR_BYTES where
+    they start off it but on a sector boundary. a stored as (m, k), or (k, m) if a_mn; b as
     (n, k), or (k, n) if b_mn; b_dtype where b's differs from a's."""
     a_row, b_row = (m if a_mn else k), (n if b_mn else k)
     return tuple(row_bytes(e, d) % catalog.L2_LINE_BYTES
