@@ -96,7 +96,7 @@ def candidates(p: Problem) -> list[GemmConfig]:
         for tile in fam.tiles:
             splits = ((True, False) if fam.stream_k and catalog.SCHEDULES[tile.schedule].stream_k
                       else (False,))
-            for cm, cn in fam.clusters:
+            for cm, cn in fam.tile_clusters(tile):
                 for stream_k in splits:
                     out.append(GemmConfig.for_tile(tile, cluster_m=cm, cluster_n=cn,
                                                    stream_k=stream_k, swap_ab=swap))

@@ -71,7 +71,8 @@ class GemmCase:
         t = self.tile
         return GemmConfig.for_tile(t, cluster_m=self.cluster[0], cluster_n=self.cluster[1],
                                    raster=self.raster, group_size=3,
-                                   swap_ab=t in catalog.SWAP_TILES + catalog.SWAP_TILES_FP8)
+                                   swap_ab=t in (catalog.SWAP_TILES + catalog.SWAP_WIDE_TILES
+                                                 + catalog.SWAP_TILES_FP8))
 
     def label(self) -> str:
         tile = self.tile.tag if self.tile is not None else "auto"
@@ -172,7 +173,9 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
     split weight streams summed by the last piece to arrive (16 x 4096 x 4096: 32 tiles in 4
     pieces; 1 x 1024 x 8192: 8 in 16; 3 x 1024 x 10000: 8 in 16 over 160 k-blocks, 3 past K),
     the same and 140 tiles (over a wave) two CTAs per SM (ctas_per_sm=2), the lean schedule's
-    self-fed CTAs (four to an SM) split and over a wave, and a batch against a shared weight."""
+    self-fed CTAs (four to an SM) split and over a wave, a batch against a shared weight, and
+    the wide token tiles (their strips stored in passes) split, past M, over several token
+    tiles, in 2-CTA clusters either way."""
     from jax_hopper.kernels import catalog
     tiles = catalog.SWAP_TILES
     groups = []
@@ -197,6 +200,11 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
                    GemmCase(3, 1024, 10000, tile=tiles[0]),  # 157 k-blocks padded to 160
                    GemmCase(5, 264, 136, batch=3, shared_b=True, tile=tiles[0], bias=True,
                             residual=True)])
+    narrow, wide = catalog.SWAP_WIDE_TILES
+    groups.append([GemmCase(181, 1544, 4104, tile=wide, bias=True, residual=True),  # split
+                   GemmCase(129, 392, 520, tile=wide, out_dtype="float32", cluster=(2, 1)),
+                   GemmCase(385, 264, 1032, tile=narrow, transpose_b=True, cluster=(1, 2)),
+                   GemmCase(140, 3072, 2056, tile=narrow, cluster=(2, 1), bias=True)])
     return groups
 
 

@@ -150,7 +150,8 @@ def test_long_k_split_tile_weighs_work_against_pieces(m, n, k, block_n):
     makes SPLIT_MIN_PIECES pieces."""
     tile = long_k_split_tile(m, n, k, 1, catalog.TILE_SHAPES, DEFAULT_NUM_SMS)
     assert (tile.block_n if tile else None) == block_n
-    cfg = heuristic_config("matmul", False, 1, m, n, k)
+    # a stored (K, M): with (M, K) the 129-192 rows here run swapped (swap_wide_config)
+    cfg = heuristic_config("matmul", True, 1, m, n, k)
     if block_n is not None:
         assert (cfg.block_m, cfg.block_n, cfg.schedule, cfg.stream_k) == \
             (128, block_n, "cooperative", True)

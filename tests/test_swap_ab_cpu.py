@@ -28,6 +28,66 @@ def test_heuristic_swaps_up_to_the_widest_token_tile():
     assert not heuristics.heuristic_config("glu", False, 1, 16, 4096, 4096).swap_ab
 
 
+@pytest.mark.parametrize("m,n,k,block_n,cluster_n", [
+    (129, 4096, 4096, 96, 2),     # 64 tiles of 96 tokens: two token tiles share a weight tile
+    (192, 8192, 8192, 96, 2),     # 128 tiles: at most one an SM
+    (181, 14336, 10000, 192, 1),  # 224 tiles of 96, more than the SMs: 112 of 192
+    (150, 28672, 4096, 192, 1),
+])
+def test_heuristic_takes_the_wide_token_tiles(m, n, k, block_n, cluster_n):
+    """Past one 128-row tile and up to 192 rows (swap_wide_config): two 96-token tiles paired
+    over one weight tile while they fit one an SM, else one 192-token tile."""
+    cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k)
+    assert cfg.swap_ab and cfg.tile in catalog.SWAP_WIDE_TILES, cfg
+    assert (cfg.block_n, cfg.cluster_m, cfg.cluster_n) == (block_n, 1, cluster_n), cfg
+    cfg.validate("bfloat16", False, True)
+    cfg.validate("float16", False, False)
+    # a batch counts its tiles together: two entries of 64 tiles of 96 take one of 192 each
+    if (m, n, k) == (129, 4096, 4096):
+        assert heuristics.heuristic_config("matmul", False, 3, m, n, k).block_n == 192
+    for rows in (128, 193):  # one unswapped tile; past the widest token tile
+        assert heuristics.swap_wide_config("matmul", 1, rows, n, k, 132) is None
+    # a stored (K, M), and the families without wide token tiles
+    assert not heuristics.heuristic_config("matmul", True, 1, m, n, k).swap_ab
+    for family in ("fp8", "fp8_block"):
+        assert heuristics.swap_wide_config(family, 1, m, n, k, 132) is None
+
+
+def test_wide_token_tiles_run_clusters_the_decode_tiles_do_not():
+    """The wide token tiles split on the cooperative stream-K and run every cluster shape; the
+    decode tiles' last-arrival split runs clusters of one CTA."""
+    fam = catalog.FAMILIES["matmul_swap"]
+    for tile in catalog.SWAP_WIDE_TILES:
+        assert fam.tile_clusters(tile) == catalog.CLUSTER_SHAPES
+        assert not fam.last_arrival_tile(tile)
+        for cm, cn in catalog.CLUSTER_SHAPES:
+            GemmConfig.for_tile(tile, swap_ab=True, cluster_m=cm, cluster_n=cn).validate(
+                "bfloat16", False, True)
+    assert fam.last_arrival_tile(catalog.SWAP_TILES[0])
+    with pytest.raises(ValueError, match=r"cluster .* must be one of \(\(1, 1\),\)"):
+        GemmConfig.for_tile(catalog.SWAP_TILES[0], swap_ab=True, cluster_m=2).validate(
+            "bfloat16", False, True)
+
+
+@pytest.mark.extension  # busy_ctas asks the C++ planner
+@pytest.mark.parametrize("m,n,k,wide", [
+    (150, 4096, 2048, True),     # the pair of 96-token tiles in 2 pieces: 128 CTAs; the 64-token
+                                 # tiles 96
+    (150, 1024, 11008, False),   # 8 pairs in 4 pieces: 64; the 64-token tiles in 5 pieces: 120
+    (173, 1024, 2048, False),    # 8 pairs in 4 pieces: 64; 96 (the wide tiles ran 0.84x here)
+])
+def test_narrow_and_wide_swaps_take_the_busier_plan(m, n, k, wide):
+    """Where a narrow weight's swap (swap_for_narrow_weight) and the wide token tiles
+    (swap_wide_config) both apply, the config whose plan keeps more CTAs busy runs."""
+    cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k)
+    assert cfg.swap_ab and (cfg.tile in catalog.SWAP_WIDE_TILES) == wide, cfg
+    other = (heuristics.swap_wide_config("matmul", 1, m, n, k, 132) if not wide else
+             GemmConfig.for_tile(heuristics.swap_token_tile(catalog.SWAP_TILES, 1, m, n, k, 132),
+                                 swap_ab=True))
+    assert (heuristics.busy_ctas(cfg, 1, m, n, k, 132)
+            >= heuristics.busy_ctas(other, 1, m, n, k, 132)), (cfg, other)
+
+
 @pytest.mark.extension  # busy_ctas asks the C++ planner
 @pytest.mark.parametrize("m,n,k,swapped", [
     (80, 1024, 5120, True),      # 8 tiles in 2 pieces: 16 CTAs unswapped
@@ -36,7 +96,7 @@ def test_heuristic_swaps_up_to_the_widest_token_tile():
     (150, 1024, 11008, True),    # 16 tiles in 4 pieces: 64 of 132 SMs
     (500, 768, 8192, False),     # 24 tiles in 4 pieces: 96 busy
     (96, 4096, 4096, False),     # 64 busy, but a 33.5 MB weight (reread per token tile)
-    (150, 4096, 2048, True),     # as wide, 16.8 MB
+    (100, 4096, 2048, True),     # 32 busy, as wide as the bound lets it: 16.8 MB
     (256, 2048, 2048, True),     # 32 busy
     (80, 3584, 4096, False),     # 56 busy, a 29.4 MB weight
     (1025, 1024, 1024, False),   # past SWAP_NARROW_MAX_M
@@ -57,7 +117,7 @@ def test_heuristic_swaps_a_narrow_weight_past_64_rows(m, n, k, swapped):
         assert 2 * n * k <= heuristics.SWAP_NARROW_MAX_WEIGHT_BYTES
         cfg.validate("bfloat16", False, True)
     # a batch's weights count together: two entries of 16.8 MB do not swap
-    if (m, n, k) == (150, 4096, 2048):
+    if (m, n, k) == (100, 4096, 2048):
         assert not heuristics.heuristic_config("matmul", False, 2, m, n, k).swap_ab
 
 

@@ -21,7 +21,8 @@ def _swap(tile, stream_k=True):
 
 
 @pytest.mark.parametrize("transpose_b", (False, True))
-@pytest.mark.parametrize("tile", catalog.SWAP_TILES, ids=lambda t: t.tag)
+@pytest.mark.parametrize("tile", catalog.SWAP_TILES + catalog.SWAP_WIDE_TILES,
+                         ids=lambda t: t.tag)
 @pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
 def test_every_tile_and_weight_layout(rng, dtype, tile, transpose_b):
     # Tokens short of the tile, a weight edge inside a 128-column tile, a k tail.
@@ -97,6 +98,30 @@ def test_lean_tiles_fp8(rng, tile):
     check_fp8(rng, tile.block_n - 5, 392, 1024, block=False, config=cfg,
               pair=("float8_e5m2", "float8_e4m3fn"), out_dtype="float32", batch=(2,),
               b_batch=(2,))
+
+
+@pytest.mark.parametrize("cluster", catalog.CLUSTER_SHAPES, ids=lambda c: f"c{c[0]}x{c[1]}")
+@pytest.mark.parametrize("m,n,k", [(181, 1544, 4104), (129, 392, 520), (192, 14336, 264),
+                                   (140, 3072, 2056), (385, 264, 1032)])
+@pytest.mark.parametrize("tile", catalog.SWAP_WIDE_TILES, ids=lambda t: t.tag)
+def test_wide_token_tiles(rng, tile, m, n, k, cluster):
+    """The wide token tiles (mid M swapped, on the cooperative stream-K): each strip stored in
+    passes of output rows, one partly past M (181, 129 rows); split in equal pieces (13-48
+    tiles over 33-65 k-blocks), whole (112-224 tiles), several token tiles (385 rows); 2-CTA
+    clusters multicasting the token tile (c2x1) or the weight tile (c1x2), a cluster's tile
+    past the edge; every epilogue term, float32 out (two boxes a pass); whole tiles in float16."""
+    cfg = GemmConfig.for_tile(tile, swap_ab=True, cluster_m=cluster[0], cluster_n=cluster[1])
+    if n <= 3072 and k >= 2048:
+        kernel = cfg.kernel("matmul", "bfloat16", False, True)
+        plan = cfg.plan(kernel, 1, m, n, k, catalog.DEFAULT_NUM_SMS // (cluster[0] * cluster[1]))
+        assert plan["sk_clusters"] > 0, plan
+    check_matmul(rng, m, n, k, config=cfg, transpose_b=True)
+    bias = random_operand(rng, (n,), jnp.float32)
+    residual = random_operand(rng, (m, n), jnp.float32)
+    check_matmul(rng, m, n, k, config=cfg, activation="gelu", bias=bias, residual=residual,
+                 alpha=0.5, beta=-1.5, out_dtype="float32")
+    if cluster == (1, 1):
+        check_matmul(rng, m, n, k, config=_swap(tile, stream_k=False), dtype="float16")
 
 
 @pytest.mark.parametrize("m,n,k", [(80, 1024, 5120), (300, 1000, 3072), (1000, 768, 776)])

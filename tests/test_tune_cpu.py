@@ -161,10 +161,13 @@ def test_candidates_are_every_compiled_config_of_the_family():
     assert {c.tile for c in plain} == set(catalog.TILE_SHAPES)
     assert {(c.cluster_m, c.cluster_n) for c in plain} == set(catalog.CLUSTER_SHAPES)
     assert not any(c.stream_k for c in got if c.schedule == "pingpong")
-    # a stored (M, K): the swap-AB tiles too, split and whole; a stored (K, M): not.
+    # a stored (M, K): the swap-AB tiles too, split and whole, the wide token tiles in every
+    # cluster shape; a stored (K, M): not.
     swapped = [c for c in got if c.swap_ab]
     assert {(c.tile, c.stream_k) for c in swapped} == {
-        (t, s) for t in catalog.SWAP_TILES for s in (True, False)}
+        (t, s) for t in catalog.SWAP_TILES + catalog.SWAP_WIDE_TILES for s in (True, False)}
+    assert {(c.cluster_m, c.cluster_n) for c in swapped if c.tile in catalog.SWAP_WIDE_TILES} \
+        == set(catalog.CLUSTER_SHAPES)
     assert not any(c.swap_ab for c in tune.candidates(
         tune.Problem("matmul", "bfloat16", True, True, 1, 64, 256, 64)))
     glu = tune.candidates(tune.Problem("glu", "bfloat16", False, True, 1, 64, 256, 64))

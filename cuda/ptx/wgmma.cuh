@@ -79,6 +79,12 @@ struct WgmmaSS;
     "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 #define JH_WGMMA_N64_REGS JH_WGMMA_REGS_0_31
 #define JH_WGMMA_N64_OPERANDS JH_WGMMA_OPERANDS_0_31
+// The swap-AB kernels' 96-token tile: 48 registers.
+#define JH_WGMMA_N96_REGS JH_WGMMA_REGS_0_31 ", %32, %33, %34, %35, %36, %37, %38, %39, " \
+    "%40, %41, %42, %43, %44, %45, %46, %47"
+#define JH_WGMMA_N96_OPERANDS JH_WGMMA_OPERANDS_0_31, \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
 #define JH_WGMMA_N128_REGS JH_WGMMA_REGS_0_31 ", " JH_WGMMA_REGS_32_63
 #define JH_WGMMA_N128_OPERANDS JH_WGMMA_OPERANDS_0_31, JH_WGMMA_OPERANDS_32_63
 #define JH_WGMMA_N192_REGS JH_WGMMA_N128_REGS ", " JH_WGMMA_REGS_64_95
@@ -111,6 +117,7 @@ struct WgmmaSS;
 JH_DEFINE_WGMMA_SS16_ALL_TYPES(16, "8", "9", "10", "11", "12")
 JH_DEFINE_WGMMA_SS16_ALL_TYPES(32, "16", "17", "18", "19", "20")
 JH_DEFINE_WGMMA_SS16_ALL_TYPES(64, "32", "33", "34", "35", "36")
+JH_DEFINE_WGMMA_SS16_ALL_TYPES(96, "48", "49", "50", "51", "52")
 JH_DEFINE_WGMMA_SS16_ALL_TYPES(128, "64", "65", "66", "67", "68")
 JH_DEFINE_WGMMA_SS16_ALL_TYPES(192, "96", "97", "98", "99", "100")
 JH_DEFINE_WGMMA_SS16_ALL_TYPES(256, "128", "129", "130", "131", "132")

@@ -102,7 +102,7 @@ class GemmConfig:
                 f"{'' if family == 'matmul' else ' for ' + catalog.FAMILIES[family].what}; "
                 "compiled tile shapes: "
                 f"{listed}")
-        clusters = catalog.FAMILIES[family].clusters
+        clusters = catalog.FAMILIES[family].tile_clusters(self.tile)
         if (self.cluster_m, self.cluster_n) not in clusters:
             raise ValueError(f"config: cluster (cluster_m, cluster_n) = ({self.cluster_m}, "
                              f"{self.cluster_n}) must be one of {clusters}"

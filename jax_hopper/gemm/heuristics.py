@@ -329,7 +329,9 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
                                stream_k=stream_k)
 
 
-# The most rows a swap-AB tile holds (its widest token tile): above it the product runs unswapped.
+# The most rows a swap-AB decode tile holds (its widest token tile): above it the product runs
+# unswapped, unless its weight is narrow (swap_for_narrow_weight) or its rows fit the wide
+# token tiles (swap_wide_config).
 SWAP_MAX_M = max(t.block_n for t in catalog.SWAP_TILES)
 
 
@@ -532,6 +534,42 @@ def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k:
             * busy_ctas(unswapped, batch, m, n, k, num_sms, family) < num_sms)
 
 
+# The rows past which the wide token tiles may take a product (swap_wide_config): more than one
+# unswapped tile's 128.
+SWAP_WIDE_MIN_M = 128
+
+
+def swap_wide_config(family: str, batch: int, m: int, n: int, k: int,
+                     num_sms: int) -> GemmConfig | None:
+    """The swapped config on the wide token tiles (catalog.SWAP_WIDE_TILES) of `family`'s
+    swapped family for a product of SWAP_WIDE_MIN_M < m <= 192 rows, else None: two 96-token
+    tiles in a 2-CTA cluster sharing the weight tile (cluster_n = 2: the weight multicast)
+    where they take at most one tile an SM, else one 192-token tile unclustered. Unswapped,
+    such rows pad to two 128-row tiles; 96 and 192 hold them with less padding, and the pair of
+    96-token tiles gives twice the tiles to spread over the SMs.
+    NOTES: device time, H200, 2026-11-29 (gemm_h200_20261129_swap_wide.json): on 26 shapes of
+    M = 129-192 (N 1024-28672, K 1024-14336), the default then (unswapped: 128 x 128-256,
+    cooperative or ping-pong, or the narrow-weight swap) against 192 (1x1, 2x1) and 96 (1x1,
+    1x2): this rule's config was the fastest or within 6% of it on 25 and ran 1.02-1.48x the
+    default on the 24 it moves (181 x 14336 x 10000 100.8 -> 88.0 us, 139 x 7168 x 3072 30.1 ->
+    20.3, 160 x 4096 x 4096 22.5 -> 17.1; XLA 78.7, 14.5, 14.4), but 174 x 5120 x 11008 1.07x
+    where 192 ran 1.25x (80 tiles of 96 whole against 40 of 192 in three pieces; no rule for it
+    yet). Where more 96-token tiles than SMs (N > 8448 here) the 192-token tile ran 1.06-1.19x
+    the 96-token pair. Against the narrow-weight swap (64-token decode tiles, last-arrival split)
+    the one keeping more CTAs busy won on all 5 such shapes (heuristic_config). The 192-token
+    tile in 2x1 clusters (the tokens multicast) ran 0.89-1.08x the time of 1x1, faster only at
+    130 x 8192 x 8192 and N = 28672. Held out: ab_h200_20261129_swap_wide_heldout.json, 12
+    shapes drawn after the rule, 1.00-1.41x the build before, geomean 1.16."""
+    tiles = [t for t in catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
+             if t in catalog.SWAP_WIDE_TILES]
+    if not tiles or not SWAP_WIDE_MIN_M < m <= max(t.block_n for t in tiles):
+        return None
+    pair = min(tiles, key=lambda t: t.block_n)
+    if math.ceil(m / pair.block_n) * math.ceil(n / pair.block_m) * batch <= num_sms:
+        return GemmConfig.for_tile(pair, swap_ab=True, cluster_n=2)
+    return GemmConfig.for_tile(max(tiles, key=lambda t: t.block_n), swap_ab=True)
+
+
 def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, k: int,
                      num_sms: int = DEFAULT_NUM_SMS,
                      off_line: tuple[int, int] = (0, 0)) -> GemmConfig:
@@ -539,11 +577,15 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
     family has it, a is stored (M, K) and m <= SWAP_MAX_M (the lean tile for a small weight:
     lean_swap_tile); otherwise choose_config over the
     family's tiles, swapped after all where the product's weight is narrow
-    (swap_for_narrow_weight). A swapped product whose weight fits in L2 takes the token tile
+    (swap_for_narrow_weight) or its rows fit the wide token tiles better (swap_wide_config;
+    where both apply, the one whose plan keeps more CTAs busy, the wide on a tie). A swapped
+    product whose weight fits in L2 takes the token tile
     of swap_token_tile (at m <= SWAP_MAX_M, no wider than the rows need). off_line: a's and b's
     rows' bytes past whole L2 lines (pitch.rows_off_l2_line), for choose_config."""
     swaps = family in catalog.SWAP_FAMILIES and not a_mn_major
-    swap_tiles = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles if swaps else ()
+    # The swapped family's decode tiles (token tiles up to SWAP_MAX_M wide)
+    swap_tiles = tuple(t for t in catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
+                       if t.block_n <= SWAP_MAX_M) if swaps else ()
     if swaps and m <= SWAP_MAX_M:
         lean = lean_swap_tile(swap_tiles, family, batch, m, n, k)
         if lean is not None:
@@ -560,10 +602,16 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
     config = choose_config(m, n, k, batch, num_sms, tiles=fam.tiles, multicast=fam.multicast,
                            pingpong=fam.pingpong_mid_m, off_line=off_line,
                            off_line_rule=fam.off_line_rule, long_k_split=fam.long_k_split)
-    if swaps and swap_for_narrow_weight(config, batch, m, n, k, num_sms, family):
+    if not swaps:
+        return config
+    wide = swap_wide_config(family, batch, m, n, k, num_sms)
+    if swap_for_narrow_weight(config, batch, m, n, k, num_sms, family):
         tile = swap_token_tile(swap_tiles, batch, m, n, k, num_sms, family)
-        return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
-    return config
+        narrow = GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
+        if wide is None or (busy_ctas(narrow, batch, m, n, k, num_sms, family)
+                            > busy_ctas(wide, batch, m, n, k, num_sms, family)):
+            return narrow
+    return wide or config
 
 
 # Rows per group at or under which the grouped families take their 64-row ping-pong tile.

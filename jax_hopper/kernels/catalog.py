@@ -212,11 +212,23 @@ class Family:
     # Whether its cooperative tiles split on LastArrivalSplitScheduler (equal pieces, the last
     # to finish sums them: plan_last_arrival_split) instead of the schedule's stream-K
     last_arrival_split: bool = False
+    # Tiles that split on the schedule's own stream-K all the same and run every cluster shape
+    # of CLUSTER_SHAPES (the last-arrival split runs clusters of one CTA)
+    clustered_tiles: tuple[TileShape, ...] = ()
 
     @property
     def stream_k(self) -> bool:
         """Whether this family's kernels can split tiles (with a stream-K schedule)."""
         return self.scheduler is None
+
+    def tile_clusters(self, tile: TileShape) -> tuple[tuple[int, int], ...]:
+        """The (cluster_m, cluster_n) shapes `tile` runs in this family."""
+        return CLUSTER_SHAPES if tile in self.clustered_tiles else self.clusters
+
+    def last_arrival_tile(self, tile: TileShape) -> bool:
+        """Whether `tile` splits on LastArrivalSplitScheduler in this family."""
+        return (self.last_arrival_split and SCHEDULES[tile.schedule].stream_k
+                and tile not in self.clustered_tiles)
 
 
 _SS16 = ("MainloopSS<DType::{a_dtype}, DType::{b_dtype}, {bm}, {bn}, {bk}, {stages}, "
@@ -272,6 +284,16 @@ SWAP_TILES = (TileShape(128, 16, 64, 10), TileShape(128, 32, 64, 9), TileShape(1
               TileShape(64, 16, 64, 5, "lean", ctas_per_sm=4))
 # The same for fp8: a k-block is 128 one-byte elements, so each stage holds the same bytes.
 SWAP_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_TILES)
+# The wide token tiles (hopper_matmul swapped past the decode tiles, heuristics.swap_wide_config):
+# 128 weight columns by 96 or 192 tokens, stages filling the 227 KB. At M = 129-192 an
+# unswapped product pads its rows to two 128-row tiles (50-75% of them used), the swapped one
+# to 192 tokens (67-100%): one tile of 192, or two of 96. Unlike the decode tiles they split on
+# the cooperative schedule's stream-K and run in 2-CTA clusters (Family.clustered_tiles): two
+# weight tiles multicasting their token tile (cluster_m = 2), or two token tiles their weight
+# tile (cluster_n = 2), as cuBLAS runs such shapes (nvjet_sm90_tst_128x184_..._4x1 on 181 x
+# 14336 x 10000, 128x72_..._1x2 on 130 x 8192 x 8192; H200, 2026-11-29). Their strips are
+# stored transposed in passes of 64 or 48 output rows (TmaStoreEpilogue::store_transposed).
+SWAP_WIDE_TILES = (TileShape(128, 96, 64, 7), TileShape(128, 192, 64, 4))
 
 FAMILIES = {
     # hopper_matmul: any operand majors, linear epilogue (alpha, bias, activation, residual).
@@ -295,10 +317,12 @@ FAMILIES = {
     # already fill the wave (ab_h100_20261128_pieces4.json).
     "matmul_swap": Family("matmul_swap", "kMatmulSwap",
                           _SS,
-                          "TmaStoreEpilogue<{bn}, LinearOps, TransposedOutput>", SWAP_TILES,
+                          "TmaStoreEpilogue<{bn}, LinearOps, TransposedOutput>",
+                          SWAP_TILES + SWAP_WIDE_TILES,
                           ((False, False), (True, False)), "_swap",
                           "the swap-AB GEMM (GemmConfig.swap_ab)", clusters=((1, 1),),
-                          multicast=False, min_piece_blocks=8, last_arrival_split=True),
+                          multicast=False, min_piece_blocks=8, last_arrival_split=True,
+                          clustered_tiles=SWAP_WIDE_TILES),
     # hopper_glu: x (M, K) K-major, the (K, 2, F) weight MN-major and loaded as gate and up
     # columns side by side (GatedWeightLoad); the epilogue writes act(gate) * up, half the
     # tile's width, so only tiles whose half width is whole 64-column boxes.
@@ -478,8 +502,7 @@ class KernelInstance:
                       stages=t.stages, tile_wgs=sched.tile_warpgroups,
                       a_mn=str(self.a_mn_major).lower(), b_mn=str(self.b_mn_major).lower())
         scheduler = fam.scheduler or (
-            LAST_ARRIVAL_SCHEDULER if fam.last_arrival_split and sched.stream_k
-            else sched.scheduler)
+            LAST_ARRIVAL_SCHEDULER if fam.last_arrival_tile(t) else sched.scheduler)
         return dict(mainloop=fam.mainloop.format(**fields), epilogue=fam.epilogue.format(**fields),
                     scheduler=scheduler.format(**fields), schedule=sched.cpp)
 

@@ -75,13 +75,14 @@ def instance_source(inst: catalog.KernelInstance) -> str:
             f" DType::{catalog.DTYPES[inst.dtypes[1]].cpp},"
             f" GemmSchedule::k{catalog.SCHEDULES[t.schedule].cpp},"
             f" {str(inst.a_mn_major).lower()}, {str(inst.b_mn_major).lower()}"
-            f"{_piece_args(fam)});\n\n"
+            f"{_piece_args(fam, t)});\n\n"
             "}  // namespace jax_hopper\n")
 
 
-def _piece_args(fam: catalog.Family) -> str:
-    """gemm_kernel_info's trailing arguments where the family departs from their defaults."""
-    if fam.last_arrival_split:
+def _piece_args(fam: catalog.Family, tile: catalog.TileShape) -> str:
+    """gemm_kernel_info's trailing arguments where the family's `tile` departs from their
+    defaults."""
+    if fam.last_arrival_tile(tile):
         return f", {fam.min_piece_blocks or 'kMinPieceBlocks'}, true"
     return "" if fam.min_piece_blocks is None else f", {fam.min_piece_blocks}"
 

@@ -76,10 +76,18 @@ template <> struct OutType<float> {
 constexpr int kEpiBoxBytes = 64 * 128;
 constexpr int kEpiBoxesPerPass = 2;
 constexpr int kEpiBytesPerWarpgroup = kEpiBoxBytes * kEpiBoxesPerPass;
-// A transposed strip's staging (epilogue_store_transposed): its BN output rows of 64 columns,
-// at most 4 bytes each (two 128-byte boxes), in one pass.
+// A transposed strip (epilogue_store_transposed) is staged up to kTransposedPassRows of its BN
+// output rows at a time, of 64 columns at most 4 bytes each (two 128-byte boxes): the most
+// rows, whole 1024-byte swizzle atoms (8 rows), that divide BN (one pass for the decode tiles'
+// BN <= 64, two of 48 for 96, three of 64 for 192).
+constexpr int kTransposedPassRows = 64;
+constexpr int transposed_rows(int bn, int rows = kTransposedPassRows) {
+  return bn <= rows ? bn : bn % rows == 0 ? rows : transposed_rows(bn, rows - 8);
+}
 template <int BN>
-constexpr int kTransposedStripBytes = 2 * BN * 128;
+constexpr int kTransposedRows = transposed_rows(BN);
+template <int BN>
+constexpr int kTransposedStripBytes = 2 * kTransposedRows<BN> * 128;
 
 // Boxes per staging pass for a strip of `boxes` boxes: the most that divide it and fit (a
 // 192-column strip of 16-bit outputs is three boxes: one per pass).
@@ -231,11 +239,12 @@ __device__ __forceinline__ void epilogue_store(const float* acc, float beta,
   }
 }
 
-// The swap-AB kernels' store (TransposedOutput): the strip's 64 rows are output columns
-// t.col0.., its BN columns output rows t.row0... Staged as output rows of one 128-byte swizzle
-// row each (kBoxCols columns: one box of BN rows for 16-bit outputs, two for float32), in the
-// layout the TMA store reads; the residual is loaded into the same bytes first, as in
-// epilogue_store. One pass: BN <= 64 rows of at most 256 bytes fit the warpgroup's staging.
+// The swap-AB kernels' store (TransposedOutput), one pass: the strip's 64 rows are output
+// columns t.col0.., its BN (<= kTransposedPassRows) columns output rows t.row0... Staged as
+// output rows of one 128-byte swizzle row each (kBoxCols columns: one box of BN rows for 16-bit
+// outputs, two for float32), in the layout the TMA store reads; the residual is loaded into the
+// same bytes first, as in epilogue_store. BN <= 64 rows of at most 256 bytes fit the
+// warpgroup's staging; a wider strip is stored pass by pass (TmaStoreEpilogue::store_transposed).
 // Each thread writes single elements: a warp's 8 fragment rows are 8 adjacent columns of one
 // output row (one 16-byte chunk), its 4 column pairs 4 output rows, whose chunks the swizzle
 // puts in different banks.
@@ -251,7 +260,8 @@ __device__ __forceinline__ void epilogue_store_transposed(const float* acc, floa
   constexpr int kBoxCols = 128 / kOutBytes;  // output columns per 128-byte swizzle row
   constexpr int kBoxes = 64 / kBoxCols;
   constexpr int kBoxBytes = BN * 128;        // BN output rows
-  static_assert(kBoxes * kBoxBytes <= kTransposedStripBytes<BN>, "the strip fits its staging");
+  static_assert(BN <= kTransposedPassRows && kBoxes * kBoxBytes <= kTransposedStripBytes<BN>,
+                "the pass fits its staging");
   static_assert(kBoxBytes % 1024 == 0, "boxes stay aligned to the 128B swizzle's 1024 bytes");
   begin_staging<RESIDUAL, kBoxes, kBoxBytes, kBoxCols>(tma_r, t, s, t.col0);
   const int32_t warp = wg_thread / 32, lane = wg_thread % 32;
@@ -275,8 +285,8 @@ template <int BN_, typename Ops, typename Output = DenseOutput>
 struct TmaStoreEpilogue {
   static constexpr int BN = BN_;                                 // product columns of a tile
   static constexpr int kOutCols = Ops::template kOutCols<BN>;    // output columns of a tile
-  // Staging, each consumer warpgroup its own: a transposed strip (BN <= 64 rows of 256 bytes)
-  // needs less than the row path's passes.
+  // Staging, each consumer warpgroup its own: a transposed pass (at most 64 rows of 256 bytes)
+  // needs no more than the row path's passes.
   static constexpr int kSmemBytesPerWarpgroup =
       Output::kTransposed ? kTransposedStripBytes<BN> : kEpiBytesPerWarpgroup;
   static_assert(kSmemBytesPerWarpgroup <= kEpiBytesPerWarpgroup &&
@@ -306,11 +316,11 @@ struct TmaStoreEpilogue {
   };
 
   static std::string host_params(const GemmArgs& g, Params* p) {
-    // The output box is 64 rows (one consumer warpgroup's strip; transposed, the tile's BN
-    // columns) by one 128-byte swizzle row; the residual is read box for box like the output
-    // it is added to.
+    // The output box is 64 rows (one consumer warpgroup's strip; transposed, a pass of the
+    // tile's BN columns) by one 128-byte swizzle row; the residual is read box for box like the
+    // output it is added to.
     const uint32_t cols = static_cast<uint32_t>(128 / dtype_bytes(g.out_dtype));
-    const uint32_t rows = Output::kTransposed ? BN : 64;
+    const uint32_t rows = Output::kTransposed ? kTransposedRows<BN> : 64;
     std::string e = map_out(g.out, g.out_dtype, cols, rows, &p->d);
     p->has_residual = g.residual.data != nullptr;
     if (e.empty()) {
@@ -393,31 +403,39 @@ struct TmaStoreEpilogue {
   }
 
   // TransposedOutput: the strip's rows row0.. are output columns, the tile's columns
-  // (n_block) output rows; the bias goes by strip row.
+  // (n_block) output rows, stored kTransposedPassRows at a time; the bias goes by strip row.
   __device__ static void store_transposed(float* acc, const Params& p, const Shared& s, State& st,
                                           const TileCoord& tc, int32_t row0, uint32_t wg,
                                           uint32_t wg_thread, uint32_t barrier_id) {
+    constexpr int kRows = kTransposedRows<BN>;
+    static_assert(BN % kRows == 0 && kRows % 8 == 0, "whole passes of swizzle atoms");
+    // A pass's strip columns 8 j.. are its accumulators 4 j.. (wgmma's fragment order).
+    constexpr int kPassRegs = kRows / 2;
     Ops::template apply<BN, true>(acc, p, Output::template bias<Ops>(p, tc), row0, wg_thread);
-    const EpilogueTile t{tc.n_block * BN, row0, Output::batch(tc), Output::residual_batch(p, tc),
-                         BN};
     const EpilogueSync sync{s.staging + wg * kSmemBytesPerWarpgroup, &s.residual_loaded[wg],
                             &st.residual_phase, wg_thread, barrier_id};
     const bool res = p.has_residual;
-    switch (p.out_dtype) {
-      case DType::kBF16:
-        res ? epilogue_store_transposed<BN, __nv_bfloat16, true>(acc, p.beta, &p.d, &p.r, t, sync)
-            : epilogue_store_transposed<BN, __nv_bfloat16, false>(acc, p.beta, &p.d, &p.r, t, sync);
-        break;
-      case DType::kF16:
-        res ? epilogue_store_transposed<BN, __half, true>(acc, p.beta, &p.d, &p.r, t, sync)
-            : epilogue_store_transposed<BN, __half, false>(acc, p.beta, &p.d, &p.r, t, sync);
-        break;
-      case DType::kF32:
-        res ? epilogue_store_transposed<BN, float, true>(acc, p.beta, &p.d, &p.r, t, sync)
-            : epilogue_store_transposed<BN, float, false>(acc, p.beta, &p.d, &p.r, t, sync);
-        break;
-      default:
-        break;
+#pragma unroll
+    for (int pass = 0; pass < BN / kRows; ++pass) {
+      const float* a = acc + pass * kPassRegs;
+      const EpilogueTile t{tc.n_block * BN + pass * kRows, row0, Output::batch(tc),
+                           Output::residual_batch(p, tc), kRows};
+      switch (p.out_dtype) {
+        case DType::kBF16:
+          res ? epilogue_store_transposed<kRows, __nv_bfloat16, true>(a, p.beta, &p.d, &p.r, t, sync)
+              : epilogue_store_transposed<kRows, __nv_bfloat16, false>(a, p.beta, &p.d, &p.r, t, sync);
+          break;
+        case DType::kF16:
+          res ? epilogue_store_transposed<kRows, __half, true>(a, p.beta, &p.d, &p.r, t, sync)
+              : epilogue_store_transposed<kRows, __half, false>(a, p.beta, &p.d, &p.r, t, sync);
+          break;
+        case DType::kF32:
+          res ? epilogue_store_transposed<kRows, float, true>(a, p.beta, &p.d, &p.r, t, sync)
+              : epilogue_store_transposed<kRows, float, false>(a, p.beta, &p.d, &p.r, t, sync);
+          break;
+        default:
+          break;
+      }
     }
   }
 

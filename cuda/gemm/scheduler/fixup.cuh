@@ -104,6 +104,11 @@ __device__ __forceinline__ void add_batch(float* acc, const float* src) {
 // accesses) ran split plans 1.02-1.11x faster (ab_h100_20261125_fixup_batches.json; on the
 // 128 x 192 and 128 x 256 tiles' stream-K tails 1.01-1.04x, ab_h100_20261125_fixup_wide.json).
 constexpr int kFixupBatch = 32;
+// The batch of a strip of kRegs registers: the most registers up to kFixupBatch, whole 16-byte
+// accesses, that divide the strip (24 for the 48 of a 96-token swap-AB tile).
+constexpr int fixup_batch(int regs, int batch = kFixupBatch) {
+  return regs % batch == 0 ? batch : fixup_batch(regs, batch - 4);
+}
 
 // Waits for the partials of this warpgroup's strip from clusters [first, end) (CTA c * csize +
 // rank of each), clearing each flag it waited for, and adds them to the accumulators in cluster
@@ -129,8 +134,7 @@ __device__ __forceinline__ void add_partials(float* acc, const Partials& p, int3
   const float* slot = thread_part(partial_slot<kRegs>(p, first * csize + rank, wg), wg_thread);
   // Consecutive clusters' slots of the same rank and warpgroup are this far apart.
   const int32_t stride = static_cast<int32_t>(csize) * 2 * kRegs * 128;
-  constexpr int kBatch = kRegs < kFixupBatch ? kRegs : kFixupBatch;
-  static_assert(kRegs % kBatch == 0, "whole batches of partial values");
+  constexpr int kBatch = fixup_batch(kRegs);
   if constexpr (kRegs > 64) {
     for (int32_t c = 0; c < end - first; ++c) {
 #pragma unroll

@@ -65,11 +65,12 @@ struct LastArrivalSplitScheduler : StreamKScheduler<BM, BN> {
   __device__ static bool fixup(float* acc, const Params& p, const WorkUnit& u, int32_t cluster,
                                uint32_t, uint32_t, uint32_t wg, uint32_t wg_thread,
                                uint32_t barrier_id) {
-    // The last arrival reads the other pieces' partials kPerRound pieces at a time (all their
-    // values in flight at once), so a tile of n pieces costs ceil(n / kPerRound) L2 round trips.
-    static_assert(kRegs <= kFixupBatch && kFixupBatch % kRegs == 0,
-                  "a swap-AB strip's partial fits one round of loads");
-    constexpr int kPerRound = kFixupBatch / kRegs;
+    // The last arrival reads the other pieces' partials kBatch registers of kPerRound pieces at
+    // a time (all their values in flight at once), so a tile of n pieces costs
+    // kRegs / kBatch x ceil(n / kPerRound) L2 round trips.
+    constexpr int kBatch = fixup_batch(kRegs);
+    static_assert(kFixupBatch % kBatch == 0, "a strip's partial is whole rounds of loads");
+    constexpr int kPerRound = kFixupBatch / kBatch;
     const int32_t n = pieces(p.plan);
     if (n == 1) return true;
     const int32_t mine = u.k_begin / p.plan.sk_quota;
@@ -87,30 +88,31 @@ struct LastArrivalSplitScheduler : StreamKScheduler<BM, BN> {
       }
     }
     if (!ptx::named_barrier_or(barrier_id, 128, last)) return false;
-    // acc = partial 0 + partial 1 + ... in piece order, this piece's own from its registers.
-    float own[kRegs];
-#pragma unroll
-    for (int i = 0; i < kRegs; ++i) own[i] = acc[i];
-    // Consecutive pieces' slots of the same warpgroup are this far apart.
+    // acc = partial 0 + partial 1 + ... in piece order, this piece's own read back as well (it
+    // stored it above): nothing of the accumulators is copied aside, which a wide token tile's
+    // registers would not hold. Consecutive pieces' slots of the same warpgroup are this far
+    // apart.
     constexpr int32_t kStride = 2 * kRegs * 128;
     const float* wg_base =
         thread_part(partial_slot<kRegs>(p.partials, first, 0), wg_thread) + wg * kRegs * 128;
-    for (int32_t q0 = 0; q0 < n; q0 += kPerRound) {
-      float v[kPerRound][kRegs];
 #pragma unroll
-      for (int j = 0; j < kPerRound; ++j)
-        if (q0 + j < n && q0 + j != mine) load_partial<kRegs>(v[j], wg_base + (q0 + j) * kStride);
+    for (int c = 0; c < kRegs; c += kBatch) {
 #pragma unroll
-      for (int j = 0; j < kPerRound; ++j) {
-        const int32_t q = q0 + j;
-        if (q < n) {
+      for (int i = 0; i < kBatch; ++i) acc[c + i] = 0.0f;
+      for (int32_t q0 = 0; q0 < n; q0 += kPerRound) {
+        float v[kPerRound][kBatch];
 #pragma unroll
-          for (int i = 0; i < kRegs; ++i) {
-            const float x = q == mine ? own[i] : v[j][i];
-            acc[i] = q == 0 ? x : acc[i] + x;
+        for (int j = 0; j < kPerRound; ++j)
+          if (q0 + j < n) load_partial<kBatch>(v[j], wg_base + (q0 + j) * kStride + c * 128);
+#pragma unroll
+        for (int j = 0; j < kPerRound; ++j)
+          if (q0 + j < n) {
+#pragma unroll
+            for (int i = 0; i < kBatch; ++i) acc[c + i] += v[j][i];
           }
-        }
       }
+      // Keeps nvcc from hoisting the next chunk's loads above this one's adds (add_batch).
+      asm volatile("" ::: "memory");
     }
     return true;
   }
