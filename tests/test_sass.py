@@ -6,12 +6,14 @@ Needs cuobjdump (the CUDA toolkit's, or the nvidia-cuda-cuobjdump wheel of the t
 not a GPU; the build already treats ptxas warnings (spills) and
 "wgmma serialized" (cmake/ptxas_guard.py) as errors, this reads the result back."""
 
+import concurrent.futures
 import glob
 import importlib.util
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -45,14 +47,26 @@ pytestmark = [pytest.mark.extension, pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def functions() -> dict[str, str]:
-    """{mangled kernel name: its SASS} from one `cuobjdump -sass` of the extension (a minute or
-    more on the GPU machine, so the tests share it)."""
+    """{mangled kernel name: its SASS} of the extension, shared by the tests: its cubins (one
+    per kernel translation unit) extracted with `cuobjdump -xelf` and disassembled on every
+    core at once (one `cuobjdump -sass` of the whole extension took 2 minutes of one core on
+    CI's machine)."""
     # cuobjdump runs the nvdisasm on PATH (the wheels put both in one bin directory)
     env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(CUOBJDUMP),
                                                  os.environ.get("PATH", "")]))
-    sass = subprocess.run([CUOBJDUMP, "-sass", _ffi.extension().__file__], check=True,
-                          capture_output=True, text=True, env=env).stdout
-    parts = re.split(r"^\s*Function : (\S+)\s*$", sass, flags=re.M)
+
+    def sass(path):
+        return subprocess.run([CUOBJDUMP, "-sass", path], check=True, capture_output=True,
+                              text=True, env=env).stdout
+
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([CUOBJDUMP, "-xelf", "all", _ffi.extension().__file__], check=True,
+                       capture_output=True, cwd=tmp, env=env)
+        cubins = sorted(glob.glob(os.path.join(tmp, "*.cubin")))
+        assert cubins, "cuobjdump -xelf extracted no cubin"
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            text = "".join(pool.map(sass, cubins))
+    parts = re.split(r"^\s*Function : (\S+)\s*$", text, flags=re.M)
     return dict(zip(parts[1::2], parts[2::2]))
 
 
