@@ -55,6 +55,24 @@ def test_extension_compiles_exactly_the_catalog():
         assert d["pads_k_blocks"] == (not promoted), name
 
 
+def test_translation_units_hold_every_kernel_once():
+    # codegen's units (the build's sources): each kernel in exactly one, a unit's kernels of one
+    # family and at most TU_KERNELS of them, each in a namespace of its own name.
+    from jax_hopper.kernels import codegen
+    instances = catalog.compiled_instances()
+    units = codegen.translation_units(instances)
+    placed = [i for kernels in units.values() for i in kernels]
+    assert sorted(i.name for i in placed) == sorted(i.name for i in instances)
+    for name, kernels in units.items():
+        assert 1 <= len(kernels) <= codegen.TU_KERNELS
+        assert {i.family for i in kernels} == {kernels[0].family}
+        assert name.startswith(f"sm90_gemm_{kernels[0].family}_")
+        source = codegen.unit_source(kernels)
+        for i in kernels:
+            assert f"namespace {i.name} {{" in source
+            assert f"gemm_kernel_info<{i.name}::Kernel>" in source
+
+
 @pytest.mark.parametrize("field,value,match", [
     ("block_n", 160, "not compiled"),
     ("stages", 7, "not compiled"),

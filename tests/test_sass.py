@@ -48,7 +48,7 @@ pytestmark = [pytest.mark.extension, pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def functions() -> dict[str, str]:
     """{mangled kernel name: its SASS} of the extension, shared by the tests: its cubins (one
-    per kernel translation unit) extracted with `cuobjdump -xelf` and disassembled on every
+    per translation unit) extracted with `cuobjdump -xelf` and disassembled on every
     core at once (one `cuobjdump -sass` of the whole extension took 2 minutes of one core on
     CI's machine)."""
     # cuobjdump runs the nvdisasm on PATH (the wheels put both in one bin directory)

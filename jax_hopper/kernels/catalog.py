@@ -1,7 +1,7 @@
 """The catalog of compiled GEMM kernels and the numbers Python and C++ share.
 
 One source of truth: CMake runs codegen.py, which writes from this file the C++ instance table,
-one translation unit per kernel and a constants header (dtype and activation codes, kernel
+the kernels' translation units and a constants header (dtype and activation codes, kernel
 families, the shared-memory limit) that the kernels and the FFI handlers include. Python reads
 the same numbers from here, and a test checks the built extension reports exactly these kernels.
 Pure Python with no package imports, so the build can run it before anything is installed.
