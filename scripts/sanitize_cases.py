@@ -72,7 +72,8 @@ class GemmCase:
         return GemmConfig.for_tile(t, cluster_m=self.cluster[0], cluster_n=self.cluster[1],
                                    raster=self.raster, group_size=3,
                                    swap_ab=t in (catalog.SWAP_TILES + catalog.SWAP_WIDE_TILES
-                                                 + catalog.SWAP_TILES_FP8))
+                                                 + catalog.SWAP_TILES_FP8
+                                                 + catalog.SWAP_WIDE_TILES_FP8))
 
     def label(self) -> str:
         tile = self.tile.tag if self.tile is not None else "auto"
@@ -211,7 +212,7 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
 def fp8_groups(quick: bool) -> list[list[GemmCase]]:
     """The fp8 families: every dtype pair x tile (b as (N, K): the only layout it reads), the
     clusters rotated; K past the 128-wide k-block; an epilogue; split tiles (scaled pieces);
-    block scales; the swapped kernels, per tensor and per block."""
+    block scales; the swapped kernels, per tensor (the wide token tiles too) and per block."""
     from jax_hopper.kernels import catalog
     fam = catalog.FAMILIES["fp8"]
     shapes = [(300, 520, 272)] if quick else [(1, 16, 16), (129, 136, 144), (300, 520, 272)]
@@ -257,6 +258,16 @@ def fp8_groups(quick: bool) -> list[list[GemmCase]]:
                    GemmCase(29, 392, 1032, dtype="float8_e5m2", b_dtype="float8_e4m3fn",
                             tile=lean8[0], transpose_b=True, out_dtype="float32", bias=True,
                             residual=True, scales=(0.5, 0.25))])
+    # ... and on the wide token tiles (the cooperative stream-K, strips stored in passes):
+    # split, several token tiles of a mixed pair in a 1x2 cluster, a 2x1 cluster past M.
+    narrow8, wide8 = catalog.SWAP_WIDE_TILES_FP8
+    groups.append([GemmCase(181, 1544, 4104, tile=wide8, out_dtype="bfloat16", bias=True,
+                            residual=True, **fp8),
+                   GemmCase(385, 264, 1032, dtype="float8_e5m2", b_dtype="float8_e4m3fn",
+                            tile=narrow8, transpose_b=True, out_dtype="float32",
+                            cluster=(1, 2), scales=(0.5, 0.25)),
+                   GemmCase(140, 3072, 2056, tile=narrow8, cluster=(2, 1), out_dtype="bfloat16",
+                            **fp8)])
     # Swapped block scales (fp8_block_swap): every token tile, partial scale blocks of N and K,
     # the transposed epilogue, a split weight stream.
     bswap = catalog.FAMILIES["fp8_block_swap"].tiles

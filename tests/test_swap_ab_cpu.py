@@ -47,22 +47,49 @@ def test_heuristic_takes_the_wide_token_tiles(m, n, k, block_n, cluster_n):
         assert heuristics.heuristic_config("matmul", False, 3, m, n, k).block_n == 192
     for rows in (128, 193):  # one unswapped tile; past the widest token tile
         assert heuristics.swap_wide_config("matmul", 1, rows, n, k, 132) is None
-    # a stored (K, M), and the families without wide token tiles
+    # a stored (K, M), and block scales (no wide token tiles)
     assert not heuristics.heuristic_config("matmul", True, 1, m, n, k).swap_ab
-    for family in ("fp8", "fp8_block"):
-        assert heuristics.swap_wide_config(family, 1, m, n, k, 132) is None
+    assert heuristics.swap_wide_config("fp8_block", 1, m, n, k, 132) is None
+
+
+@pytest.mark.extension  # the narrow-weight swap's plan
+@pytest.mark.parametrize("m,n,k,want", [
+    (183, 4096, 7440, (96, 2)),     # 64 tiles of 96: the pair
+    (190, 8584, 5120, (192, 1)),    # 136 of 96, 68 of 192: within a wave
+    (164, 28672, 11120, None),      # 224 of 192 (1.7 waves): unswapped
+    (138, 2048, 3488, "narrow"),    # the narrow-weight swap applies: it stays
+    (147, 2048, 5120, "narrow"),    # ... though the pair keeps more CTAs busy
+])
+def test_fp8_takes_the_wide_token_tiles_where_they_do_not_yield(m, n, k, want):
+    """fp8 per tensor on its own wide tiles (128-element k-blocks) by the 16-bit rule, except
+    where they yield (heuristics.WIDE_TILES_YIELD): to the narrow-weight swap, and past one
+    wave of 192-token tiles to the unswapped config."""
+    cfg = heuristics.heuristic_config("fp8", False, 1, m, n, k)
+    if want is None:
+        assert not cfg.swap_ab, cfg
+    elif want == "narrow":
+        assert cfg.swap_ab and cfg.tile in catalog.SWAP_TILES_FP8, cfg
+        # the 16-bit product of the same shape takes the pair (wide on a tie, or busier)
+        assert heuristics.heuristic_config("matmul", False, 1, m, n, k).block_n == 96
+    else:
+        assert cfg.swap_ab and cfg.tile in catalog.SWAP_WIDE_TILES_FP8, cfg
+        assert (cfg.block_n, cfg.cluster_n, cfg.block_k) == (*want, 128), cfg
+        cfg.validate(E4M3, False, False, family="fp8", b_dtype=E5M2)
 
 
 def test_wide_token_tiles_run_clusters_the_decode_tiles_do_not():
     """The wide token tiles split on the cooperative stream-K and run every cluster shape; the
     decode tiles' last-arrival split runs clusters of one CTA."""
+    for family, tiles, dtype in (("matmul", catalog.SWAP_WIDE_TILES, "bfloat16"),
+                                 ("fp8", catalog.SWAP_WIDE_TILES_FP8, E4M3)):
+        fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]]
+        for tile in tiles:
+            assert tile in fam.tiles and fam.tile_clusters(tile) == catalog.CLUSTER_SHAPES
+            assert not fam.last_arrival_tile(tile)
+            for cm, cn in catalog.CLUSTER_SHAPES:
+                GemmConfig.for_tile(tile, swap_ab=True, cluster_m=cm, cluster_n=cn).validate(
+                    dtype, False, dtype == "bfloat16", family=family)
     fam = catalog.FAMILIES["matmul_swap"]
-    for tile in catalog.SWAP_WIDE_TILES:
-        assert fam.tile_clusters(tile) == catalog.CLUSTER_SHAPES
-        assert not fam.last_arrival_tile(tile)
-        for cm, cn in catalog.CLUSTER_SHAPES:
-            GemmConfig.for_tile(tile, swap_ab=True, cluster_m=cm, cluster_n=cn).validate(
-                "bfloat16", False, True)
     assert fam.last_arrival_tile(catalog.SWAP_TILES[0])
     with pytest.raises(ValueError, match=r"cluster .* must be one of \(\(1, 1\),\)"):
         GemmConfig.for_tile(catalog.SWAP_TILES[0], swap_ab=True, cluster_m=2).validate(

@@ -219,10 +219,32 @@ def test_grad_of_a_decode_product(rng):
 
 
 @pytest.mark.parametrize("pair", catalog.FP8_PAIRS)
-@pytest.mark.parametrize("tile", catalog.SWAP_TILES_FP8, ids=lambda t: t.tag)
+@pytest.mark.parametrize("tile", catalog.SWAP_TILES_FP8 + catalog.SWAP_WIDE_TILES_FP8,
+                         ids=lambda t: t.tag)
 def test_fp8_every_tile_and_pair(rng, tile, pair):
     # Tokens short of the tile, a weight edge inside a 128-row tile, a k tail (TMA zero-fills).
     check_fp8(rng, tile.block_n - 3, 328, 584, block=False, pair=pair, config=_swap(tile))
+
+
+@pytest.mark.parametrize("cluster", catalog.CLUSTER_SHAPES, ids=lambda c: f"c{c[0]}x{c[1]}")
+@pytest.mark.parametrize("m,n,k", [(181, 1544, 4104), (129, 392, 520), (385, 264, 1032)])
+@pytest.mark.parametrize("tile", catalog.SWAP_WIDE_TILES_FP8, ids=lambda t: t.tag)
+def test_fp8_wide_token_tiles(rng, tile, m, n, k, cluster):
+    """fp8 per tensor on the wide token tiles: split in equal pieces (181 x 1544 x 4104: 13-26
+    tiles over 33 k-blocks of 128), whole with a strip partly past M (129 rows), several token
+    tiles (385 rows); 2-CTA clusters either way; every epilogue term into float32, and a mixed
+    pair (the kernel's dtypes b's first)."""
+    cfg = GemmConfig.for_tile(tile, swap_ab=True, cluster_m=cluster[0], cluster_n=cluster[1])
+    if (m, n, k) == (181, 1544, 4104):
+        kernel = cfg.kernel("fp8", "float8_e4m3fn", False, False)
+        plan = cfg.plan(kernel, 1, m, n, k, catalog.DEFAULT_NUM_SMS // (cluster[0] * cluster[1]))
+        assert plan["sk_clusters"] > 0, plan
+    check_fp8(rng, m, n, k, block=False, config=cfg)
+    check_fp8(rng, m, n, k, block=False, config=cfg, out_dtype="float32",
+              activation="gelu_tanh", alpha=0.5, beta=-1.5, with_bias=True, with_residual=True)
+    if cluster == (1, 1):
+        check_fp8(rng, m, n, k, block=False, pair=("float8_e5m2", "float8_e4m3fn"),
+                  config=_swap(tile, stream_k=False))
 
 
 # The default config at M <= 64 is the swapped one: decode shapes split and whole, N and K off

@@ -79,7 +79,7 @@ struct WgmmaSS;
     "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 #define JH_WGMMA_N64_REGS JH_WGMMA_REGS_0_31
 #define JH_WGMMA_N64_OPERANDS JH_WGMMA_OPERANDS_0_31
-// The swap-AB kernels' 96-token tile: 48 registers.
+// The swap-AB kernels' 96-token tile (16-bit and fp8): 48 registers.
 #define JH_WGMMA_N96_REGS JH_WGMMA_REGS_0_31 ", %32, %33, %34, %35, %36, %37, %38, %39, " \
     "%40, %41, %42, %43, %44, %45, %46, %47"
 #define JH_WGMMA_N96_OPERANDS JH_WGMMA_OPERANDS_0_31, \
@@ -141,7 +141,9 @@ JH_DEFINE_WGMMA_SS16_ALL_TYPES(256, "128", "129", "130", "131", "132")
   JH_DEFINE_WGMMA_SS8(16, DTA, DTB, PTX_TA, PTX_TB, "8", "9", "10")                          \
   JH_DEFINE_WGMMA_SS8(32, DTA, DTB, PTX_TA, PTX_TB, "16", "17", "18")                        \
   JH_DEFINE_WGMMA_SS8(64, DTA, DTB, PTX_TA, PTX_TB, "32", "33", "34")                        \
+  JH_DEFINE_WGMMA_SS8(96, DTA, DTB, PTX_TA, PTX_TB, "48", "49", "50")                        \
   JH_DEFINE_WGMMA_SS8(128, DTA, DTB, PTX_TA, PTX_TB, "64", "65", "66")                     \
+  JH_DEFINE_WGMMA_SS8(192, DTA, DTB, PTX_TA, PTX_TB, "96", "97", "98")                     \
   JH_DEFINE_WGMMA_SS8(256, DTA, DTB, PTX_TA, PTX_TB, "128", "129", "130")
 
 JH_DEFINE_WGMMA_SS8_ALL_N(DType::kE4M3, DType::kE4M3, "e4m3", "e4m3")

@@ -539,9 +539,19 @@ def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k:
 SWAP_WIDE_MIN_M = 128
 
 
+# The wide token tiles of every swapped family (16-bit and fp8 per tensor).
+WIDE_TOKEN_TILES = catalog.SWAP_WIDE_TILES + catalog.SWAP_WIDE_TILES_FP8
+# The families whose wide token tiles give way: to the narrow-weight swap wherever that
+# applies (heuristic_config), and to the unswapped config where the 192-token tiles exceed one
+# wave (swap_wide_config). fp8 per tensor: its unswapped and decode kernels stream twice the
+# FLOPs a byte, and the wide tiles' fixed costs (the transposed store in passes, the split's
+# fix-up) weigh twice as much (swap_wide_config's NOTES).
+WIDE_TILES_YIELD = ("fp8",)
+
+
 def swap_wide_config(family: str, batch: int, m: int, n: int, k: int,
                      num_sms: int) -> GemmConfig | None:
-    """The swapped config on the wide token tiles (catalog.SWAP_WIDE_TILES) of `family`'s
+    """The swapped config on the wide token tiles (WIDE_TOKEN_TILES) of `family`'s
     swapped family for a product of SWAP_WIDE_MIN_M < m <= 192 rows, else None: two 96-token
     tiles in a 2-CTA cluster sharing the weight tile (cluster_n = 2: the weight multicast)
     where they take at most one tile an SM, else one 192-token tile unclustered. Unswapped,
@@ -559,15 +569,28 @@ def swap_wide_config(family: str, batch: int, m: int, n: int, k: int,
     the one keeping more CTAs busy won on all 5 such shapes (heuristic_config). The 192-token
     tile in 2x1 clusters (the tokens multicast) ran 0.89-1.08x the time of 1x1, faster only at
     130 x 8192 x 8192 and N = 28672. Held out: ab_h200_20261129_swap_wide_heldout.json, 12
-    shapes drawn after the rule, 1.00-1.41x the build before, geomean 1.16."""
+    shapes drawn after the rule, 1.00-1.41x the build before, geomean 1.16.
+    fp8 per tensor (the same tiles with 128-element k-blocks; ab_h200_20261129_fp8_wide_rule.log,
+    H200, 2026-11-29, 16 shapes at M = 129-192 under the 16-bit rule, device time against the
+    build without them): 1.03-1.49x on 9 of the 10 that took the pair or a 192-token tile
+    within a wave (geomean 1.19; 141 x 5536 x 11008 42.9 -> 28.7 us, 170 x 8192 x 3552 1.29x),
+    0.99x at 140 x 8592 x 5584; but 0.87x on 164 x 28672 x 11120 (224 tiles of 192, 1.7 waves:
+    the unswapped 128 x 256 ran 136.5 us against 156.3) and 0.94x / 0.98x on the two where the
+    pair displaced the narrow-weight swap (138 x 2048 x 3488, 147 x 2048 x 5120; busy CTAs 96 /
+    96 and 128 / 96): hence WIDE_TILES_YIELD. Held out (ab_h200_20261129_fp8_wide_heldout.json,
+    9 shapes drawn after it and those three): 1.04-1.33x on the 4 it moves (geomean 1.18;
+    161 x 4096 x 7168 22.3 -> 16.8 us, XLA's fp8 20.4), 0.996-1.005x on the other 8."""
     tiles = [t for t in catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
-             if t in catalog.SWAP_WIDE_TILES]
+             if t in WIDE_TOKEN_TILES]
     if not tiles or not SWAP_WIDE_MIN_M < m <= max(t.block_n for t in tiles):
         return None
-    pair = min(tiles, key=lambda t: t.block_n)
+    pair, wide = min(tiles, key=lambda t: t.block_n), max(tiles, key=lambda t: t.block_n)
     if math.ceil(m / pair.block_n) * math.ceil(n / pair.block_m) * batch <= num_sms:
         return GemmConfig.for_tile(pair, swap_ab=True, cluster_n=2)
-    return GemmConfig.for_tile(max(tiles, key=lambda t: t.block_n), swap_ab=True)
+    if family in WIDE_TILES_YIELD and (math.ceil(m / wide.block_n) * math.ceil(n / wide.block_m)
+                                       * batch > num_sms):
+        return None
+    return GemmConfig.for_tile(wide, swap_ab=True)
 
 
 def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, k: int,
@@ -578,14 +601,15 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
     lean_swap_tile); otherwise choose_config over the
     family's tiles, swapped after all where the product's weight is narrow
     (swap_for_narrow_weight) or its rows fit the wide token tiles better (swap_wide_config;
-    where both apply, the one whose plan keeps more CTAs busy, the wide on a tie). A swapped
+    where both apply, the one whose plan keeps more CTAs busy, the wide on a tie, the narrow
+    for WIDE_TILES_YIELD's families). A swapped
     product whose weight fits in L2 takes the token tile
     of swap_token_tile (at m <= SWAP_MAX_M, no wider than the rows need). off_line: a's and b's
     rows' bytes past whole L2 lines (pitch.rows_off_l2_line), for choose_config."""
     swaps = family in catalog.SWAP_FAMILIES and not a_mn_major
     # The swapped family's decode tiles (every token tile but the wide ones)
     swap_tiles = tuple(t for t in catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
-                       if t not in catalog.SWAP_WIDE_TILES) if swaps else ()
+                       if t not in WIDE_TOKEN_TILES) if swaps else ()
     if swaps and m <= SWAP_MAX_M:
         lean = lean_swap_tile(swap_tiles, family, batch, m, n, k)
         if lean is not None:
@@ -608,8 +632,9 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
     if swap_for_narrow_weight(config, batch, m, n, k, num_sms, family):
         tile = swap_token_tile(swap_tiles, batch, m, n, k, num_sms, family)
         narrow = GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
-        if wide is None or (busy_ctas(narrow, batch, m, n, k, num_sms, family)
-                            > busy_ctas(wide, batch, m, n, k, num_sms, family)):
+        if wide is None or family in WIDE_TILES_YIELD or (
+                busy_ctas(narrow, batch, m, n, k, num_sms, family)
+                > busy_ctas(wide, batch, m, n, k, num_sms, family)):
             return narrow
     return wide or config
 

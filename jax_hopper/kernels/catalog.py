@@ -294,6 +294,8 @@ SWAP_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_TILES)
 # 14336 x 10000, 128x72_..._1x2 on 130 x 8192 x 8192; H200, 2026-11-29). Their strips are
 # stored transposed in passes of 64 or 48 output rows (TmaStoreEpilogue::store_transposed).
 SWAP_WIDE_TILES = (TileShape(128, 96, 64, 7), TileShape(128, 192, 64, 4))
+# The same for fp8 per tensor (fp8_swap): 128-element k-blocks, the same bytes a stage.
+SWAP_WIDE_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_WIDE_TILES)
 
 FAMILIES = {
     # hopper_matmul: any operand majors, linear epilogue (alpha, bias, activation, residual).
@@ -422,14 +424,16 @@ FAMILIES = {
     # hopper_fp8_matmul per tensor, computed swapped (GemmConfig.swap_ab) as matmul_swap is:
     # the kernel's A is the weight b (N, K) and its B the tokens a (M, K), both K-major as fp8
     # wgmma needs; decode against fp8 weights is a weight stream. The instance's dtypes are
-    # the kernel's (b's, then a's); FP8_PAIRS holds every pair both ways round.
+    # the kernel's (b's, then a's); FP8_PAIRS holds every pair both ways round. The wide token
+    # tiles split on the cooperative stream-K and run 2-CTA clusters, as matmul_swap's do.
     "fp8_swap": Family(
         "fp8_swap", "kFp8Swap",
         _SS_TENSOR_SCALED,
-        "TmaStoreEpilogue<{bn}, LinearOps, TransposedOutput>", SWAP_TILES_FP8,
+        "TmaStoreEpilogue<{bn}, LinearOps, TransposedOutput>",
+        SWAP_TILES_FP8 + SWAP_WIDE_TILES_FP8,
         ((False, False),), "_fp8_swap", "the swap-AB fp8 GEMM (GemmConfig.swap_ab)",
         dtypes=FP8_PAIRS, clusters=((1, 1),), multicast=False, min_piece_blocks=8,
-        last_arrival_split=True),
+        last_arrival_split=True, clustered_tiles=SWAP_WIDE_TILES_FP8),
     # hopper_fp8_matmul with block scales (DeepSeek-V3's recipe: a (M, K/128), b (N/128, K/128)
     # float32): each 128-wide k-block's product scaled and added in fp32 (MainloopSSPromoted,
     # BlockScaling), in 64 x 64 units through two register buffers, so a 128 x 256 tile's
