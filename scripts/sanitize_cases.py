@@ -6,6 +6,7 @@ checked on the host (float64 for the GEMM, bit for bit for the others).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 
 import numpy as np
@@ -57,6 +58,8 @@ class GemmCase:
     scales: tuple = (1.0, 1.0)     # fp8: a_scale, b_scale
     block_scaled: bool = False     # fp8: random block scales (the fp8_block family) instead
     padded: bool = False           # row pitches TMA cannot address: padded by the lowering
+    swap_ab: bool = False          # computed swapped on `tile` (GemmConfig.swap_ab): a tile of
+                                   # the swap families (some shapes are also unswapped tiles)
 
     @property
     def fp8(self) -> bool:
@@ -67,13 +70,9 @@ class GemmCase:
         from jax_hopper import GemmConfig
         if self.tile is None:
             return None
-        from jax_hopper.kernels import catalog
-        t = self.tile
-        return GemmConfig.for_tile(t, cluster_m=self.cluster[0], cluster_n=self.cluster[1],
-                                   raster=self.raster, group_size=3,
-                                   swap_ab=t in (catalog.SWAP_TILES + catalog.SWAP_WIDE_TILES
-                                                 + catalog.SWAP_TILES_FP8
-                                                 + catalog.SWAP_WIDE_TILES_FP8))
+        return GemmConfig.for_tile(self.tile, cluster_m=self.cluster[0],
+                                   cluster_n=self.cluster[1], raster=self.raster, group_size=3,
+                                   swap_ab=self.swap_ab)
 
     def label(self) -> str:
         tile = self.tile.tag if self.tile is not None else "auto"
@@ -83,6 +82,7 @@ class GemmCase:
                                    "res" if self.residual else None) if x)
         types = (self.dtype + (f"x{self.b_dtype}" if self.b_dtype else "") +
                  (" block-scaled" if self.block_scaled else ""))
+        tile += " swapped" if self.swap_ab else ""
         return (f"gemm {types}->{self.out_dtype or self.dtype} {tile} "
                 f"cluster{self.cluster[0]}x{self.cluster[1]} raster={self.raster} {lay} "
                 f"{batch}{self.m}x{self.n}x{self.k}" + (f" [{epi}]" if epi else ""))
@@ -178,34 +178,35 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
     the wide token tiles (their strips stored in passes) split, past M, over several token
     tiles, in 2-CTA clusters either way."""
     from jax_hopper.kernels import catalog
+    Swapped = functools.partial(GemmCase, swap_ab=True)
     tiles = catalog.SWAP_TILES
     groups = []
     for i, (tile, tb, dtype) in enumerate(itertools.product(tiles, (False, True),
                                                             catalog.INPUT_DTYPES)):
         if quick and i % 2 != (i // 2) % 2:
             continue
-        groups.append([GemmCase(tile.block_n - 3, 328, 584, dtype=dtype, tile=tile,
-                                transpose_b=tb)])
-    groups.append([GemmCase(24, 392, 264, tile=tiles[1], out_dtype=o, activation="gelu",
-                            bias=True, residual=True, alpha=0.5, beta=-1.5)
+        groups.append([Swapped(tile.block_n - 3, 328, 584, dtype=dtype, tile=tile,
+                               transpose_b=tb)])
+    groups.append([Swapped(24, 392, 264, tile=tiles[1], out_dtype=o, activation="gelu",
+                           bias=True, residual=True, alpha=0.5, beta=-1.5)
                    for o in catalog.OUTPUT_DTYPES])
     two = [t for t in tiles if t.ctas_per_sm == 2]
     lean = [t for t in tiles if t.schedule == "lean"]
-    groups.append([GemmCase(1, 4096, 4096, tile=lean[0]),
-                   GemmCase(29, 1000, 1032, tile=lean[-1], bias=True, residual=True),
-                   GemmCase(7, 40960, 136, tile=lean[0]),  # 640 tiles: units in turn
-                   GemmCase(3, 1024, 10000, tile=lean[0])])
-    groups.append([GemmCase(16, 4096, 4096, tile=tiles[0]),
-                   GemmCase(1, 1024, 8192, tile=tiles[0]),
-                   GemmCase(3, 17920, 136, tile=two[0]), GemmCase(1, 1024, 8192, tile=two[0]),
-                   GemmCase(3, 1024, 10000, tile=tiles[0]),  # 157 k-blocks padded to 160
-                   GemmCase(5, 264, 136, batch=3, shared_b=True, tile=tiles[0], bias=True,
-                            residual=True)])
+    groups.append([Swapped(1, 4096, 4096, tile=lean[0]),
+                   Swapped(29, 1000, 1032, tile=lean[-1], bias=True, residual=True),
+                   Swapped(7, 40960, 136, tile=lean[0]),  # 640 tiles: units in turn
+                   Swapped(3, 1024, 10000, tile=lean[0])])
+    groups.append([Swapped(16, 4096, 4096, tile=tiles[0]),
+                   Swapped(1, 1024, 8192, tile=tiles[0]),
+                   Swapped(3, 17920, 136, tile=two[0]), Swapped(1, 1024, 8192, tile=two[0]),
+                   Swapped(3, 1024, 10000, tile=tiles[0]),  # 157 k-blocks padded to 160
+                   Swapped(5, 264, 136, batch=3, shared_b=True, tile=tiles[0], bias=True,
+                           residual=True)])
     narrow, wide = catalog.SWAP_WIDE_TILES
-    groups.append([GemmCase(181, 1544, 4104, tile=wide, bias=True, residual=True),  # split
-                   GemmCase(129, 392, 520, tile=wide, out_dtype="float32", cluster=(2, 1)),
-                   GemmCase(385, 264, 1032, tile=narrow, transpose_b=True, cluster=(1, 2)),
-                   GemmCase(140, 3072, 2056, tile=narrow, cluster=(2, 1), bias=True)])
+    groups.append([Swapped(181, 1544, 4104, tile=wide, bias=True, residual=True),  # split
+                   Swapped(129, 392, 520, tile=wide, out_dtype="float32", cluster=(2, 1)),
+                   Swapped(385, 264, 1032, tile=narrow, transpose_b=True, cluster=(1, 2)),
+                   Swapped(140, 3072, 2056, tile=narrow, cluster=(2, 1), bias=True)])
     return groups
 
 
@@ -240,42 +241,43 @@ def fp8_groups(quick: bool) -> list[list[GemmCase]]:
                             activation="silu", bias=True, residual=True, alpha=0.5, **fp8b),
                    GemmCase(256, 4096, 4096, tile=block.tiles[1], out_dtype="bfloat16",
                             **fp8b)])
+    Swapped = functools.partial(GemmCase, swap_ab=True)
     # Swapped per tensor (fp8_swap): the one-CTA token tiles, a mixed pair (the kernel's dtypes
     # are b's first), the transposed epilogue, a split weight stream (1 x 4096 x 4096).
     swap = catalog.SWAP_TILES_FP8
-    groups.append([GemmCase(swap[0].block_n - 3, 328, 584, tile=swap[0], out_dtype="bfloat16",
-                            **fp8),
-                   GemmCase(24, 392, 1024, tile=swap[1], out_dtype="float32",
-                            activation="gelu_tanh", bias=True, residual=True, alpha=0.5,
-                            beta=-1.5, **fp8),
-                   GemmCase(61, 136, 272, dtype="float8_e5m2", b_dtype="float8_e4m3fn",
-                            tile=swap[2], transpose_b=True, out_dtype="bfloat16",
-                            scales=(0.5, 0.25)),
-                   GemmCase(1, 4096, 4096, tile=swap[0], out_dtype="bfloat16", **fp8)])
+    groups.append([Swapped(swap[0].block_n - 3, 328, 584, tile=swap[0], out_dtype="bfloat16",
+                           **fp8),
+                   Swapped(24, 392, 1024, tile=swap[1], out_dtype="float32",
+                           activation="gelu_tanh", bias=True, residual=True, alpha=0.5,
+                           beta=-1.5, **fp8),
+                   Swapped(61, 136, 272, dtype="float8_e5m2", b_dtype="float8_e4m3fn",
+                           tile=swap[2], transpose_b=True, out_dtype="bfloat16",
+                           scales=(0.5, 0.25)),
+                   Swapped(1, 4096, 4096, tile=swap[0], out_dtype="bfloat16", **fp8)])
     # ... and on the lean tile: a split stream, and two token tiles of a mixed pair
     lean8 = [t for t in swap if t.schedule == "lean"]
-    groups.append([GemmCase(1, 4096, 4096, tile=lean8[0], out_dtype="bfloat16", **fp8),
-                   GemmCase(29, 392, 1032, dtype="float8_e5m2", b_dtype="float8_e4m3fn",
-                            tile=lean8[0], transpose_b=True, out_dtype="float32", bias=True,
-                            residual=True, scales=(0.5, 0.25))])
+    groups.append([Swapped(1, 4096, 4096, tile=lean8[0], out_dtype="bfloat16", **fp8),
+                   Swapped(29, 392, 1032, dtype="float8_e5m2", b_dtype="float8_e4m3fn",
+                           tile=lean8[0], transpose_b=True, out_dtype="float32", bias=True,
+                           residual=True, scales=(0.5, 0.25))])
     # ... and on the wide token tiles (the cooperative stream-K, strips stored in passes):
     # split, several token tiles of a mixed pair in a 1x2 cluster, a 2x1 cluster past M.
     narrow8, wide8 = catalog.SWAP_WIDE_TILES_FP8
-    groups.append([GemmCase(181, 1544, 4104, tile=wide8, out_dtype="bfloat16", bias=True,
-                            residual=True, **fp8),
-                   GemmCase(385, 264, 1032, dtype="float8_e5m2", b_dtype="float8_e4m3fn",
-                            tile=narrow8, transpose_b=True, out_dtype="float32",
-                            cluster=(1, 2), scales=(0.5, 0.25)),
-                   GemmCase(140, 3072, 2056, tile=narrow8, cluster=(2, 1), out_dtype="bfloat16",
-                            **fp8)])
+    groups.append([Swapped(181, 1544, 4104, tile=wide8, out_dtype="bfloat16", bias=True,
+                           residual=True, **fp8),
+                   Swapped(385, 264, 1032, dtype="float8_e5m2", b_dtype="float8_e4m3fn",
+                           tile=narrow8, transpose_b=True, out_dtype="float32",
+                           cluster=(1, 2), scales=(0.5, 0.25)),
+                   Swapped(140, 3072, 2056, tile=narrow8, cluster=(2, 1), out_dtype="bfloat16",
+                           **fp8)])
     # Swapped block scales (fp8_block_swap): every token tile, partial scale blocks of N and K,
     # the transposed epilogue, a split weight stream.
     bswap = catalog.FAMILIES["fp8_block_swap"].tiles
-    groups.append([GemmCase(t.block_n - 3, 328, 584, tile=t, out_dtype="bfloat16", **fp8b)
+    groups.append([Swapped(t.block_n - 3, 328, 584, tile=t, out_dtype="bfloat16", **fp8b)
                    for t in bswap] +
-                  [GemmCase(24, 392, 1024, tile=bswap[1], out_dtype="float32",
-                            activation="gelu_tanh", bias=True, residual=True, alpha=0.5, **fp8b),
-                   GemmCase(1, 4096, 4096, tile=bswap[0], out_dtype="bfloat16", **fp8b)])
+                  [Swapped(24, 392, 1024, tile=bswap[1], out_dtype="float32",
+                           activation="gelu_tanh", bias=True, residual=True, alpha=0.5, **fp8b),
+                   Swapped(1, 4096, 4096, tile=bswap[0], out_dtype="bfloat16", **fp8b)])
     return groups
 
 
