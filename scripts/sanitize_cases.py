@@ -207,6 +207,11 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
                    Swapped(129, 392, 520, tile=wide, out_dtype="float32", cluster=(2, 1)),
                    Swapped(385, 264, 1032, tile=narrow, transpose_b=True, cluster=(1, 2)),
                    Swapped(140, 3072, 2056, tile=narrow, cluster=(2, 1), bias=True)])
+    mid128, mid160 = catalog.SWAP_MID_TILES
+    groups.append([Swapped(792, 3000, 1032, tile=mid160, cluster=(2, 1), bias=True,
+                           residual=True),
+                   Swapped(300, 1544, 4104, tile=mid128, transpose_b=True, out_dtype="float32"),
+                   Swapped(161, 392, 520, tile=mid160, cluster=(1, 2))])
     return groups
 
 

@@ -80,7 +80,8 @@ def test_fp8_takes_the_wide_token_tiles_where_they_do_not_yield(m, n, k, want):
 def test_wide_token_tiles_run_clusters_the_decode_tiles_do_not():
     """The wide token tiles split on the cooperative stream-K and run every cluster shape; the
     decode tiles' last-arrival split runs clusters of one CTA."""
-    for family, tiles, dtype in (("matmul", catalog.SWAP_WIDE_TILES, "bfloat16"),
+    for family, tiles, dtype in (("matmul", catalog.SWAP_WIDE_TILES + catalog.SWAP_MID_TILES,
+                                  "bfloat16"),
                                  ("fp8", catalog.SWAP_WIDE_TILES_FP8, E4M3)):
         fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]]
         for tile in tiles:
@@ -115,6 +116,64 @@ def test_narrow_and_wide_swaps_take_the_busier_plan(m, n, k, wide):
             >= heuristics.busy_ctas(other, 1, m, n, k, 132)), (cfg, other)
 
 
+@pytest.mark.extension  # plan_cost reads the planner's split
+def test_plan_cost_counts_waves_k_blocks_and_pieces():
+    """The busiest SM's work: tile area x k-blocks of its whole tiles, plus its stream-K range
+    and SPLIT_PIECE_KBLOCKS for each other piece of its split tile."""
+    whole = GemmConfig(block_n=192, stages=4)  # 7 x 16 = 112 tiles of 224 k-blocks: one wave
+    assert heuristics.plan_cost(whole, 1, 792, 3000, 14336, 132) == 224 * 128 * 192
+    assert heuristics.plan_cost(whole, 1, 792, 3000, 14336, 56) == 2 * 224 * 128 * 192
+    split = GemmConfig(block_n=256, stages=4)  # 4 x 16 = 64 tiles of 64 k-blocks in 2 pieces
+    assert heuristics.plan_cost(split, 1, 512, 4096, 4096, 132) == \
+        (32 + heuristics.SPLIT_PIECE_KBLOCKS) * 128 * 256
+    # swapped, the weight's columns are the tile's rows: 24 x 5 tiles of 128 x 160
+    mid = GemmConfig.for_tile(catalog.SWAP_MID_TILES[1], swap_ab=True)
+    assert heuristics.plan_cost(mid, 1, 792, 3000, 14336, 132) == 224 * 128 * 160
+
+
+@pytest.mark.extension  # plan_cost asks the C++ planner
+@pytest.mark.parametrize("m,n,k,token_tile,cluster_m", [
+    (792, 3000, 14336, 160, 2),   # 24 x 5 tiles of 160 tokens; unswapped 896 rows a CTA
+    (1025, 2048, 7168, 160, 2),   # 16 x 7 tiles; 128 tokens: 144 tiles
+    (640, 4096, 8192, 160, 2),    # 32 x 4 tiles; unswapped 128 x 192 in 110 tiles
+    (512, 4096, 4096, 128, 2),    # 32 x 4 whole tiles against 64 of 128 x 256 in two pieces
+    (765, 3200, 7616, 160, 1),    # 25 weight tiles: unpaired, 125 CTAs
+    (1619, 1408, 12288, 160, 1),  # 11 x 11: 121 CTAs
+    (1900, 1408, 12288, None, 0),  # 11 x 12 of 160 fill every SM unpaired; 192 ties
+    (1839, 1536, 16384, None, 0),  # 120 tiles of 192 tokens, unswapped 120 of 128 x 192
+    (3565, 768, 7168, None, 0),   # 114 of 192 tokens against 112 of 128 x 192 in pairs
+    (811, 6000, 4096, None, 0),   # over a wave on every token tile
+    (559, 3000, 3072, None, 0),   # 48 k-blocks (ping-pong's rule)
+    (192, 4096, 4096, None, 0),   # the wide token tiles' band (swap_wide_config)
+])
+def test_heuristic_takes_the_mid_token_tiles(m, n, k, token_tile, cluster_m):
+    """Past 192 rows (swap_mid_config) the swapped token tile of least plan cost, 128, 160 or
+    192 tokens, in one wave, where it costs at most SWAP_MID_MAX_COST of the unswapped
+    config's: two weight tiles sharing the tokens over an even count of them, unclustered on
+    at most SWAP_MID_MAX_SHARE_UNPAIRED of the SMs over an odd one."""
+    cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k)
+    if token_tile is None:
+        assert not (cfg.swap_ab and cfg.tile in heuristics.MID_TOKEN_TILES), cfg
+        return
+    assert cfg.swap_ab and cfg.tile in heuristics.MID_TOKEN_TILES, cfg
+    assert (cfg.block_n, cfg.cluster_m, cfg.cluster_n) == (token_tile, cluster_m, 1), cfg
+    # a's rows (the tokens) off a 32-byte sector keep the unswapped config; on one, not
+    for a_off, swapped in ((80, False), (32, True), (16, False)):
+        assert heuristics.heuristic_config("matmul", False, 1, m, n, k,
+                                           off_line=(a_off, 0)).swap_ab == swapped
+    cfg.validate("bfloat16", False, True)
+    cfg.validate("float16", False, False)
+    # a stored (K, M) has no swapped kernel: the config the swap displaced
+    unswapped = heuristics.heuristic_config("matmul", True, 1, m, n, k)
+    assert not unswapped.swap_ab
+    assert heuristics.plan_cost(cfg, 1, m, n, k, 132) <= \
+        heuristics.SWAP_MID_MAX_COST * heuristics.plan_cost(unswapped, 1, m, n, k, 132)
+    # no mid tiles: fp8 (per tensor and block-scaled), hopper_glu
+    assert heuristics.swap_mid_config("fp8", 1, m, n, k, unswapped, 132) is None
+    assert heuristics.swap_mid_config("fp8_block", 1, m, n, k, unswapped, 132) is None
+    assert not heuristics.heuristic_config("glu", False, 1, m, n, k).swap_ab
+
+
 @pytest.mark.extension  # busy_ctas asks the C++ planner
 @pytest.mark.parametrize("m,n,k,swapped", [
     (80, 1024, 5120, True),      # 8 tiles in 2 pieces: 16 CTAs unswapped
@@ -134,7 +193,8 @@ def test_heuristic_swaps_a_narrow_weight_past_64_rows(m, n, k, swapped):
     tile, its last-arrival split) where the unswapped plan keeps fewer than half the SMs busy
     and the weight takes at most half the L2."""
     cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k)
-    assert cfg.swap_ab == swapped, cfg
+    # (not swapped on the decode tiles: 1000 x 1024 x 10000 takes the mid-M token tiles)
+    assert (cfg.swap_ab and cfg.tile in catalog.SWAP_TILES) == swapped, cfg
     unswapped = heuristics.choose_config(m, n, k, tiles=catalog.FAMILIES["matmul"].tiles,
                                          pingpong=True)
     busy = heuristics.busy_ctas(unswapped, 1, m, n, k, catalog.DEFAULT_NUM_SMS)

@@ -21,7 +21,8 @@ def _swap(tile, stream_k=True):
 
 
 @pytest.mark.parametrize("transpose_b", (False, True))
-@pytest.mark.parametrize("tile", catalog.SWAP_TILES + catalog.SWAP_WIDE_TILES,
+@pytest.mark.parametrize("tile", catalog.SWAP_TILES + catalog.SWAP_WIDE_TILES
+                         + catalog.SWAP_MID_TILES,
                          ids=lambda t: t.tag)
 @pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
 def test_every_tile_and_weight_layout(rng, dtype, tile, transpose_b):
@@ -103,7 +104,8 @@ def test_lean_tiles_fp8(rng, tile):
 @pytest.mark.parametrize("cluster", catalog.CLUSTER_SHAPES, ids=lambda c: f"c{c[0]}x{c[1]}")
 @pytest.mark.parametrize("m,n,k", [(181, 1544, 4104), (129, 392, 520), (192, 14336, 264),
                                    (140, 3072, 2056), (385, 264, 1032)])
-@pytest.mark.parametrize("tile", catalog.SWAP_WIDE_TILES, ids=lambda t: t.tag)
+@pytest.mark.parametrize("tile", catalog.SWAP_WIDE_TILES + catalog.SWAP_MID_TILES,
+                         ids=lambda t: t.tag)
 def test_wide_token_tiles(rng, tile, m, n, k, cluster):
     """The wide token tiles (mid M swapped, on the cooperative stream-K): each strip stored in
     passes of output rows, one partly past M (181, 129 rows); split in equal pieces (13-48

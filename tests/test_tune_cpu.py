@@ -165,8 +165,10 @@ def test_candidates_are_every_compiled_config_of_the_family():
     # cluster shape; a stored (K, M): not.
     swapped = [c for c in got if c.swap_ab]
     assert {(c.tile, c.stream_k) for c in swapped} == {
-        (t, s) for t in catalog.SWAP_TILES + catalog.SWAP_WIDE_TILES for s in (True, False)}
-    assert {(c.cluster_m, c.cluster_n) for c in swapped if c.tile in catalog.SWAP_WIDE_TILES} \
+        (t, s) for t in catalog.SWAP_TILES + catalog.SWAP_WIDE_TILES + catalog.SWAP_MID_TILES
+        for s in (True, False)}
+    assert {(c.cluster_m, c.cluster_n) for c in swapped
+            if c.tile in catalog.SWAP_WIDE_TILES + catalog.SWAP_MID_TILES} \
         == set(catalog.CLUSTER_SHAPES)
     assert not any(c.swap_ab for c in tune.candidates(
         tune.Problem("matmul", "bfloat16", True, True, 1, 64, 256, 64)))

@@ -87,6 +87,12 @@ struct WgmmaSS;
     "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
 #define JH_WGMMA_N128_REGS JH_WGMMA_REGS_0_31 ", " JH_WGMMA_REGS_32_63
 #define JH_WGMMA_N128_OPERANDS JH_WGMMA_OPERANDS_0_31, JH_WGMMA_OPERANDS_32_63
+// The swap-AB kernels' 160-token tile: 80 registers.
+#define JH_WGMMA_N160_REGS JH_WGMMA_N128_REGS ", %64, %65, %66, %67, %68, %69, %70, %71, " \
+    "%72, %73, %74, %75, %76, %77, %78, %79"
+#define JH_WGMMA_N160_OPERANDS JH_WGMMA_N128_OPERANDS, \
+    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+    "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
 #define JH_WGMMA_N192_REGS JH_WGMMA_N128_REGS ", " JH_WGMMA_REGS_64_95
 #define JH_WGMMA_N192_OPERANDS JH_WGMMA_N128_OPERANDS, JH_WGMMA_OPERANDS_64_95
 #define JH_WGMMA_N256_REGS JH_WGMMA_N192_REGS ", " JH_WGMMA_REGS_96_127
@@ -119,6 +125,7 @@ JH_DEFINE_WGMMA_SS16_ALL_TYPES(32, "16", "17", "18", "19", "20")
 JH_DEFINE_WGMMA_SS16_ALL_TYPES(64, "32", "33", "34", "35", "36")
 JH_DEFINE_WGMMA_SS16_ALL_TYPES(96, "48", "49", "50", "51", "52")
 JH_DEFINE_WGMMA_SS16_ALL_TYPES(128, "64", "65", "66", "67", "68")
+JH_DEFINE_WGMMA_SS16_ALL_TYPES(160, "80", "81", "82", "83", "84")
 JH_DEFINE_WGMMA_SS16_ALL_TYPES(192, "96", "97", "98", "99", "100")
 JH_DEFINE_WGMMA_SS16_ALL_TYPES(256, "128", "129", "130", "131", "132")
 

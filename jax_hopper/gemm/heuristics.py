@@ -593,6 +593,97 @@ def swap_wide_config(family: str, batch: int, m: int, n: int, k: int,
     return GemmConfig.for_tile(wide, swap_ab=True)
 
 
+# The token tiles of the mid-M swap (swap_mid_config): the swapped family's mid tiles and its
+# widest token tile (families without mid tiles, fp8 among them, have none).
+MID_TOKEN_TILES = catalog.SWAP_MID_TILES + (max(catalog.SWAP_WIDE_TILES, key=lambda t: t.block_n),)
+# The most of the unswapped plan's cost (plan_cost) at which the mid-M swap displaces it.
+SWAP_MID_MAX_COST = 0.9
+# The largest share of the SMs that the mid-M swap's unclustered tiles may take
+# (swap_mid_config's NOTES: 128 tiles of 132 ran at the rate of 120, 132 of 132 1.27x slower).
+SWAP_MID_MAX_SHARE_UNPAIRED = 0.97
+
+
+def plan_cost(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int,
+              family: str = "matmul") -> float:
+    """The work of the busiest SM under `config`'s plan (plan_of), in MACs over block_k: its
+    CTAs' tile area times the busiest CTA's k-blocks (whole tiles in waves, plus its stream-K
+    range, and SPLIT_PIECE_KBLOCKS for each other piece of a split tile)."""
+    plan = plan_of(config, batch, m, n, k, num_sms, family)
+    waves = -(-plan["dp_tiles"] // plan["grid_clusters"]) if plan["dp_tiles"] else 0
+    k_blocks = waves * plan["k_blocks"]
+    if plan["sk_clusters"]:
+        quota = plan["sk_quota"] + (1 if plan["sk_extra"] else 0)
+        k_blocks += quota + SPLIT_PIECE_KBLOCKS * (-(-plan["k_blocks"] // quota) - 1)
+    return k_blocks * config.block_m * config.block_n * config.ctas_per_sm
+
+
+def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: GemmConfig,
+                    num_sms: int, off_line: tuple[int, int] = (0, 0)) -> GemmConfig | None:
+    """The swapped config on a token tile of MID_TOKEN_TILES (128, 160 or 192 tokens by 128
+    weight columns) for a product of more than 192 rows over LONG_K_BLOCKS or more: of those
+    whose tiles fit one wave, the one of least plan cost (plan_cost: the busiest SM's work;
+    the narrower on a tie), where that is at most SWAP_MID_MAX_COST of the `unswapped`
+    config's. Over an even count of weight tiles two share each token tile in a 2-CTA
+    cluster (cluster_m = 2: the tokens multicast, which halves their L2 reads); over an odd
+    count they run unclustered, then on at most SWAP_MID_MAX_SHARE_UNPAIRED of the SMs. None
+    where a's rows start off a 32-byte sector (off_line, pitch.rows_off_l2_line: the tokens,
+    which the swapped tile reads once per weight tile; on a sector, as b's in pair_along_m,
+    1000 x 1024 x 10000 below). Swapped, the token width sets the rows' padding and the tile
+    count: cuBLAS runs this band so, the width picked to fill whole token tiles and the SMs
+    (792 x 3000 x 14336: 24 x 5 tiles of 128 x 160 on 120 SMs, where the unswapped 128 x 192
+    takes 112 tiles of 7 x 128 = 896 rows, 1.2x the area a CTA).
+    NOTES: device time, forced configs in one process, 5 reps (H200, 2026-11-29,
+    gemm_h200_20261129_midm_tokens.json), against the default then on 10 shapes of M = 512-4385:
+    792 x 3000 x 14336 139.6 -> 118.2 us on 160 (XLA 94.4), 1025 x 2048 x 7168 53.8 -> 49.1,
+    640 x 4096 x 8192 63.1 -> 57.8, 512 x 4096 x 4096 30.2 -> 26.1 on 128 (the unswapped
+    128 x 256 split in two; plan costs 0.83-0.87 of the default's); where the costs tie (the
+    192-token tile's 120 tiles against the unswapped 128 x 192's 112-126 on 1839 x 1536 x
+    16384, 3565 x 768 x 7168, 1026 x 2560 x 5000) swapped ran 0.97-1.06x, and where the tiles
+    overflow a wave 0.68-1.03x: 4385 x 768 x 14336 and 811 x 6000 x 4096 ran 0.78x on the
+    128-token tile (210 and 329 tiles) though their plan costs were 0.81 and 0.86 of the
+    default's, which the 128 x 128 tile's bytes a FLOP past one wave explain (TILE_EFFICIENCY),
+    hence one wave only. Under 64 k-blocks not measured but on one shape: 559 x 3000 x 3072
+    (48) ran 0.93x on 120 tiles of 128 tokens, whose plan cost ties the default's 120 of
+    ping-pong 128 x 128, and 1.06x on 96 of 160 (a cost of 1.25); ping-pong's own rule
+    (pingpong_mid_m) was measured there, so short K keeps it. 2-CTA clusters (the tokens
+    multicast) ran 0.96-1.04x the unclustered tile where it is taken.
+    Held out (H200, 2026-11-29, ab_h200_20261129_midm_swap_heldout.json, unclustered, against
+    main a70f099, device time): 1.02-1.16x on 7 of the 8 it moved (318 x 5760 x 7040 53.4 ->
+    46.1 us, 438 x 4480 x 11776 86.3 -> 76.5, 765 x 3200 x 7616 1.09x, 1000 x 1024 x 10000 on
+    128-token tiles split in two 1.08x), 0.69x on 1619 x 1472 x 12200: 132 tiles of 160, all
+    the SMs, and a's rows 80 bytes past the line. Apart (gemm_h200_20261129_midm_full_wave.json,
+    forced configs, device time, us; 192 tiles of k): 160 tokens on 120 / 121 tiles (1600 x 1472,
+    1619 x 1408) 81.4 / 82.1, on 132 (1619 x 1472) 104.0, with a's rows off the line 134.6,
+    against the unswapped 128 x 192's 88.9-91.4; in 2-CTA clusters 82.1 / 85.5 / 103.2, but 99.9
+    where an odd 11 weight tiles pair into 132 CTAs. 128 tiles of 1x1 (640 x 4096 x 8192) 58.5,
+    2x1 58.9. A bandwidth limit, by the rates: every CTA reads 36.9 KB a k-block, 10.4 TB/s
+    from L2 at 120 and 128 CTAs, 9.0 at 132; paired, 26 KB a CTA. Hence the pairs, the share
+    and a's sector. This rule on 12 shapes drawn after it (ab_h200_20261129_midm_swap_rule_
+    heldout.json, against a70f099, device time): 1.02-1.50x on 9 (274 x 4200 x 14864 140.7 ->
+    93.9 us, 313 x 1320 x 4608 1.17x, 889 x 3168 x 11216 1.16x, 520 x 5632 x 5120 1.16x),
+    0.93-0.99x on 3 whose few tiles the plan splits (800 x 1240 x 13584: 50 tiles of 160;
+    659 x 1408 x 7872: 66 of 128; 1502 x 968 x 16240: 64 of 192); geomean 1.09; 3 it keeps
+    0.99-1.00x. Still 0.61-0.94x XLA there."""
+    fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]]
+    tiles = [t for t in fam.tiles if t in MID_TOKEN_TILES]
+    if (m <= max(t.block_n for t in WIDE_TOKEN_TILES) or not tiles
+            or off_line[0] % catalog.L2_SECTOR_BYTES
+            or math.ceil(k / tiles[0].block_k) < LONG_K_BLOCKS or not can_plan()):
+        return None
+    # The weight's columns are the swapped tile's rows, the tokens its columns.
+    paired = math.ceil(n / tiles[0].block_m) % 2 == 0
+    most = num_sms if paired else int(SWAP_MID_MAX_SHARE_UNPAIRED * num_sms)
+    configs = [GemmConfig.for_tile(t, swap_ab=True, cluster_m=2 if paired else 1)
+               for t in tiles if tile_count(n, m, batch, t) <= most]
+    if not configs:
+        return None
+    costs = [plan_cost(c, batch, m, n, k, num_sms, family) for c in configs]
+    cost, _, best = min(zip(costs, (c.block_n for c in configs), configs))
+    if cost > SWAP_MID_MAX_COST * plan_cost(unswapped, batch, m, n, k, num_sms, family):
+        return None
+    return best
+
+
 def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, k: int,
                      num_sms: int = DEFAULT_NUM_SMS,
                      off_line: tuple[int, int] = (0, 0)) -> GemmConfig:
@@ -602,14 +693,15 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
     family's tiles, swapped after all where the product's weight is narrow
     (swap_for_narrow_weight) or its rows fit the wide token tiles better (swap_wide_config;
     where both apply, the one whose plan keeps more CTAs busy, the wide on a tie, the narrow
-    for WIDE_TILES_YIELD's families). A swapped
+    for WIDE_TILES_YIELD's families), or past 192 rows where neither applies, the mid-M token
+    tiles fill one wave at less cost (swap_mid_config). A swapped
     product whose weight fits in L2 takes the token tile
     of swap_token_tile (at m <= SWAP_MAX_M, no wider than the rows need). off_line: a's and b's
     rows' bytes past whole L2 lines (pitch.rows_off_l2_line), for choose_config."""
     swaps = family in catalog.SWAP_FAMILIES and not a_mn_major
-    # The swapped family's decode tiles (every token tile but the wide ones)
+    # The swapped family's decode tiles (every token tile but the wide and mid-M ones)
     swap_tiles = tuple(t for t in catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
-                       if t not in WIDE_TOKEN_TILES) if swaps else ()
+                       if t not in WIDE_TOKEN_TILES + catalog.SWAP_MID_TILES) if swaps else ()
     if swaps and m <= SWAP_MAX_M:
         lean = lean_swap_tile(swap_tiles, family, batch, m, n, k)
         if lean is not None:
@@ -636,7 +728,7 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
                 busy_ctas(narrow, batch, m, n, k, num_sms, family)
                 > busy_ctas(wide, batch, m, n, k, num_sms, family)):
             return narrow
-    return wide or config
+    return wide or swap_mid_config(family, batch, m, n, k, config, num_sms, off_line) or config
 
 
 # Rows per group at or under which the grouped families take their 64-row ping-pong tile.

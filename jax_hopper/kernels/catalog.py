@@ -294,6 +294,11 @@ SWAP_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_TILES)
 # 14336 x 10000, 128x72_..._1x2 on 130 x 8192 x 8192; H200, 2026-11-29). Their strips are
 # stored transposed in passes of 64 or 48 output rows (TmaStoreEpilogue::store_transposed).
 SWAP_WIDE_TILES = (TileShape(128, 96, 64, 7), TileShape(128, 192, 64, 4))
+# Token tiles between them for mid M past 192 rows (bf16/f16; heuristics.swap_mid_config).
+# cuBLAS runs that band swapped with the token width picked so that the rows fill whole token
+# tiles and the tiles fill the SMs (792 x 3000 x 14336: 24 x 5 tiles of 128 weight columns by
+# 160 tokens; docs/benchmarks.md, "Past M = 192").
+SWAP_MID_TILES = (TileShape(128, 128, 64, 6), TileShape(128, 160, 64, 5))
 # The same for fp8 per tensor (fp8_swap): 128-element k-blocks, the same bytes a stage.
 SWAP_WIDE_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_WIDE_TILES)
 
@@ -320,11 +325,11 @@ FAMILIES = {
     "matmul_swap": Family("matmul_swap", "kMatmulSwap",
                           _SS,
                           "TmaStoreEpilogue<{bn}, LinearOps, TransposedOutput>",
-                          SWAP_TILES + SWAP_WIDE_TILES,
+                          SWAP_TILES + SWAP_WIDE_TILES + SWAP_MID_TILES,
                           ((False, False), (True, False)), "_swap",
                           "the swap-AB GEMM (GemmConfig.swap_ab)", clusters=((1, 1),),
                           multicast=False, min_piece_blocks=8, last_arrival_split=True,
-                          clustered_tiles=SWAP_WIDE_TILES),
+                          clustered_tiles=SWAP_WIDE_TILES + SWAP_MID_TILES),
     # hopper_glu: x (M, K) K-major, the (K, 2, F) weight MN-major and loaded as gate and up
     # columns side by side (GatedWeightLoad); the epilogue writes act(gate) * up, half the
     # tile's width, so only tiles whose half width is whole 64-column boxes.
