@@ -18,6 +18,11 @@ from jax_hopper.gemm.heuristics import choose_grouped_config
 from jax_hopper.kernels import catalog
 
 
+# The table as the kernels' callers compute it, inside jit (m, block_m, paired static): run op
+# by op, every jnp op compiles for each new shape, 6x slower on these random shapes.
+tile_table = jax.jit(ragged_tiles.tile_table, static_argnums=(1, 2, 3))
+
+
 @pytest.fixture(autouse=True)
 def on_the_cpu():
     """The reference lowering, also when the suite runs on a GPU machine (there the default
@@ -66,7 +71,7 @@ def test_tile_table_matches_model(rng, kind, block_m, paired):
     for _ in range(8):
         groups, m = int(rng.integers(1, 40)), int(rng.integers(1, 900))
         sizes = _sizes(rng, kind, groups, m)
-        table = np.asarray(ragged_tiles.tile_table(jnp.asarray(sizes, jnp.int32), m, block_m,
+        table = np.asarray(tile_table(jnp.asarray(sizes, jnp.int32), m, block_m,
                                                    paired))
         want = tiles_model(sizes, m, block_m, paired)
         slots = ragged_tiles.tile_slots(m, groups, block_m, paired)
@@ -83,7 +88,7 @@ def test_tile_slots_bound_is_reached():
     block_m, groups = 64, 5
     sizes = [block_m + 1] * groups
     m = sum(sizes) + 1
-    table = np.asarray(ragged_tiles.tile_table(jnp.asarray(sizes, jnp.int32), m, block_m))
+    table = np.asarray(tile_table(jnp.asarray(sizes, jnp.int32), m, block_m))
     assert table[0] == len(tiles_model(sizes, m, block_m)) == 2 * groups + 1
     assert table[0] <= ragged_tiles.tile_slots(m, groups, block_m)
 
@@ -102,7 +107,7 @@ def test_sums_beyond_int32_saturate_at_m():
     sizes = jnp.asarray([5] + [2**31 - 1] * (groups - 1), jnp.int32)
     ends = np.asarray(ragged_tiles.group_ends(sizes, m))
     assert ends[0] == 5 and np.all(ends[1:] == m)
-    table = np.asarray(ragged_tiles.tile_table(sizes, m, 128))
+    table = np.asarray(tile_table(sizes, m, 128))
     fields = table[1:].reshape(-1, catalog.GROUP_TILE_FIELDS)
     assert table[0] == 1 + -(-(m - 5) // 128)
     assert tuple(fields[0]) == (0, 5, 0) and tuple(fields[1]) == (5, 128, 1)
