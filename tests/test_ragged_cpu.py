@@ -71,8 +71,7 @@ def test_tile_table_matches_model(rng, kind, block_m, paired):
     for _ in range(8):
         groups, m = int(rng.integers(1, 40)), int(rng.integers(1, 900))
         sizes = _sizes(rng, kind, groups, m)
-        table = np.asarray(tile_table(jnp.asarray(sizes, jnp.int32), m, block_m,
-                                                   paired))
+        table = np.asarray(tile_table(jnp.asarray(sizes, jnp.int32), m, block_m, paired))
         want = tiles_model(sizes, m, block_m, paired)
         slots = ragged_tiles.tile_slots(m, groups, block_m, paired)
         assert table.shape == (1 + catalog.GROUP_TILE_FIELDS * slots,)

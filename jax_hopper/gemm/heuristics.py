@@ -454,6 +454,17 @@ def lean_swap_tile(tiles: tuple[catalog.TileShape, ...], family: str, batch: int
     return lean[0] if streamed <= LEAN_MAX_STREAM_BYTES else None
 
 
+def busiest_cta(plan: dict) -> tuple[int, int]:
+    """(k-blocks, pieces) of the busiest CTA under a work `plan` (plan_of): the k-blocks of its
+    waves of whole tiles and of its stream-K range, and the pieces its split tile is cut into
+    (1 where nothing is split), whose partials that tile's last piece sums."""
+    waves = -(-plan["dp_tiles"] // plan["grid_clusters"]) if plan["dp_tiles"] else 0
+    if not plan["sk_clusters"]:
+        return waves * plan["k_blocks"], 1
+    quota = plan["sk_quota"] + (1 if plan["sk_extra"] else 0)
+    return waves * plan["k_blocks"] + quota, -(-plan["k_blocks"] // quota)
+
+
 def swap_cta_bytes(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int,
                    family: str = "matmul") -> int:
     """The bytes that the busiest CTA of a swapped `config`'s plan (one CTA per SM) moves: its
@@ -462,14 +473,9 @@ def swap_cta_bytes(config: GemmConfig, batch: int, m: int, n: int, k: int, num_s
     swapped product of a few tokens is a stream of operand bytes through each SM, not of MMAs.
     """
     in_bytes, w_bytes = (catalog.DTYPES[d].nbytes for d in catalog.FAMILIES[family].dtypes[0])
-    plan = plan_of(config, batch, m, n, k, num_sms, family)
+    k_blocks, pieces = busiest_cta(plan_of(config, batch, m, n, k, num_sms, family))
     per_block = config.block_k * (config.block_m * w_bytes + config.block_n * in_bytes)
-    if plan["sk_clusters"]:
-        pieces = plan["k_blocks"] // plan["sk_quota"]
-        partial = config.block_m * config.block_n * 4
-        return plan["sk_quota"] * per_block + (pieces - 1) * partial
-    waves = -(-plan["dp_tiles"] // plan["grid_clusters"])
-    return waves * plan["k_blocks"] * per_block
+    return k_blocks * per_block + (pieces - 1) * config.block_m * config.block_n * 4
 
 
 def swap_token_tile(tiles: tuple[catalog.TileShape, ...], batch: int, m: int, n: int, k: int,
@@ -605,16 +611,12 @@ SWAP_MID_MAX_SHARE_UNPAIRED = 0.97
 
 def plan_cost(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int,
               family: str = "matmul") -> float:
-    """The work of the busiest SM under `config`'s plan (plan_of), in MACs over block_k: its
-    CTAs' tile area times the busiest CTA's k-blocks (whole tiles in waves, plus its stream-K
-    range, and SPLIT_PIECE_KBLOCKS for each other piece of a split tile)."""
-    plan = plan_of(config, batch, m, n, k, num_sms, family)
-    waves = -(-plan["dp_tiles"] // plan["grid_clusters"]) if plan["dp_tiles"] else 0
-    k_blocks = waves * plan["k_blocks"]
-    if plan["sk_clusters"]:
-        quota = plan["sk_quota"] + (1 if plan["sk_extra"] else 0)
-        k_blocks += quota + SPLIT_PIECE_KBLOCKS * (-(-plan["k_blocks"] // quota) - 1)
-    return k_blocks * config.block_m * config.block_n * config.ctas_per_sm
+    """The work of the busiest SM under `config`'s plan, in MACs over block_k: its CTAs' tile
+    area times the busiest CTA's k-blocks (busiest_cta), plus SPLIT_PIECE_KBLOCKS for each
+    other piece of its split tile."""
+    k_blocks, pieces = busiest_cta(plan_of(config, batch, m, n, k, num_sms, family))
+    return ((k_blocks + SPLIT_PIECE_KBLOCKS * (pieces - 1))
+            * config.block_m * config.block_n * config.ctas_per_sm)
 
 
 def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: GemmConfig,
