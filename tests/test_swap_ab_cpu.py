@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jax_hopper import GemmConfig, hopper_fp8_matmul, hopper_glu, hopper_matmul, tune
-from jax_hopper.gemm import heuristics
+from jax_hopper.gemm import heuristics, pitch
 from jax_hopper.kernels import catalog
 
 SWAP = GemmConfig.for_tile(catalog.SWAP_TILES[0], swap_ab=True)
@@ -95,6 +95,41 @@ def test_wide_token_tiles_run_clusters_the_decode_tiles_do_not():
     with pytest.raises(ValueError, match=r"cluster .* must be one of \(\(1, 1\),\)"):
         GemmConfig.for_tile(catalog.SWAP_TILES[0], swap_ab=True, cluster_m=2).validate(
             "bfloat16", False, True)
+
+
+def test_row_lines_counts_the_l2_lines_of_a_box_row():
+    """A 128-byte row of a TMA box spans one L2 line where it starts on one, else two: on
+    average over the rows of a pitch `off` bytes past whole lines, as counted row by row."""
+    assert heuristics.row_lines(0) == 1.0
+    assert heuristics.row_lines(64) == 1.5      # every other row on a line
+    assert heuristics.row_lines(112) == 1.875   # 3000 bf16 columns: one row in 8
+    for off in range(0, 128, 16):
+        starts = [(r * (1024 + off)) % 128 for r in range(128)]
+        assert heuristics.row_lines(off) == sum(1 if s == 0 else 2 for s in starts) / 128
+
+
+@pytest.mark.extension  # plan_cost asks the C++ planner
+def test_mid_token_tile_weighs_l2_requests():
+    """Among the mid token tiles, the least of max(plan cost, L2_REQUEST_COST x L2 requests):
+    with the weight's rows off the line, 90 tiles of 160 tokens over 400 rows ask fewer
+    requests than 120 of 128, though each SM computes more; where 160 tokens pad the rows
+    into as many tiles as 128 (369 rows), 128 stays."""
+    m, n, k = 400, 3744, 5248
+    off = pitch.rows_off_l2_line("bfloat16", False, True, m, n, k)
+    assert off == (0, 64)
+    cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k, off_line=off)
+    assert cfg.swap_ab and (cfg.block_n, cfg.cluster_m) == (160, 2), cfg
+    narrow = GemmConfig.for_tile(catalog.SWAP_MID_TILES[0], swap_ab=True, cluster_m=2)
+    assert heuristics.plan_cost(narrow, 1, m, n, k, 132) < heuristics.plan_cost(cfg, 1, m, n, k, 132)
+    # 30 weight tiles x 3 (4) token tiles, 82 k-blocks; weight rows 1.5 lines, tokens 1
+    assert heuristics.swap_l2_requests(cfg, 1, m, n, k, off) == 90 * 82 * (128 * 1.5 + 160)
+    assert heuristics.swap_l2_requests(narrow, 1, m, n, k, off) == 120 * 82 * (128 * 1.5 + 128)
+    # 369 rows: 3 token tiles either way
+    off = pitch.rows_off_l2_line("bfloat16", False, True, 369, 4320, 5184)
+    cfg = heuristics.heuristic_config("matmul", False, 1, 369, 4320, 5184, off_line=off)
+    assert cfg.swap_ab and cfg.block_n == 128, cfg
+    # the same shape with aligned rows: requests do not pace it, and the tile is plan cost's
+    assert heuristics.heuristic_config("matmul", False, 1, 400, 3840, 5248).block_n == 128
 
 
 @pytest.mark.extension  # busy_ctas asks the C++ planner

@@ -10,7 +10,7 @@ import pytest
 from gemm_helpers import (REL_FROB_BOUND, REL_FROB_BOUND_FP8, check_fp8, check_matmul,
                           fp8_operand, matmul_operands, random_operand, reference64, rel_frob)
 from jax_hopper import GemmConfig, hopper_fp8_matmul, hopper_matmul
-from jax_hopper.gemm import heuristics
+from jax_hopper.gemm import heuristics, pitch
 from jax_hopper.kernels import catalog
 
 pytestmark = pytest.mark.gpu
@@ -136,6 +136,19 @@ def test_narrow_weight_defaults_to_swapped(rng, m, n, k):
     residual = random_operand(rng, (m, n), jnp.bfloat16)
     check_matmul(rng, m, n, k, activation="silu", bias=bias, residual=residual, beta=0.5)
     check_matmul(rng, m, n, k, transpose_b=True, out_dtype="float32")
+
+
+@pytest.mark.parametrize("m,n,k,token_tile", [(400, 3744, 5248, 160), (713, 1344, 9984, 192)])
+def test_mid_default_weighs_l2_requests(rng, m, n, k, token_tile):
+    """Past 192 rows the default's token tile is the one of least max(plan cost, its L2
+    requests) (swap_mid_config): 160 or 192 tokens where the plan cost alone took 128; b
+    stored (K, N), the weight's rows 64 bytes off the L2 line on the first shape."""
+    off = pitch.rows_off_l2_line("bfloat16", False, True, m, n, k)
+    cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k, off_line=off)
+    assert cfg.swap_ab and cfg.block_n == token_tile, cfg
+    check_matmul(rng, m, n, k)
+    check_matmul(rng, m, n, k, out_dtype="float32", beta=0.5,
+                 residual=random_operand(rng, (m, n), jnp.float32))
 
 
 @pytest.mark.parametrize("m", [65, 200])

@@ -607,6 +607,27 @@ SWAP_MID_MAX_COST = 0.9
 # The largest share of the SMs that the mid-M swap's unclustered tiles may take
 # (swap_mid_config's NOTES: 128 tiles of 132 ran at the rate of 120, 132 of 132 1.27x slower).
 SWAP_MID_MAX_SHARE_UNPAIRED = 0.97
+# What one L2 read request of a tile's operand loads costs in plan_cost's units (k-blocks x
+# tile area), where the mid-M swap weighs its token tiles (swap_mid_config, swap_l2_requests).
+L2_REQUEST_COST = 0.6
+
+
+def row_lines(off: int) -> float:
+    """The L2 lines a 128-byte box row spans on average, for rows whose pitch runs `off`
+    bytes past whole lines (pitch.rows_off_l2_line): one on the line; otherwise the rows start
+    at each multiple of gcd(off, 128) in turn, and all but those on a line span two."""
+    line = catalog.L2_LINE_BYTES
+    return 1.0 if off % line == 0 else 2.0 - math.gcd(off, line) / line
+
+
+def swap_l2_requests(config: GemmConfig, batch: int, m: int, n: int, k: int,
+                     off_line: tuple[int, int]) -> float:
+    """The L2 read requests of a swapped config's operand loads: each tile's k-blocks, one
+    128-byte row a weight column (b's rows) and a token (a's rows), at row_lines each, as TMA
+    asks for them (a row across two lines is two requests; multicast not counted)."""
+    a_off, b_off = off_line
+    return (tile_count(n, m, batch, config.tile) * math.ceil(k / config.block_k)
+            * (config.block_m * row_lines(b_off) + config.block_n * row_lines(a_off)))
 
 
 def plan_cost(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int,
@@ -622,10 +643,11 @@ def plan_cost(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: i
 def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: GemmConfig,
                     num_sms: int, off_line: tuple[int, int] = (0, 0)) -> GemmConfig | None:
     """The swapped config on a token tile of MID_TOKEN_TILES (128, 160 or 192 tokens by 128
-    weight columns) for a product of more than 192 rows over LONG_K_BLOCKS or more: of those
-    whose tiles fit one wave, the one of least plan cost (plan_cost: the busiest SM's work;
-    the narrower on a tie), where that is at most SWAP_MID_MAX_COST of the `unswapped`
-    config's. Over an even count of weight tiles two share each token tile in a 2-CTA
+    weight columns) for a product of more than 192 rows over LONG_K_BLOCKS or more, where one
+    of those whose tiles fit one wave costs at most SWAP_MID_MAX_COST of the `unswapped`
+    config's plan cost (plan_cost: the busiest SM's work): of those, the one of least cost, the
+    larger of its plan cost and L2_REQUEST_COST x its L2 read requests (swap_l2_requests; the
+    narrower on a tie). Over an even count of weight tiles two share each token tile in a 2-CTA
     cluster (cluster_m = 2: the tokens multicast, which halves their L2 reads); over an odd
     count they run unclustered, then on at most SWAP_MID_MAX_SHARE_UNPAIRED of the SMs. None
     where a's rows start off a 32-byte sector (off_line, pitch.rows_off_l2_line: the tokens,
@@ -665,7 +687,24 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
     93.9 us, 313 x 1320 x 4608 1.17x, 889 x 3168 x 11216 1.16x, 520 x 5632 x 5120 1.16x),
     0.93-0.99x on 3 whose few tiles the plan splits (800 x 1240 x 13584: 50 tiles of 160;
     659 x 1408 x 7872: 66 of 128; 1502 x 968 x 16240: 64 of 192); geomean 1.09; 3 it keeps
-    0.99-1.00x. Still 0.61-0.94x XLA there."""
+    0.99-1.00x. Still 0.61-0.94x XLA there.
+    The L2 requests (H200, 2026-11-29): 792 x 3000 x 14336 on 160 tokens unclustered ran 114.9
+    us, 792 x 3072 / 3008 / 2944 x 14336 (the same 120 tiles; weight rows on the line) 96.0-98.0
+    (gemm_h200_20261129_midm_pitch.json); under ncu 10.76M L2 requests against 4.95M, the
+    consumers waiting on the ring's full barriers (ncu_h200_20261129_midm_requests.txt): a row
+    across two lines is two requests, and past about 11-13 us per million the requests, not
+    the tensor cores, pace the wave. On 9 shapes with the weight's rows off the line
+    (gemm_h200_20261129_midm_offline.json) the 128-token tile the plan cost picked ran 1.09-
+    1.18x slower than 160 on three (400 x 3744 x 5248 41.1 vs 35.5 us: 120 tiles of 128 ask
+    1.23x the requests of 90 of 160); time ~ max(22.5 x plan cost, 13.6 x requests) (per
+    million) fits the 44 forced runs there and on the pitch shapes within 15% (rms), and its
+    ratio, L2_REQUEST_COST, picks the fastest tile on all 9 between 0.55 and 0.65. Held out
+    (ab_h200_20261129_midm_requests_heldout.json, 12 of 70 drawn mid shapes whose tile it
+    changes, against a5f7cdc, device time): 1.00-1.46x, geomean 1.18 (318 x 5144 x 10896 107.3
+    -> 73.6 us on 160, 713 x 1344 x 9984 1.31 and 580 x 1584 x 15840 1.31 on 192, 353 x 4976 x
+    4560 1.00); the three it keeps 1.00x. Multicast is not counted: there 2-CTA pairs ran
+    0.92-1.20x the unclustered tile's speed, 4-CTA clusters 0.79-1.19x the pair's
+    (catalog.CLUSTER_SHAPES' NOTES)."""
     fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]]
     tiles = [t for t in fam.tiles if t in MID_TOKEN_TILES]
     if (m <= max(t.block_n for t in WIDE_TOKEN_TILES) or not tiles
@@ -680,10 +719,10 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
     if not configs:
         return None
     costs = [plan_cost(c, batch, m, n, k, num_sms, family) for c in configs]
-    cost, _, best = min(zip(costs, (c.block_n for c in configs), configs))
-    if cost > SWAP_MID_MAX_COST * plan_cost(unswapped, batch, m, n, k, num_sms, family):
+    if min(costs) > SWAP_MID_MAX_COST * plan_cost(unswapped, batch, m, n, k, num_sms, family):
         return None
-    return best
+    requests = [L2_REQUEST_COST * swap_l2_requests(c, batch, m, n, k, off_line) for c in configs]
+    return min(zip(map(max, costs, requests), (c.block_n for c in configs), configs))[2]
 
 
 def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, k: int,

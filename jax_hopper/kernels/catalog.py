@@ -163,7 +163,12 @@ OPERAND_MAJORS = tuple(itertools.product((False, True), repeat=2))
 # 2056 1.09, 2000 x 3000 x 4104 1.06, 4000 x 3000 x 2056 0.91), 1x4 up to 1.09x on one (1200 x
 # 4000 x 3000); on aligned shapes 0.73-0.87x (1024 x 4096 x 4096 459 vs 610 TFLOP/s, 8192^3
 # 613 vs 705) (H100, 2026-11-27, gemm_h100_20261127_cluster4.json). Not compiled: each shape
-# would add to every family's instances for gains the tuner alone could pick.
+# would add to every family's instances for gains the tuner alone could pick. Swapped, on the
+# mid-M token tiles of 128 and 160 (the tokens multicast to 4 weight tiles; a scratch build,
+# H200, 2026-11-29, gemm_h200_20261129_midm_cluster4.json / _pitch / _offline): 0.79-1.19x the
+# 2x1 pair on 13 shapes, 1.10-1.19x on 4 of one wave with the weight's rows off the 128-byte
+# line (792 x 3000 x 14336 120.6 -> 106.0 us; cuBLAS's nvjet 128x160 in 4x1: 96.5), 0.79-0.80x
+# on 2 (640 x 4096 x 8192, 553 x 2000 x 14880), level on the weight's rows on the line: no rule.
 CLUSTER_SHAPES = ((1, 1), (2, 1), (1, 2))
 RASTERS = ("m", "n")
 SWIZZLES = ("128B",)
