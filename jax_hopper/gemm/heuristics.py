@@ -696,9 +696,10 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
     the tensor cores, pace the wave. On 9 shapes with the weight's rows off the line
     (gemm_h200_20261129_midm_offline.json) the 128-token tile the plan cost picked ran 1.09-
     1.18x slower than 160 on three (400 x 3744 x 5248 41.1 vs 35.5 us: 120 tiles of 128 ask
-    1.23x the requests of 90 of 160); time ~ max(22.5 x plan cost, 13.6 x requests) (per
-    million) fits the 44 forced runs there and on the pitch shapes within 15% (rms), and its
-    ratio, L2_REQUEST_COST, picks the fastest tile on all 9 between 0.55 and 0.65. Held out
+    1.23x the requests of 90 of 160); time ~ max(23.5 x plan cost, 11.8 x requests) (us per
+    million) fits the 44 forced 1x1 and 2x1 runs there and on the pitch shapes within 13% (rms;
+    ratio 0.50), and a ratio, L2_REQUEST_COST, of 0.55-0.65 picks the fastest tile on all 9
+    (0.50 on 8). Held out
     (ab_h200_20261129_midm_requests_heldout.json, 12 of 70 drawn mid shapes whose tile it
     changes, against a5f7cdc, device time): 1.00-1.46x, geomean 1.18 (318 x 5144 x 10896 107.3
     -> 73.6 us on 160, 713 x 1344 x 9984 1.31 and 580 x 1584 x 15840 1.31 on 192, 353 x 4976 x
