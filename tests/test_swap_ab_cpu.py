@@ -120,7 +120,8 @@ def test_mid_token_tile_weighs_l2_requests():
     cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k, off_line=off)
     assert cfg.swap_ab and (cfg.block_n, cfg.cluster_m) == (160, 2), cfg
     narrow = GemmConfig.for_tile(catalog.SWAP_MID_TILES[0], swap_ab=True, cluster_m=2)
-    assert heuristics.plan_cost(narrow, 1, m, n, k, 132) < heuristics.plan_cost(cfg, 1, m, n, k, 132)
+    assert (heuristics.plan_cost(narrow, 1, m, n, k, 132)
+            < heuristics.plan_cost(cfg, 1, m, n, k, 132))
     # 30 weight tiles x 3 (4) token tiles, 82 k-blocks; weight rows 1.5 lines, tokens 1
     assert heuristics.swap_l2_requests(cfg, 1, m, n, k, off) == 90 * 82 * (128 * 1.5 + 160)
     assert heuristics.swap_l2_requests(narrow, 1, m, n, k, off) == 120 * 82 * (128 * 1.5 + 128)
