@@ -206,7 +206,8 @@ def test_the_tuner_times_every_candidate(cache):
 def test_the_tuner_ranks_by_device_time_where_a_trace_has_it(cache):
     # A GPU's trace gives every candidate's device time (faked here: the reverse of the host's
     # order); the tuner ranks by it and says so. Without one (a CPU) the host clock ranks.
-    p = tune.Problem("matmul", "bfloat16", False, False, 1, 64, 128, 64)
+    # a stored (K, M): no swap-AB candidates, half the compiles on CI's two cores.
+    p = tune.Problem("matmul", "bfloat16", True, False, 1, 64, 128, 64)
     with mock.patch.object(tune.timing, "device_times", return_value=None):
         on_cpu = tune.tune_problem(p, reps=1)
     assert on_cpu["clock"] == "host"
@@ -305,8 +306,9 @@ def test_the_confirmation_round_runs_on_the_kernels_path(cache):
 
 def test_a_candidate_with_a_different_result_is_never_the_winner(cache):
     """However fast, a config whose product differs from the heuristic config's is reported
-    failed and not chosen (here: the fastest candidate made to scale its result)."""
-    p = tune.Problem("matmul", "bfloat16", False, False, 1, 64, 128, 64)
+    failed and not chosen (here: the fastest candidate made to scale its result; a stored
+    (K, M), so no swap-AB candidates: half the compiles)."""
+    p = tune.Problem("matmul", "bfloat16", True, False, 1, 64, 128, 64)
     first = tune.tune_problem(p, reps=1)
     bad = first["best"]
     real_call = tune._call
