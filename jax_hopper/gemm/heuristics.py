@@ -699,11 +699,10 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
     1.23x the requests of 90 of 160); time ~ max(23.5 x plan cost, 11.8 x requests) (us per
     million) fits the 44 forced 1x1 and 2x1 runs there and on the pitch shapes within 13% (rms;
     ratio 0.50), and a ratio, L2_REQUEST_COST, of 0.55-0.65 picks the fastest tile on all 9
-    (0.50 on 8). Held out
-    (ab_h200_20261129_midm_requests_heldout.json, 12 of 70 drawn mid shapes whose tile it
-    changes, against a5f7cdc, device time): 1.00-1.46x, geomean 1.18 (318 x 5144 x 10896 107.3
-    -> 73.6 us on 160, 713 x 1344 x 9984 1.31 and 580 x 1584 x 15840 1.31 on 192, 353 x 4976 x
-    4560 1.00); the three it keeps 1.00x. Multicast is not counted: there 2-CTA pairs ran
+    (0.50 on 8). Held out (ab_h200_20261129_midm_requests_heldout.json, 12 of 70 drawn mid
+    shapes whose tile it changes, against a5f7cdc, device time): 1.00-1.46x, geomean 1.18 (318
+    x 5144 x 10896 107.3 -> 73.6 us on 160, 713 x 1344 x 9984 1.31 and 580 x 1584 x 15840 1.31
+    on 192, 353 x 4976 x 4560 1.00); the three it keeps 1.00x. Multicast is not counted: there 2-CTA pairs ran
     0.92-1.20x the unclustered tile's speed, 4-CTA clusters 0.79-1.19x the pair's
     (catalog.CLUSTER_SHAPES' NOTES)."""
     fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]]
