@@ -100,12 +100,12 @@ def test_wide_token_tiles_run_clusters_the_decode_tiles_do_not():
 def test_row_lines_counts_the_l2_lines_of_a_box_row():
     """A 128-byte row of a TMA box spans one L2 line where it starts on one, else two: on
     average over the rows of a pitch `off` bytes past whole lines, as counted row by row."""
-    assert heuristics.row_lines(0) == 1.0
-    assert heuristics.row_lines(64) == 1.5      # every other row on a line
-    assert heuristics.row_lines(112) == 1.875   # 3000 bf16 columns: one row in 8
+    assert pitch.row_lines(0) == 1.0
+    assert pitch.row_lines(64) == 1.5      # every other row on a line
+    assert pitch.row_lines(112) == 1.875   # 3000 bf16 columns: one row in 8
     for off in range(0, 128, 16):
         starts = [(r * (1024 + off)) % 128 for r in range(128)]
-        assert heuristics.row_lines(off) == sum(1 if s == 0 else 2 for s in starts) / 128
+        assert pitch.row_lines(off) == sum(1 if s == 0 else 2 for s in starts) / 128
 
 
 @pytest.mark.extension  # plan_cost asks the C++ planner

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from jax_hopper.kernels import catalog
+from jax_hopper.gemm import pitch
 from jax_hopper.gemm.config import GemmConfig
 
 # Tiles are weighed against this many SMs where no GPU is at hand (tuned.device_sms reads the
@@ -612,22 +613,14 @@ SWAP_MID_MAX_SHARE_UNPAIRED = 0.97
 L2_REQUEST_COST = 0.6
 
 
-def row_lines(off: int) -> float:
-    """The L2 lines a 128-byte box row spans on average, for rows whose pitch runs `off`
-    bytes past whole lines (pitch.rows_off_l2_line): one on the line; otherwise the rows start
-    at each multiple of gcd(off, 128) in turn, and all but those on a line span two."""
-    line = catalog.L2_LINE_BYTES
-    return 1.0 if off % line == 0 else 2.0 - math.gcd(off, line) / line
-
-
 def swap_l2_requests(config: GemmConfig, batch: int, m: int, n: int, k: int,
                      off_line: tuple[int, int]) -> float:
     """The L2 read requests of a swapped config's operand loads: each tile's k-blocks, one
-    128-byte row a weight column (b's rows) and a token (a's rows), at row_lines each, as TMA
-    asks for them (a row across two lines is two requests; multicast not counted)."""
-    a_off, b_off = off_line
+    128-byte row a weight column (b's rows) and a token (a's rows), at pitch.row_lines each, as
+    TMA asks for them (a row across two lines is two requests; multicast not counted)."""
+    a_lines, b_lines = map(pitch.row_lines, off_line)
     return (tile_count(n, m, batch, config.tile) * math.ceil(k / config.block_k)
-            * (config.block_m * row_lines(b_off) + config.block_n * row_lines(a_off)))
+            * (config.block_m * b_lines + config.block_n * a_lines))
 
 
 def plan_cost(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int,
@@ -702,9 +695,9 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
     (0.50 on 8). Held out (ab_h200_20261129_midm_requests_heldout.json, 12 of 70 drawn mid
     shapes whose tile it changes, against a5f7cdc, device time): 1.00-1.46x, geomean 1.18 (318
     x 5144 x 10896 107.3 -> 73.6 us on 160, 713 x 1344 x 9984 1.31 and 580 x 1584 x 15840 1.31
-    on 192, 353 x 4976 x 4560 1.00); the three it keeps 1.00x. Multicast is not counted: there 2-CTA pairs ran
-    0.92-1.20x the unclustered tile's speed, 4-CTA clusters 0.79-1.19x the pair's
-    (catalog.CLUSTER_SHAPES' NOTES)."""
+    on 192, 353 x 4976 x 4560 1.00); the three it keeps 1.00x. Multicast is not counted: there
+    2-CTA pairs ran 0.92-1.20x the unclustered tile's speed, 4-CTA clusters 0.79-1.19x the
+    pair's (catalog.CLUSTER_SHAPES' NOTES)."""
     fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]]
     tiles = [t for t in fam.tiles if t in MID_TOKEN_TILES]
     if (m <= max(t.block_n for t in WIDE_TOKEN_TILES) or not tiles

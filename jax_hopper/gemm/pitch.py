@@ -16,10 +16,13 @@ true shapes):
 The gated weight of hopper_glu has its own layout (the handler needs its K exact), so a padded K
 pads the weight's K too.
 A pitch TMA can address may still start rows off the 128-byte L2 line, which costs L2 requests
-(rows_off_l2_line; the heuristic weighs it: heuristics.choose_config).
+(rows_off_l2_line, row_lines; the heuristic weighs it: heuristics.choose_config,
+heuristics.swap_mid_config).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -52,6 +55,14 @@ def rows_off_l2_line(dtype, a_mn: bool, b_mn: bool, m: int, n: int, k: int,
     a_row, b_row = (m if a_mn else k), (n if b_mn else k)
     return tuple(row_bytes(e, d) % catalog.L2_LINE_BYTES
                  for e, d in ((a_row, dtype), (b_row, dtype if b_dtype is None else b_dtype)))
+
+
+def row_lines(off: int) -> float:
+    """The L2 lines a 128-byte box row spans on average, for rows whose pitch runs `off`
+    bytes past whole lines (rows_off_l2_line): one on the line; otherwise the rows start at
+    each multiple of gcd(off, 128) in turn, and all but those on a line span two."""
+    line = catalog.L2_LINE_BYTES
+    return 1.0 if off % line == 0 else 2.0 - math.gcd(off, line) / line
 
 
 def tma_unaddressable(*arrays, names=("a", "b")) -> str | None:
