@@ -169,6 +169,14 @@ OPERAND_MAJORS = tuple(itertools.product((False, True), repeat=2))
 # 2x1 pair on 13 shapes, 1.10-1.19x on 4 of one wave with the weight's rows off the 128-byte
 # line (792 x 3000 x 14336 120.6 -> 106.0 us; cuBLAS's nvjet 128x160 in 4x1: 96.5), 0.79-0.80x
 # on 2 (640 x 4096 x 8192, 553 x 2000 x 14880), level on the weight's rows on the line: no rule.
+# 2 x 2 clusters (a scratch build: A multicast along each cluster row, B along each column, so
+# each CTA loads half of each operand tile and the L2 reads of a one-wave mid-M product fall by
+# a third against 2 x 1; H200, 2026-12-02, gemm_h200_20261202_quad.json): faster than the best
+# 2-CTA config on 1 of 6 mid-M shapes (2000 x 3000 x 4104 on 128 x 256, 80.0 vs 84.4 us), 0.5-0.9x
+# on the rest (the 160-token tile at 792 x 3000 x 14336 137.9 against 4 x 1's 106.1): L2 bytes are
+# not what paces these tiles. On an H200 30 clusters of 4 fit at once (66 of 2). Not kept: the
+# build also ran the 128 x 128 swap-AB tile 0.91x in 1x1 (ab_h200_20261202_quad_tileshare.json,
+# unexplained) for gains the tuner alone could pick.
 CLUSTER_SHAPES = ((1, 1), (2, 1), (1, 2))
 RASTERS = ("m", "n")
 SWIZZLES = ("128B",)

@@ -120,6 +120,11 @@ struct MainloopSS {
   }
 
   // Producer (one thread): the k-blocks of unit `u`, tile `tc`.
+  // NOTES: keep the k-block loop free of long-latency work. Two integer divisions and a short
+  // loop per k-block (each operand's share of a 2-D cluster, from its runtime shape) ran the
+  // swap-AB mid-M tiles (512-640 cycles of wgmma a k-block) at 0.64-0.90x (H200, 2026-12-02,
+  // ab_h200_20261202_quad_producer.json): one thread's dependent chain is then on their
+  // critical path.
   __device__ static void load(const Params& p, const Shared& s, Pipe& pipe, const TileCoord& tc,
                               const WorkUnit& u, uint32_t cluster_m, uint32_t cluster_n,
                               uint32_t rank) {
