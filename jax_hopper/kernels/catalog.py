@@ -311,6 +311,11 @@ SWAP_WIDE_TILES = (TileShape(128, 96, 64, 7), TileShape(128, 192, 64, 4))
 # cuBLAS runs that band swapped with the token width picked so that the rows fill whole token
 # tiles and the tiles fill the SMs (792 x 3000 x 14336: 24 x 5 tiles of 128 weight columns by
 # 160 tokens; docs/benchmarks.md, "Past M = 192").
+# NOTES: 256 weight columns by 64, 72 or 96 tokens (cuBLAS's nvjet 256x72 fills all 132 SMs on
+# 792 x 3072 x 14336) ran slower than these on all 7 mid shapes tried, in every cluster shape
+# and on either schedule: on that tiling our tensor pipes were 66% busy against nvjet's 91.6%,
+# our consumers waiting on full stages with 1.7x its L2 sector lookups for the same bytes
+# (H200, 2026-12-02; docs/benchmarks.md, "256 weight columns a tile"). Not kept.
 SWAP_MID_TILES = (TileShape(128, 128, 64, 6), TileShape(128, 160, 64, 5))
 # The same for fp8 per tensor (fp8_swap): 128-element k-blocks, the same bytes a stage.
 SWAP_WIDE_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_WIDE_TILES)
