@@ -101,9 +101,14 @@ std::string encode_tensor_map(const TensorMapSpec& s, CUtensorMap* out) {
   const DriverFns& d = driver();
   if (!d.encode) return d.load_error;
   cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
+  // No L2 promotion: a box row that starts off a 256-byte boundary (a row pitch such as 6000
+  // bytes) would also fetch lines no box asked for, and a mid-M GEMM's pace is the L2's reads.
+  // NOTES (H200, 2026-12-02, ab_h200_20261202_l2_promotion.json, against 256-byte promotion,
+  // device time): 792 x 3000 x 14336 1.18x, 1500 x 2744 x 5000 1.12x, 2000 x 3000 x 4104 1.08x,
+  // 1.02-1.06x on six more (decode, fp8, grouped, glu), 0.97-1.00x on the aligned squares.
   CUresult r = d.encode(out, s.dtype, s.rank, s.base, s.dims, s.strides_bytes + 1, s.box,
                         elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, s.swizzle,
-                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                        CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     const char* msg = "unknown error";
     if (d.error_string) d.error_string(r, &msg);
