@@ -76,6 +76,9 @@ struct OperandLoad {
                               uint32_t rank) {
     const uint32_t part_id = share > 1 ? rank : 0;  // a cluster along the other dim shares nothing
     if constexpr (!MN_MAJOR) {
+      // NOTES: a part need not be whole 8-row swizzle atoms: TMA swizzles by the shared-memory
+      // address, so 72 rows in two 36-row halves (the second 4608 bytes in) read right through
+      // wgmma descriptors at the tile's base (a scratch 256 x 72 tile, H200, 2026-12-02).
       const int part = rows / share;
       tma_load_shared(map, bar, dst + part_id * part * 128, k0, mn0 + part_id * part, batch,
                       share);
