@@ -733,8 +733,7 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
     of swap_token_tile (at m <= SWAP_MAX_M, no wider than the rows need). off_line: a's and b's
     rows' bytes past whole L2 lines (pitch.rows_off_l2_line), for choose_config."""
     swaps = family in catalog.SWAP_FAMILIES and not a_mn_major
-    # The swapped family's decode tiles, named rather than left over (the wide and mid-M token
-    # tiles are not among them)
+    # The swapped family's decode tiles; its wide and mid-M token tiles have rules of their own
     swap_tiles = tuple(t for t in catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
                        if t in catalog.SWAP_TILES + catalog.SWAP_TILES_FP8) if swaps else ()
     if swaps and m <= SWAP_MAX_M:
