@@ -90,7 +90,7 @@ class GemmCase:
 
 def stream_k_cases() -> list[GemmCase]:
     """Stream-K (cuda/gemm/scheduler/stream_k_plan.h) splits the last wave's tiles past a whole
-    wave when it is at most 2/3 full and the tiles hold 16 k-blocks or more, and with fewer
+    wave when it is at most 2/3 full and the tiles hold 24 k-blocks or more, and with fewer
     tiles than SMs cuts every tile into equal pieces; on 132 SMs: 144 tiles of 128 x 128 (12
     split into 4 pieces), 80 2-CTA cluster tiles of 128 x 256 (14 split; a partial k-block),
     64 tiles of 128 x 128 in 2 pieces each, and 8 in 4 pieces over k-blocks padded past K (a
@@ -100,8 +100,8 @@ def stream_k_cases() -> list[GemmCase]:
     wide = next(t for t in tiles if (t.block_m, t.block_n) == (128, 256))
     square = next(t for t in tiles if (t.block_m, t.block_n) == (128, 128))
     return [
-        GemmCase(1536, 1536, 1024, tile=square),
-        GemmCase(2560, 2048, 1048, tile=wide, cluster=(2, 1), bias=True, activation="silu",
+        GemmCase(1536, 1536, 1536, tile=square),
+        GemmCase(2560, 2048, 1560, tile=wide, cluster=(2, 1), bias=True, activation="silu",
                  out_dtype="float32"),
         # Small M: every tile split into 2 equal pieces of 32 k-blocks (64 tiles of 128 x 128).
         GemmCase(256, 4096, 4096, tile=square),

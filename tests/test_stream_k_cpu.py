@@ -13,7 +13,7 @@ pytestmark = pytest.mark.extension  # the planner is C++, reached through the ex
 MAX_SPLIT = 4  # kMaxSplit in cuda/gemm/scheduler/stream_k_plan.h: a collecting piece adds at
                # most this many others
 MIN_PIECE = 32  # kMinPieceBlocks: the shortest piece of a small-M split
-MIN_TAIL = 16  # kMinTailSplitBlocks: the shortest tile a split last wave cuts
+MIN_TAIL = 24  # kMinTailSplitBlocks: the shortest tile a split last wave cuts
 
 # (tiles, k_blocks, resident clusters, clusters with a workspace slot)
 CASES = [
@@ -29,8 +29,9 @@ CASES = [
     (144, 64, 132, 132),    # 12 tiles past a wave: each in 4 pieces
     (133, 7, 132, 132),     # one tile past a wave, 7 k-blocks (whole: too short to cut)
     (140, 3, 132, 132),     # 8 tiles past a wave, 3 k-blocks (whole)
-    (140, 16, 132, 132),    # 8 tiles past a wave, 16 k-blocks (split)
-    (162, 16, 66, 66),      # 30 tiles past two waves of 2-CTA clusters
+    (140, 16, 132, 132),    # 8 tiles past a wave, 16 k-blocks (whole: shorter than MIN_TAIL)
+    (140, 24, 132, 132),    # 8 tiles past a wave, 24 k-blocks (split)
+    (162, 25, 66, 66),      # 30 tiles past two waves of 2-CTA clusters
     (132, 64, 132, 132),    # whole waves: nothing to split
     (140, 64, 132, 4),      # few workspace slots
     (140, 64, 132, 0),      # none
@@ -118,7 +119,7 @@ def test_work_is_balanced(tiles, k_blocks, clusters, slots):
 @pytest.mark.parametrize("tiles,k_blocks,clusters,slots,split", [
     (1024, 128, 66, 66, True), (144, 64, 132, 132, True), (264, 64, 132, 132, False),
     (512, 64, 66, 66, False), (64, 64, 132, 132, True), (96, 64, 132, 132, False),
-    (215, 12, 132, 132, False), (140, 15, 132, 132, False), (140, 16, 132, 132, True)])
+    (215, 12, 132, 132, False), (140, 23, 132, 132, False), (140, 24, 132, 132, True)])
 def test_which_problems_split(tiles, k_blocks, clusters, slots, split):
     plan = _plan(tiles, k_blocks, clusters, slots)
     assert (plan["sk_clusters"] > 0) == split

@@ -63,7 +63,17 @@ def tile_count(m: int, n: int, batch: int, tile: catalog.TileShape) -> int:
 
 
 def wave_cost(m: int, n: int, batch: int, tile: catalog.TileShape, num_sms: int) -> float:
-    """Relative run time of whole tiles in waves: waves x tile area / the tile's efficiency."""
+    """Relative run time of whole tiles in waves: waves x tile area / the tile's efficiency.
+
+    NOTES: it rounds a stream-K tail up to a whole wave. Tried (H200, 2026-12-02): ranking
+    the tiles past a wave by their plan's busiest CTA instead (plan_cost over the tile's
+    k-blocks, at this efficiency), which took 128 x 256 over 128 x 192 where the tuner had
+    timed 505 against 435 us (5598 x 1024 x 28672, tune_h200_20261202_random_worst.json). It
+    changed 30 of 600 random shapes; against main on 11 of them, one process, 3 reps, device
+    time (ab_h200_20261202_tile_cost.json): 5598 x 1024 x 28672 1.185x, 1558 x 11008 x 3072
+    1.015x, but 0.86-0.96x on six (1062 x 6600 x 14336 0.857, 709 x 7168 x 3072 0.893, 376 x
+    16384 x 5120 0.902): not kept. A split tail costs more than plan_cost's fix-ups say, or
+    128 x 192 runs closer to 128 x 256 there than 0.92; neither is profiled."""
     tiles = tile_count(m, n, batch, tile)
     return (math.ceil(tiles / num_sms) * tile.block_m * tile.block_n /
             TILE_EFFICIENCY[tile.block_m, tile.block_n, tile.schedule])

@@ -62,7 +62,12 @@ constexpr int32_t kMinPieceBlocks = 32;
 // 40 up split gained 2-10% (2804 x 8192 x 3072 1.067, 7000 x 3072 x 3584 1.098, 5000 x 5120 x
 // 2560 1.074). One exception, not a rule yet: 4557 x 1024 x 2560 (128 x 192, 40 k-blocks, one
 // whole wave before the tail) ran 1.15x faster whole (tune_h100_20261127_random.json).
-constexpr int32_t kMinTailSplitBlocks = 16;
+// Raised from 16 to 24 (H200, 2026-12-02): the tuner found 2969 x 5120 x 1024 (16 k-blocks)
+// 1.08x faster whole (tune_h200_20261202_random_worst.json); against 16, one process, 3 reps,
+// device time (ab_h200_20261202_tile_cost.json, beside a tile rule not kept, which left
+// these four alone): 16-23 k-blocks whole 1.01-1.07x (2969 x 5120 x 1024 1.074, 5588 x 2048 x
+// 1472 1.070, 4072 x 6600 x 1024 1.033, 2500 x 14336 x 1024 1.013).
+constexpr int32_t kMinTailSplitBlocks = 24;
 
 // `tiles` in cluster units; `max_sk_clusters`: clusters with a workspace slot per CTA.
 // `max_split`: the most pieces of a small-M split (plan_last_arrival_split's are more).
