@@ -97,7 +97,7 @@ def test_config_rejected_through_the_api():
 
 
 def test_every_cooperative_tile_has_a_measured_efficiency():
-    # The heuristic weighs these; the ping-pong tiles are opt-in (heuristics.py says why).
+    # The heuristic weighs these; the ping-pong tiles are opt-in (heuristics/dense.py says why).
     from jax_hopper.gemm.heuristics import TILE_EFFICIENCY
     assert set(TILE_EFFICIENCY) == {(t.block_m, t.block_n, t.schedule)
                                     for t in catalog.TILE_SHAPES if t.schedule == "cooperative"}

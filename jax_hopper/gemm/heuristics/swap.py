@@ -1,0 +1,350 @@
+"""Swap-AB (out^T = b^T a^T: the tokens as wgmma's N): the decode tiles at small M, the lean
+tile, the narrow-weight swap, the wide token tiles at 129-192 rows and the mid-M token tiles."""
+
+from __future__ import annotations
+
+import math
+
+from jax_hopper.kernels import catalog
+from jax_hopper.gemm import pitch
+from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.heuristics.dense import DEFAULT_NUM_SMS, LONG_K_BLOCKS, tile_count
+from jax_hopper.gemm.heuristics.plan import busiest_cta, busy_ctas, can_plan, plan_cost, plan_of
+
+# The most rows a swap-AB decode tile holds (its widest token tile): above it the product runs
+# unswapped, unless its weight is narrow (swap_for_narrow_weight) or its rows fit the wide
+# token tiles (swap_wide_config).
+SWAP_MAX_M = max(t.block_n for t in catalog.SWAP_TILES)
+
+
+def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...], n: int = 0, batch: int = 1,
+                       num_sms: int = DEFAULT_NUM_SMS) -> GemmConfig:
+    """The swap-AB config for a product of m <= SWAP_MAX_M rows against n weight columns: the
+    narrowest token tile of `tiles` (the swapped family's: catalog.SWAP_TILES or SWAP_TILES_FP8)
+    that holds them all (every tile then reads its weight columns once), split along K where the
+    weight's column tiles are fewer than half the SMs (the family's last-arrival split: the most
+    equal pieces of at least min_piece_blocks that one wave holds). Where the column tiles are
+    more than the SMs, the same tile two CTAs to an SM (ctas_per_sm=2) where it is compiled:
+    the tiles past the first wave then stream beside the others instead of after them.
+    (heuristic_config then takes a narrower token tile where the weight fits in L2 and
+    swap_token_tile finds it moves fewer bytes.)
+
+    NOTES: above SWAP_MAX_M the swap-AB tiles would walk several token tiles, reading the
+    weight once per token tile: at M = 96-512 against 4096-14336 wide weights they ran
+    1.0-2.6x the time of the unswapped default (128 x 64 split: 96 x 4096 x 4096 29.8 vs
+    29.9 us, 256 x 14336 x 4096 97.7 vs 63.4; 128 x 32: 167.6 there; H100, 2026-11-24, a
+    session script, not kept).
+    NOTES: two CTAs per SM against one, bf16, one process, 7 reps (H100, 2026-11-25,
+    gemm_h100_20261125_swap_occupancy.log): with more column tiles than SMs 1.01-1.07x
+    (1 x 28672 x 4096 88.1 vs 89.4 us, 32 x 28672 x 4096 92.2 vs 98.9, 1 x 33792 x 4096 1.011);
+    at one wave or fewer (split along K) 0.95-1.00x (1 x 14336 x 4096 0.957, 16 x 14336 x 4096
+    0.951): half the stages per CTA, and no second wave to share. A single SM streams a weight
+    at most ~45 GB/s (16-33 of 132 SMs busy: 0.73-1.54 TB/s in all), so a second wave on 92 of
+    the SMs ran below the HBM rate."""
+    width = min(t.block_n for t in tiles if t.block_n >= m)
+    narrowest = [t for t in tiles if t.block_n == width]
+    occupancy = 2 if batch * math.ceil(n / narrowest[0].block_m) > num_sms else 1
+    tile = next((t for t in narrowest if t.ctas_per_sm == occupancy), narrowest[0])
+    return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
+
+
+# The most rows, and the largest weight (bytes, every batch entry's together), for which a
+# product runs swapped past SWAP_MAX_M (swap_for_narrow_weight), and the largest for which a
+# swapped product may take more token tiles than its rows need (swap_token_tile; weight_fits_l2):
+# half the H100's 50 MB L2, so that the token tiles' rereads of the weight find it there.
+SWAP_NARROW_MAX_M = 1024
+SWAP_NARROW_MAX_WEIGHT_BYTES = 25_000_000
+# The share of the SMs (one in this many) under which an unswapped plan's busy CTAs make a
+# product past SWAP_MAX_M run swapped (swap_for_narrow_weight): half, but an eighth for the
+# block-scaled product, whose swapped tile loses wherever the unswapped one fills more.
+SWAP_NARROW_BUSY_SHARE = {"fp8_block": 8}
+SWAP_NARROW_DEFAULT_BUSY_SHARE = 2
+
+
+def weight_bytes(family: str, batch: int, n: int, k: int) -> int:
+    """The bytes of a `family` product's weight (n x k, every batch entry's together)."""
+    return batch * n * k * catalog.DTYPES[catalog.FAMILIES[family].dtypes[0][1]].nbytes
+
+
+def weight_fits_l2(family: str, batch: int, n: int, k: int) -> bool:
+    """Whether a `family` product's weight takes at most SWAP_NARROW_MAX_WEIGHT_BYTES: then the
+    swapped tiles of a second token tile reread it from L2, not HBM."""
+    return weight_bytes(family, batch, n, k) <= SWAP_NARROW_MAX_WEIGHT_BYTES
+
+
+# The most weight bytes the token tiles of a swapped product on its family's lean tile stream
+# (lean_swap_tile).
+LEAN_MAX_STREAM_BYTES = 17_000_000
+
+
+def lean_swap_tile(tiles: tuple[catalog.TileShape, ...], family: str, batch: int, m: int,
+                   n: int, k: int) -> catalog.TileShape | None:
+    """The lean tile of a swapped family's `tiles` (the lean schedule: one warpgroup that loads
+    its own k-blocks, 64 weight columns by 16 tokens, four CTAs to an SM) for a swapped product
+    (at most SWAP_MAX_M rows) whose token tiles stream at most LEAN_MAX_STREAM_BYTES of weight
+    (its bytes, every batch entry's, once per 16 tokens); else None. Such a call is a few
+    microseconds long: a CTA without the producer's hand-over of each stage starts multiplying
+    sooner, and four to an SM split a small weight finer, while a long stream runs slower on
+    them than on the one-CTA tiles.
+    NOTES: device time on an H200 (2026-11-28; the lean tile then waited for the previous
+    k-block's wgmmas, gemm_h200_20261128_lean_apart.json): 24 x 2048 x 2048 and 32 x 1024 x
+    4096 (8.4 MB weights in two token tiles) 7.8 vs 8.5 / 8.8 us, 64 x 256 x 64 2.7 vs 3.3, and
+    slower from a 33.5 MB weight (1 / 16 x 4096 x 4096 13.9 / 14.0 vs 13.3 / 13.6, 8 x 4096 x
+    14336 33.8 vs 32.8). A first bound, 16 MB of weight at up to 32 rows, against the build
+    without the lean tile on 11 shapes chosen after it (ab_h200_20261128_lean_rule.json, one
+    process, 7 reps, device time): 1.06-1.29x on the 9 whose token tiles stream up to 15.9 MB
+    (20 x 768 x 768 1.29x, 16 x 1536 x 1536 1.18x, 1 x 1024 x 4096 1.13x, 1 x 2816 x 2816
+    1.06x), 0.98x / 0.88x on 32 x 2048 x 3584 and 28 x 4096 x 1792 (14.7 MB in two token
+    tiles: 29.4 MB streamed); hence the bound on the bytes streamed, set at the most that won
+    in either run (16.8 MB: 24 x 2048 x 2048). The rule first stopped at 32 rows; from 33 to
+    64 (three or four token tiles) against that build, 12 bf16 and 8 fp8 per-tensor shapes
+    chosen after it (H200, 2026-11-28, ab_h200_20261128_pairs_lean64*.json, 5 reps, device
+    time): 1.09-1.29x on every one (bf16 geomean 1.21, fp8 1.17; 45 x 1000 x 768 5.2 vs 6.8
+    us, 64 x 2048 x 1024 7.0 vs 7.6), still 0.67-1.10x XLA's bf16 and 0.71-1.32x its fp8."""
+    lean = [t for t in tiles if t.schedule == "lean"]
+    if not lean:
+        return None
+    streamed = weight_bytes(family, batch, n, k) * -(-m // lean[0].block_n)
+    return lean[0] if streamed <= LEAN_MAX_STREAM_BYTES else None
+
+
+def swap_cta_bytes(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int,
+                   family: str = "matmul") -> int:
+    """The bytes that the busiest CTA of a swapped `config`'s plan (one CTA per SM) moves: its
+    k-blocks' weight and token tiles, times the waves of whole tiles, and where the plan
+    splits, the fp32 partials of the tile's other pieces that its last arrival reads back. A
+    swapped product of a few tokens is a stream of operand bytes through each SM, not of MMAs.
+    """
+    in_bytes, w_bytes = (catalog.DTYPES[d].nbytes for d in catalog.FAMILIES[family].dtypes[0])
+    k_blocks, pieces = busiest_cta(plan_of(config, batch, m, n, k, num_sms, family))
+    per_block = config.block_k * (config.block_m * w_bytes + config.block_n * in_bytes)
+    return k_blocks * per_block + (pieces - 1) * config.block_m * config.block_n * 4
+
+
+def swap_token_tile(tiles: tuple[catalog.TileShape, ...], batch: int, m: int, n: int, k: int,
+                    num_sms: int, family: str = "matmul") -> catalog.TileShape:
+    """The swapped tile of `tiles` (one CTA per SM) whose busiest CTA moves the fewest bytes
+    (swap_cta_bytes; the wider on a tie), for a weight that fits in L2 (weight_fits_l2): a
+    narrower token tile than the rows need rereads the weight once more per token tile, from
+    L2, but gives more tiles to fill the SMs, shorter k-ranges per piece and smaller partials
+    to sum.
+    NOTES: bf16, the tuner on the device clock over 12 narrow weights (N 512-1024, M 20-963;
+    H100, 2026-11-28, tune_h100_20261128_narrow_tokens.json): the 64-token tile, the widest,
+    lost to 32 on 80 x 1024 x 5120 (12.4 vs 13.5 us: 16 tiles in 8 pieces whose last arrival
+    sums 7 partials of 32 KB, against 24 in 5 of 16 KB) and 128 x 768 x 4096 (10.7 vs 12.0: 120
+    CTAs against 96); the 32-token tile lost to 16 on 32 x 1024 x 4096 (9.2 vs 9.7) and 20 x
+    512 x 8192 (10.0 vs 11.2: 4 tiles in 16 pieces of 8 k-blocks fill 64 SMs, 8 tiles 128).
+    These bytes rank the best token tile first on all 12 problems (the other 8 kept the
+    widest that holds the rows, or ran unswapped). This rule against the widest / the rows'
+    tile on 18 shapes chosen after those that it changes (bf16 M 24-200, N 264-2048: 15; fp8
+    per tensor: 3), one process, 9 reps, device time (ab_h100_20261128_token_tile.json):
+    1.07-1.27x on 15, 1.00-1.03x on 3 (40 x 2048 x 2048, 200 x 768 x 2048, fp8 700 x 512 x
+    1040); geomean with the 3 it keeps 1.097. Not weighed: the rereads' L2 traffic as a
+    whole, which is why the weight must fit in L2."""
+    return min((t for t in tiles if t.ctas_per_sm == 1),
+               key=lambda t: (swap_cta_bytes(GemmConfig.for_tile(t, swap_ab=True, stream_k=True),
+                                             batch, m, n, k, num_sms, family), -t.block_n))
+
+
+def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k: int,
+                           num_sms: int, family: str = "matmul") -> bool:
+    """Whether a `family` product (matmul, fp8 per tensor or block-scaled) of SWAP_MAX_M < m <=
+    SWAP_NARROW_MAX_M rows against a weight of at most SWAP_NARROW_MAX_WEIGHT_BYTES runs faster
+    swapped: where its unswapped plan keeps fewer than half the SMs busy (an eighth for the
+    block-scaled product: SWAP_NARROW_BUSY_SHARE; few column tiles, and a K too short to split
+    them further). The swap-AB tile then walks the tokens 64 at a time,
+    rereading the weight (from L2, where it fits), and its last-arrival split cuts each tile
+    into up to 16 pieces where the unswapped split stops at 4 of 32 k-blocks.
+    NOTES: bf16 against the unswapped default, one process, 9 reps (H100, 2026-11-27,
+    ab_h100_20261127_swap_narrow.json): N = 512-1536 at M = 65-1024, 1.03-1.35x on 11 of 12
+    shapes (80 x 1024 x 5120 1.33, 300 x 1024 x 3072 1.35, 150 x 1024 x 11008 1.09, 963 x 1024
+    x 3072 1.07), 65 x 1000 x 1000 0.98; 96 / 128 x 4096 x 4096 (a 33.5 MB weight, each token
+    tile's reread past half the L2) 0.94 / 0.96. The bound was then N <= 1536. Wider weights,
+    the swap config against the default in one process, 7 reps (H100, 2026-11-27,
+    gemm_h100_20261127_narrow_wide.json): up to 21 MB 0.99-1.20x (256 x 2048 x 2048 1.20, 80 x
+    2048 x 5120 1.13, 160 x 2816 x 2816 1.12, 200 x 2048 x 4096 0.99), 28-34 MB 0.92-1.00x
+    (80 x 3584 x 4096 0.92): the weight's bytes, not its width, set the bound. fp8 per tensor
+    (fp8_h100_20261127_narrow.log, same run), weights of 0.8-16.8 MB: 0.97-1.33x (96 x 1536 x
+    8192 1.33, 704 x 512 x 4096 1.28, 80 x 2048 x 5120 1.26; 128 x 768 x 4096 0.97). This rule
+    against the N bound on 18 shapes chosen after it (ab_h100_20261127_swap_bytes.json, one
+    process, 9 reps): bf16 1.01-1.20x on 7 (weights 1792-5120 wide), fp8 1.03-1.24x on 9 and
+    0.98x on 65 x 4096 x 4096 (65 rows: two token tiles, the weight read twice).
+    Block-scaled fp8 (H100, 2026-11-28): under the half rule, against the unswapped default
+    (ab_h100_20261128_fp8_block_swap.json, device time) 80 x 1024 x 5120 1.74x and 128 x 2048 x
+    7168 1.55x (8 and 16 busy CTAs) but 256 x 4096 x 4096 0.79x (64); both tiles forced on 16
+    shapes of M = 80-1000 (fp8_block_h100_20261128_swap_rule.json, one process, chained):
+    swapped won only at 16 busy CTAs (96 x 2048 x 7168 1.16x, 256 x 1024 x 5120 1.09x) and lost
+    from 24 (384 x 1024 x 4096 0.89x, 300 x 1024 x 3072 0.86x) to 64 (256 x 4096 x 4096 0.75x,
+    1000 x 512 x 8192 0.75x): hence an eighth of the SMs for it.
+    (Which token tile it then takes: swap_token_tile.)"""
+    return (SWAP_MAX_M < m <= SWAP_NARROW_MAX_M and weight_fits_l2(family, batch, n, k)
+            and can_plan()
+            and SWAP_NARROW_BUSY_SHARE.get(family, SWAP_NARROW_DEFAULT_BUSY_SHARE)
+            * busy_ctas(unswapped, batch, m, n, k, num_sms, family) < num_sms)
+
+
+# The rows past which the wide token tiles may take a product (swap_wide_config): more than one
+# unswapped tile's 128.
+SWAP_WIDE_MIN_M = 128
+
+
+# The wide token tiles of every swapped family (16-bit and fp8 per tensor).
+WIDE_TOKEN_TILES = catalog.SWAP_WIDE_TILES + catalog.SWAP_WIDE_TILES_FP8
+# The families whose wide token tiles give way: to the narrow-weight swap wherever that
+# applies (heuristic_config), and to the unswapped config where the 192-token tiles exceed one
+# wave (swap_wide_config). fp8 per tensor: its unswapped and decode kernels stream twice the
+# FLOPs a byte, and the wide tiles' fixed costs (the transposed store in passes, the split's
+# fix-up) weigh twice as much (swap_wide_config's NOTES).
+WIDE_TILES_YIELD = ("fp8",)
+
+
+def swap_wide_config(family: str, batch: int, m: int, n: int, k: int,
+                     num_sms: int) -> GemmConfig | None:
+    """The swapped config on the wide token tiles (WIDE_TOKEN_TILES) of `family`'s
+    swapped family for a product of SWAP_WIDE_MIN_M < m <= 192 rows, else None: two 96-token
+    tiles in a 2-CTA cluster sharing the weight tile (cluster_n = 2: the weight multicast)
+    where they take at most one tile an SM, else one 192-token tile unclustered. Unswapped,
+    such rows pad to two 128-row tiles; 96 and 192 hold them with less padding, and the pair of
+    96-token tiles gives twice the tiles to spread over the SMs.
+    NOTES: device time, H200, 2026-11-29 (gemm_h200_20261129_swap_wide.json): on 26 shapes of
+    M = 129-192 (N 1024-28672, K 1024-14336), the default then (unswapped: 128 x 128-256,
+    cooperative or ping-pong, or the narrow-weight swap) against 192 (1x1, 2x1) and 96 (1x1,
+    1x2): this rule's config was the fastest or within 6% of it on 25 and ran 1.02-1.48x the
+    default on the 24 it moves (181 x 14336 x 10000 100.8 -> 88.0 us, 139 x 7168 x 3072 30.1 ->
+    20.3, 160 x 4096 x 4096 22.5 -> 17.1; XLA 78.7, 14.5, 14.4), but 174 x 5120 x 11008 1.07x
+    where 192 ran 1.25x (80 tiles of 96 whole against 40 of 192 in three pieces; no rule for it
+    yet). Where more 96-token tiles than SMs (N > 8448 here) the 192-token tile ran 1.06-1.19x
+    the 96-token pair. Against the narrow-weight swap (64-token decode tiles, last-arrival split)
+    the one keeping more CTAs busy won on all 5 such shapes (heuristic_config). The 192-token
+    tile in 2x1 clusters (the tokens multicast) ran 0.89-1.08x the time of 1x1, faster only at
+    130 x 8192 x 8192 and N = 28672. Held out: ab_h200_20261129_swap_wide_heldout.json, 12
+    shapes drawn after the rule, 1.00-1.41x the build before, geomean 1.16.
+    fp8 per tensor (the same tiles with 128-element k-blocks; ab_h200_20261129_fp8_wide_rule.log,
+    H200, 2026-11-29, 16 shapes at M = 129-192 under the 16-bit rule, device time against the
+    build without them): 1.03-1.49x on 9 of the 10 that took the pair or a 192-token tile
+    within a wave (geomean 1.19; 141 x 5536 x 11008 42.9 -> 28.7 us, 170 x 8192 x 3552 1.29x),
+    0.99x at 140 x 8592 x 5584; but 0.87x on 164 x 28672 x 11120 (224 tiles of 192, 1.7 waves:
+    the unswapped 128 x 256 ran 136.5 us against 156.3) and 0.94x / 0.98x on the two where the
+    pair displaced the narrow-weight swap (138 x 2048 x 3488, 147 x 2048 x 5120; busy CTAs 96 /
+    96 and 128 / 96): hence WIDE_TILES_YIELD. Held out (ab_h200_20261129_fp8_wide_heldout.json,
+    9 shapes drawn after it and those three): 1.04-1.33x on the 4 it moves (geomean 1.18;
+    161 x 4096 x 7168 22.3 -> 16.8 us, XLA's fp8 20.4), 0.996-1.005x on the other 8."""
+    tiles = [t for t in catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
+             if t in WIDE_TOKEN_TILES]
+    if not tiles or not SWAP_WIDE_MIN_M < m <= max(t.block_n for t in tiles):
+        return None
+    pair, wide = min(tiles, key=lambda t: t.block_n), max(tiles, key=lambda t: t.block_n)
+    if math.ceil(m / pair.block_n) * math.ceil(n / pair.block_m) * batch <= num_sms:
+        return GemmConfig.for_tile(pair, swap_ab=True, cluster_n=2)
+    if family in WIDE_TILES_YIELD and (math.ceil(m / wide.block_n) * math.ceil(n / wide.block_m)
+                                       * batch > num_sms):
+        return None
+    return GemmConfig.for_tile(wide, swap_ab=True)
+
+
+# The token tiles of the mid-M swap (swap_mid_config): the swapped family's mid tiles and its
+# widest token tile (families without mid tiles, fp8 among them, have none).
+MID_TOKEN_TILES = catalog.SWAP_MID_TILES + (max(catalog.SWAP_WIDE_TILES, key=lambda t: t.block_n),)
+# The most of the unswapped plan's cost (plan_cost) at which the mid-M swap displaces it.
+SWAP_MID_MAX_COST = 0.9
+# The largest share of the SMs that the mid-M swap's unclustered tiles may take
+# (swap_mid_config's NOTES: 128 tiles of 132 ran at the rate of 120, 132 of 132 1.27x slower).
+SWAP_MID_MAX_SHARE_UNPAIRED = 0.97
+# What one L2 read request of a tile's operand loads costs in plan_cost's units (k-blocks x
+# tile area), where the mid-M swap weighs its token tiles (swap_mid_config, swap_l2_requests).
+L2_REQUEST_COST = 0.6
+
+
+def swap_l2_requests(config: GemmConfig, batch: int, m: int, n: int, k: int,
+                     off_line: tuple[int, int]) -> float:
+    """The L2 read requests of a swapped config's operand loads: each tile's k-blocks, one
+    128-byte row a weight column (b's rows) and a token (a's rows), at pitch.row_lines each, as
+    TMA asks for them (a row across two lines is two requests; multicast not counted)."""
+    a_lines, b_lines = map(pitch.row_lines, off_line)
+    return (tile_count(n, m, batch, config.tile) * math.ceil(k / config.block_k)
+            * (config.block_m * b_lines + config.block_n * a_lines))
+
+
+def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: GemmConfig,
+                    num_sms: int, off_line: tuple[int, int] = (0, 0)) -> GemmConfig | None:
+    """The swapped config on a token tile of MID_TOKEN_TILES (128, 160 or 192 tokens by 128
+    weight columns) for a product of more than 192 rows over LONG_K_BLOCKS or more, where one
+    of those whose tiles fit one wave costs at most SWAP_MID_MAX_COST of the `unswapped`
+    config's plan cost (plan_cost: the busiest SM's work): of those, the one of least cost, the
+    larger of its plan cost and L2_REQUEST_COST x its L2 read requests (swap_l2_requests; the
+    narrower on a tie). Over an even count of weight tiles two share each token tile in a 2-CTA
+    cluster (cluster_m = 2: the tokens multicast, which halves their L2 reads); over an odd
+    count they run unclustered, then on at most SWAP_MID_MAX_SHARE_UNPAIRED of the SMs. None
+    where a's rows start off a 32-byte sector (off_line, pitch.rows_off_l2_line: the tokens,
+    which the swapped tile reads once per weight tile; on a sector, as b's in pair_along_m,
+    1000 x 1024 x 10000 below). Swapped, the token width sets the rows' padding and the tile
+    count: cuBLAS runs this band so, the width picked to fill whole token tiles and the SMs
+    (792 x 3000 x 14336: 24 x 5 tiles of 128 x 160 on 120 SMs, where the unswapped 128 x 192
+    takes 112 tiles of 7 x 128 = 896 rows, 1.2x the area a CTA).
+    NOTES: device time, forced configs in one process, 5 reps (H200, 2026-11-29,
+    gemm_h200_20261129_midm_tokens.json), against the default then on 10 shapes of M = 512-4385:
+    792 x 3000 x 14336 139.6 -> 118.2 us on 160 (XLA 94.4), 1025 x 2048 x 7168 53.8 -> 49.1,
+    640 x 4096 x 8192 63.1 -> 57.8, 512 x 4096 x 4096 30.2 -> 26.1 on 128 (the unswapped
+    128 x 256 split in two; plan costs 0.83-0.87 of the default's); where the costs tie (the
+    192-token tile's 120 tiles against the unswapped 128 x 192's 112-126 on 1839 x 1536 x
+    16384, 3565 x 768 x 7168, 1026 x 2560 x 5000) swapped ran 0.97-1.06x, and where the tiles
+    overflow a wave 0.68-1.03x: 4385 x 768 x 14336 and 811 x 6000 x 4096 ran 0.78x on the
+    128-token tile (210 and 329 tiles) though their plan costs were 0.81 and 0.86 of the
+    default's, which the 128 x 128 tile's bytes a FLOP past one wave explain (TILE_EFFICIENCY),
+    hence one wave only. Under 64 k-blocks not measured but on one shape: 559 x 3000 x 3072
+    (48) ran 0.93x on 120 tiles of 128 tokens, whose plan cost ties the default's 120 of
+    ping-pong 128 x 128, and 1.06x on 96 of 160 (a cost of 1.25); ping-pong's own rule
+    (pingpong_mid_m) was measured there, so short K keeps it. 2-CTA clusters (the tokens
+    multicast) ran 0.96-1.04x the unclustered tile where it is taken.
+    Held out (H200, 2026-11-29, ab_h200_20261129_midm_swap_heldout.json, unclustered, against
+    main a70f099, device time): 1.02-1.16x on 7 of the 8 it moved (318 x 5760 x 7040 53.4 ->
+    46.1 us, 438 x 4480 x 11776 86.3 -> 76.5, 765 x 3200 x 7616 1.09x, 1000 x 1024 x 10000 on
+    128-token tiles split in two 1.08x), 0.69x on 1619 x 1472 x 12200: 132 tiles of 160, all
+    the SMs, and a's rows 80 bytes past the line. Apart (gemm_h200_20261129_midm_full_wave.json,
+    forced configs, device time, us; 192 tiles of k): 160 tokens on 120 / 121 tiles (1600 x 1472,
+    1619 x 1408) 81.4 / 82.1, on 132 (1619 x 1472) 104.0, with a's rows off the line 134.6,
+    against the unswapped 128 x 192's 88.9-91.4; in 2-CTA clusters 82.1 / 85.5 / 103.2, but 99.9
+    where an odd 11 weight tiles pair into 132 CTAs. 128 tiles of 1x1 (640 x 4096 x 8192) 58.5,
+    2x1 58.9. A bandwidth limit, by the rates: every CTA reads 36.9 KB a k-block, 10.4 TB/s
+    from L2 at 120 and 128 CTAs, 9.0 at 132; paired, 26 KB a CTA. Hence the pairs, the share
+    and a's sector. This rule on 12 shapes drawn after it (ab_h200_20261129_midm_swap_rule_
+    heldout.json, against a70f099, device time): 1.02-1.50x on 9 (274 x 4200 x 14864 140.7 ->
+    93.9 us, 313 x 1320 x 4608 1.17x, 889 x 3168 x 11216 1.16x, 520 x 5632 x 5120 1.16x),
+    0.93-0.99x on 3 whose few tiles the plan splits (800 x 1240 x 13584: 50 tiles of 160;
+    659 x 1408 x 7872: 66 of 128; 1502 x 968 x 16240: 64 of 192); geomean 1.09; 3 it keeps
+    0.99-1.00x. Still 0.61-0.94x XLA there.
+    The L2 requests (H200, 2026-11-29): 792 x 3000 x 14336 on 160 tokens unclustered ran 114.9
+    us, 792 x 3072 / 3008 / 2944 x 14336 (the same 120 tiles; weight rows on the line) 96.0-98.0
+    (gemm_h200_20261129_midm_pitch.json); under ncu 10.76M L2 requests against 4.95M, the
+    consumers waiting on the ring's full barriers (ncu_h200_20261129_midm_requests.txt): a row
+    across two lines is two requests, and past about 11-13 us per million the requests, not
+    the tensor cores, pace the wave. On 9 shapes with the weight's rows off the line
+    (gemm_h200_20261129_midm_offline.json) the 128-token tile the plan cost picked ran 1.09-
+    1.18x slower than 160 on three (400 x 3744 x 5248 41.1 vs 35.5 us: 120 tiles of 128 ask
+    1.23x the requests of 90 of 160); time ~ max(23.5 x plan cost, 11.8 x requests) (us per
+    million) fits the 44 forced 1x1 and 2x1 runs there and on the pitch shapes within 13% (rms;
+    ratio 0.50), and a ratio, L2_REQUEST_COST, of 0.55-0.65 picks the fastest tile on all 9
+    (0.50 on 8). Held out (ab_h200_20261129_midm_requests_heldout.json, 12 of 70 drawn mid
+    shapes whose tile it changes, against a5f7cdc, device time): 1.00-1.46x, geomean 1.18 (318
+    x 5144 x 10896 107.3 -> 73.6 us on 160, 713 x 1344 x 9984 1.31 and 580 x 1584 x 15840 1.31
+    on 192, 353 x 4976 x 4560 1.00); the three it keeps 1.00x. Multicast is not counted: there
+    2-CTA pairs ran 0.92-1.20x the unclustered tile's speed, 4-CTA clusters 0.79-1.19x the
+    pair's (catalog.CLUSTER_SHAPES' NOTES)."""
+    fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]]
+    tiles = [t for t in fam.tiles if t in MID_TOKEN_TILES]
+    if (m <= max(t.block_n for t in WIDE_TOKEN_TILES) or not tiles
+            or off_line[0] % catalog.L2_SECTOR_BYTES
+            or math.ceil(k / tiles[0].block_k) < LONG_K_BLOCKS or not can_plan()):
+        return None
+    # The weight's columns are the swapped tile's rows, the tokens its columns.
+    paired = math.ceil(n / tiles[0].block_m) % 2 == 0
+    most = num_sms if paired else int(SWAP_MID_MAX_SHARE_UNPAIRED * num_sms)
+    configs = [GemmConfig.for_tile(t, swap_ab=True, cluster_m=2 if paired else 1)
+               for t in tiles if tile_count(n, m, batch, t) <= most]
+    if not configs:
+        return None
+    costs = [plan_cost(c, batch, m, n, k, num_sms, family) for c in configs]
+    if min(costs) > SWAP_MID_MAX_COST * plan_cost(unswapped, batch, m, n, k, num_sms, family):
+        return None
+    requests = [L2_REQUEST_COST * swap_l2_requests(c, batch, m, n, k, off_line) for c in configs]
+    return min(zip(map(max, costs, requests), (c.block_n for c in configs), configs))[2]
