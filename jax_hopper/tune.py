@@ -142,7 +142,8 @@ def _call(p: Problem, config: GemmConfig):
                                       transpose_b=not p.b_mn)
 
 
-def _heuristic(p: Problem) -> GemmConfig:
+def heuristic_for(p: Problem) -> GemmConfig:
+    """The config a call of problem p takes where nothing is tuned (the heuristic's)."""
     if tune_grouped.is_grouped(p.family):
         return grouped_heuristic_config(p.family, p.batch, p.m, p.n, p.k)
     return tuned.heuristic_default(p.family, p.dtype, p.a_mn, p.b_mn, p.batch, p.m, p.n, p.k,
@@ -165,7 +166,7 @@ def tune_problem(p: Problem, reps: int = 5, key=None, only: GemmConfig | None = 
     key = key if key is not None else jax.random.key(0)
     pairs = tune_grouped.operands(p, key) if grouped else _operands(p, key)
     call = tune_grouped.call if grouped else _call
-    heuristic = _heuristic(p)
+    heuristic = heuristic_for(p)
     configs = {"heuristic": heuristic}
     # The candidate that is the heuristic's own config is timed once, as "heuristic": timed
     # twice, one of its two medians could beat the other by the noise (5% was seen on a

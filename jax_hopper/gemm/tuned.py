@@ -81,6 +81,15 @@ def problem_key(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: 
     return f"{family} {dtypes} {majors} {batch}x{m}x{n}x{k}"
 
 
+def parse_problem_key(key: str) -> tuple:
+    """problem_key's arguments back from its string, in its order (b_dtype None where the
+    operands share a dtype)."""
+    family, dtypes, majors, dims = key.split(" ")
+    dtype, _, b_dtype = dtypes.partition("*")
+    batch, m, n, k = map(int, dims.split("x"))
+    return family, dtype, majors[0] == "m", majors[1] == "n", batch, m, n, k, b_dtype or None
+
+
 def _is_cache(data) -> bool:
     return isinstance(data, dict) and data.get("format") == FORMAT and \
         isinstance(data.get("gpus"), dict)

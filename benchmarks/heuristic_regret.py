@@ -1,0 +1,70 @@
+"""The heuristic scored offline against the tuner's reports (`python -m jax_hopper.tune
+--report PATH`, every compiled config of each problem timed on the device): for each problem,
+the time of the config the heuristic picks now, looked up among the report's candidates,
+against the fastest, beside the heuristic's own time when the report was made. No GPU is
+needed (the rules that read a plan need the built extension), so a rule change can be weighed
+on every problem a report holds before an A/B. A report speaks only for the tree that made it
+(its kernels and plans), and a rule fit to its problems is then checked on shapes drawn after.
+
+    python benchmarks/heuristic_regret.py benchmarks/results/tune_h200_20261202_random_worst.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from jax_hopper import tune
+from jax_hopper.gemm import tuned
+
+
+def _fields_key(fields: dict) -> str:
+    return json.dumps(fields, sort_keys=True)
+
+
+def score(report: dict) -> list[dict]:
+    """One row per problem of `report` (tune._report's JSON): its best time, the heuristic's
+    then (the report's) and now (None where the report did not time that config), in us, and
+    whether the choice changed."""
+    rows = []
+    for key, entry in report["problems"].items():
+        times = {_fields_key(c["config"]): c["us"] for c in entry["candidates"]}
+        then = next((c["config"] for c in entry["candidates"] if c.get("heuristic")), None)
+        now = tuned.config_fields(tune.heuristic_for(tune.Problem(*tuned.parse_problem_key(key))))
+        rows.append(dict(problem=key, best_us=min(times.values()),
+                         then_us=entry["heuristic_us"], now_us=times.get(_fields_key(now)),
+                         changed=then is not None and _fields_key(then) != _fields_key(now),
+                         now=now))
+    return rows
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("reports", nargs="+", help="JSON files of python -m jax_hopper.tune --report")
+    args = parser.parse_args(argv)
+    rows = []
+    for path in args.reports:
+        with open(path) as f:
+            rows += score(json.load(f))
+    print(f"{'problem':44s} {'best us':>8s} {'then x':>7s} {'now x':>7s}  changed")
+    for r in rows:
+        now = f"{r['now_us'] / r['best_us']:7.3f}" if r["now_us"] else "  -    "
+        then = f"{r['then_us'] / r['best_us']:7.3f}" if r["then_us"] else "  -    "
+        print(f"{r['problem']:44s} {r['best_us']:8.1f} {then} {now}  "
+              + ("yes" if r["changed"] else ""))
+    both = [r for r in rows if r["now_us"] and r["then_us"]]
+    print(f"time over the best, geomean over the {len(both)} problems timed both ways: then "
+          f"{_geomean([r['then_us'] / r['best_us'] for r in both]):.3f}, now "
+          f"{_geomean([r['now_us'] / r['best_us'] for r in both]):.3f}; "
+          f"{sum(not r['now_us'] for r in rows)} whose choice now the reports did not time")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
