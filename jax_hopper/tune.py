@@ -16,7 +16,8 @@ backward GEMMs alike):
     jax_hopper.tune.tune(problems)
 
 Every candidate (each compiled tile of the family, each cluster shape, stream-K on and off
-where the schedule allows) and the heuristic's own choice are timed interleaved on random-normal
+where the schedule allows and the plan differs: launch_key) and the heuristic's own choice are
+timed interleaved on random-normal
 inputs rotated past L2 (jax_hopper.timing), by their device time per call where a profiler
 trace gives it (timing.device_times), else by the host clock; a candidate enters the cache
 only if its result agrees with the heuristic config's (MAX_DISAGREEMENT) and it beats the
@@ -40,7 +41,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_hopper import _ffi, timing, tune_grouped
-from jax_hopper.gemm import tuned
+from jax_hopper.gemm import heuristics, tuned
 from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.fp8 import hopper_fp8_gemm_p, hopper_fp8_matmul
@@ -86,9 +87,28 @@ class Problem:
                                  self.m, self.n, self.k, self.b_dtype)
 
 
+def launch_key(p: Problem, config: GemmConfig) -> str:
+    """What a call of p with `config` launches, as a string: the config's fields, with
+    stream_k=True taken as False where the two plans agree (heuristics.plan_of on this GPU's SM
+    count: the plan splits nothing), so that one launch is timed once; where the planner is
+    not here (heuristics.can_plan), the fields as they are."""
+    fields = tuned.config_fields(config)
+    if (config.stream_k and not tune_grouped.is_grouped(p.family) and heuristics.can_plan()):
+        sms = tuned.device_sms()
+        whole = dataclasses.replace(config, stream_k=False)
+        if (heuristics.plan_of(config, p.batch, p.m, p.n, p.k, sms, p.family)
+                == heuristics.plan_of(whole, p.batch, p.m, p.n, p.k, sms, p.family)):
+            fields["stream_k"] = False
+    return json.dumps(fields, sort_keys=True)
+
+
 def candidates(p: Problem) -> list[GemmConfig]:
-    """Every compiled config worth timing for p: tile x cluster shape x stream-K, and the
-    swap-AB tiles (swap_ab) where p's family has them and its a is stored (M, K)."""
+    """Every compiled config worth timing for p, one per launch (launch_key): tile x cluster
+    shape x stream-K, and the swap-AB tiles (swap_ab) where p's family has them and its a is
+    stored (M, K).
+    NOTES: the tuner's reports of 2026-12-02 timed stream_k=True beside stream_k=False on
+    every tile, where most plans split nothing: the same launch timed twice (153.2 and 153.8
+    us for one launch at 7311 x 1000 x 7168), which cost device time and let noise rank."""
     out = []
     swaps = (False, True) if p.family in catalog.SWAP_FAMILIES and not p.a_mn else (False,)
     for swap in swaps:
@@ -100,7 +120,10 @@ def candidates(p: Problem) -> list[GemmConfig]:
                 for stream_k in splits:
                     out.append(GemmConfig.for_tile(tile, cluster_m=cm, cluster_n=cn,
                                                    stream_k=stream_k, swap_ab=swap))
-    return out
+    unique = {}
+    for c in out:
+        unique.setdefault(launch_key(p, c), c)
+    return list(unique.values())
 
 
 def _operands(p: Problem, key):
@@ -171,9 +194,9 @@ def tune_problem(p: Problem, reps: int = 5, key=None, only: GemmConfig | None = 
     # The candidate that is the heuristic's own config is timed once, as "heuristic": timed
     # twice, one of its two medians could beat the other by the noise (5% was seen on a
     # decode shape, H100, 2026-11-24) and be cached as a "winner" that changes nothing.
-    same = tuned.config_fields(heuristic)
+    same = launch_key(p, heuristic)
     configs.update({f"c{i}": c for i, c in enumerate(candidates(p) if only is None else [only])
-                    if tuned.config_fields(c) != same})
+                    if launch_key(p, c) != same})
     runs = {label: (timing.chained(call(p, c)), pairs) for label, c in configs.items()}
     reference = {}
 

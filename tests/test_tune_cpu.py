@@ -2,6 +2,7 @@
 problems a function runs, and when the tuner caches a winner (timings stubbed: on a CPU they
 would time XLA's reference)."""
 
+import dataclasses
 import json
 import warnings
 from unittest import mock
@@ -161,12 +162,11 @@ def test_candidates_are_every_compiled_config_of_the_family():
     assert {c.tile for c in plain} == set(catalog.TILE_SHAPES)
     assert {(c.cluster_m, c.cluster_n) for c in plain} == set(catalog.CLUSTER_SHAPES)
     assert not any(c.stream_k for c in got if c.schedule == "pingpong")
-    # a stored (M, K): the swap-AB tiles too, split and whole, the wide token tiles in every
-    # cluster shape; a stored (K, M): not.
+    # a stored (M, K): the swap-AB tiles too, the wide token tiles in every cluster shape; a
+    # stored (K, M): not.
     swapped = [c for c in got if c.swap_ab]
-    assert {(c.tile, c.stream_k) for c in swapped} == {
-        (t, s) for t in catalog.SWAP_TILES + catalog.SWAP_WIDE_TILES + catalog.SWAP_MID_TILES
-        for s in (True, False)}
+    assert {c.tile for c in swapped} == set(
+        catalog.SWAP_TILES + catalog.SWAP_WIDE_TILES + catalog.SWAP_MID_TILES)
     assert {(c.cluster_m, c.cluster_n) for c in swapped
             if c.tile in catalog.SWAP_WIDE_TILES + catalog.SWAP_MID_TILES} \
         == set(catalog.CLUSTER_SHAPES)
@@ -174,6 +174,27 @@ def test_candidates_are_every_compiled_config_of_the_family():
         tune.Problem("matmul", "bfloat16", True, True, 1, 64, 256, 64)))
     glu = tune.candidates(tune.Problem("glu", "bfloat16", False, True, 1, 64, 256, 64))
     assert {c.tile for c in glu} == set(catalog.FAMILIES["glu"].tiles)
+
+
+@pytest.mark.extension  # the plans that tell one launch from another
+def test_candidates_are_one_per_launch():
+    """stream_k=True is a candidate beside stream_k=False only where its plan splits tiles:
+    over 2 k-blocks nothing splits (one candidate per tile and cluster shape); at 8192^3 the
+    last wave of 128 x 256 tiles does."""
+    def pairs(p):
+        seen = [(c.tile, c.cluster_m, c.cluster_n, c.swap_ab) for c in tune.candidates(p)]
+        return {x for x in seen if seen.count(x) > 1}
+    got = tune.candidates(PROBLEM)
+    assert len({tune.launch_key(PROBLEM, c) for c in got}) == len(got)
+    assert not pairs(PROBLEM)
+    big = tune.Problem("matmul", "bfloat16", False, True, 1, 8192, 8192, 8192)
+    wide = next(t for t in catalog.TILE_SHAPES if (t.block_m, t.block_n) == (128, 256))
+    assert (wide, 1, 1, False) in pairs(big)
+    split = GemmConfig.for_tile(wide, stream_k=True)
+    assert tune.launch_key(big, split) != tune.launch_key(big, dataclasses.replace(
+        split, stream_k=False))
+    assert tune.launch_key(PROBLEM, split) == tune.launch_key(PROBLEM, dataclasses.replace(
+        split, stream_k=False))
 
 
 @pytest.mark.parametrize("best_s,cached", [(0.90, True), (0.99, False), (1.10, False)])
@@ -195,11 +216,11 @@ def test_the_tuner_times_every_candidate(cache):
     for a_mn in (True, False):  # a stored (M, K) adds the swap-AB candidates
         p = tune.Problem("matmul", "bfloat16", a_mn, False, 2, 64, 128, 64)
         r = tune.tune_problem(p, reps=1)
-        # The heuristic's config is among the candidates and timed once, as "heuristic".
-        heuristic = tuned.config_fields(heuristic_config("matmul", a_mn, 2, 64, 128, 64))
-        assert heuristic in [tuned.config_fields(c) for c in tune.candidates(p)]
+        # The heuristic's launch is among the candidates' and timed once, as "heuristic".
+        heuristic = tune.launch_key(p, heuristic_config("matmul", a_mn, 2, 64, 128, 64))
+        assert heuristic in [tune.launch_key(p, c) for c in tune.candidates(p)]
         assert len(r["times"]) == len(tune.candidates(p))
-        assert tuned.config_fields(r["best"]) != heuristic
+        assert tune.launch_key(p, r["best"]) != heuristic
         r["best"].validate("bfloat16", a_mn, False)
 
 

@@ -22,8 +22,8 @@ def plan_of(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int
     `num_sms` SMs (GemmConfig.plan, the C++ gemm_plan: cluster tiles, each cut into the pieces
     of a split where config.stream_k, the family's k-block padding included). The plan depends
     on the tile, not on the dtypes or majors, so the family's first of each stands in."""
-    dtype = catalog.FAMILIES[family].dtypes[0][0]
-    kernel = config.kernel(family, dtype, False, False)
+    fam = catalog.FAMILIES[family]
+    kernel = config.kernel(family, fam.dtypes[0][0], *fam.majors[0])
     cluster = config.cluster_m * config.cluster_n
     return config.plan(kernel, batch, m, n, k, num_sms * config.ctas_per_sm // cluster)
 
