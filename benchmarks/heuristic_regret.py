@@ -17,25 +17,28 @@ import math
 
 from jax_hopper import tune
 from jax_hopper.gemm import tuned
-
-
-def _fields_key(fields: dict) -> str:
-    return json.dumps(fields, sort_keys=True)
+from jax_hopper.gemm.config import GemmConfig
 
 
 def score(report: dict) -> list[dict]:
     """One row per problem of `report` (tune._report's JSON): its best time, the heuristic's
-    then (the report's) and now (None where the report did not time that config), in us, and
-    whether the choice changed."""
+    then (the report's) and now (None where the report did not time that launch), in us, and
+    whether the choice changed. Configs match by their launch (tune.launch_key): a split that
+    splits nothing is the whole config's launch."""
     rows = []
     for key, entry in report["problems"].items():
-        times = {_fields_key(c["config"]): c["us"] for c in entry["candidates"]}
-        then = next((c["config"] for c in entry["candidates"] if c.get("heuristic")), None)
-        now = tuned.config_fields(tune.heuristic_for(tune.Problem(*tuned.parse_problem_key(key))))
+        p = tune.Problem(*tuned.parse_problem_key(key))
+        times = {}  # a launch that older reports timed twice: its faster median
+        for c in entry["candidates"]:
+            launch = tune.launch_key(p, GemmConfig(**c["config"]))
+            times[launch] = min(c["us"], times.get(launch, c["us"]))
+        then = next((tune.launch_key(p, GemmConfig(**c["config"]))
+                     for c in entry["candidates"] if c.get("heuristic")), None)
+        now = tune.heuristic_for(p)
         rows.append(dict(problem=key, best_us=min(times.values()),
-                         then_us=entry["heuristic_us"], now_us=times.get(_fields_key(now)),
-                         changed=then is not None and _fields_key(then) != _fields_key(now),
-                         now=now))
+                         then_us=entry["heuristic_us"], now_us=times.get(tune.launch_key(p, now)),
+                         changed=then is not None and then != tune.launch_key(p, now),
+                         now=tuned.config_fields(now)))
     return rows
 
 
