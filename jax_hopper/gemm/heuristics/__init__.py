@@ -1,6 +1,10 @@
 """Picks a GemmConfig from the compiled set for a problem shape: the dense families (matmul,
 glu, fp8; swap-AB at small M) and the grouped ones (grouped, grouped_glu, grouped_contraction).
-Calls without a config take it at launch, for the problem one device runs."""
+Calls without a config take it at launch, for the problem one device runs.
+
+One module a job: dense.py (the unswapped tile, clusters and split), swap.py (the swap-AB rules),
+plan.py (what the C++ planner makes of a config), grouped.py (the grouped families); here
+heuristic_config weighs the first three, and the package's names are theirs (heuristics.X)."""
 
 from __future__ import annotations
 
