@@ -35,9 +35,10 @@ def score(report: dict) -> list[dict]:
         then = next((tune.launch_key(p, GemmConfig(**c["config"]))
                      for c in entry["candidates"] if c.get("heuristic")), None)
         now = tune.heuristic_for(p)
+        now_launch = tune.launch_key(p, now)
         rows.append(dict(problem=key, best_us=min(times.values()),
-                         then_us=entry["heuristic_us"], now_us=times.get(tune.launch_key(p, now)),
-                         changed=then is not None and then != tune.launch_key(p, now),
+                         then_us=entry["heuristic_us"], now_us=times.get(now_launch),
+                         changed=then is not None and then != now_launch,
                          now=tuned.config_fields(now)))
     return rows
 

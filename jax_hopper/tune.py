@@ -93,7 +93,7 @@ def launch_key(p: Problem, config: GemmConfig) -> str:
     count: the plan splits nothing), so that one launch is timed once; where the planner is
     not here (heuristics.can_plan), the fields as they are."""
     fields = tuned.config_fields(config)
-    if (config.stream_k and not tune_grouped.is_grouped(p.family) and heuristics.can_plan()):
+    if config.stream_k and heuristics.can_plan():  # the grouped families never split
         sms = tuned.device_sms()
         whole = dataclasses.replace(config, stream_k=False)
         if (heuristics.plan_of(config, p.batch, p.m, p.n, p.k, sms, p.family)
@@ -102,10 +102,22 @@ def launch_key(p: Problem, config: GemmConfig) -> str:
     return json.dumps(fields, sort_keys=True)
 
 
+def _launches(p: Problem, configs) -> dict:
+    """{launch_key: config} of `configs`, the first config of each launch."""
+    out = {}
+    for c in configs:
+        out.setdefault(launch_key(p, c), c)
+    return out
+
+
 def candidates(p: Problem) -> list[GemmConfig]:
-    """Every compiled config worth timing for p, one per launch (launch_key): tile x cluster
-    shape x stream-K, and the swap-AB tiles (swap_ab) where p's family has them and its a is
-    stored (M, K).
+    """Every compiled config worth timing for p, one per launch (_candidate_launches)."""
+    return list(_candidate_launches(p).values())
+
+
+def _candidate_launches(p: Problem) -> dict:
+    """_launches of every compiled config of p: tile x cluster shape x stream-K, and the
+    swap-AB tiles (swap_ab) where p's family has them and its a is stored (M, K).
     NOTES: the tuner's reports of 2026-12-02 timed stream_k=True beside stream_k=False on
     every tile, where most plans split nothing: the same launch timed twice (153.2 and 153.8
     us for one launch at 7311 x 1000 x 7168), which cost device time and let noise rank."""
@@ -120,10 +132,7 @@ def candidates(p: Problem) -> list[GemmConfig]:
                 for stream_k in splits:
                     out.append(GemmConfig.for_tile(tile, cluster_m=cm, cluster_n=cn,
                                                    stream_k=stream_k, swap_ab=swap))
-    unique = {}
-    for c in out:
-        unique.setdefault(launch_key(p, c), c)
-    return list(unique.values())
+    return _launches(p, out)
 
 
 def _operands(p: Problem, key):
@@ -194,9 +203,9 @@ def tune_problem(p: Problem, reps: int = 5, key=None, only: GemmConfig | None = 
     # The candidate that is the heuristic's own config is timed once, as "heuristic": timed
     # twice, one of its two medians could beat the other by the noise (5% was seen on a
     # decode shape, H100, 2026-11-24) and be cached as a "winner" that changes nothing.
-    same = launch_key(p, heuristic)
-    configs.update({f"c{i}": c for i, c in enumerate(candidates(p) if only is None else [only])
-                    if launch_key(p, c) != same})
+    launches = _candidate_launches(p) if only is None else _launches(p, [only])
+    launches.pop(launch_key(p, heuristic), None)
+    configs.update({f"c{i}": c for i, c in enumerate(launches.values())})
     runs = {label: (timing.chained(call(p, c)), pairs) for label, c in configs.items()}
     reference = {}
 
