@@ -105,7 +105,9 @@ std::string encode_tensor_map(const TensorMapSpec& s, CUtensorMap* out) {
   // bytes) would also fetch lines no box asked for, and a mid-M GEMM's pace is the L2's reads.
   // NOTES (H200, 2026-12-02, ab_h200_20261202_l2_promotion.json, against 256-byte promotion,
   // device time): 792 x 3000 x 14336 1.18x, 1500 x 2744 x 5000 1.12x, 2000 x 3000 x 4104 1.08x,
-  // 1.02-1.06x on six more (decode, fp8, grouped, glu), 0.97-1.00x on the aligned squares.
+  // 1.02-1.06x on six more (decode, fp8, grouped, glu), 0.96-1.00x on the aligned squares,
+  // where 256 bytes kept only for pitches on the block measured no better (0.986 geomean:
+  // ab_h200_20261202_promotion_by_pitch.json; a 3-rep median there spreads ~3% between runs).
   CUresult r = d.encode(out, s.dtype, s.rank, s.base, s.dims, s.strides_bytes + 1, s.box,
                         elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, s.swizzle,
                         CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
