@@ -28,23 +28,25 @@ def test_heuristic_swaps_up_to_the_widest_token_tile():
     assert not heuristics.heuristic_config("glu", False, 1, 16, 4096, 4096).swap_ab
 
 
-@pytest.mark.parametrize("m,n,k,block_n,cluster_n", [
-    (129, 4096, 4096, 96, 2),     # 64 tiles of 96 tokens: two token tiles share a weight tile
-    (192, 8192, 8192, 96, 2),     # 128 tiles: at most one an SM
-    (181, 14336, 10000, 192, 1),  # 224 tiles of 96, more than the SMs: 112 of 192
-    (150, 28672, 4096, 192, 1),
+@pytest.mark.parametrize("m,n,k,block_n,cluster", [
+    (129, 4096, 4096, 96, (1, 2)),     # 64 tiles of 96 tokens: two token tiles share a weight tile
+    (192, 8192, 8192, 96, (1, 2)),     # 128 tiles: at most one an SM
+    (181, 14336, 10000, 192, (1, 1)),  # 224 tiles of 96, more than the SMs: 112 of 192
+    (161, 28672, 4096, 192, (1, 1)),
+    (150, 28672, 4096, 160, (2, 1)),   # 448 tiles of 96; 160 tokens hold the 150 rows
 ])
-def test_heuristic_takes_the_wide_token_tiles(m, n, k, block_n, cluster_n):
+def test_heuristic_takes_the_wide_token_tiles(m, n, k, block_n, cluster):
     """Past one 128-row tile and up to 192 rows (swap_wide_config): two 96-token tiles paired
-    over one weight tile while they fit one an SM, else one 192-token tile."""
+    over one weight tile while they fit one an SM, else one tile of all the rows: 160 tokens
+    in pairs sharing them up to 160 rows, 192 alone past that."""
     cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k)
-    assert cfg.swap_ab and cfg.tile in catalog.SWAP_WIDE_TILES, cfg
-    assert (cfg.block_n, cfg.cluster_m, cfg.cluster_n) == (block_n, 1, cluster_n), cfg
+    assert cfg.swap_ab and cfg.tile in catalog.SWAP_WIDE_TILES + catalog.SWAP_MID_TILES, cfg
+    assert (cfg.block_n, cfg.cluster_m, cfg.cluster_n) == (block_n, *cluster), cfg
     cfg.validate("bfloat16", False, True)
     cfg.validate("float16", False, False)
-    # a batch counts its tiles together: two entries of 64 tiles of 96 take one of 192 each
+    # a batch counts its tiles together: three entries of 64 tiles of 96 take one of 160 each
     if (m, n, k) == (129, 4096, 4096):
-        assert heuristics.heuristic_config("matmul", False, 3, m, n, k).block_n == 192
+        assert heuristics.heuristic_config("matmul", False, 3, m, n, k).block_n == 160
     for rows in (128, 193):  # one unswapped tile; past the widest token tile
         assert heuristics.swap_wide_config("matmul", 1, rows, n, k, 132) is None
     # a stored (K, M), and block scales (no wide token tiles)

@@ -203,7 +203,9 @@ def swap_wide_config(family: str, batch: int, m: int, n: int, k: int,
     """The swapped config on the wide token tiles (WIDE_TOKEN_TILES) of `family`'s
     swapped family for a product of SWAP_WIDE_MIN_M < m <= 192 rows, else None: two 96-token
     tiles in a 2-CTA cluster sharing the weight tile (cluster_n = 2: the weight multicast)
-    where they take at most one tile an SM, else one 192-token tile unclustered. Unswapped,
+    where they take at most one tile an SM, else the 160-token mid tile in 2x1 clusters (the
+    tokens multicast) where the rows fit it (m <= 160; the 16-bit families, whose swapped
+    family has mid tiles), else one 192-token tile unclustered. Unswapped,
     such rows pad to two 128-row tiles; 96 and 192 hold them with less padding, and the pair of
     96-token tiles gives twice the tiles to spread over the SMs.
     NOTES: device time, H200, 2026-11-29 (gemm_h200_20261129_swap_wide.json): on 26 shapes of
@@ -228,9 +230,17 @@ def swap_wide_config(family: str, batch: int, m: int, n: int, k: int,
     pair displaced the narrow-weight swap (138 x 2048 x 3488, 147 x 2048 x 5120; busy CTAs 96 /
     96 and 128 / 96): hence WIDE_TILES_YIELD. Held out (ab_h200_20261129_fp8_wide_heldout.json,
     9 shapes drawn after it and those three): 1.04-1.33x on the 4 it moves (geomean 1.18;
-    161 x 4096 x 7168 22.3 -> 16.8 us, XLA's fp8 20.4), 0.996-1.005x on the other 8."""
-    tiles = [t for t in catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
-             if t in WIDE_TOKEN_TILES]
+    161 x 4096 x 7168 22.3 -> 16.8 us, XLA's fp8 20.4), 0.996-1.005x on the other 8.
+    The 160-token tile past one wave of pairs (H200, 2026-12-02, ab_h200_20261202_snug160.json,
+    5 reps, device time against the build before, where the 192-token tile ran them
+    unclustered): 1.12-1.38x on the 12 shapes of M = 129-160 it moves (geomean 1.21; 131 x
+    12288 x 3000 40.4 -> 29.3 us, 160 x 14336 x 5000 65.1 -> 47.5; still 0.72-0.94x XLA's
+    device time), 1.00x on the two it leaves (170 and 100 rows). The tuner found it first
+    (tune_h200_20261202_random_worst.json, 153 x 12288 x 1400: 16.3 against 20.4 us): 32
+    padded rows fewer, and in 2x1 clusters each token tile is loaded once for two weight
+    tiles."""
+    swapped = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
+    tiles = [t for t in swapped if t in WIDE_TOKEN_TILES]
     if not tiles or not SWAP_WIDE_MIN_M < m <= max(t.block_n for t in tiles):
         return None
     pair, wide = min(tiles, key=lambda t: t.block_n), max(tiles, key=lambda t: t.block_n)
@@ -239,6 +249,10 @@ def swap_wide_config(family: str, batch: int, m: int, n: int, k: int,
     if family in WIDE_TILES_YIELD and (math.ceil(m / wide.block_n) * math.ceil(n / wide.block_m)
                                        * batch > num_sms):
         return None
+    snug = min((t for t in swapped if t in catalog.SWAP_MID_TILES and m <= t.block_n),
+               key=lambda t: t.block_n, default=None)
+    if snug is not None:
+        return GemmConfig.for_tile(snug, swap_ab=True, cluster_m=2)
     return GemmConfig.for_tile(wide, swap_ab=True)
 
 
