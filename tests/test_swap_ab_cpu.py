@@ -328,7 +328,7 @@ def test_swap_cta_bytes_counts_k_blocks_waves_and_partials():
     (32, 1024, 4096, 16),    # two 16-token tiles fill 128 SMs, one 32-token tile 64
     (20, 512, 8192, 16),
     (197, 1024, 5120, 64),   # 32 tiles in 4 pieces; 32 tokens: 56 in 2, twice the k-blocks
-    (963, 1024, 3072, 64),   # one wave of whole tiles; 32 tokens: two
+    (963, 1024, 3072, 64),   # one wave of whole tiles; 32 tokens: two (of the decode tiles)
     (1, 1024, 4096, 16),     # one row: the narrowest tile
 ])
 def test_swap_token_tile(m, n, k, token_tile):
@@ -337,9 +337,29 @@ def test_swap_token_tile(m, n, k, token_tile):
     tile = heuristics.swap_token_tile(catalog.SWAP_TILES, 1, m, n, k, 132)
     assert tile.block_n == token_tile and tile.ctas_per_sm == 1
     # (the lean tile comes before it: bf16, up to 32 rows against a small weight,
-    # test_lean_tile_for_a_short_call)
-    if heuristics.lean_swap_tile(catalog.SWAP_TILES, "matmul", 1, m, n, k) is None:
+    # test_lean_tile_for_a_short_call; past 48 k-blocks a narrow weight's product weighs the
+    # wide token tiles too, test_narrow_weight_weighs_the_wide_token_tiles)
+    if (heuristics.lean_swap_tile(catalog.SWAP_TILES, "matmul", 1, m, n, k) is None
+            and k // 64 < heuristics.NARROW_WIDE_MIN_K_BLOCKS):
         assert heuristics.heuristic_config("matmul", False, 1, m, n, k).tile == tile
+
+
+@pytest.mark.extension  # the bytes of swap_cta_bytes ask the planner
+@pytest.mark.parametrize("family,m,n,k,token_tile,cluster_m", [
+    ("matmul", 200, 3072, 3080, 128, 2),  # 24 weight tiles: pairs share the tokens
+    ("matmul", 963, 1024, 3072, 128, 2),
+    ("matmul", 496, 776, 5128, 96, 1),    # 7 weight tiles: unclustered
+    ("matmul", 801, 1000, 1024, 64, 1),   # 16 k-blocks: the decode tiles only
+    ("matmul", 300, 1024, 3072, 64, 1),   # 64 moves the fewest bytes
+    ("fp8", 579, 768, 5120, 64, 1),       # fp8's wide tiles yield (WIDE_TILES_YIELD)
+])
+def test_narrow_weight_weighs_the_wide_token_tiles(family, m, n, k, token_tile, cluster_m):
+    """A narrow weight's swap over NARROW_WIDE_MIN_K_BLOCKS or more takes the token tile of
+    least bytes among the decode, wide and mid-M tiles (swap_narrow_config), a wide one in 2-CTA
+    clusters over an even count of weight tiles."""
+    cfg = heuristics.heuristic_config(family, False, 1, m, n, k)
+    assert cfg.swap_ab and cfg.stream_k, cfg
+    assert (cfg.block_n, cfg.cluster_m, cfg.cluster_n) == (token_tile, cluster_m, 1), cfg
 
 
 @pytest.mark.parametrize("batch,m,n,k,lean", [

@@ -126,12 +126,16 @@ def test_wide_token_tiles(rng, tile, m, n, k, cluster):
         check_matmul(rng, m, n, k, config=_swap(tile, stream_k=False), dtype="float16")
 
 
-@pytest.mark.parametrize("m,n,k", [(80, 1024, 5120), (300, 1000, 3072), (1000, 768, 776)])
-def test_narrow_weight_defaults_to_swapped(rng, m, n, k):
+@pytest.mark.parametrize("m,n,k,token_tile,cluster_m", [
+    (80, 1024, 5120, 32, 1), (300, 1000, 3072, 64, 1), (1000, 768, 776, 64, 1),
+    (579, 768, 5120, 128, 2), (496, 776, 5128, 96, 1)])
+def test_narrow_weight_defaults_to_swapped(rng, m, n, k, token_tile, cluster_m):
     """Past 64 rows a narrow weight's product runs swapped by default (the heuristic's
-    swap_for_narrow_weight), its token tile (swap_token_tile) walking the rows: every epilogue
-    term."""
-    assert heuristics.heuristic_config("matmul", False, 1, m, n, k).swap_ab
+    swap_for_narrow_weight), its token tile (swap_narrow_config) walking the rows: a decode
+    tile, or over 48 k-blocks or more a wide one, in 2-CTA clusters over an even count of
+    weight tiles (6 of 768 columns; 776 make 7): every epilogue term."""
+    cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k)
+    assert cfg.swap_ab and (cfg.block_n, cfg.cluster_m) == (token_tile, cluster_m), cfg
     bias = random_operand(rng, (n,), jnp.float32)
     residual = random_operand(rng, (m, n), jnp.bfloat16)
     check_matmul(rng, m, n, k, activation="silu", bias=bias, residual=residual, beta=0.5)

@@ -20,10 +20,10 @@ from jax_hopper.gemm.heuristics.grouped import (  # noqa: F401
 from jax_hopper.gemm.heuristics.plan import (  # noqa: F401
     busiest_cta, busy_ctas, can_plan, plan_cost, plan_of)
 from jax_hopper.gemm.heuristics.swap import (  # noqa: F401
-    L2_REQUEST_COST, MID_TOKEN_TILES, SWAP_MAX_M, SWAP_MID_MAX_COST, SWAP_NARROW_BUSY_SHARE,
-    SWAP_NARROW_MAX_WEIGHT_BYTES, WIDE_TILES_YIELD, choose_swap_config, lean_swap_tile, swap_cta_bytes,
-    swap_for_narrow_weight, swap_l2_requests, swap_mid_config, swap_token_tile,
-    swap_wide_config, weight_fits_l2)
+    L2_REQUEST_COST, MID_TOKEN_TILES, NARROW_WIDE_MIN_K_BLOCKS, SWAP_MAX_M, SWAP_MID_MAX_COST,
+    SWAP_NARROW_BUSY_SHARE, SWAP_NARROW_MAX_WEIGHT_BYTES, WIDE_TILES_YIELD, choose_swap_config,
+    lean_swap_tile, swap_cta_bytes, swap_for_narrow_weight, swap_l2_requests, swap_mid_config,
+    swap_narrow_config, swap_token_tile, swap_wide_config, weight_fits_l2)
 
 
 def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, k: int,
@@ -38,7 +38,8 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
     for WIDE_TILES_YIELD's families), or past 192 rows where neither applies, the mid-M token
     tiles fill one wave at less cost (swap_mid_config). A swapped
     product whose weight fits in L2 takes the token tile
-    of swap_token_tile (at m <= SWAP_MAX_M, no wider than the rows need). off_line: a's and b's
+    of swap_token_tile (at m <= SWAP_MAX_M, no wider than the rows need; past it, among the wide
+    token tiles too over a long K: swap_narrow_config). off_line: a's and b's
     rows' bytes past whole L2 lines (pitch.rows_off_l2_line), for choose_config."""
     swaps = family in catalog.SWAP_FAMILIES and not a_mn_major
     # The swapped family's decode tiles; its wide and mid-M token tiles have rules of their own
@@ -64,8 +65,7 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
         return config
     wide = swap_wide_config(family, batch, m, n, k, num_sms)
     if swap_for_narrow_weight(config, batch, m, n, k, num_sms, family):
-        tile = swap_token_tile(swap_tiles, batch, m, n, k, num_sms, family)
-        narrow = GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
+        narrow = swap_narrow_config(family, batch, m, n, k, num_sms, swap_tiles)
         if wide is None or family in WIDE_TILES_YIELD or (
                 busy_ctas(narrow, batch, m, n, k, num_sms, family)
                 > busy_ctas(wide, batch, m, n, k, num_sms, family)):

@@ -259,6 +259,48 @@ def swap_wide_config(family: str, batch: int, m: int, n: int, k: int,
 # The token tiles of the mid-M swap (swap_mid_config): the swapped family's mid tiles and its
 # widest token tile (families without mid tiles, fp8 among them, have none).
 MID_TOKEN_TILES = catalog.SWAP_MID_TILES + (max(catalog.SWAP_WIDE_TILES, key=lambda t: t.block_n),)
+
+
+# The fewest k-blocks over which a narrow weight's swap may take the wide and mid-M token
+# tiles (swap_narrow_config).
+NARROW_WIDE_MIN_K_BLOCKS = 48
+
+
+def swap_narrow_config(family: str, batch: int, m: int, n: int, k: int, num_sms: int,
+                       decode_tiles: tuple[catalog.TileShape, ...]) -> GemmConfig:
+    """The swapped config of a narrow weight's product (swap_for_narrow_weight holds): the token
+    tile of swap_token_tile, split along K, among the swapped family's `decode_tiles` and, over
+    NARROW_WIDE_MIN_K_BLOCKS or more but for WIDE_TILES_YIELD's families, its wide and mid-M
+    token tiles (96-192 tokens); one of the latter over an even count of weight tiles runs in
+    2-CTA clusters (cluster_m = 2: two weight tiles share each token tile, multicast), as in
+    swap_mid_config. The wider token tiles reread the weight fewer times; over a short K they
+    split into pieces too short to pay for their fix-up, which the bytes do not weigh.
+    NOTES: the tuner on 18 random shapes (H200, 2026-12-02, tune_h200_20261202_random_s46.json,
+    device time): where the 64-token tile ran 200 x 3072 x 3080 in 19.4 us and 579 x 768 x 5120
+    in 19.1, the 128-token tile in 2x1 clusters, split, ran 16.5 and 16.8 (unclustered 19.2 and
+    17.2); by the bytes its busiest CTA moves (swap_cta_bytes) 128 ranks first on both (0.88
+    and 0.85 MB against 1.20 and 1.02 for 64), while on the narrow weights where 64 or 32 won
+    (tune_h100_20261128_narrow_tokens.json: 300 x 1024 x 3072, 197 x 1024 x 5120, 150 x 1024 x
+    11008, 128 x 768 x 4096; the wider tiles not compiled then) the bytes still rank those
+    first. Without the k-block bound, against main bfa2375 on those two, two it keeps and the
+    first 20 of 400 random shapes whose config it changed (H200, 2026-12-02, 5 reps, device
+    time, ab_h200_20261202_narrow_wide.json): 0.99-1.21x on all 7 of 48 k-blocks or more
+    (638 x 1000 x 3072 19.0 -> 15.7 us, 366 x 1024 x 3072 1.06x, 584 x 1512 x 3072 0.994x),
+    0.96-1.05x at 32 (443 x 2048 x 2072 0.96x, 648 x 552 x 2056 1.05x), 0.79-1.00x at 16-24
+    (801 x 1000 x 1024 9.1 -> 11.6 us: 64 tiles of 128 tokens in two pieces of 8 k-blocks
+    where the 64-token tile's 128 ran whole); the two it keeps 1.00x. The bound is fit to
+    that run; the shapes it still moves are not yet measured apart from it."""
+    tiles = decode_tiles
+    if (family not in WIDE_TILES_YIELD
+            and math.ceil(k / decode_tiles[0].block_k) >= NARROW_WIDE_MIN_K_BLOCKS):
+        tiles += tuple(t for t in catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
+                       if t in WIDE_TOKEN_TILES + MID_TOKEN_TILES and t not in tiles)
+    tile = swap_token_tile(tiles, batch, m, n, k, num_sms, family)
+    fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]]
+    paired = tile in fam.clustered_tiles and math.ceil(n / tile.block_m) % 2 == 0
+    return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True, cluster_m=2 if paired else 1)
+
+
 # The most of the unswapped plan's cost (plan_cost) at which the mid-M swap displaces it.
 SWAP_MID_MAX_COST = 0.9
 # The largest share of the SMs that the mid-M swap's unclustered tiles may take
