@@ -91,6 +91,35 @@ def test_empty_batch(rng, batch_a, batch_b, want):
     assert out.shape == want and calls == []
 
 
+@pytest.mark.parametrize("batch,m,n,k", [((2,), 0, 16, 24), ((2,), 8, 16, 0), ((2,), 8, 0, 24),
+                                          ((2, 3), 0, 16, 24), ((2, 3), 8, 16, 0)])
+@pytest.mark.parametrize("transpose_a,transpose_b", LAYOUTS)
+def test_batched_empty_rows_or_k(rng, batch, m, n, k, transpose_a, transpose_b):
+    """A batch of products with no rows, columns or K: shaped right, the epilogue applied to a
+    zero product (a batched residual too); nothing launches."""
+    a, b = operands(rng, m, n, k, transpose_a, transpose_b, batch=batch)
+    bias = random_operand(rng, (n,), "float32")
+    residual = random_operand(rng, (*batch, m, n), "float32")
+    with launches() as calls:
+        out = hopper_matmul(a, b, bias=bias, residual=residual, activation="silu", beta=0.5,
+                            out_dtype=jnp.float32, transpose_a=transpose_a,
+                            transpose_b=transpose_b)
+    assert out.shape == (*batch, m, n) and calls == []
+    want = reference64(a, b, transpose_a=transpose_a, transpose_b=transpose_b, bias=bias,
+                       residual=residual, activation="silu", beta=0.5)
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6, atol=1e-6)
+
+
+def test_batched_empty_rows_under_vmap(rng):
+    """vmap over a batch of products with no rows (the batching rule's folds and merges)."""
+    a = random_operand(rng, (3, 2, 0, 24), "bfloat16")
+    b = random_operand(rng, (3, 24, 16), "bfloat16")
+    out = jax.vmap(hopper_matmul)(a, b)
+    assert out.shape == (3, 2, 0, 16)
+    out = jax.vmap(hopper_matmul, in_axes=(0, None))(a, b[0])
+    assert out.shape == (3, 2, 0, 16)
+
+
 def test_zero_k_with_every_activation_and_out_dtype(rng):
     a, b = jnp.zeros((5, 0), jnp.float16), jnp.zeros((0, 7), jnp.float16)
     bias = random_operand(rng, (7,), "float32")

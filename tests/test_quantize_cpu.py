@@ -92,6 +92,27 @@ def test_zeros_get_a_finite_scale():
     assert not np.any(np.asarray(out.q, np.float32))
 
 
+@pytest.mark.parametrize("shape", [(0, 128), (2, 0, 128), (2, 3, 0), (0, 4, 8)])
+@pytest.mark.parametrize("scaling,block", [("tensor", "row"), ("block", "row"), ("block", "tile")])
+def test_empty_inputs(shape, scaling, block):
+    """An array with no elements quantizes to empty arrays of the right shapes (scales of its
+    blocks' counts; an amax of 0), with or without the transposed copy or a given amax."""
+    x = jnp.zeros(shape, jnp.float32)
+    r, c, lead = shape[-2], shape[-1], shape[:-2]
+    for transpose in (False, True):
+        out = quantize_fp8(x, scaling=scaling, block=block, transpose=transpose)
+        assert out.q.shape == shape
+        if transpose:
+            assert out.q_t.shape == (*lead, c, r)
+        if scaling == "tensor":
+            assert float(out.amax) == 0.0 and np.isfinite(float(out.scale))
+            given = quantize_fp8(x, amax=2.0, transpose=transpose)
+            assert float(given.amax) == 0.0 and given.q.shape == shape
+        else:
+            rows = r if block == "row" else -(-r // 128)
+            assert out.scale.shape == (*lead, rows, -(-c // 128))
+
+
 @pytest.mark.parametrize("dtype", FP8)
 def test_saturation_of_extreme_values(dtype):
     # A value near the top of float32 and one at the bottom: both quantize finite (no overflow

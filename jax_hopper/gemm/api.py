@@ -200,7 +200,7 @@ def prepare_residual(residual, batch_shape, m, n, out_dtype):
     lead = residual.shape[:-2]
     if math.prod(lead) <= 1:
         return jnp.broadcast_to(residual.reshape(residual.shape[-2:]), (m, n))[None]
-    return jnp.broadcast_to(residual, full).reshape(-1, m, n)
+    return jnp.broadcast_to(residual, full).reshape(math.prod(batch_shape), m, n)
 
 
 def as_batched_3d(x, batch_shape):
@@ -210,4 +210,4 @@ def as_batched_3d(x, batch_shape):
         return reshape(x, (1, *x.shape[-2:]))
     if tuple(lead) != tuple(batch_shape):
         x = jnp.broadcast_to(x, (*batch_shape, *x.shape[-2:]))  # partial broadcast: materialise
-    return reshape(x, (-1, *x.shape[-2:]))
+    return reshape(x, (math.prod(x.shape[:-2]), *x.shape[-2:]))

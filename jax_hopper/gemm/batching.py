@@ -106,10 +106,10 @@ def _folded(a4, b4, bias, r4, r3, inner, m, n, params):
     """(outer, inner, M, N): a K-major, its `inner` axis folded into its rows by a reshape; b's
     varying axis (`outer`) is the kernel batch; r4 is (outer or 1, inner or 1, M, N)."""
     if r4 is not None:
-        r3 = jnp.broadcast_to(r4, (r4.shape[0], inner, m, n)).reshape(r4.shape[0], -1, n)
-    out = gemm(a4.reshape(-1, inner * m, a4.shape[3]), b4.reshape(-1, *b4.shape[2:]), bias, r3,
-               params)
-    return out.reshape(-1, inner, m, n)
+        r3 = jnp.broadcast_to(r4, (r4.shape[0], inner, m, n)).reshape(r4.shape[0], inner * m, n)
+    out = gemm(a4.reshape(a4.shape[0], inner * m, a4.shape[3]),
+               b4.reshape(b4.shape[0] * b4.shape[1], *b4.shape[2:]), bias, r3, params)
+    return out.reshape(out.shape[0], inner, m, n)
 
 
 def _gated(params, unfused, v, in_batched, x, w, bias, res):
@@ -121,6 +121,6 @@ def _gated(params, unfused, v, in_batched, x, w, bias, res):
         return jax.vmap(lambda *args: unfused(*args, params), in_axes=axes)(x, w, bias, res)
     batch, rows, f = x.shape[1], x.shape[2], w.shape[2]
     if res.size:
-        res = (res if mres else jnp.broadcast_to(res, (v, *res.shape))).reshape(-1, rows, f)
-    out = gemm(x.reshape(-1, rows, x.shape[3]), w, bias, res, params, unfused)
+        res = (res if mres else jnp.broadcast_to(res, (v, *res.shape))).reshape(v * batch, rows, f)
+    out = gemm(x.reshape(x.shape[0] * batch, rows, x.shape[3]), w, bias, res, params, unfused)
     return out.reshape(v, batch, rows, f)

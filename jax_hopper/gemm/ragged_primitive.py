@@ -105,7 +105,7 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
                                                      rhs.shape[0], lhs.shape[1], cols,
                                                      lhs.shape[2])}
     if gated:  # (G, K, 2, N) -> (G K, 2, N), whatever a sharding typed on rhs splits
-        rhs = reshape(rhs, (-1, 2, rhs.shape[-1]))
+        rhs = reshape(rhs, (rhs.shape[0] * rhs.shape[1], 2, rhs.shape[-1]))
     config = params["config"]
     tiles = build_tile_table(group_sizes, lhs.shape[1], config.block_m,
                              paired=config.cluster_m == 2)

@@ -132,10 +132,10 @@ def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", t
     mode, t_mode = ("tensor", "tensor") if scaling == "tensor" else (block, transpose_block)
 
     lead, (r, c) = x.shape[:-2], x.shape[-2:]
-    x3 = reshape(x, (-1, r, c))
+    x3 = reshape(x, (math.prod(lead), r, c))
     if mode == "tensor":  # one amax for the whole array, every batch entry
         if not record:
-            amax = abs_max(x, axis=None) if x.size else jnp.float32(0)
+            amax = abs_max(x, axis=None)
         amax3 = jnp.broadcast_to(amax, (x3.shape[0],))
     else:
         amax3 = jnp.zeros((0,), jnp.float32)
@@ -145,8 +145,8 @@ def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", t
     if mode == "tensor":
         scale = scales_from_amax(amax, dtype)[0]
         scale_t = scale
-        if record:  # the batch entries' maxima (an empty x has none: 0)
-            amax = abs_max(seen, axis=None) if seen.size else jnp.float32(0)
+        if record:  # the batch entries' maxima
+            amax = abs_max(seen, axis=None)
     else:
         scale = reshape(scale, (*lead, *scale.shape[1:]))
         scale_t = reshape(scale_t, (*lead, *scale_t.shape[1:]))
@@ -183,9 +183,10 @@ def scales_from_amax(amax, dtype):
 def abs_max(x, axis):
     """max |x| over `axis` in float32, NaN if any element is NaN: taken over the bit patterns of
     |x| as unsigned integers (NaN's lie above Inf's), as the kernel does; XLA's float max on the
-    GPU may drop NaNs."""
+    GPU may drop NaNs. Over no elements, 0 (no |x| is smaller)."""
     bits = jax.lax.bitcast_convert_type(jnp.abs(x.astype(jnp.float32)), jnp.uint32)
-    return jax.lax.bitcast_convert_type(jnp.max(bits, axis=axis), jnp.float32)
+    return jax.lax.bitcast_convert_type(jnp.max(bits, axis=axis, initial=np.uint32(0)),
+                                        jnp.float32)
 
 
 def _quantize_copy(x, mode, amax, dtype):

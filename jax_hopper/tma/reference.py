@@ -2,6 +2,8 @@
 instead of a kernel, and a numpy box-by-box model that the tests compare against."""
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,7 +61,7 @@ def smem_bytes_numpy(x: np.ndarray, box: tuple[int, int], swizzle) -> np.ndarray
     """tma_smem_bytes box by box through the model's own tma_box_smem_bytes, in numpy: the
     independent answer that the tests hold both the kernel and `smem_bytes` to."""
     mode = parse_swizzle(swizzle)
-    x3 = x.reshape(-1, *x.shape[-2:])
+    x3 = x.reshape(math.prod(x.shape[:-2]), *x.shape[-2:])
     (batch, rows, cols), (box_rows, box_cols) = x3.shape, box
     row_boxes, col_boxes = -(-rows // box_rows), -(-cols // box_cols)
     padded = np.zeros((batch, row_boxes * box_rows, col_boxes * box_cols), x.dtype)
