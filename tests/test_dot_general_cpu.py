@@ -126,6 +126,22 @@ def test_fp8_gradients_are_lax_s():
                                                      np.asarray(t, np.float32))
 
 
+@pytest.mark.parametrize("dn", [
+    (((0,), (0,)), ((), ())),      # contracting sizes 3 and 4
+    (((2,), (0,)), ((), ())),      # lhs has no dimension 2
+    (((1, 1), (0, 0)), ((), ())),  # a dimension twice
+    (((1,), (0,)), ((0,), ())),    # batch dimensions of one operand only
+])
+def test_bad_dimension_numbers_are_lax_s_errors(dn):
+    """Dimension numbers lax.dot_general refuses raise its error, never an internal one."""
+    lhs, rhs = jnp.ones((3, 4), jnp.bfloat16), jnp.ones((4, 5), jnp.bfloat16)
+    with pytest.raises(Exception) as want:
+        lax.dot_general(lhs, rhs, dn)
+    with pytest.raises(type(want.value)) as got:
+        jax_hopper.dot_general(lhs, rhs, dn)
+    assert str(got.value) == str(want.value)
+
+
 def test_an_out_sharding_goes_to_lax():
     lhs, rhs = jnp.ones((8, 16), jnp.bfloat16), jnp.ones((16, 8), jnp.bfloat16)
     mesh = jax.make_mesh((1,), ("x",))

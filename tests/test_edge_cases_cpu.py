@@ -306,6 +306,10 @@ def _bad(kw):
     (dict(transpose_b=True), r"^contraction dimensions differ: .*op\(b\) is \(16, 8\) "
                              r"\(transpose_a=False, transpose_b=True\)"),
     (dict(a=np.ones((8,), BF), b=np.ones((16,), BF)), r"^contraction dimensions differ"),
+    # layout switches are bools, not anything truthy
+    (dict(transpose_a="yes"), r"^hopper_matmul: transpose_a must be a bool, got 'yes'"),
+    (dict(transpose_b=np.ones(2)), r"^hopper_matmul: transpose_b must be a bool"),
+    (dict(strict=1), r"^hopper_matmul: strict must be a bool, got 1"),
     # dtypes
     (dict(a=np.ones((4, 8), np.float32)), r"^a\.dtype=float32 is not supported: hopper_matmul "
                                           r"takes bfloat16, float16 inputs"),

@@ -249,6 +249,8 @@ def test_config_choice_follows_rows_per_group():
     (lambda l, r, g: hopper_ragged_dot(l, r, g[:2]), r"group_sizes .* \(G,\) = \(3,\)"),
     (lambda l, r, g: hopper_ragged_dot(l, r, g.astype(jnp.float32)), "integer array"),
     (lambda l, r, g: hopper_ragged_dot(l, r, g, transpose_rhs=True), "lhs's K"),
+    (lambda l, r, g: hopper_ragged_dot(l, r, g, transpose_rhs="no"),
+     "transpose_rhs must be a bool, got 'no'"),
     (lambda l, r, g: hopper_ragged_dot(l, r.astype(jnp.float16), g), "differ"),
     (lambda l, r, g: hopper_ragged_dot(l, r, g, bias=jnp.ones(32)), r"bias.shape=.* \(G, N\)"),
     (lambda l, r, g: hopper_ragged_dot(l, r, g, residual=jnp.ones((3, 32))), "residual"),

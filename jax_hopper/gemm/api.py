@@ -46,6 +46,8 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     b = jnp.asarray(b)
     out_dtype, act, alpha, beta = epilogue_args(a, b, out_dtype, preferred_element_type,
                                                 activation, alpha, beta)
+    check_bools("hopper_matmul", transpose_a=transpose_a, transpose_b=transpose_b,
+                strict=strict)
     if a.ndim < 1 or b.ndim < 1:
         raise ValueError(f"a and b must have at least 1 dimension; got a.ndim={a.ndim}, "
                          f"b.ndim={b.ndim}")
@@ -109,6 +111,14 @@ def out_dtype_arg(out_dtype, preferred_element_type):
         raise ValueError("out_dtype and preferred_element_type disagree; pass one of them")
     return parse_dtype("out_dtype", out_dtype if out_dtype is not None
                        else preferred_element_type)
+
+
+def check_bools(fn: str, **flags):
+    """ValueError naming the first of `flags` (layout and mode switches of `fn`) that is not a
+    bool: a truthy string or array would otherwise pick a layout silently."""
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise ValueError(f"{fn}: {name} must be a bool, got {flag!r}")
 
 
 def prepare_bias(bias, shape: tuple, dims: str, why: str = ""):

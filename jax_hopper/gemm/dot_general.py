@@ -87,6 +87,11 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     """`lax.dot_general` semantics; runs on hopper_matmul (hopper_fp8_matmul for fp8 inputs)
     where the layout allows (module docstring), else on lax.dot_general."""
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
+    # Dimension numbers lax.dot_general refuses (out of range, repeated, unequal sizes) get its
+    # own error here, before the plan reads them.
+    jax.eval_shape(lambda lhs, rhs: lax.dot_general(
+        lhs, rhs, dimension_numbers, preferred_element_type=preferred_element_type),
+        jax.ShapeDtypeStruct(lhs.shape, lhs.dtype), jax.ShapeDtypeStruct(rhs.shape, rhs.dtype))
     plan, why = _plan(lhs, rhs, dimension_numbers, preferred_element_type)
     if plan is None or out_sharding is not None:
         return fallback(why or "out_sharding given", "dot_general", lhs, rhs, dimension_numbers,

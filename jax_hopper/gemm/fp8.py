@@ -34,8 +34,8 @@ import numpy as np
 from jax.extend.core import Primitive
 
 from jax_hopper import _ffi
-from jax_hopper.gemm.api import (SUPPORTED_OUTPUTS, as_batched_3d, prepare_residual,
-                                 out_dtype_arg, prepare_bias, static_scalar)
+from jax_hopper.gemm.api import (SUPPORTED_OUTPUTS, as_batched_3d, check_bools, out_dtype_arg,
+                                 prepare_bias, prepare_residual, static_scalar)
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import activation_code
 from jax_hopper.gemm import fp8_batching
@@ -91,9 +91,7 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
     if a.ndim < 2 or b.ndim < 2:
         raise ValueError(f"hopper_fp8_matmul: a and b must be at least 2-D; got a.ndim={a.ndim}, "
                          f"b.ndim={b.ndim}")
-    for name, flag in (("transpose_a", transpose_a), ("transpose_b", transpose_b)):
-        if not isinstance(flag, bool):
-            raise ValueError(f"hopper_fp8_matmul: {name} must be a bool, got {flag!r}")
+    check_bools("hopper_fp8_matmul", transpose_a=transpose_a, transpose_b=transpose_b)
     # Stored MN-major ((..., K, M) a, (..., K, N) b), which fp8 wgmma cannot read.
     if transpose_a:
         a = transpose_fp8(a)

@@ -71,6 +71,7 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
     out_dtype, act, alpha, beta = api.epilogue_args(
         lhs, rhs, out_dtype, preferred_element_type, activation, alpha, beta,
         names=("lhs", "rhs"), fn="hopper_ragged_dot")
+    api.check_bools("hopper_ragged_dot", transpose_rhs=transpose_rhs)
     if lhs.ndim != 2:
         raise ValueError(f"lhs.shape={lhs.shape} must be (M, K)")
     if rhs.ndim != 3:

@@ -92,8 +92,7 @@ def hopper_ragged_fp8_dot(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, out_dt
     if lhs.ndim != 2 or rhs.ndim != 3:
         raise ValueError(f"{fn}: lhs.shape={lhs.shape} must be (M, K) and rhs.shape={rhs.shape} "
                          "(G, N, K), or (G, K, N) with transpose_rhs=False")
-    if not isinstance(transpose_rhs, bool):
-        raise ValueError(f"{fn}: transpose_rhs must be a bool, got {transpose_rhs!r}")
+    api.check_bools(fn, transpose_rhs=transpose_rhs)
     if not transpose_rhs:  # (G, K, N) is MN-major, which fp8 wgmma cannot read
         rhs = transpose_fp8(rhs)
     (m, k), (groups, n, kr) = lhs.shape, rhs.shape

@@ -86,8 +86,7 @@ def hopper_ragged_fp8_contract(x, y, group_sizes, x_scale, y_scale, *, transpose
         raise ValueError(f"{_FN}: (x.dtype, y.dtype) = {pair} is not one of the fp8 pairs "
                          f"compiled {catalog.FAMILIES[family].dtypes} for {scaling} scales "
                          "(for 16-bit inputs use hopper_ragged_contract)")
-    if not isinstance(transposed, bool):
-        raise ValueError(f"{_FN}: transposed must be a bool, got {transposed!r}")
+    api.check_bools(_FN, transposed=transposed)
     if scaling == "block" and not transposed:
         raise ValueError(f"{_FN}: block scales are those of the transposed copies x^T (P, M) "
                          "and y^T (Q, M): pass them with transposed=True")
