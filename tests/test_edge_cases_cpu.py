@@ -110,14 +110,18 @@ def test_batched_empty_rows_or_k(rng, batch, m, n, k, transpose_a, transpose_b):
     np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6, atol=1e-6)
 
 
-def test_batched_empty_rows_under_vmap(rng):
-    """vmap over a batch of products with no rows (the batching rule's folds and merges)."""
-    a = random_operand(rng, (3, 2, 0, 24), "bfloat16")
-    b = random_operand(rng, (3, 24, 16), "bfloat16")
-    out = jax.vmap(hopper_matmul)(a, b)
-    assert out.shape == (3, 2, 0, 16)
-    out = jax.vmap(hopper_matmul, in_axes=(0, None))(a, b[0])
-    assert out.shape == (3, 2, 0, 16)
+@pytest.mark.parametrize("a_shape,b_shape,in_axes", [
+    ((3, 2, 0, 24), (3, 24, 16), (0, 0)),        # no rows
+    ((3, 2, 0, 24), (24, 16), (0, None)),        # no rows, b shared (a folds its batch)
+    ((0, 2, 5, 24), (24, 16), (0, None)),        # an empty vmap axis against a shared b
+    ((0, 5, 24), (2, 24, 16), (0, None)),        # ... against a batched b (a folds V)
+    ((3, 5, 24), (0, 24, 16), (0, None)),        # an empty batch of b
+])
+def test_empty_under_vmap(rng, a_shape, b_shape, in_axes):
+    """vmap where an axis is empty (the batching rule's folds and merges): shaped as jnp."""
+    a, b = random_operand(rng, a_shape, "bfloat16"), random_operand(rng, b_shape, "bfloat16")
+    out = jax.vmap(hopper_matmul, in_axes=in_axes)(a, b)
+    assert out.shape == jax.vmap(jnp.matmul, in_axes=in_axes)(a, b).shape
 
 
 def test_zero_k_with_every_activation_and_out_dtype(rng):

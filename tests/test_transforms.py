@@ -52,6 +52,7 @@ VMAPS = {
     "axis_1": ([(1, None)], (40, 5, 24), (24, 32)),
     "nested_outer_product": ([(None, 0), (0, None)], (3, 40, 24), (4, 24, 32)),
     "nested_both": ([(0, 0), (0, None)], (2, 3, 40, 24), (2, 24, 32)),
+    "a_only_against_batched_b": ([(0, None)], (3, 40, 24), (2, 24, 32)),
 }
 
 

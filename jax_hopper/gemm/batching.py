@@ -104,10 +104,13 @@ def _rule(params, unfused, v, in_batched, a, b, bias, res):
 
 def _folded(a4, b4, bias, r4, r3, inner, m, n, params):
     """(outer, inner, M, N): a K-major, its `inner` axis folded into its rows by a reshape; b's
-    varying axis (`outer`) is the kernel batch; r4 is (outer or 1, inner or 1, M, N)."""
+    varying axis (`outer`) is the kernel batch; r4 is (outer or 1, inner or 1, M, N). a4 is
+    (outer or 1, inner, M, K), or (inner, 1, M, K) where a varies along V only (its unit axis
+    moves for free); the sizes are spelled out, as a -1 cannot be resolved in an empty array."""
     if r4 is not None:
         r3 = jnp.broadcast_to(r4, (r4.shape[0], inner, m, n)).reshape(r4.shape[0], inner * m, n)
-    out = gemm(a4.reshape(a4.shape[0], inner * m, a4.shape[3]),
+    a_outer = a4.shape[0] if a4.shape[1] == inner else 1
+    out = gemm(a4.reshape(a_outer, inner * m, a4.shape[3]),
                b4.reshape(b4.shape[0] * b4.shape[1], *b4.shape[2:]), bias, r3, params)
     return out.reshape(out.shape[0], inner, m, n)
 

@@ -40,8 +40,8 @@ from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import activation_code
 from jax_hopper.gemm import fp8_batching
 from jax_hopper.gemm.pitch import pitch_pad
-from jax_hopper.gemm.primitive import (_pad_columns, apply_epilogue, call_attrs, freeze,
-                                       gemm_target)
+from jax_hopper.gemm.primitive import (_pad_columns, apply_epilogue, broadcast_batch, call_attrs,
+                                       freeze, gemm_target)
 from jax_hopper.gemm.ragged_primitive import register
 from jax_hopper.gemm.shared_batch import fold, folds
 from jax_hopper.gemm.tuned import default_config
@@ -168,7 +168,8 @@ def launch(a, b, bias, res, a_scale, b_scale, **params):
         return launch(fold(a), b, bias, fold(res), fold(a_scale) if block else a_scale, b_scale,
                       **params).reshape(*a.shape[:2], -1)
     if params["config"] is None:
-        batch, m, n, k = max(a.shape[0], b.shape[0]), a.shape[1], b.shape[1], a.shape[2]
+        batch = broadcast_batch(a.shape[0], b.shape[0])
+        m, n, k = a.shape[1], b.shape[1], a.shape[2]
         params = {**params, "config": default_config(_FAMILY[params["scaling"]], a.dtype.name,
                                                      False, False, batch, m, n, k, b.dtype.name)}
     if k_pad := pitch_pad(a.shape[2], a.dtype):
@@ -206,8 +207,8 @@ def _expand_blocks(scale, shape, *, rows):
 
 
 def _abstract_eval(a, b, bias, residual, a_scale, b_scale, *, out_dtype, **_):
-    return jax.core.ShapedArray((max(a.shape[0], b.shape[0]), a.shape[1], b.shape[1]),
-                                out_dtype)
+    return jax.core.ShapedArray(
+        (broadcast_batch(a.shape[0], b.shape[0]), a.shape[1], b.shape[1]), out_dtype)
 
 
 def _cuda_lowering(ctx, a, b, bias, residual, a_scale, b_scale, *, out_dtype, activation, alpha,

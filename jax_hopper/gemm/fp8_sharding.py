@@ -29,7 +29,7 @@ import math
 import jax.numpy as jnp
 from jax.experimental.custom_partitioning import custom_partitioning
 
-from jax_hopper.gemm.primitive import apply_epilogue
+from jax_hopper.gemm.primitive import apply_epilogue, broadcast_batch
 from jax_hopper.gemm.sharding import (assign_factors, epilogue_shardings, k_scatter_dim,
                                       keep_k_axes, partial_dtype, rule_operands, spec_of,
                                       sum_partials)
@@ -62,7 +62,7 @@ def _partition(launch, params, shapes, mesh, arg_shapes, result_shape):
     p = dict(params)
     a, b, bias, res, a_scale, b_scale = arg_shapes
     ba, bb = a.shape[0], b.shape[0]
-    batch = max(ba, bb)
+    batch = broadcast_batch(ba, bb)
     sa, sb, so = spec_of(a), spec_of(b), spec_of(result_shape)
     unless_k = keep_k_axes(sa[2], sb[2])
     candidates = {

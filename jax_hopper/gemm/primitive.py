@@ -37,6 +37,12 @@ from jax_hopper.gemm.tuned import default_config
 hopper_gemm_p = Primitive("hopper_gemm")
 
 
+def broadcast_batch(ba: int, bb: int) -> int:
+    """The batch of operands of batches ba and bb (equal, or one of them 1, shared): not their
+    max, which an empty batch (0) against a shared operand (1) would make 1."""
+    return bb if ba == 1 else ba
+
+
 def problem_shape(a_shape, b_shape, a_mn_major: bool, b_mn_major: bool):
     """(batch, M, N, K) of stored 3-D operand shapes."""
     ba, ar, ac = a_shape
@@ -44,7 +50,7 @@ def problem_shape(a_shape, b_shape, a_mn_major: bool, b_mn_major: bool):
     m, ka = (ac, ar) if a_mn_major else (ar, ac)
     n, kb = (bc, br) if b_mn_major else (br, bc)
     assert ka == kb, (a_shape, b_shape)
-    return max(ba, bb), m, n, ka
+    return broadcast_batch(ba, bb), m, n, ka
 
 
 def freeze(params: dict) -> tuple:

@@ -34,7 +34,8 @@ import jax.numpy as jnp
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jax_hopper.gemm.primitive import apply_epilogue, launch, product_operand
+from jax_hopper.gemm.primitive import (apply_epilogue, broadcast_batch, launch,
+                                       product_operand)
 
 
 def partitioned(params: tuple, a, b, bias, res):
@@ -55,7 +56,7 @@ def rule_operands(shapes, a_mn_major: bool, b_mn_major: bool, gated: bool = Fals
     batch of 1 shared by a batch > 1 cannot carry the batch factor: it gets `own`)."""
     (ba, *_), (bb, *_), bias_shape, res_shape = shapes
     bb = 1 if gated else bb  # a gated weight (K, 2, F) is shared by the batch
-    batch = max(ba, bb)
+    batch = broadcast_batch(ba, bb)
 
     def lead(size, own):
         return "b" if size == batch else own
@@ -161,7 +162,7 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
     gated = p["family"] == "glu"
     a, b, bias, res = arg_shapes
     ba, bb = a.shape[0], 1 if gated else b.shape[0]
-    batch = max(ba, bb)
+    batch = broadcast_batch(ba, bb)
     sa, sb, so = spec_of(a), spec_of(b), spec_of(result_shape)
     a_m, a_k = (2, 1) if p["a_mn_major"] else (1, 2)
     b_n, b_k = (2, 0) if gated else (2, 1) if p["b_mn_major"] else (1, 2)  # gated: (K, 2, F)
