@@ -34,7 +34,7 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "quantize_rows_tensor", "quantize_cols_blocks", "quantize_one_row_block",
          "quantize_unaligned_rows", "quantize_given_amax",
          "fp8_matmul_data_parallel", "config_per_shard", "tune_problems_per_shard",
-         "typed_reshapes"]
+         "typed_reshapes", "empty_problems"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -354,6 +354,29 @@ def _cases():
         _compare(lambda x, w: hopper_ragged_glu(x, w, sizes, out_dtype=f32),
                  (_rand(rng, (rows, k)), _rand(rng, (groups, k, 2, n))),
                  (named(None, "x"), named(None, "x", None, None)), all_reduce=True)
+
+    def empty_problems():
+        # Nothing to multiply (no rows, or K = 0) on operands whose splits a product would have
+        # to reconcile (a's rows and b's columns on one axis): the epilogue of a zero product,
+        # from no operand's sharding.
+        from jax_hopper import hopper_fp8_matmul
+        bias = _rand(rng, (n,), "float32")
+        for rows, kk in ((0, k), (8 * n_dev, 0)):
+            a = jax.device_put(_rand(rng, (rows, kk)), named("x"))
+            got = jax.jit(lambda a, b: hopper_matmul(a, b, bias=bias, activation="silu",
+                                                     out_dtype=f32))(
+                a, jax.device_put(_rand(rng, (kk, n)), named(None, "x")))
+            np.testing.assert_allclose(got, jax.nn.silu(jnp.broadcast_to(bias, (rows, n))),
+                                       atol=1e-6)
+            got = jax.jit(lambda a, w: hopper_glu(a, w, out_dtype=f32))(
+                a, jax.device_put(_rand(rng, (kk, 2, n)), named(None, None, "x")))
+            assert got.shape == (rows, n) and not np.any(np.asarray(got))
+            e4m3 = jnp.float8_e4m3fn
+            got = jax.jit(lambda a, b: hopper_fp8_matmul(a, b, f32(2), f32(3), bias=bias,
+                                                         out_dtype=f32))(
+                jax.device_put(_rand(rng, (rows, kk)).astype(e4m3), named("x")),
+                jax.device_put(_rand(rng, (n, kk)).astype(e4m3), named("x")))
+            np.testing.assert_allclose(got, jnp.broadcast_to(bias, (rows, n)), atol=1e-6)
 
     def typed_reshapes():
         # Shardings jax's explicit mode types on the arrays that our wrappers reshape (merging
@@ -789,7 +812,7 @@ def _cases():
                             quantize_cols_blocks, quantize_one_row_block,
                             quantize_unaligned_rows, quantize_given_amax,
                             fp8_matmul_data_parallel, config_per_shard,
-                            tune_problems_per_shard, typed_reshapes]))
+                            tune_problems_per_shard, typed_reshapes, empty_problems]))
 
 
 def main():

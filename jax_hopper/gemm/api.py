@@ -12,7 +12,7 @@ from jax_hopper.gemm import autodiff
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import activation_code
 from jax_hopper.gemm.pitch import tma_unaddressable
-from jax_hopper.gemm.primitive import freeze, reference
+from jax_hopper.gemm.primitive import empty_call, freeze
 from jax_hopper.gemm.typed_reshape import reshape
 from jax_hopper.kernels import catalog
 
@@ -88,8 +88,9 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
     params = dict(family="matmul", a_mn_major=a_mn_major, b_mn_major=b_mn_major,
                   out_dtype=out_dtype, activation=act, alpha=alpha, beta=beta, config=config)
 
-    if batch == 0 or m == 0 or n == 0 or k == 0:
-        out = reference(a3, b3, bias_arr, res_arr, **params)  # empty or all-epilogue: no launch
+    if batch == 0 or m == 0 or n == 0 or k == 0:  # empty, or all epilogue (K = 0): no launch
+        out = empty_call(batch, m, n, bias_arr, res_arr, out_dtype=out_dtype, activation=act,
+                         alpha=alpha, beta=beta, family="matmul")
     elif strict and (reason := tma_unaddressable(a3, b3)) is not None:
         raise ValueError(f"hopper_matmul(strict=True): {reason}; without strict it is copied "
                          "into a padded pitch")

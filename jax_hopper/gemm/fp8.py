@@ -41,7 +41,7 @@ from jax_hopper.gemm.epilogue import activation_code
 from jax_hopper.gemm import fp8_batching
 from jax_hopper.gemm.pitch import pitch_pad
 from jax_hopper.gemm.primitive import (_pad_columns, apply_epilogue, broadcast_batch, call_attrs,
-                                       freeze, gemm_target)
+                                       empty_call, freeze, gemm_target)
 from jax_hopper.gemm.ragged_primitive import register
 from jax_hopper.gemm.shared_batch import fold, folds
 from jax_hopper.gemm.tuned import default_config
@@ -128,7 +128,10 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
     params = dict(out_dtype=out_dtype, activation=act, alpha=alpha, beta=beta, config=config,
                   scaling=scaling)
     if batch == 0 or m == 0 or n == 0 or k == 0:
-        out = reference(a3, b3, bias_arr, res_arr, *scales, **params)  # nothing to launch
+        # nothing to launch; per tensor, the scales multiply the zero product as the kernel's
+        scale = (scales[0] * scales[1]).reshape(-1, 1, 1) if scaling == "tensor" else 1.0
+        out = empty_call(batch, m, n, bias_arr, res_arr, out_dtype=out_dtype, activation=act,
+                         alpha=alpha, beta=beta, family="matmul", scale=scale)
     else:
         out = fp8_batching.gemm(launch, freeze(params), a3, b3, bias_arr, res_arr, *scales)
     return reshape(out, (*batch_shape, m, n))

@@ -36,7 +36,7 @@ from jax_hopper.gemm import api, autodiff
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import activation_code, apply_gated
 from jax_hopper.gemm.pitch import tma_unaddressable
-from jax_hopper.gemm.primitive import freeze, reference
+from jax_hopper.gemm.primitive import empty_call, freeze
 from jax_hopper.gemm.typed_reshape import reshape
 
 _F32 = jnp.dtype(jnp.float32)
@@ -93,7 +93,8 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
     params = freeze(dict(a_mn_major=False, b_mn_major=True, out_dtype=out_dtype, activation=code,
                          alpha=alpha, beta=beta, config=config, family="glu"))
     if batch == 0 or rows == 0 or f == 0 or k == 0:
-        out = reference(x3, w, bias2, res3, **dict(params))  # nothing to launch
+        out = empty_call(batch, rows, 2 * f, bias2, res3, out_dtype=out_dtype, activation=code,
+                         alpha=alpha, beta=beta, family="glu")  # nothing to launch
     else:
         out = autodiff.gemm(x3, w, bias2, res3, params, res3.shape[0], _unfused)
     return reshape(out, (*lead, f))

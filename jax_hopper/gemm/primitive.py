@@ -86,6 +86,17 @@ def apply_epilogue(x, bias, residual, *, activation, beta, out_dtype, family):
     return x.astype(out_dtype)
 
 
+def empty_call(batch, m, n, bias, residual, *, out_dtype, activation, alpha, beta, family,
+               scale=1.0):
+    """The result of a call with nothing to multiply (batch, M, N or K of 0): the epilogue of a
+    zero product (times alpha and `scale`, as the kernel's would be), made without the
+    operands, whose shardings an empty contraction need not reconcile. n: product columns
+    (the gated unit's 2F)."""
+    product = jnp.zeros((batch, m, n), jnp.float32) * (alpha * scale)
+    return apply_epilogue(product, bias, residual, activation=activation, beta=beta,
+                          out_dtype=out_dtype, family=family)
+
+
 def reference(a, b, bias, residual, *, a_mn_major, b_mn_major, out_dtype, activation, alpha,
               beta, family, config=None):
     """What the kernel computes, in jnp: fp32 accumulation, epilogue in fp32, one rounding."""
