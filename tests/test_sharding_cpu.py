@@ -377,6 +377,11 @@ def _cases():
                 jax.device_put(_rand(rng, (rows, kk)).astype(e4m3), named("x")),
                 jax.device_put(_rand(rng, (n, kk)).astype(e4m3), named("x")))
             np.testing.assert_allclose(got, jnp.broadcast_to(bias, (rows, n)), atol=1e-6)
+        from jax_hopper import fp8_ragged_dot
+        got = jax.jit(lambda x, w: fp8_ragged_dot(x, w, jnp.zeros((groups,), jnp.int32)))(
+            jax.device_put(jnp.zeros((0, k), f32), named("x")),
+            jax.device_put(_rand(rng, (groups, k, n), "float32"), named(None, None, "x")))
+        assert got.shape == (0, n)
 
     def typed_reshapes():
         # Shardings jax's explicit mode types on the arrays that our wrappers reshape (merging

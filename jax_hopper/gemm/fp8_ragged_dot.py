@@ -88,13 +88,12 @@ def fp8_ragged_dot(lhs, rhs, group_sizes, *, recipe="tensor", out_dtype=None, me
         raise ValueError(f"{fn}: out_dtype={out_dtype} must be one of "
                          f"{', '.join(d.name for d in SUPPORTED_OUTPUTS)}")
     gs = group_sizes.astype(jnp.int32)
+    if lhs.size == 0 or 0 in shape:
+        # Nothing to quantize: a zero product (or no rows), made without the operands (whose
+        # shardings it need not reconcile; their gradients are then zero, as they should be).
+        return jnp.zeros((lhs.shape[0], shape[2]), out_dtype)
     if quantized:
-        if lhs.size == 0 or 0 in shape:  # a zero product (or no rows)
-            return jnp.zeros((lhs.shape[0], shape[2]), out_dtype)
         return _served(lhs, w8_t, w_scale_t, gs, recipe, out_dtype)
-    if lhs.size == 0 or rhs.size == 0:  # nothing to quantize: a zero product (or no rows)
-        return jax.lax.ragged_dot(lhs, rhs, gs,
-                                  preferred_element_type=jnp.float32).astype(out_dtype)
     return _fp8_ragged(lhs, rhs, gs, meta, recipe, out_dtype, (lhs.dtype, rhs.dtype))
 
 
