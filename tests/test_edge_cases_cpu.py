@@ -344,6 +344,9 @@ def _bad(kw):
     (dict(config=GemmConfig(cluster_m=4)), r"^config: cluster .* = \(4, 1\) must be one of"),
     (dict(config=GemmConfig(raster="hilbert")), r"^config: raster='hilbert'"),
     (dict(config=GemmConfig(group_size=0)), r"^config: group_size=0 must be an int in 1..1024"),
+    (dict(config=GemmConfig(block_m=128.0)), r"^config: block_m=128.0 must be an int"),
+    (dict(config=GemmConfig(stages="4")), r"^config: stages='4' must be an int"),
+    (dict(config=GemmConfig(cluster_m=True)), r"^config: cluster_m=True must be an int"),
     (dict(config=GemmConfig(swizzle="64B")), r"^config: swizzle='64B'"),
     (dict(config=GemmConfig(b_mn_major=False)), r"^config: b_mn_major=False contradicts the call"),
     # strict mode with a pitch TMA cannot address

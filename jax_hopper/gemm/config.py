@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 from jax_hopper.kernels import catalog
 
@@ -69,6 +70,12 @@ class GemmConfig:
                  family: str = "matmul", b_dtype: str | None = None) -> None:
         """Raises ValueError naming the field and the rule when no compiled kernel of `family`
         (jax_hopper.kernels.catalog.FAMILIES) runs this; dtype is a's, b_dtype b's (None: a's)."""
+        # A 128.0 or a "4" would otherwise pass (or fail) the compiled-set lookup by accident.
+        for field in ("block_m", "block_n", "block_k", "stages", "cluster_m", "cluster_n",
+                      "group_size", "ctas_per_sm"):
+            value = getattr(self, field)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+                raise ValueError(f"config: {field}={value!r} must be an int")
         for field, want, got in (("a_mn_major", a_mn_major, self.a_mn_major),
                                  ("b_mn_major", b_mn_major, self.b_mn_major)):
             if got is not None and got != want:
