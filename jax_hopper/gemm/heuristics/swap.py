@@ -290,15 +290,21 @@ def swap_narrow_config(family: str, batch: int, m: int, n: int, k: int, num_sms:
     (801 x 1000 x 1024 9.1 -> 11.6 us: 64 tiles of 128 tokens in two pieces of 8 k-blocks
     where the 64-token tile's 128 ran whole); the two it keeps 1.00x. The bound is fit to
     that run; the shapes it still moves are not yet measured apart from it."""
+    fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]]
     tiles = decode_tiles
     if (family not in WIDE_TILES_YIELD
             and math.ceil(k / decode_tiles[0].block_k) >= NARROW_WIDE_MIN_K_BLOCKS):
-        tiles += tuple(t for t in catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
+        tiles += tuple(t for t in fam.tiles
                        if t in WIDE_TOKEN_TILES + MID_TOKEN_TILES and t not in tiles)
     tile = swap_token_tile(tiles, batch, m, n, k, num_sms, family)
-    fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]]
-    paired = tile in fam.clustered_tiles and math.ceil(n / tile.block_m) % 2 == 0
+    paired = tile in fam.clustered_tiles and pairs_weight_tiles(n, tile)
     return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True, cluster_m=2 if paired else 1)
+
+
+def pairs_weight_tiles(n: int, tile: catalog.TileShape) -> bool:
+    """Whether a swapped product's n weight columns make an even count of `tile`'s weight tiles
+    (its rows), so that 2-CTA clusters along them (cluster_m = 2) pair every one."""
+    return math.ceil(n / tile.block_m) % 2 == 0
 
 
 # The most of the unswapped plan's cost (plan_cost) at which the mid-M swap displaces it.
@@ -393,7 +399,7 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
             or math.ceil(k / tiles[0].block_k) < LONG_K_BLOCKS or not can_plan()):
         return None
     # The weight's columns are the swapped tile's rows, the tokens its columns.
-    paired = math.ceil(n / tiles[0].block_m) % 2 == 0
+    paired = pairs_weight_tiles(n, tiles[0])
     most = num_sms if paired else int(SWAP_MID_MAX_SHARE_UNPAIRED * num_sms)
     configs = [GemmConfig.for_tile(t, swap_ab=True, cluster_m=2 if paired else 1)
                for t in tiles if tile_count(n, m, batch, t) <= most]
