@@ -15,6 +15,15 @@ true shapes):
   to match; b is not copied: its missing rows read as zeros) and sliced after the call.
 The gated weight of hopper_glu has its own layout (the handler needs its K exact), so a padded K
 pads the weight's K too.
+A weight is copied too: at decode that copy is most of the call (a (768, 50257) weight in a
+decode loop ran 0.44-0.61x jnp.dot; benchmarks/bench_odd_weight.py), and docs/usage.md tells
+users to pad such weights once where they are stored.
+NOTES: reading an MN-major operand in place through a view of 8 rows at a time (pitch 16 x N
+bytes, which TMA can address; box (64, 8) at element r x N + column of row k0 / 8 + i for k
+row k0 + 8 i + r, the other operand's K permuted to match) was built and failed on the GPU
+with an illegal instruction (H200, 2026-12-02): a box's innermost start coordinate must itself
+be a multiple of 16 bytes, which r x N with N odd is not. Any in-place read of such rows must
+load from 16-byte-aligned starts and shift in shared memory (a producer pass, not TMA alone).
 A pitch TMA can address may still start rows off the 128-byte L2 line, which costs L2 requests
 (rows_off_l2_line, row_lines; the heuristic weighs it: heuristics.choose_config,
 heuristics.swap_mid_config).
