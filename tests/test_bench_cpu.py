@@ -503,3 +503,16 @@ def test_quantize_bench_on_cpu(tmp_path):
                                          "tile+T"}
     for r in rows:
         assert r["variants"]["hopper"]["us"] > 0 and not r["variants"]["hopper"]["wrong"]
+
+
+def test_odd_weight_decode_loop_is_the_steps_it_says():
+    """bench_odd_weight's loop: `steps` updates x <- x + 1e-3 product(x, w)[:, :K], as a Python
+    loop computes them (what it times is the decode loop it describes)."""
+    import bench_odd_weight  # noqa: PLC0415 (imports jax_hopper)
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((3, 8)), jnp.float32)
+    w = jnp.asarray(np.random.default_rng(1).standard_normal((8, 13)), jnp.float32)
+    got = bench_odd_weight.decode_loop(jnp.dot, 5)(x, w)
+    want = x
+    for _ in range(5):
+        want = want + 1e-3 * jnp.dot(want, w)[:, :8]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
