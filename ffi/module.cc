@@ -95,6 +95,7 @@ NB_MODULE(_jax_hopper, m) {
     nb::dict d;
     add_gemm_targets(d, "jax_hopper_gemm_matmul", jax_hopper::MatmulHandler);
     add_gemm_targets(d, "jax_hopper_gemm_matmul_swap", jax_hopper::MatmulSwapHandler);
+    add_gemm_targets(d, "jax_hopper_gemm_matmul_swap_odd", jax_hopper::MatmulSwapOddHandler);
     add_gemm_targets(d, "jax_hopper_gemm_glu", jax_hopper::GluHandler);
     add_gemm_targets(d, "jax_hopper_gemm_grouped", jax_hopper::GroupedHandler);
     add_gemm_targets(d, "jax_hopper_gemm_grouped_glu", jax_hopper::GroupedGluHandler);

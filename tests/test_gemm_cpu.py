@@ -359,6 +359,30 @@ def test_lowering_pads_only_the_pitches_tma_cannot_address(a_mn_major, b_mn_majo
     assert none == ((None, None, None, None), 0)
 
 
+def test_shifted_weight_tile_takes_odd_16_bit_k_n_weights_on_decode_tiles():
+    def w(shape, dtype=jnp.bfloat16):
+        return jax.ShapeDtypeStruct(shape, dtype)
+    decode = {bn: GemmConfig.for_tile(next(t for t in catalog.SWAP_TILES if t.block_n == bn),
+                                      swap_ab=True) for bn in (16, 32, 64)}
+    for bn, cfg in decode.items():
+        tile = pitch.shifted_weight_tile(w((1, 768, 50257)), True, cfg, "matmul")
+        assert tile in catalog.SWAP_ODD_TILES and tile.block_n == bn
+    cfg = decode[16]
+    assert pitch.shifted_weight_tile(w((1, 768, 50264)), True, cfg, "matmul") is None  # aligned
+    assert pitch.shifted_weight_tile(w((1, 770, 50257)), True, cfg, "matmul") is None  # K % 8
+    assert pitch.shifted_weight_tile(w((1, 768, 50257)), False, cfg, "matmul") is None  # (N, K)
+    assert pitch.shifted_weight_tile(w((1, 768, 50257), jnp.float32), True, cfg,
+                                     "matmul") is None
+    assert pitch.shifted_weight_tile(w((1, 768, 50257)), True, GemmConfig(), "matmul") is None
+    wide = GemmConfig.for_tile(catalog.SWAP_WIDE_TILES[0], swap_ab=True, cluster_n=2)
+    assert pitch.shifted_weight_tile(w((1, 768, 50257)), True, wide, "matmul") is None
+    # the lean and two-per-SM decode tiles map to the odd tile of their token width
+    for t in catalog.SWAP_TILES:
+        got = pitch.shifted_weight_tile(w((1, 768, 50257)), True,
+                                        GemmConfig.for_tile(t, swap_ab=True), "matmul")
+        assert got is not None and got.block_n == t.block_n
+
+
 def test_lowering_pads_the_gated_weights_k_with_x():
     x = jax.ShapeDtypeStruct((1, 16, 100), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((100, 2, 64), jnp.bfloat16)

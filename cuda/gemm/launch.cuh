@@ -16,6 +16,7 @@
 #include "cuda/gemm/kernel.cuh"
 #include "cuda/gemm/mainloop/ss.cuh"
 #include "cuda/gemm/mainloop/ss_promoted.cuh"
+#include "cuda/gemm/mainloop/ss_shifted.cuh"
 #include "cuda/gemm/schedule/cooperative.cuh"
 #include "cuda/gemm/schedule/lean.cuh"
 #include "cuda/gemm/schedule/pingpong.cuh"

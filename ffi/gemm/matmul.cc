@@ -60,6 +60,16 @@ ffi::Error matmul_swap_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuff
                   a, bias, residual, out, workspace, attrs);
 }
 
+// The swap-AB kernels on a weight stored (K, N) whose rows TMA cannot address, read in place
+// (matmul_swap_odd, cuda/gemm/mainloop/ss_shifted.cuh): the same operands and shapes.
+ffi::Error matmul_swap_odd_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a,
+                                ffi::AnyBuffer b, ffi::AnyBuffer bias, ffi::AnyBuffer residual,
+                                ffi::Result<ffi::AnyBuffer> out,
+                                ffi::Result<ffi::AnyBuffer> workspace, GemmAttrs attrs) {
+  return run_gemm(GemmFamily::kMatmulSwapOdd, "hopper_matmul", matmul_swap_shapes, stream, flags,
+                  b, a, bias, residual, out, workspace, attrs);
+}
+
 ffi::Error matmul_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a, ffi::AnyBuffer b,
                        ffi::AnyBuffer bias, ffi::AnyBuffer residual,
                        ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
@@ -73,6 +83,8 @@ ffi::Error matmul_impl(cudaStream_t stream, SplitFlags* flags, ffi::AnyBuffer a,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MatmulHandler, matmul_impl, gemm_binding(),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MatmulSwapHandler, matmul_swap_impl, gemm_binding(),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MatmulSwapOddHandler, matmul_swap_odd_impl, gemm_binding(),
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jax_hopper

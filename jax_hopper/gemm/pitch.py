@@ -15,15 +15,16 @@ true shapes):
   to match; b is not copied: its missing rows read as zeros) and sliced after the call.
 The gated weight of hopper_glu has its own layout (the handler needs its K exact), so a padded K
 pads the weight's K too.
-A weight is copied too: at decode that copy is most of the call (a (768, 50257) weight in a
-decode loop ran 0.44-0.61x jnp.dot; benchmarks/bench_odd_weight.py), and docs/usage.md tells
-users to pad such weights once where they are stored.
+A weight is copied too, except at decode: there the copy is most of the call (a (768, 50257)
+weight in a decode loop ran 0.44-0.61x jnp.dot; benchmarks/bench_odd_weight.py), and a 16-bit
+(K, N) weight with N odd and K a multiple of 8 is read in place by the matmul_swap_odd kernels
+(shifted_weight_tile).
 NOTES: reading an MN-major operand in place through a view of 8 rows at a time (pitch 16 x N
 bytes, which TMA can address; box (64, 8) at element r x N + column of row k0 / 8 + i for k
 row k0 + 8 i + r, the other operand's K permuted to match) was built and failed on the GPU
 with an illegal instruction (H200, 2026-12-02): a box's innermost start coordinate must itself
 be a multiple of 16 bytes, which r x N with N odd is not. Any in-place read of such rows must
-load from 16-byte-aligned starts and shift in shared memory (a producer pass, not TMA alone).
+load from 16-byte-aligned starts and shift in shared memory: cuda/gemm/mainloop/ss_shifted.cuh.
 A pitch TMA can address may still start rows off the 128-byte L2 line, which costs L2 requests
 (rows_off_l2_line, row_lines; the heuristic weighs it: heuristics.choose_config,
 heuristics.swap_mid_config).
@@ -84,6 +85,20 @@ def tma_unaddressable(*arrays, names=("a", "b")) -> str | None:
                     f"{catalog.TMA_PITCH_BYTES} (its last dimension, {x.shape[-1]}, must be a "
                     f"multiple of {catalog.TMA_PITCH_BYTES // np.dtype(x.dtype).itemsize})")
     return None
+
+
+def shifted_weight_tile(b, b_mn_major: bool, config, family: str):
+    """The matmul_swap_odd tile (catalog.SWAP_ODD_TILES) that runs a swapped decode product
+    whose weight b (3-D, as stored (batch, K, N)) TMA cannot address, reading it in place
+    (cuda/gemm/mainloop/ss_shifted.cuh), or None where the weight is copied into a padded pitch:
+    hopper_matmul's 16-bit (K, N) weights with N not a multiple of 8 and K of
+    catalog.INTERLEAVE_ROWS, on an unclustered decode tile (16-64 tokens) of the config."""
+    if not (family == "matmul" and config.swap_ab and b_mn_major
+            and np.dtype(b.dtype).itemsize == 2 and pitch_pad(b.shape[2], b.dtype)
+            and b.shape[1] % catalog.INTERLEAVE_ROWS == 0
+            and (config.cluster_m, config.cluster_n) == (1, 1)):
+        return None
+    return next((t for t in catalog.SWAP_ODD_TILES if t.block_n == config.block_n), None)
 
 
 def lowering_pads(a, b, bias, res, out, *, family: str):

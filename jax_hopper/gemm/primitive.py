@@ -32,6 +32,7 @@ from jax_hopper.gemm.epilogue import apply_activation, apply_gated
 from jax_hopper.gemm.heuristics import SWAP_MAX_M
 from jax_hopper.gemm.shared_batch import fold, folds
 from jax_hopper.gemm.typed_reshape import explicitly_sharded
+from jax_hopper.kernels import catalog
 from jax_hopper.gemm.tuned import default_config
 
 hopper_gemm_p = Primitive("hopper_gemm")
@@ -193,6 +194,9 @@ def _cuda_lowering(ctx, a, b, bias, residual, *, a_mn_major, b_mn_major, out_dty
     args, avals = [a, b, bias, residual], list(ctx.avals_in)
     out_aval = ctx.avals_out[0]
     widths, out_pad = pitch.lowering_pads(*avals, out_aval, family=family)
+    shifted = pitch.shifted_weight_tile(avals[1], b_mn_major, config, family)
+    if shifted is not None:  # the weight read in place (matmul_swap_odd)
+        widths = (widths[0], None, *widths[2:])
     for i, w in enumerate(widths):
         if w is not None:
             padded = avals[i].update(shape=tuple(d + hi for d, (_, hi) in
@@ -203,14 +207,20 @@ def _cuda_lowering(ctx, a, b, bias, residual, *, a_mn_major, b_mn_major, out_dty
     batch, m, n = out_aval.shape
     call_out = out_aval.update(shape=(batch, m, n + out_pad))
     a_aval, b_aval = avals[0], avals[1]
-    kernel = config.kernel(family, a_aval.dtype.name, a_mn_major, b_mn_major)
+    if shifted is None:
+        kernel_family = config.kernel_family(family)
+        kernel = config.kernel(family, a_aval.dtype.name, a_mn_major, b_mn_major)
+    else:
+        kernel_family = "matmul_swap_odd"
+        kernel = catalog.KernelInstance(kernel_family, a_aval.dtype.name, shifted, True,
+                                        False).name
     k = a_aval.shape[1] if a_mn_major else a_aval.shape[2]
     if family != "glu":  # K is the longer operand's (one may be padded along it)
         k = max(k, b_aval.shape[2] if not b_mn_major else b_aval.shape[1])
     resident = _ffi.resident_clusters(kernel, config.cluster_m * config.cluster_n)
     plan = config.plan(kernel, batch, m, n + out_pad, k, resident)
     workspace = jax.core.ShapedArray((plan.pop("workspace_bytes"),), np.uint8)
-    out, _ = jax.ffi.ffi_lowering(gemm_target(config.kernel_family(family), plan))(
+    out, _ = jax.ffi.ffi_lowering(gemm_target(kernel_family, plan))(
         ctx.replace(avals_in=avals, avals_out=[call_out, workspace]), *args,
         **call_attrs(kernel, config, plan, activation, alpha, beta))
     if out_pad:

@@ -27,6 +27,10 @@ SMEM_RESERVED_BYTES = 1024
 SMEM_LIMIT_BYTES = SMEM_PER_SM_BYTES - SMEM_RESERVED_BYTES
 # TMA addresses a global array's rows only when they start a multiple of this many bytes apart.
 TMA_PITCH_BYTES = 16
+# A 16-bit MN-major operand whose pitch TMA cannot address is staged through the view of this
+# many of its rows side by side, whose pitch it can (cuda/gemm/mainloop/ss_shifted.cuh): 8 rows
+# of any width are a multiple of 16 bytes.
+INTERLEAVE_ROWS = 8
 # An L2 cache line: a TMA box row of 128 bytes (the 128B swizzle's) whose array rows start off a
 # multiple of it spans two lines, two L2 requests instead of one (heuristics.off_line_tile).
 L2_LINE_BYTES = 128
@@ -317,6 +321,11 @@ SWAP_WIDE_TILES = (TileShape(128, 96, 64, 7), TileShape(128, 192, 64, 4))
 # our consumers waiting on full stages with 1.7x its L2 sector lookups for the same bytes
 # (H200, 2026-12-02; docs/benchmarks.md, "256 weight columns a tile"). Not kept.
 SWAP_MID_TILES = (TileShape(128, 128, 64, 6), TileShape(128, 160, 64, 5))
+# The decode tiles for a weight stored (K, N) whose rows TMA cannot address (N not a multiple
+# of 8; matmul_swap_odd): each stage stages the weight's k-block as 72-column boxes (18 KB for
+# 128 columns) and each consumer warpgroup keeps an 8 KB scratch box, so fewer stages fit.
+SWAP_ODD_TILES = (TileShape(128, 16, 64, 10), TileShape(128, 32, 64, 8),
+                  TileShape(128, 64, 64, 6))
 # The same for fp8 per tensor (fp8_swap): 128-element k-blocks, the same bytes a stage.
 SWAP_WIDE_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_WIDE_TILES)
 
@@ -348,6 +357,17 @@ FAMILIES = {
                           "the swap-AB GEMM (GemmConfig.swap_ab)", clusters=((1, 1),),
                           multicast=False, min_piece_blocks=8, last_arrival_split=True,
                           clustered_tiles=SWAP_WIDE_TILES + SWAP_MID_TILES),
+    # hopper_matmul swapped, at decode, on a weight stored (K, N) with N not a multiple of 8
+    # (a vocabulary of 50257): the weight's k-blocks staged through a view TMA can address and
+    # shifted into place by the consumers (MainloopSSShifted), instead of a padded copy of the
+    # weight at every call (jax_hopper/gemm/pitch.py, shifted_weight_tile).
+    "matmul_swap_odd": Family("matmul_swap_odd", "kMatmulSwapOdd",
+                              "MainloopSSShifted<DType::{a_dtype}, {bm}, {bn}, {bk}, {stages}, "
+                              "{tile_wgs}, OperandLoad<{b_mn}, {b_bytes}>>",
+                              "TmaStoreEpilogue<{bn}, LinearOps, TransposedOutput>",
+                              SWAP_ODD_TILES, ((True, False),), "_swap_odd",
+                              "the swap-AB GEMM on a weight of odd pitch", clusters=((1, 1),),
+                              multicast=False, min_piece_blocks=8, last_arrival_split=True),
     # hopper_glu: x (M, K) K-major, the (K, 2, F) weight MN-major and loaded as gate and up
     # columns side by side (GatedWeightLoad); the epilogue writes act(gate) * up, half the
     # tile's width, so only tiles whose half width is whole 64-column boxes.

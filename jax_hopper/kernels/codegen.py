@@ -55,6 +55,7 @@ def constants_header() -> str:
             f"constexpr int kSmemPerSmBytes = {catalog.SMEM_PER_SM_BYTES};\n"
             f"constexpr int kSmemReservedBytes = {catalog.SMEM_RESERVED_BYTES};\n"
             f"constexpr int kTmaPitchBytes = {catalog.TMA_PITCH_BYTES};\n"
+            f"constexpr int kInterleaveRows = {catalog.INTERLEAVE_ROWS};\n"
             f"constexpr int kGroupTileFields = {catalog.GROUP_TILE_FIELDS};\n"
             f"constexpr int kFp8ScaleBlock = {catalog.FP8_SCALE_BLOCK};\n\n"
             f"enum class QuantMode : int32_t {{ {modes} }};\n"

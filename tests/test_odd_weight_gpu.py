@@ -1,0 +1,82 @@
+"""The swap-AB kernels on a weight stored (K, N) whose rows TMA cannot address (N not a multiple
+of 8), read in place (matmul_swap_odd: cuda/gemm/mainloop/ss_shifted.cuh,
+pitch.shifted_weight_tile), on an sm_90 GPU against float64: every tile and dtype, every
+residue of N modulo 8, K off whole k-blocks, split and whole plans, batches, the epilogue, and
+no copy of the weight in the compiled program."""
+
+import math
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from gemm_helpers import (REL_FROB_BOUND, check_matmul, matmul_operands, random_operand,
+                          reference64, rel_frob)
+from jax_hopper import GemmConfig, hopper_matmul
+from jax_hopper.kernels import catalog
+
+pytestmark = pytest.mark.gpu
+
+
+def _swap(tile, stream_k=True):
+    return GemmConfig.for_tile(tile, swap_ab=True, stream_k=stream_k)
+
+
+def _kernels_and_pads(a, b, **kw):
+    """The compiled program's GEMM targets and the shapes it pads."""
+    text = jax.jit(lambda a, b: hopper_matmul(a, b, **kw)).lower(a, b).compile().as_text()
+    return (set(re.findall(r"jax_hopper_gemm_\w+", text)),
+            re.findall(r"pad\(", text))
+
+
+@pytest.mark.parametrize("tile", [t for t in catalog.SWAP_TILES if t.schedule != "lean"
+                                  and t.ctas_per_sm == 1], ids=lambda t: t.tag)
+@pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
+def test_every_tile(rng, tile, dtype):
+    # 333 weight columns (three 128-column tiles, the last part past N), K = 584: 9 k-blocks,
+    # the last one of 8 k rows.
+    check_matmul(rng, tile.block_n - 3, 333, 584, dtype=dtype, config=_swap(tile), strict=False)
+
+
+@pytest.mark.parametrize("n", [1001, 1002, 1003, 1004, 1005, 1006, 1007, 9])
+def test_every_residue_of_n(rng, n):
+    check_matmul(rng, 5, n, 1024, strict=False)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 50257, 768), (8, 32001, 760), (64, 4099, 4096),
+                                   (7, 13, 8), (16, 28673, 1032), (33, 1001, 8200)])
+@pytest.mark.parametrize("stream_k", (True, False))
+def test_decode_shapes_split_and_whole(rng, m, n, k, stream_k):
+    tile = next(t for t in catalog.SWAP_TILES if t.block_n >= m and t.ctas_per_sm == 1
+                and t.schedule != "lean")
+    check_matmul(rng, m, n, k, config=_swap(tile, stream_k), strict=False)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 50257, 768), (8, 32001, 4096), (64, 1001, 520)])
+def test_default_config_reads_the_weight_in_place(rng, m, n, k):
+    check_matmul(rng, m, n, k, strict=False)
+    a, b = matmul_operands(rng, m, n, k, "bfloat16", False, False)
+    targets, pads = _kernels_and_pads(a, b)
+    assert {t.removesuffix("_split") for t in targets} == {"jax_hopper_gemm_matmul_swap_odd"}
+    text = jax.jit(hopper_matmul).lower(a, b).as_text()
+    padded = [math.prod(int(d) for d in s.split("x")[:-1])
+              for s in re.findall(r"stablehlo\.pad .*-> tensor<([^>]*)>", text)]
+    assert all(size < k * n for size in padded), padded
+
+
+def test_epilogue(rng):
+    m, n, k = 12, 1001, 1000
+    bias = random_operand(rng, (n,), jnp.float32)
+    residual = random_operand(rng, (m, n), jnp.float32)
+    for out_dtype in ("float32", "bfloat16"):
+        check_matmul(rng, m, n, k, activation="gelu", alpha=0.5, beta=-1.5, bias=bias,
+                     residual=residual, out_dtype=out_dtype, strict=False)
+
+
+def test_batched_and_shared_weights(rng):
+    check_matmul(rng, 5, 1001, 264, batch=(3,), strict=False)  # (3, K, N): a weight per entry
+    a = random_operand(rng, (3, 5, 264), "bfloat16")
+    b = random_operand(rng, (264, 1001), "bfloat16")
+    got = jax.jit(hopper_matmul)(a, b)
+    assert rel_frob(got, reference64(a, b)) < REL_FROB_BOUND["bfloat16"]
