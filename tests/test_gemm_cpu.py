@@ -352,6 +352,10 @@ def test_lowering_pads_only_the_pitches_tma_cannot_address(a_mn_major, b_mn_majo
     assert a_w == [(0, 0), (0, 0), (0, (3 if a_mn_major else 4))]
     assert b_w == [(0, 0), (0, 0), (0, (3 if b_mn_major else 4))]
     assert out_pad == 3 and bias_w == [(0, 3)] and res_w == [(0, 0), (0, 0), (0, 3)]
+    # a weight read in place (pitch.shifted_weight_tile) is left as it is, the rest padded
+    (a_w2, b_w2, _, _), out_pad2 = pitch.lowering_pads(a, b, bias, res, out, family="matmul",
+                                                       b_in_place=True)
+    assert (a_w2, b_w2, out_pad2) == (a_w, None, 3)
     aligned = jax.ShapeDtypeStruct((1, 64, 64), jnp.bfloat16)
     none = pitch.lowering_pads(aligned, aligned, jax.ShapeDtypeStruct((0,), jnp.float32),
                                jax.ShapeDtypeStruct((0, 0, 0), jnp.bfloat16), aligned,

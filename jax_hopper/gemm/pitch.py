@@ -91,7 +91,7 @@ def shifted_weight_tile(b, b_mn_major: bool, config, family: str):
     """The matmul_swap_odd tile (catalog.SWAP_ODD_TILES) that runs a swapped decode product
     whose weight b (3-D, as stored (batch, K, N)) TMA cannot address, reading it in place
     (cuda/gemm/mainloop/ss_shifted.cuh), or None where the weight is copied into a padded pitch:
-    hopper_matmul's 16-bit (K, N) weights with N not a multiple of 8 and K of
+    hopper_matmul's 16-bit (K, N) weights with N not a multiple of 8 and K a multiple of
     catalog.INTERLEAVE_ROWS, on an unclustered decode tile (16-64 tokens) of the config."""
     if not (family == "matmul" and config.swap_ab and b_mn_major
             and np.dtype(b.dtype).itemsize == 2 and pitch_pad(b.shape[2], b.dtype)
@@ -101,16 +101,17 @@ def shifted_weight_tile(b, b_mn_major: bool, config, family: str):
     return next((t for t in catalog.SWAP_ODD_TILES if t.block_n == config.block_n), None)
 
 
-def lowering_pads(a, b, bias, res, out, *, family: str):
+def lowering_pads(a, b, bias, res, out, *, family: str, b_in_place: bool = False):
     """((pad widths of a, b, bias, residual: None where unpadded), output columns to add) for
-    the abstract values of one GEMM call (3-D operands as stored, primitive.py)."""
+    the abstract values of one GEMM call (3-D operands as stored, primitive.py); b_in_place:
+    b is read as stored whatever its pitch (shifted_weight_tile)."""
     a_pad, b_pad = pitch_pad(a.shape[2], a.dtype), pitch_pad(b.shape[2], b.dtype)
     out_pad = pitch_pad(out.shape[2], out.dtype)
     a_w = [(0, 0), (0, 0), (0, a_pad)] if a_pad else None
     if family == "glu":  # x is (M, K); w (K, 2, F) has F a multiple of 8 (launch): pad its K
         b_w = [(0, a_pad), (0, 0), (0, 0)] if a_pad else None
     else:
-        b_w = [(0, 0), (0, 0), (0, b_pad)] if b_pad else None
+        b_w = [(0, 0), (0, 0), (0, b_pad)] if b_pad and not b_in_place else None
     bias_w = [(0, 0)] * (len(bias.shape) - 1) + [(0, out_pad)] if out_pad and bias.size else None
     res_w = [(0, 0), (0, 0), (0, out_pad)] if out_pad and res.size else None
     return (a_w, b_w, bias_w, res_w), out_pad

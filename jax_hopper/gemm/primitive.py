@@ -32,8 +32,8 @@ from jax_hopper.gemm.epilogue import apply_activation, apply_gated
 from jax_hopper.gemm.heuristics import SWAP_MAX_M
 from jax_hopper.gemm.shared_batch import fold, folds
 from jax_hopper.gemm.typed_reshape import explicitly_sharded
-from jax_hopper.kernels import catalog
 from jax_hopper.gemm.tuned import default_config
+from jax_hopper.kernels import catalog
 
 hopper_gemm_p = Primitive("hopper_gemm")
 
@@ -193,10 +193,10 @@ def _cuda_lowering(ctx, a, b, bias, residual, *, a_mn_major, b_mn_major, out_dty
     # Operands and an output whose row pitch TMA cannot address are padded here (pitch.py).
     args, avals = [a, b, bias, residual], list(ctx.avals_in)
     out_aval = ctx.avals_out[0]
-    widths, out_pad = pitch.lowering_pads(*avals, out_aval, family=family)
+    # A decode weight of odd pitch is read in place (matmul_swap_odd), not padded.
     shifted = pitch.shifted_weight_tile(avals[1], b_mn_major, config, family)
-    if shifted is not None:  # the weight read in place (matmul_swap_odd)
-        widths = (widths[0], None, *widths[2:])
+    widths, out_pad = pitch.lowering_pads(*avals, out_aval, family=family,
+                                          b_in_place=shifted is not None)
     for i, w in enumerate(widths):
         if w is not None:
             padded = avals[i].update(shape=tuple(d + hi for d, (_, hi) in
