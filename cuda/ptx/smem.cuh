@@ -1,5 +1,5 @@
 // Shared-memory addresses as the async instructions (TMA, mbarrier, wgmma descriptors) take
-// them: 32-bit offsets in the shared window, not generic pointers; and 4- and 16-byte loads and stores
+// them: 32-bit offsets in the shared window, not generic pointers; and 16-byte loads and stores
 // through such an address (ld/st.shared: a generic pointer the compiler cannot place in shared
 // memory becomes a generic LD/ST, resolved at run time).
 #pragma once
@@ -18,12 +18,6 @@ __device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "r"(addr)
                : "memory");
-  return v;
-}
-
-__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
 

@@ -2,26 +2,26 @@
 // address in place (a weight stored (K, N) with N not a multiple of 8: its rows start 2N bytes
 // apart, and a TMA box must start on a whole 16 bytes), read once, without a padded copy.
 // The producer brings A through a view whose pitch TMA can address: the array as (K/8, 8N),
-// row k' holding k rows 8k' .. 8k' + 7 side by side. Box (j, r) (72 columns by 8 view rows, no
-// swizzle) starts at the 16-byte boundary at or before element r N + n0 + 64 j of view row k0/8:
-// the k rows k0 + r, k0 + 8 + r, ..., k0 + 56 + r of columns n0 + 64 j - s_r .., where
-// s_r = r N mod 8 is the same for all eight (the view's pitch is whole 16 bytes). Each consumer
-// warpgroup then shifts its own 64-column boxes by s_r into a scratch box in the 128B-swizzled
-// MN-major layout that wgmma reads (row k at its own place: the other operand is read as it
-// is), fences the generic-proxy stores against wgmma's async proxy, meets its warpgroup at its
-// named barrier, and multiplies. The scratch box is rewritten once the previous k-block's
-// wgmmas are done (wait_group 0): at decode, where these tiles run, the tensor cores idle
-// on the weight's stream anyway.
+// row k' holding k rows 8k' .. 8k' + 7 side by side. Box r (BM + 8 columns by 8 view rows, no
+// swizzle) starts at the 16-byte boundary at or before element r N + n0 of view row k0/8: the
+// k rows k0 + r, k0 + 8 + r, ..., k0 + 56 + r of columns n0 - s_r .., where s_r = r N mod 8 is
+// the same for all eight (the view's pitch is whole 16 bytes). Each consumer warpgroup then
+// shifts its own 64-column slices by s_r into a scratch box in the 128B-swizzled MN-major
+// layout that wgmma reads (row k at its own place: the other operand is read as it is), fences
+// the generic-proxy stores against wgmma's async proxy, meets its warpgroup at its named
+// barrier, and multiplies. Two scratch boxes a warpgroup take k-blocks in turn, so the shift of
+// one runs while the previous one's wgmmas are in flight.
 // Columns past N in a box run into the next k row's elements: they make output rows past N,
 // which the lowering pads the output for and slices off. View rows past K/8 and columns past
 // 8N read as zeros.
-// NOTES (H200, 2026-12-02, odd_weight_h200_20261202_shifted.json): in a decode loop against
-// 768 x 50257 and 4096 x 32001 weights, 0.81-1.12x jnp.dot, about 1.9x the padded copy it
-// replaces; ~1.8 TB/s where the same weight padded once streams at ~2.7 (not profiled: the
-// 16 boxes of 144-byte rows a stage, most across two L2 lines, or the shift between a stage
-// landing and its wgmmas). Boxed straight into the swizzled layout at each row's own start
-// instead (no shift) the loads were illegal instructions: a box's innermost start coordinate
-// must be a multiple of 16 bytes.
+// NOTES (H200, 2026-12-02): the first build boxed each 64-column slice apart (16 boxes of 72
+// columns a stage), shifted with 32-bit shared loads (4-way bank conflicts across a warp's
+// residues) into one scratch box rewritten only after the previous k-block's wgmmas were done:
+// ~1.8 TB/s. One box per residue, conflict-free 16-byte loads with the residue uniform across a
+// warp, and two scratch boxes ran 1.23-1.60x that per call (ab_h200_20261202_odd_double.json),
+// within 4% of the aligned weight's kernel under ncu (ncu_h200_20261202_odd_double.txt).
+// Boxed straight into the swizzled layout at each row's own start instead (no shift) the loads
+// were illegal instructions: a box's innermost start coordinate must be a multiple of 16 bytes.
 #pragma once
 
 #include <cuda.h>
@@ -56,18 +56,22 @@ struct MainloopSSShifted
   using Base::STAGES;
   static_assert(dtype_bytes(T) == 2 && BK == 64, "16-bit operands, a k-block of 64 k rows");
 
-  static constexpr int kRows = kInterleaveRows;       // k rows a view row holds (8)
-  static constexpr int kStagedCols = kBoxElems + kRows;  // a box's columns: 64 and the shift
-  static constexpr int kStagedRowBytes = kStagedCols * 2;  // 144: whole 16 bytes
-  static constexpr int kStagedBoxBytes = kRows * kStagedRowBytes;  // 8 view rows: 1152
-  // A k-block of A as staged: BM / 64 column boxes, each of kRows boxes (one per residue r).
-  static constexpr int kStagedABytes = BM / kBoxElems * kRows * kStagedBoxBytes;
+  static constexpr int kRows = kInterleaveRows;  // k rows a view row holds (8)
+  static constexpr int kStagedCols = BM + kRows;  // a box's columns: the tile's and the shift
+  static_assert(kStagedCols <= 256, "a TMA box is at most 256 elements wide");
+  static constexpr int kStagedRowBytes = kStagedCols * 2;          // whole 16 bytes
+  static constexpr int kStagedBoxBytes = kRows * kStagedRowBytes;  // 8 view rows
+  // A k-block of A as staged: kRows boxes, one per residue r.
+  static constexpr int kStagedABytes = kRows * kStagedBoxBytes;
   static constexpr int kStageBytes = kStagedABytes + kBBytes;
-  // Each consumer warpgroup's scratch: its kSlices 64-column boxes, swizzled.
-  static constexpr int kScratchBytes = TILE_WARPGROUPS * kSlices * kBoxBytes;
+  // Each consumer warpgroup's scratch: two sets (k-blocks in turn) of its kSlices 64-column
+  // boxes, swizzled.
+  static constexpr int kScratchSetBytes = TILE_WARPGROUPS * kSlices * kBoxBytes;
+  static constexpr int kScratchBytes = 2 * kScratchSetBytes;
   static constexpr int kRingBytes = (STAGES * kStageBytes + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes = kRingBytes + kScratchBytes;  // the scratch 1024-aligned
-  static_assert(kStagedABytes % 1024 == 0 && kBBytes % 128 == 0, "stage alignment");
+  static_assert(kStagedABytes % 1024 == 0 && kStagedBoxBytes % 128 == 0 && kBBytes % 128 == 0,
+                "stage and box alignment");
   static constexpr bool kPadsKBlocks = true;
 
   struct Params : Base::Params {
@@ -127,10 +131,9 @@ struct MainloopSSShifted
       uint64_t* full = &s.full[pipe.stage];
       ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
       uint8_t* a = s.a + pipe.stage * kStagedABytes;
-      for (int q = 0; q < BM / kBoxElems * kRows; ++q) {
-        const int j = q / kRows, r = q % kRows;
-        const int32_t first = r * p.a_cols + tc.row0 + j * kBoxElems;  // element of (k0 + r, n0)
-        ptx::tma_load_3d(&p.a, full, a + q * kStagedBoxBytes, first / kRows * kRows,
+      for (int r = 0; r < kRows; ++r) {
+        const int32_t first = r * p.a_cols + tc.row0;  // element (k0 + r, n0) of the view row
+        ptx::tma_load_3d(&p.a, full, a + r * kStagedBoxBytes, first / kRows * kRows,
                          k0 / kRows, ba);
       }
       BLoad::load(&p.b, full, s.b + pipe.stage * kBBytes, BN, BLoad::origin(tc.n_block, BN), k0,
@@ -139,36 +142,63 @@ struct MainloopSSShifted
     }
   }
 
-  // Consumer warpgroup `part`: its slices' boxes of stage `stage` into its scratch, each k row's
-  // 64 columns shifted to the start and 16-byte chunk c stored at c ^ (row % 8) (128B swizzle).
-  __device__ static void shift_into_scratch(const Params& p, const Shared& s, int stage,
-                                            uint32_t part, uint32_t wg_thread) {
-    constexpr int kChunks = kSlices * kBoxElems * 8;  // 16-byte chunks of the scratch boxes
-    const uint32_t staged = ptx::smem_addr(s.a + stage * kStagedABytes) +
-                            part * kSlices * kRows * kStagedBoxBytes;
-    const uint32_t scratch = ptx::smem_addr(s.scratch) + part * kSlices * kBoxBytes;
-    for (int32_t idx = wg_thread; idx < kChunks; idx += 128) {
-      const int32_t box = idx / (kBoxElems * 8), row = idx / 8 % kBoxElems, c = idx % 8;
-      const int32_t r = row % kRows, i = row / kRows;
-      const int32_t shift = (r * p.a_cols) % kRows;  // elements
-      const uint32_t src = staged + (box * kRows + r) * kStagedBoxBytes + i * kStagedRowBytes +
-                           (shift / 2 + 4 * c) * 4;
-      uint32_t w[5];
+  // Elements [S, S + 8) of the 16 in `lo` and `hi` (16-bit, little-endian words).
+  template <int S>
+  __device__ static uint4 take(const uint4& lo, const uint4& hi) {
+    const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    uint32_t o[4];
 #pragma unroll
-      for (int q = 0; q < 5; ++q) w[q] = ptx::ld_shared_u32(src + 4 * q);
-      const uint32_t bits = (shift & 1) * 16;
-      uint4 v;
-      v.x = __funnelshift_r(w[0], w[1], bits);
-      v.y = __funnelshift_r(w[1], w[2], bits);
-      v.z = __funnelshift_r(w[2], w[3], bits);
-      v.w = __funnelshift_r(w[3], w[4], bits);
-      ptx::st_shared_v4(scratch + box * kBoxBytes + row * 128 + ((c ^ (row % 8)) * 16), v);
+    for (int q = 0; q < 4; ++q)
+      o[q] = S % 2 == 0 ? w[S / 2 + q] : __funnelshift_r(w[S / 2 + q], w[S / 2 + q + 1], 16);
+    return make_uint4(o[0], o[1], o[2], o[3]);
+  }
+  __device__ static uint4 take(int32_t shift, const uint4& lo, const uint4& hi) {
+    switch (shift) {
+      case 0: return take<0>(lo, hi);
+      case 1: return take<1>(lo, hi);
+      case 2: return take<2>(lo, hi);
+      case 3: return take<3>(lo, hi);
+      case 4: return take<4>(lo, hi);
+      case 5: return take<5>(lo, hi);
+      case 6: return take<6>(lo, hi);
+      default: return take<7>(lo, hi);
+    }
+  }
+
+  // Consumer warpgroup `part`: its slices of stage `stage` into its scratch set `set`, k row
+  // 8 i + r's 64 columns shifted by s_r to the start and 16-byte chunk c stored at c ^ r (128B
+  // swizzle). Warp w takes the residues 2w and 2w + 1 (s_r is uniform across the warp: the
+  // shift's branch does not diverge), a quarter warp one k row (its 8 chunks: conflict-free
+  // 16-byte loads and stores); a chunk reads the two aligned chunks it straddles.
+  __device__ static void shift_into_scratch(const Params& p, const Shared& s, int stage, int set,
+                                            uint32_t part, uint32_t wg_thread) {
+    constexpr int kPasses = kSlices * 4;  // a pass: 4 warps x 4 k rows; 4 passes a 64-row slice
+    const int32_t warp = wg_thread / 32, c = wg_thread % 8, quarter = wg_thread / 8 % 4;
+    const uint32_t staged = ptx::smem_addr(s.a + stage * kStagedABytes);
+    const uint32_t scratch = ptx::smem_addr(s.scratch) + set * kScratchSetBytes +
+                             part * kSlices * kBoxBytes;
+    uint4 lo[kPasses], hi[kPasses];
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int32_t slice = pass / 4, r = 2 * warp + pass % 4 / 2, i = 4 * (pass % 2) + quarter;
+      const uint32_t src = staged + r * kStagedBoxBytes + i * kStagedRowBytes +
+                           ((part * kSlices + slice) * kBoxElems + 8 * c) * 2;
+      lo[pass] = ptx::ld_shared_v4(src);
+      hi[pass] = ptx::ld_shared_v4(src + 16);
+    }
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int32_t slice = pass / 4, r = 2 * warp + pass % 4 / 2, i = 4 * (pass % 2) + quarter;
+      const int32_t row = kRows * i + r;
+      ptx::st_shared_v4(scratch + slice * kBoxBytes + row * 128 + ((c ^ r) * 16),
+                        take((r * p.a_cols) % kRows, lo[pass], hi[pass]));
     }
     ptx::fence_proxy_async_smem();
     ptx::named_barrier_sync(kFirstConsumerBarrier + part, 128);
   }
 
-  // As MainloopSS::mma: A from the warpgroup's scratch, shifted in from each stage.
+  // As MainloopSS::mma: A from the warpgroup's scratch, shifted in from each stage into the
+  // set the wgmmas of two k-blocks before read (done: each k-block waits for the one before).
   template <class CoordFn>
   __device__ static void mma(const Params& p, const Shared& s, Pipe& pipe, const WorkUnit& u,
                              uint32_t part, uint32_t wg_thread, uint32_t cluster_size,
@@ -177,17 +207,19 @@ struct MainloopSSShifted
     const uint64_t b_desc = Base::template desc<BLoad::kMnMajor>(s.b);
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
-    int prev_stage = -1;
+    int prev_stage = -1, set = 0;
     for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
       ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);
-      // The previous k-block's wgmmas read the scratch: done before it is rewritten.
-      ptx::wgmma_wait_group<0>();
+      shift_into_scratch(p, s, pipe.stage, set, part, wg_thread);
+      Base::issue_k_block({ptx::wgmma_desc_advance(a_desc, set * kScratchSetBytes),
+                           ptx::wgmma_desc_advance(b_desc, pipe.stage * kBBytes)},
+                          acc);
+      ptx::wgmma_wait_group<1>();
 #pragma unroll
       for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
       if (prev_stage >= 0) Base::release(s, prev_stage, cluster_size, wg_thread);
-      shift_into_scratch(p, s, pipe.stage, part, wg_thread);
-      Base::issue_k_block({a_desc, ptx::wgmma_desc_advance(b_desc, pipe.stage * kBBytes)}, acc);
       prev_stage = pipe.stage;
+      set ^= 1;
       pipe.advance();
     }
     ptx::wgmma_wait_group<0>();
