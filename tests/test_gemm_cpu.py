@@ -12,9 +12,9 @@ from gemm_helpers import REL_FROB_BOUND, random_operand, reference64, rel_frob
 from jax_hopper import GemmConfig, _ffi, hopper_matmul
 from jax_hopper.gemm import pitch
 from jax_hopper.kernels import catalog
-from jax_hopper.gemm.heuristics import (DEFAULT_NUM_SMS, SWAP_MAX_M, choose_config,
-                                        heuristic_config, long_k_split_tile, pair_along_m,
-                                        swap_for_narrow_weight)
+from jax_hopper.gemm.heuristics import (DEFAULT_NUM_SMS, ODD_WEIGHT_MAX_M, SWAP_MAX_M,
+                                        choose_config, heuristic_config, long_k_split_tile,
+                                        pair_along_m, swap_for_narrow_weight)
 
 CPU = jax.devices("cpu")[0]
 
@@ -385,6 +385,25 @@ def test_shifted_weight_tile_takes_odd_16_bit_k_n_weights_on_decode_tiles():
         got = pitch.shifted_weight_tile(w((1, 768, 50257)), True,
                                         GemmConfig.for_tile(t, swap_ab=True), "matmul")
         assert got is not None and got.block_n == t.block_n
+
+
+def test_odd_weights_stay_on_the_decode_tiles_up_to_two_token_tiles():
+    # a (K, N) weight with N odd: read in place on the widest decode tile up to
+    # ODD_WEIGHT_MAX_M rows (two token tiles), where the unswapped and wide kernels would copy it
+    from jax_hopper.gemm import tuned
+    b = jax.ShapeDtypeStruct((1, 768, 50257), jnp.bfloat16)
+    for m in (SWAP_MAX_M + 1, 100, ODD_WEIGHT_MAX_M):
+        cfg = tuned.heuristic_default("matmul", "bfloat16", False, True, 1, m, 50257, 768)
+        assert cfg.swap_ab and cfg.block_n == SWAP_MAX_M, (m, cfg)
+        assert pitch.shifted_weight_tile(b, True, cfg, "matmul") is not None, m
+    past = tuned.heuristic_default("matmul", "bfloat16", False, True, 1, ODD_WEIGHT_MAX_M + 1,
+                                   50257, 768)
+    assert pitch.shifted_weight_tile(b, True, past, "matmul") is None
+    assert pitch.weight_read_shifted("matmul", "bfloat16", True, 50257, 768)
+    for args in (("matmul", "bfloat16", True, 50264, 768), ("matmul", "bfloat16", False, 50257,
+                 768), ("matmul", "bfloat16", True, 50257, 770), ("matmul", "float32", True,
+                 50257, 768), ("glu", "bfloat16", True, 50257, 768)):
+        assert not pitch.weight_read_shifted(*args), args
 
 
 def test_lowering_pads_the_gated_weights_k_with_x():

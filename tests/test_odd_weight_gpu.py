@@ -23,8 +23,6 @@ def _swap(tile, stream_k=True):
     return GemmConfig.for_tile(tile, swap_ab=True, stream_k=stream_k)
 
 
-
-
 @pytest.mark.parametrize("tile", [t for t in catalog.SWAP_TILES if t.schedule != "lean"
                                   and t.ctas_per_sm == 1], ids=lambda t: t.tag)
 @pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
@@ -48,7 +46,9 @@ def test_decode_shapes_split_and_whole(rng, m, n, k, stream_k):
     check_matmul(rng, m, n, k, config=_swap(tile, stream_k), strict=False)
 
 
-@pytest.mark.parametrize("m,n,k", [(1, 50257, 768), (8, 32001, 4096), (64, 1001, 520)])
+# up to 64 rows one token tile; 65-128 two (heuristics.ODD_WEIGHT_MAX_M), split at 1001 columns
+@pytest.mark.parametrize("m,n,k", [(1, 50257, 768), (8, 32001, 4096), (64, 1001, 520),
+                                   (100, 50257, 768), (128, 1001, 4096)])
 def test_default_config_reads_the_weight_in_place(rng, m, n, k):
     check_matmul(rng, m, n, k, strict=False)
     a, b = matmul_operands(rng, m, n, k, "bfloat16", False, False)

@@ -15,10 +15,10 @@ true shapes):
   to match; b is not copied: its missing rows read as zeros) and sliced after the call.
 The gated weight of hopper_glu has its own layout (the handler needs its K exact), so a padded K
 pads the weight's K too.
-A weight is copied too, except at decode: there the copy is most of the call (a (768, 50257)
-weight in a decode loop ran 0.44-0.61x jnp.dot; benchmarks/bench_odd_weight.py), and a 16-bit
-(K, N) weight with N odd and K a multiple of 8 is read in place by the matmul_swap_odd kernels
-(shifted_weight_tile).
+A weight is copied too, except at decode and up to 128 rows (heuristics.ODD_WEIGHT_MAX_M):
+there the copy is most of the call (a (768, 50257) weight in a decode loop ran 0.44-0.61x
+jnp.dot; benchmarks/bench_odd_weight.py), and a 16-bit (K, N) weight with N odd and K a
+multiple of 8 is read in place by the matmul_swap_odd kernels (shifted_weight_tile).
 NOTES: reading an MN-major operand in place through a view of 8 rows at a time (pitch 16 x N
 bytes, which TMA can address; box (64, 8) at element r x N + column of row k0 / 8 + i for k
 row k0 + 8 i + r, the other operand's K permuted to match) was built and failed on the GPU
@@ -87,16 +87,23 @@ def tma_unaddressable(*arrays, names=("a", "b")) -> str | None:
     return None
 
 
+def weight_read_shifted(family: str, dtype, b_mn_major: bool, n: int, k: int) -> bool:
+    """Whether a `family` call's weight (k x n, of `dtype`) is one the matmul_swap_odd kernels
+    read in place on a decode tile (shifted_weight_tile): hopper_matmul's 16-bit weights stored
+    (K, N) with N not a multiple of 8 (TMA cannot address their rows) and K a multiple of
+    catalog.INTERLEAVE_ROWS (the rows of the view they are staged through)."""
+    return (family == "matmul" and b_mn_major and np.dtype(dtype).itemsize == 2
+            and pitch_pad(n, dtype) != 0 and k % catalog.INTERLEAVE_ROWS == 0)
+
+
 def shifted_weight_tile(b, b_mn_major: bool, config, family: str):
     """The matmul_swap_odd tile (catalog.SWAP_ODD_TILES) that runs a swapped decode product
     whose weight b (3-D, as stored (batch, K, N)) TMA cannot address, reading it in place
     (cuda/gemm/mainloop/ss_shifted.cuh), or None where the weight is copied into a padded pitch:
-    hopper_matmul's 16-bit (K, N) weights with N not a multiple of 8 and K a multiple of
-    catalog.INTERLEAVE_ROWS, on an unclustered decode tile (16-64 tokens) of the config."""
-    if not (family == "matmul" and config.swap_ab and b_mn_major
-            and np.dtype(b.dtype).itemsize == 2 and pitch_pad(b.shape[2], b.dtype)
-            and b.shape[1] % catalog.INTERLEAVE_ROWS == 0
-            and (config.cluster_m, config.cluster_n) == (1, 1)):
+    a weight_read_shifted weight on an unclustered decode tile (16-64 tokens a tile) of the
+    config."""
+    if not (config.swap_ab and (config.cluster_m, config.cluster_n) == (1, 1)
+            and weight_read_shifted(family, b.dtype, b_mn_major, b.shape[2], b.shape[1])):
         return None
     return next((t for t in catalog.SWAP_ODD_TILES if t.block_n == config.block_n), None)
 

@@ -42,7 +42,7 @@ import jax
 
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.heuristics import grouped_heuristic_config, heuristic_config
-from jax_hopper.gemm.pitch import rows_off_l2_line
+from jax_hopper.gemm.pitch import rows_off_l2_line, weight_read_shifted
 from jax_hopper.kernels import catalog
 
 FORMAT = 1
@@ -187,9 +187,11 @@ def default_config(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, 
 def heuristic_default(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int,
                       n: int, k: int, b_dtype: str | None = None) -> GemmConfig:
     """The heuristic's config for a call that passes none, where nothing is tuned: for this
-    GPU's SM count and the operands' row pitches (pitch.rows_off_l2_line)."""
+    GPU's SM count and the operands' row pitches (pitch.rows_off_l2_line; a weight the decode
+    tiles read in place, pitch.weight_read_shifted)."""
     return heuristic_config(family, a_mn, batch, m, n, k, num_sms=device_sms(),
-                            off_line=rows_off_l2_line(dtype, a_mn, b_mn, m, n, k, b_dtype))
+                            off_line=rows_off_l2_line(dtype, a_mn, b_mn, m, n, k, b_dtype),
+                            odd_weight=weight_read_shifted(family, dtype, b_mn, n, k))
 
 
 def grouped_config(family: str, dtype: str, a_mn: bool, b_mn: bool, groups: int, m: int,

@@ -16,6 +16,17 @@ from jax_hopper.gemm.heuristics.plan import busiest_cta, busy_ctas, can_plan, pl
 # token tiles (swap_wide_config).
 SWAP_MAX_M = max(t.block_n for t in catalog.SWAP_TILES)
 
+# The most rows for which a weight the decode tiles read in place (pitch.weight_read_shifted:
+# stored (K, N) with N odd) runs on the widest decode tile, 64 tokens at a time, instead of being
+# copied into a padded pitch for the unswapped or wide kernels (heuristic_config).
+# NOTES: device time, bf16, the copy (the default) against the 64-token decode tile reading the
+# weight in place (H200, 2026-12-02, gemm_h200_20261202_odd_past64.json, 3 reps): two token
+# tiles 1.41-1.51x (96 / 128 x 50257 x 768 59.4 / 61.6 vs 85.2 / 86.6 us, XLA 48.3 / 51.3;
+# 128 x 32001 x 4096 160.0 vs 240.9, XLA 162.0); four 0.85-0.88x (256 rows: the weight read
+# four times, where the copy reads it three times and the unswapped kernel once more). Three
+# token tiles (129-192 rows) not measured.
+ODD_WEIGHT_MAX_M = 2 * SWAP_MAX_M
+
 
 def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...], n: int = 0, batch: int = 1,
                        num_sms: int = DEFAULT_NUM_SMS) -> GemmConfig:
