@@ -176,7 +176,8 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
     the same and 140 tiles (over a wave) two CTAs per SM (ctas_per_sm=2), the lean schedule's
     self-fed CTAs (four to an SM) split and over a wave, a batch against a shared weight, and
     the wide token tiles (their strips stored in passes) split, past M, over several token
-    tiles, in 2-CTA clusters either way; a weight of odd width read in place (matmul_swap_odd)."""
+    tiles, in 2-CTA clusters either way; a weight of odd width read in place (matmul_swap_odd),
+    up to two token tiles."""
     from jax_hopper.kernels import catalog
     Swapped = functools.partial(GemmCase, swap_ab=True)
     tiles = catalog.SWAP_TILES
@@ -208,11 +209,13 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
                    Swapped(385, 264, 1032, tile=narrow, transpose_b=True, cluster=(1, 2)),
                    Swapped(140, 3072, 2056, tile=narrow, cluster=(2, 1), bias=True)])
     # A (K, N) weight with N odd read in place at decode (matmul_swap_odd, staged and shifted
-    # by the consumers): each decode tile's odd form, a split stream, a batch against it.
+    # by the consumers): each decode tile's odd form, a split stream, a batch against it, two
+    # 64-token tiles (heuristics.ODD_WEIGHT_MAX_M) split.
     odd = [t for t in tiles if t.schedule != "lean" and t.ctas_per_sm == 1]
     groups.append([Swapped(t.block_n - 3, 333, 584, tile=t, padded=True) for t in odd] +
                   [Swapped(1, 1001, 8200, tile=odd[0], padded=True, bias=True),
-                   Swapped(5, 1003, 1032, batch=3, shared_b=True, tile=odd[0], padded=True)])
+                   Swapped(5, 1003, 1032, batch=3, shared_b=True, tile=odd[0], padded=True),
+                   Swapped(100, 1001, 4096, tile=odd[-1], padded=True, residual=True)])
     mid128, mid160 = catalog.SWAP_MID_TILES
     groups.append([Swapped(792, 3000, 1032, tile=mid160, cluster=(2, 1), bias=True,
                            residual=True),
