@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 
 from jax_hopper import _ffi, timing, tune_grouped
-from jax_hopper.gemm import heuristics, tuned
+from jax_hopper.gemm import heuristics, pitch, tuned
 from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.fp8 import hopper_fp8_gemm_p, hopper_fp8_matmul
@@ -91,7 +91,17 @@ def launch_key(p: Problem, config: GemmConfig) -> str:
     """What a call of p with `config` launches, as a string: the config's fields, with
     stream_k=True taken as False where the two plans agree (heuristics.plan_of on this GPU's SM
     count: the plan splits nothing), so that one launch is timed once; where the planner is
-    not here (heuristics.can_plan), the fields as they are."""
+    not here (heuristics.can_plan), the fields as they are. A decode tile on a weight that the
+    matmul_swap_odd kernels read in place (pitch.shifted_weight_tile: every decode tile of a
+    token width launches the same odd tile, one CTA to an SM) counts as that width's one-CTA
+    decode tile, which plans as the odd tile does."""
+    weight = jax.ShapeDtypeStruct((p.batch, p.k, p.n), p.dtype)
+    odd = pitch.shifted_weight_tile(weight, p.b_mn, config, p.family)
+    if odd is not None:
+        config = GemmConfig.for_tile(
+            next(t for t in catalog.SWAP_TILES if t.block_n == odd.block_n
+                 and t.ctas_per_sm == 1 and t.schedule == odd.schedule),
+            swap_ab=True, stream_k=config.stream_k)
     fields = tuned.config_fields(config)
     if config.stream_k and heuristics.can_plan():  # the grouped families never split
         sms = tuned.device_sms()

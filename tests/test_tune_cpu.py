@@ -197,6 +197,19 @@ def test_candidates_are_one_per_launch():
         split, stream_k=False))
 
 
+def test_decode_tiles_launching_one_odd_kernel_are_one_candidate():
+    # A (K, N) weight with N odd: every decode tile of a token width (one or two CTAs to an SM,
+    # the lean 64 x 16) launches that width's matmul_swap_odd tile, timed once (per stream_k,
+    # where no planner tells the two apart).
+    odd = tune.Problem("matmul", "bfloat16", False, True, 1, 8, 50257, 768)
+    decode = [c for c in tune.candidates(odd) if c.swap_ab and c.tile in catalog.SWAP_TILES]
+    assert len({(c.block_n, c.stream_k) for c in decode}) == len(decode)
+    assert {c.block_n for c in decode} == {t.block_n for t in catalog.SWAP_TILES}
+    aligned = tune.Problem("matmul", "bfloat16", False, True, 1, 8, 50264, 768)
+    assert len([c for c in tune.candidates(aligned)
+                if c.swap_ab and c.tile in catalog.SWAP_TILES]) > len(decode)
+
+
 @pytest.mark.parametrize("best_s,cached", [(0.90, True), (0.99, False), (1.10, False)])
 def test_a_winner_is_cached_only_past_the_noise(cache, best_s, cached):
     winner = GemmConfig.for_tile(PINGPONG, cluster_n=2)
