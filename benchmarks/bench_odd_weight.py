@@ -2,13 +2,13 @@
 
     python benchmarks/bench_odd_weight.py [--cases 768x50257 4096x32001] [--rows 1 8 64]
 
-TMA addresses a (K, N) weight only when N is a multiple of 8 (bf16 rows 16 bytes apart). At
-decode (up to 64 tokens) hopper_matmul reads any other in place (matmul_swap_odd: staged from
-16-byte boundaries, shifted in shared memory); past that it copies it into a padded pitch at
-every call (jax_hopper/gemm/pitch.py), and XLA does not hoist that copy out of a lax.scan. A
-vocabulary of 50257 (GPT-2's LM head) is such a weight. Per case and token count, a lax.scan
-of --steps decode steps (x <- x + 1e-3 y[:, :K], y = x @ w) timed interleaved in one process,
-microseconds per step:
+TMA addresses a (K, N) weight only when N is a multiple of 8 (bf16 rows 16 bytes apart). Up
+to 128 tokens (heuristics.ODD_WEIGHT_MAX_M) hopper_matmul reads any other in place
+(matmul_swap_odd: staged from 16-byte boundaries, shifted in shared memory); past that it
+copies it into a padded pitch at every call (jax_hopper/gemm/pitch.py), and XLA does not hoist
+that copy out of a lax.scan. A vocabulary of 50257 (GPT-2's LM head) is such a weight. Per
+case and token count, a lax.scan of --steps decode steps (x <- x + 1e-3 y[:, :K], y = x @ w)
+timed interleaved in one process, microseconds per step:
   xla          jnp.dot on the odd weight
   hopper       hopper_matmul on the odd weight (read in place at these token counts)
   hopper_pad   hopper_matmul on the weight padded once outside the loop (jnp.pad), the output
