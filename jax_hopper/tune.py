@@ -91,17 +91,15 @@ def launch_key(p: Problem, config: GemmConfig) -> str:
     """What a call of p with `config` launches, as a string: the config's fields, with
     stream_k=True taken as False where the two plans agree (heuristics.plan_of on this GPU's SM
     count: the plan splits nothing), so that one launch is timed once; where the planner is
-    not here (heuristics.can_plan), the fields as they are. A decode tile on a weight that the
-    matmul_swap_odd kernels read in place (pitch.shifted_weight_tile: every decode tile of a
-    token width launches the same odd tile, one CTA to an SM) counts as that width's one-CTA
-    decode tile, which plans as the odd tile does."""
+    not here (heuristics.can_plan), the fields as they are. A swapped tile on a weight that the
+    matmul_swap_odd kernels read in place (pitch.shifted_weight_tile: every unclustered swapped
+    tile of a token width launches the same odd tile, one CTA to an SM) counts as the one
+    pitch.shifted_config_tile names."""
     weight = jax.ShapeDtypeStruct((p.batch, p.k, p.n), p.dtype)
     odd = pitch.shifted_weight_tile(weight, p.b_mn, config, p.family)
     if odd is not None:
-        config = GemmConfig.for_tile(
-            next(t for t in catalog.SWAP_TILES if t.block_n == odd.block_n
-                 and t.ctas_per_sm == 1 and t.schedule == odd.schedule),
-            swap_ab=True, stream_k=config.stream_k)
+        config = GemmConfig.for_tile(pitch.shifted_config_tile(p.family, odd), swap_ab=True,
+                                     stream_k=config.stream_k)
     fields = tuned.config_fields(config)
     if config.stream_k and heuristics.can_plan():  # the grouped families never split
         sms = tuned.device_sms()

@@ -208,15 +208,19 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
                    Swapped(129, 392, 520, tile=wide, out_dtype="float32", cluster=(2, 1)),
                    Swapped(385, 264, 1032, tile=narrow, transpose_b=True, cluster=(1, 2)),
                    Swapped(140, 3072, 2056, tile=narrow, cluster=(2, 1), bias=True)])
-    # A (K, N) weight with N odd read in place at decode (matmul_swap_odd, staged and shifted
-    # by the consumers): each decode tile's odd form, a split stream, a batch against it, two
-    # 64-token tiles (heuristics.ODD_WEIGHT_MAX_M) split.
+    # A (K, N) weight with N odd read in place (matmul_swap_odd, staged and shifted by the
+    # consumers): each decode tile's odd form, a split stream, a batch against it, two 64-token
+    # tiles split; the 128- and 192-token odd tiles (the swapped family's unclustered tiles of
+    # those widths) over several token tiles, split, with an epilogue.
     odd = [t for t in tiles if t.schedule != "lean" and t.ctas_per_sm == 1]
+    mid128, mid160 = catalog.SWAP_MID_TILES
     groups.append([Swapped(t.block_n - 3, 333, 584, tile=t, padded=True) for t in odd] +
                   [Swapped(1, 1001, 8200, tile=odd[0], padded=True, bias=True),
                    Swapped(5, 1003, 1032, batch=3, shared_b=True, tile=odd[0], padded=True),
-                   Swapped(100, 1001, 4096, tile=odd[-1], padded=True, residual=True)])
-    mid128, mid160 = catalog.SWAP_MID_TILES
+                   Swapped(100, 1001, 4096, tile=odd[-1], padded=True, residual=True),
+                   Swapped(261, 333, 584, tile=mid128, padded=True, bias=True),
+                   Swapped(389, 1001, 4096, tile=wide, padded=True, residual=True,
+                           out_dtype="float32")])
     groups.append([Swapped(792, 3000, 1032, tile=mid160, cluster=(2, 1), bias=True,
                            residual=True),
                    Swapped(300, 1544, 4104, tile=mid128, transpose_b=True, out_dtype="float32"),

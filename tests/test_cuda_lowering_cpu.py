@@ -44,10 +44,11 @@ _CHILD = textwrap.dedent('''
         "matmul": (jh.hopper_matmul, (4096, 1024), (1024, 2048)),
         "matmul_decode": (jh.hopper_matmul, (8, 4096), (4096, 4096)),
         "matmul_unaligned_grad": (loss(jh.hopper_matmul), (1000, 1500), (1500, 1000)),
-        # a vocabulary of odd width stored (K, N): read in place at decode and up to 128 rows
-        # (pitch.shifted_weight_tile), copied into a padded pitch past it
+        # a vocabulary of odd width stored (K, N): read in place at decode and up to 384 rows
+        # (heuristics.ODD_WEIGHT_MAX_M, pitch.shifted_weight_tile), copied into a padded pitch
+        # past it
         "matmul_decode_odd_vocab": (jh.hopper_matmul, (8, 760), (760, 50257)),
-        "matmul_odd_vocab_128": (jh.hopper_matmul, (128, 760), (760, 50257)),
+        "matmul_odd_vocab_384": (jh.hopper_matmul, (384, 760), (760, 50257)),
         "matmul_odd_vocab": (jh.hopper_matmul, (4096, 768), (768, 50257)),
         "ragged_grad": (loss(lambda x, w: jh.ragged_dot(x, w, gs)), (1024, 512), (4, 512, 768)),
         "ragged_unaligned_grad": (loss(lambda x, w: jh.ragged_dot(x, w, gs)), (1024, 500),
@@ -100,7 +101,7 @@ EXPECTED = {
     "matmul_decode": {GEMM + "matmul_swap"},
     "matmul_unaligned_grad": {GEMM + "matmul"},
     "matmul_decode_odd_vocab": {GEMM + "matmul_swap_odd"},
-    "matmul_odd_vocab_128": {GEMM + "matmul_swap_odd"},
+    "matmul_odd_vocab_384": {GEMM + "matmul_swap_odd"},
     "matmul_odd_vocab": {GEMM + "matmul"},
     "ragged_grad": {"jax_hopper_grouped_tile_table", GEMM + "grouped",
                     GEMM + "grouped_contraction"},
@@ -160,9 +161,9 @@ def test_products_at_random_shapes_lower_to_kernels_and_no_xla_dot(lowered):
 
 
 def test_an_odd_width_weight_is_read_in_place_at_decode(lowered):
-    # (K, N) with N = 50257: at 8 rows the matmul_swap_odd kernels read it as stored, nothing
-    # padded but the output (computed 50264 wide and sliced, no pad op); at 4096 rows it is
-    # copied into a padded pitch (the copy is small next to the product).
+    # (K, N) with N = 50257: at 8 and 384 rows the matmul_swap_odd kernels read it as stored,
+    # nothing padded but the output (computed 50264 wide and sliced, no pad op); at 4096 rows
+    # it is copied into a padded pitch (the copy is small next to the product).
     assert lowered["matmul_decode_odd_vocab"]["pads"] == []
-    assert lowered["matmul_odd_vocab_128"]["pads"] == []
+    assert lowered["matmul_odd_vocab_384"]["pads"] == []
     assert lowered["matmul_odd_vocab"]["pads"] == ["1x768x50264xbf16"]

@@ -387,15 +387,31 @@ def test_shifted_weight_tile_takes_odd_16_bit_k_n_weights_on_decode_tiles():
         assert got is not None and got.block_n == t.block_n
 
 
-def test_odd_weights_stay_on_the_decode_tiles_up_to_two_token_tiles():
-    # a (K, N) weight with N odd: read in place on the widest decode tile up to
-    # ODD_WEIGHT_MAX_M rows (two token tiles), where the unswapped and wide kernels would copy it
+def test_odd_weights_are_read_in_place_up_to_two_of_the_widest_odd_tiles():
+    # a (K, N) weight with N odd: read in place by the matmul_swap_odd tiles up to
+    # ODD_WEIGHT_MAX_M rows (two token tiles of the widest), where the unswapped and wide
+    # kernels would copy it; the token width of least waves x (width + ODD_SHIFT_TOKENS),
+    # waves whole past the first (393 weight tiles of 128 columns over 132 SMs)
     from jax_hopper.gemm import tuned
+    widest = max(t.block_n for t in catalog.SWAP_ODD_TILES)
+    assert ODD_WEIGHT_MAX_M == 2 * widest
     b = jax.ShapeDtypeStruct((1, 768, 50257), jnp.bfloat16)
-    for m in (SWAP_MAX_M + 1, 100, ODD_WEIGHT_MAX_M):
+    expected = {SWAP_MAX_M + 1: 128, 128: 128, 129: 192, 192: 192, 193: 128, 256: 128,
+                257: 192, ODD_WEIGHT_MAX_M: 192}
+    for m, width in expected.items():
         cfg = tuned.heuristic_default("matmul", "bfloat16", False, True, 1, m, 50257, 768)
-        assert cfg.swap_ab and cfg.block_n == SWAP_MAX_M, (m, cfg)
-        assert pitch.shifted_weight_tile(b, True, cfg, "matmul") is not None, m
+        assert cfg.swap_ab and cfg.block_n == width, (m, cfg)
+        assert (cfg.cluster_m, cfg.cluster_n) == (1, 1), (m, cfg)
+        odd = pitch.shifted_weight_tile(b, True, cfg, "matmul")
+        assert odd is not None and odd.block_n == width, m
+        assert pitch.shifted_config_tile("matmul", odd) == cfg.tile, m
+    # 8996 columns, 300 rows: 71 weight tiles; 142 tiles of 192 tokens take two waves of 256
+    # (a second wave of 10 tiles), 213 of 128 two of 192: the narrower; under one wave (4097
+    # columns, 33 weight tiles) the waves are shares: 160 rows one tile of 192 (33 / 132 x 256)
+    from jax_hopper.gemm.heuristics import odd_weight_config
+    assert odd_weight_config("matmul", 1, 300, 8996, 132).block_n == 128
+    assert odd_weight_config("matmul", 1, 160, 4097, 132).block_n == 192
+    assert odd_weight_config("matmul", 1, 96, 4097, 132).block_n == 128
     past = tuned.heuristic_default("matmul", "bfloat16", False, True, 1, ODD_WEIGHT_MAX_M + 1,
                                    50257, 768)
     assert pitch.shifted_weight_tile(b, True, past, "matmul") is None

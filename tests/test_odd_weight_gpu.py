@@ -23,6 +23,25 @@ def _swap(tile, stream_k=True):
     return GemmConfig.for_tile(tile, swap_ab=True, stream_k=stream_k)
 
 
+def _lowered_targets(a, b, config=None):
+    """The gemm custom-call targets of hopper_matmul(a, b) (split or not), and the element
+    counts of the pads in its program."""
+    text = jax.jit(lambda a, b: hopper_matmul(a, b, config=config)).lower(a, b).as_text()
+    targets = {t.removesuffix("_split")
+               for t in re.findall(r"custom_call @(jax_hopper_gemm_\w+)", text)}
+    padded = [math.prod(int(d) for d in s.split("x")[:-1])
+              for s in re.findall(r"stablehlo\.pad .*-> tensor<([^>]*)>", text)]
+    return targets, padded
+
+
+# The odd tiles wider than every decode tile, each as the swapped family's unclustered tile of
+# its token width (the config that launches it on an odd weight: pitch.shifted_weight_tile).
+WIDE_ODD = [next(t for t in catalog.FAMILIES["matmul_swap"].tiles
+                 if t.block_n == odd.block_n and t.ctas_per_sm == 1)
+            for odd in catalog.SWAP_ODD_TILES
+            if odd.block_n > max(d.block_n for d in catalog.SWAP_TILES)]
+
+
 @pytest.mark.parametrize("tile", [t for t in catalog.SWAP_TILES if t.schedule != "lean"
                                   and t.ctas_per_sm == 1], ids=lambda t: t.tag)
 @pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
@@ -46,18 +65,29 @@ def test_decode_shapes_split_and_whole(rng, m, n, k, stream_k):
     check_matmul(rng, m, n, k, config=_swap(tile, stream_k), strict=False)
 
 
-# up to 64 rows one token tile; 65-128 two (heuristics.ODD_WEIGHT_MAX_M), split at 1001 columns
+# decode tiles up to 64 rows; past them up to heuristics.ODD_WEIGHT_MAX_M one or two token tiles
+# of 128 or 192 (odd_weight_config), split at 1001 and 4097 columns
 @pytest.mark.parametrize("m,n,k", [(1, 50257, 768), (8, 32001, 4096), (64, 1001, 520),
-                                   (100, 50257, 768), (128, 1001, 4096)])
+                                   (100, 50257, 768), (128, 1001, 4096), (160, 50257, 768),
+                                   (200, 1001, 4096), (384, 4097, 1032)])
 def test_default_config_reads_the_weight_in_place(rng, m, n, k):
     check_matmul(rng, m, n, k, strict=False)
-    a, b = matmul_operands(rng, m, n, k, "bfloat16", False, False)
-    text = jax.jit(hopper_matmul).lower(a, b).as_text()
-    targets = set(re.findall(r"custom_call @(jax_hopper_gemm_\w+)", text))
-    assert {t.removesuffix("_split") for t in targets} == {"jax_hopper_gemm_matmul_swap_odd"}
-    padded = [math.prod(int(d) for d in s.split("x")[:-1])
-              for s in re.findall(r"stablehlo\.pad .*-> tensor<([^>]*)>", text)]
+    targets, padded = _lowered_targets(*matmul_operands(rng, m, n, k, "bfloat16", False, False))
+    assert targets == {"jax_hopper_gemm_matmul_swap_odd"}
     assert all(size < k * n for size in padded), padded
+
+
+@pytest.mark.parametrize("tile", WIDE_ODD, ids=lambda t: t.tag)
+@pytest.mark.parametrize("dtype", catalog.INPUT_DTYPES)
+def test_wide_token_tiles(rng, tile, dtype):
+    # One token tile 3 rows short, then three (the last 5 rows deep); 1001 columns: 8 weight
+    # tiles, split along K = 1032 (17 k-blocks, the last of 8 k rows) where they are few.
+    config = _swap(tile)
+    for m in (tile.block_n - 3, 2 * tile.block_n + 5):
+        check_matmul(rng, m, 1001, 1032, dtype=dtype, config=config, strict=False)
+    targets, padded = _lowered_targets(
+        *matmul_operands(rng, 7, 1001, 1032, dtype, False, False), config)
+    assert targets == {"jax_hopper_gemm_matmul_swap_odd"} and not padded, (targets, padded)
 
 
 def test_epilogue(rng):

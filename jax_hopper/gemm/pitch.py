@@ -15,10 +15,10 @@ true shapes):
   to match; b is not copied: its missing rows read as zeros) and sliced after the call.
 The gated weight of hopper_glu has its own layout (the handler needs its K exact), so a padded K
 pads the weight's K too.
-A weight is copied too, except at decode and up to 128 rows (heuristics.ODD_WEIGHT_MAX_M):
-there the copy is most of the call (a (768, 50257) weight in a decode loop ran 0.44-0.61x
-jnp.dot; benchmarks/bench_odd_weight.py), and a 16-bit (K, N) weight with N odd and K a
-multiple of 8 is read in place by the matmul_swap_odd kernels (shifted_weight_tile).
+A weight is copied too, except up to 384 rows (heuristics.ODD_WEIGHT_MAX_M): there the copy
+is much of the call (a (768, 50257) weight in a decode loop ran 0.44-0.61x jnp.dot;
+benchmarks/bench_odd_weight.py), and a 16-bit (K, N) weight with N odd and K a multiple of 8 is
+read in place by the matmul_swap_odd kernels (shifted_weight_tile).
 NOTES: reading an MN-major operand in place through a view of 8 rows at a time (pitch 16 x N
 bytes, which TMA can address; box (64, 8) at element r x N + column of row k0 / 8 + i for k
 row k0 + 8 i + r, the other operand's K permuted to match) was built and failed on the GPU
@@ -97,15 +97,24 @@ def weight_read_shifted(family: str, dtype, b_mn_major: bool, n: int, k: int) ->
 
 
 def shifted_weight_tile(b, b_mn_major: bool, config, family: str):
-    """The matmul_swap_odd tile (catalog.SWAP_ODD_TILES) that runs a swapped decode product
-    whose weight b (3-D, as stored (batch, K, N)) TMA cannot address, reading it in place
+    """The matmul_swap_odd tile (catalog.SWAP_ODD_TILES) that runs a swapped product whose
+    weight b (3-D, as stored (batch, K, N)) TMA cannot address, reading it in place
     (cuda/gemm/mainloop/ss_shifted.cuh), or None where the weight is copied into a padded pitch:
-    a weight_read_shifted weight on an unclustered decode tile (16-64 tokens a tile) of the
-    config."""
+    a weight_read_shifted weight on an unclustered swapped config whose token width (16-192
+    tokens a tile) an odd tile has."""
     if not (config.swap_ab and (config.cluster_m, config.cluster_n) == (1, 1)
             and weight_read_shifted(family, b.dtype, b_mn_major, b.shape[2], b.shape[1])):
         return None
     return next((t for t in catalog.SWAP_ODD_TILES if t.block_n == config.block_n), None)
+
+
+def shifted_config_tile(family: str, odd: catalog.TileShape) -> catalog.TileShape:
+    """The tile of `family`'s swapped family whose unclustered swapped config launches odd tile
+    `odd` on a weight_read_shifted weight (shifted_weight_tile's inverse): the first of its
+    token width, one CTA to an SM, on the odd tile's schedule."""
+    return next(t for t in catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
+                if t.block_n == odd.block_n and t.ctas_per_sm == 1
+                and t.schedule == odd.schedule)
 
 
 def lowering_pads(a, b, bias, res, out, *, family: str, b_in_place: bool = False):

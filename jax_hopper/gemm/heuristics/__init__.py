@@ -20,11 +20,11 @@ from jax_hopper.gemm.heuristics.grouped import (  # noqa: F401
 from jax_hopper.gemm.heuristics.plan import (  # noqa: F401
     busiest_cta, busy_ctas, can_plan, plan_cost, plan_of)
 from jax_hopper.gemm.heuristics.swap import (  # noqa: F401
-    L2_REQUEST_COST, MID_TOKEN_TILES, NARROW_WIDE_MIN_K_BLOCKS, ODD_WEIGHT_MAX_M, SWAP_MAX_M,
-    SWAP_MID_MAX_COST,
-    SWAP_NARROW_BUSY_SHARE, SWAP_NARROW_MAX_WEIGHT_BYTES, WIDE_TILES_YIELD, choose_swap_config,
-    lean_swap_tile, swap_cta_bytes, swap_for_narrow_weight, swap_l2_requests, swap_mid_config,
-    swap_narrow_config, swap_token_tile, swap_wide_config, weight_fits_l2)
+    L2_REQUEST_COST, MID_TOKEN_TILES, NARROW_WIDE_MIN_K_BLOCKS, ODD_SHIFT_TOKENS,
+    ODD_WEIGHT_MAX_M, SWAP_MAX_M, SWAP_MID_MAX_COST, SWAP_NARROW_BUSY_SHARE,
+    SWAP_NARROW_MAX_WEIGHT_BYTES, WIDE_TILES_YIELD, choose_swap_config, lean_swap_tile,
+    odd_weight_config, swap_cta_bytes, swap_for_narrow_weight, swap_l2_requests,
+    swap_mid_config, swap_narrow_config, swap_token_tile, swap_wide_config, weight_fits_l2)
 
 
 def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, k: int,
@@ -43,8 +43,9 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
     of swap_token_tile (at m <= SWAP_MAX_M, no wider than the rows need; past it, among the wide
     token tiles too over a long K: swap_narrow_config). off_line: a's and b's
     rows' bytes past whole L2 lines (pitch.rows_off_l2_line), for choose_config. odd_weight:
-    the weight is one the decode tiles read in place (pitch.weight_read_shifted), which they
-    then do up to ODD_WEIGHT_MAX_M rows, where it would otherwise be copied."""
+    the weight is one the matmul_swap_odd tiles read in place (pitch.weight_read_shifted),
+    which they then do up to ODD_WEIGHT_MAX_M rows (odd_weight_config), where it would
+    otherwise be copied."""
     swaps = family in catalog.SWAP_FAMILIES and not a_mn_major
     # The swapped family's decode tiles; its wide and mid-M token tiles have rules of their own
     swap_tiles = tuple(t for t in catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
@@ -62,7 +63,7 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
             config = GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
         return config
     if swaps and odd_weight and m <= ODD_WEIGHT_MAX_M:
-        return choose_swap_config(SWAP_MAX_M, swap_tiles, n, batch, num_sms)
+        return odd_weight_config(family, batch, m, n, num_sms)
     fam = catalog.FAMILIES[family]
     config = choose_config(m, n, k, batch, num_sms, tiles=fam.tiles, multicast=fam.multicast,
                            pingpong=fam.pingpong_mid_m, off_line=off_line,

@@ -16,16 +16,24 @@ from jax_hopper.gemm.heuristics.plan import busiest_cta, busy_ctas, can_plan, pl
 # token tiles (swap_wide_config).
 SWAP_MAX_M = max(t.block_n for t in catalog.SWAP_TILES)
 
-# The most rows for which a weight the decode tiles read in place (pitch.weight_read_shifted:
-# stored (K, N) with N odd) runs on the widest decode tile, 64 tokens at a time, instead of being
-# copied into a padded pitch for the unswapped or wide kernels (heuristic_config).
-# NOTES: device time, bf16, the copy (the default) against the 64-token decode tile reading the
-# weight in place (H200, 2026-12-02, gemm_h200_20261202_odd_past64.json, 3 reps): two token
-# tiles 1.41-1.51x (96 / 128 x 50257 x 768 59.4 / 61.6 vs 85.2 / 86.6 us, XLA 48.3 / 51.3;
-# 128 x 32001 x 4096 160.0 vs 240.9, XLA 162.0); four 0.85-0.88x (256 rows: the weight read
-# four times, where the copy reads it three times and the unswapped kernel once more). Three
-# token tiles (129-192 rows) not measured.
-ODD_WEIGHT_MAX_M = 2 * SWAP_MAX_M
+# The most rows for which a weight the matmul_swap_odd tiles read in place
+# (pitch.weight_read_shifted: stored (K, N) with N odd) is read so past SWAP_MAX_M
+# (odd_weight_config), instead of being copied into a padded pitch for the unswapped or wide
+# kernels: two token tiles of the widest odd tile. Each token tile is a pass over the weight,
+# shifted again by the consumers; from three passes the copy (the weight read and written once,
+# then a kernel at full rate) wins.
+# NOTES: device time, bf16, the copy (the default then) against the odd tiles forced, 3 reps
+# (H200, 2026-12-02; gemm_h200_20261202_odd_wide.json, _odd_wide2.json; weights 768 x 50257,
+# 4096 x 32001, 4096 x 4097, 1600 x 50257): the best odd tile ran 1.30-1.73x the copy at 160
+# rows (192 tokens; 160 x 32001 x 4096 144.1 vs 248.9 us, XLA 289.6), 1.21-1.31x at 256 (two
+# of 128), 1.00-1.31x at 320-384 (two of 192; 384 x 32001 x 4096 275.5 vs 360.2), 0.91-1.09x
+# at 448, 0.91-0.97x at 512 and 0.66-0.77x from 1024, where the odd tiles run at 300-370
+# TFLOP/s against the unswapped kernel's ~530 on the copy. At 65-128 rows one 128-token tile
+# ran 1.10-1.52x the two 64-token tiles the rule took before (96 x 32001 x 4096 105.2 vs 159.4).
+ODD_WEIGHT_MAX_M = 2 * max(t.block_n for t in catalog.SWAP_ODD_TILES)
+# What shifting a weight k-block into place costs a token tile, in tokens of its wgmmas
+# (odd_weight_config): the same for every token width.
+ODD_SHIFT_TOKENS = 64
 
 
 def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...], n: int = 0, batch: int = 1,
@@ -57,6 +65,33 @@ def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...], n: int = 0,
     occupancy = 2 if batch * math.ceil(n / narrowest[0].block_m) > num_sms else 1
     tile = next((t for t in narrowest if t.ctas_per_sm == occupancy), narrowest[0])
     return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
+
+
+def odd_weight_config(family: str, batch: int, m: int, n: int,
+                      num_sms: int = DEFAULT_NUM_SMS) -> GemmConfig:
+    """The swapped config for a product of SWAP_MAX_M < m <= ODD_WEIGHT_MAX_M rows against n
+    weight columns that the matmul_swap_odd tiles read in place (pitch.weight_read_shifted):
+    the odd tile of least waves x (its width + ODD_SHIFT_TOKENS), the wider on a tie, as the
+    swapped family's unclustered config that launches it (pitch.shifted_config_tile). Each
+    token tile multiplies its width's tokens and shifts every weight k-block again; its waves
+    are its tiles over the SMs, whole waves past the first (a tile past one wave runs whole:
+    plan_last_arrival_split), a share of one below it (the tiles split along K to fill it).
+    NOTES: the ratios the cost predicts against those measured (H200, 2026-12-02, the device
+    times of ODD_WEIGHT_MAX_M's NOTES, 32001 x 4096 weight): 160 rows, 128 against 192 tokens
+    1.50 / 1.41; 256 rows 0.75 / 0.77; 320 rows 1.125 / 1.12; 96 rows, 64 against 128 tokens
+    1.33 / 1.52. It picks the fastest odd tile on all 24 of those shapes (96-384 rows, 4
+    weights each). Counted in token tiles, not waves, it picked the same there, but on 18
+    shapes drawn after it (ab_h200_20261202_odd_wide_heldout.json, device time against the
+    copy or the 64-token tile of 0710a25) it ran 300 x 8996 x 5408 0.78x on 142 tiles of 192
+    tokens (a second wave of 10 tiles over 676 k-blocks), 340 x 26554 x 2896 0.96x (416: 3.15
+    waves), the other 16 1.04-1.65x (geomean of all 18 1.158)."""
+    def cost(tile: catalog.TileShape) -> tuple[float, int]:
+        tiles = tile_count(n, m, batch, tile)
+        waves = tiles / num_sms if tiles <= num_sms else math.ceil(tiles / num_sms)
+        return waves * (tile.block_n + ODD_SHIFT_TOKENS), -tile.block_n
+    tile = min(catalog.SWAP_ODD_TILES, key=cost)
+    return GemmConfig.for_tile(pitch.shifted_config_tile(family, tile), swap_ab=True,
+                               stream_k=True)
 
 
 # The most rows, and the largest weight (bytes, every batch entry's together), for which a
