@@ -3,7 +3,7 @@
     python benchmarks/bench_odd_weight.py [--cases 768x50257 4096x32001] [--rows 1 8 64]
 
 TMA addresses a (K, N) weight only when N is a multiple of 8 (bf16 rows 16 bytes apart). Up
-to 128 tokens (heuristics.ODD_WEIGHT_MAX_M) hopper_matmul reads any other in place
+to 384 tokens (heuristics.ODD_WEIGHT_MAX_M) hopper_matmul reads any other in place
 (matmul_swap_odd: staged from 16-byte boundaries, shifted in shared memory); past that it
 copies it into a padded pitch at every call (jax_hopper/gemm/pitch.py), and XLA does not hoist
 that copy out of a lax.scan. A vocabulary of 50257 (GPT-2's LM head) is such a weight. Per
