@@ -362,10 +362,11 @@ FAMILIES = {
                           "the swap-AB GEMM (GemmConfig.swap_ab)", clusters=((1, 1),),
                           multicast=False, min_piece_blocks=8, last_arrival_split=True,
                           clustered_tiles=SWAP_WIDE_TILES + SWAP_MID_TILES),
-    # hopper_matmul swapped, at decode, on a weight stored (K, N) with N not a multiple of 8
-    # (a vocabulary of 50257): the weight's k-blocks staged through a view TMA can address and
-    # shifted into place by the consumers (MainloopSSShifted), instead of a padded copy of the
-    # weight at every call (jax_hopper/gemm/pitch.py, shifted_weight_tile).
+    # hopper_matmul swapped, up to heuristics.ODD_WEIGHT_MAX_M rows, on a weight stored (K, N)
+    # with N not a multiple of 8 (a vocabulary of 50257): the weight's k-blocks staged through
+    # a view TMA can address and shifted into place by the consumers (MainloopSSShifted),
+    # instead of a padded copy of the weight at every call (jax_hopper/gemm/pitch.py,
+    # shifted_weight_tile).
     "matmul_swap_odd": Family("matmul_swap_odd", "kMatmulSwapOdd",
                               "MainloopSSShifted<DType::{a_dtype}, {bm}, {bn}, {bk}, {stages}, "
                               "{tile_wgs}, OperandLoad<{b_mn}, {b_bytes}>>",
