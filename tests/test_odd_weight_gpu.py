@@ -14,6 +14,7 @@ import pytest
 from gemm_helpers import (REL_FROB_BOUND, check_matmul, matmul_operands, random_operand,
                           reference64, rel_frob)
 from jax_hopper import GemmConfig, hopper_matmul
+from jax_hopper.gemm import pitch
 from jax_hopper.kernels import catalog
 
 pytestmark = pytest.mark.gpu
@@ -34,11 +35,9 @@ def _lowered_targets(a, b, config=None):
     return targets, padded
 
 
-# The odd tiles wider than every decode tile, each as the swapped family's unclustered tile of
-# its token width (the config that launches it on an odd weight: pitch.shifted_weight_tile).
-WIDE_ODD = [next(t for t in catalog.FAMILIES["matmul_swap"].tiles
-                 if t.block_n == odd.block_n and t.ctas_per_sm == 1)
-            for odd in catalog.SWAP_ODD_TILES
+# The odd tiles wider than every decode tile, each as the swapped family's tile whose
+# unclustered config launches it on an odd weight (pitch.shifted_config_tile).
+WIDE_ODD = [pitch.shifted_config_tile("matmul", odd) for odd in catalog.SWAP_ODD_TILES
             if odd.block_n > max(d.block_n for d in catalog.SWAP_TILES)]
 
 

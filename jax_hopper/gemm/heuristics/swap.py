@@ -30,8 +30,8 @@ SWAP_MAX_M = max(t.block_n for t in catalog.SWAP_TILES)
 # at 448, 0.91-0.97x at 512 and 0.66-0.77x from 1024, where the odd tiles run at 300-370
 # TFLOP/s against the unswapped kernel's ~530 on the copy (ncu: tensor pipes 44% busy against
 # the aligned tile's 84%, the consumers' shift in series with their wgmmas;
-# ncu_h200_20261202_odd_wide.txt). At 65-128 rows one 128-token tile
-# ran 1.10-1.52x the two 64-token tiles the rule took before (96 x 32001 x 4096 105.2 vs 159.4).
+# ncu_h200_20261202_odd_wide.txt). At 65-128 rows one 128-token tile ran 1.10-1.52x the two
+# 64-token tiles the rule took before (96 x 32001 x 4096 105.2 vs 159.4).
 ODD_WEIGHT_MAX_M = 2 * max(t.block_n for t in catalog.SWAP_ODD_TILES)
 # What shifting a weight k-block into place costs a token tile, in tokens of its wgmmas
 # (odd_weight_config): the same for every token width.
