@@ -15,7 +15,7 @@ from gemm_helpers import launched_configs, use_tune_cache
 import jax_hopper.tune as tune
 from jax_hopper import (GemmConfig, hopper_fp8_matmul, hopper_glu, hopper_matmul,
                         kernels_available)
-from jax_hopper.gemm import tuned
+from jax_hopper.gemm import pitch, tuned
 from jax_hopper.gemm.heuristics import choose_config, heuristic_config
 from jax_hopper.kernels import catalog
 
@@ -208,6 +208,20 @@ def test_decode_tiles_launching_one_odd_kernel_are_one_candidate():
     aligned = tune.Problem("matmul", "bfloat16", False, True, 1, 8, 50264, 768)
     assert len([c for c in tune.candidates(aligned)
                 if c.swap_ab and c.tile in catalog.SWAP_TILES]) > len(decode)
+
+
+def test_every_odd_tile_is_a_candidate_past_the_decode_tiles():
+    # At 200 rows a (K, N) weight with N odd: the unclustered swapped configs of each token
+    # width launch that width's matmul_swap_odd tile (pitch.shifted_weight_tile), every odd
+    # tile once (per stream_k, where no planner tells the two apart); clustered ones copy it.
+    p = tune.Problem("matmul", "bfloat16", False, True, 1, 200, 50257, 768)
+    weight = jax.ShapeDtypeStruct((1, 768, 50257), jnp.bfloat16)
+    launched = [(pitch.shifted_weight_tile(weight, True, c, "matmul"), c.stream_k)
+                for c in tune.candidates(p)]
+    odd = [x for x in launched if x[0] is not None]
+    assert len(set(odd)) == len(odd)
+    assert {tile for tile, _ in odd} == set(catalog.SWAP_ODD_TILES)
+    assert len(odd) < len(launched)  # the unswapped and clustered candidates copy the weight
 
 
 @pytest.mark.parametrize("best_s,cached", [(0.90, True), (0.99, False), (1.10, False)])
