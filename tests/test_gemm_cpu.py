@@ -14,7 +14,8 @@ from jax_hopper.gemm import pitch
 from jax_hopper.kernels import catalog
 from jax_hopper.gemm.heuristics import (DEFAULT_NUM_SMS, ODD_WEIGHT_MAX_M, SWAP_MAX_M,
                                         choose_config, heuristic_config, long_k_split_tile,
-                                        pair_along_m, swap_for_narrow_weight)
+                                        odd_weight_config, pair_along_m,
+                                        swap_for_narrow_weight)
 
 CPU = jax.devices("cpu")[0]
 
@@ -408,7 +409,6 @@ def test_odd_weights_are_read_in_place_up_to_two_of_the_widest_odd_tiles():
     # 8996 columns, 300 rows: 71 weight tiles; 142 tiles of 192 tokens take two waves of 256
     # (a second wave of 10 tiles), 213 of 128 two of 192: the narrower; under one wave (4097
     # columns, 33 weight tiles) the waves are shares: 160 rows one tile of 192 (33 / 132 x 256)
-    from jax_hopper.gemm.heuristics import odd_weight_config
     assert odd_weight_config("matmul", 1, 300, 8996, 132).block_n == 128
     assert odd_weight_config("matmul", 1, 160, 4097, 132).block_n == 192
     assert odd_weight_config("matmul", 1, 96, 4097, 132).block_n == 128

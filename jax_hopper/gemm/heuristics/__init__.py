@@ -20,11 +20,11 @@ from jax_hopper.gemm.heuristics.grouped import (  # noqa: F401
 from jax_hopper.gemm.heuristics.plan import (  # noqa: F401
     busiest_cta, busy_ctas, can_plan, plan_cost, plan_of)
 from jax_hopper.gemm.heuristics.swap import (  # noqa: F401
-    L2_REQUEST_COST, MID_TOKEN_TILES, NARROW_WIDE_MIN_K_BLOCKS, ODD_SHIFT_TOKENS,
-    ODD_WEIGHT_MAX_M, SWAP_MAX_M, SWAP_MID_MAX_COST, SWAP_NARROW_BUSY_SHARE,
-    SWAP_NARROW_MAX_WEIGHT_BYTES, WIDE_TILES_YIELD, choose_swap_config, lean_swap_tile,
-    odd_weight_config, swap_cta_bytes, swap_for_narrow_weight, swap_l2_requests,
-    swap_mid_config, swap_narrow_config, swap_token_tile, swap_wide_config, weight_fits_l2)
+    L2_REQUEST_COST, MID_TOKEN_TILES, NARROW_WIDE_MIN_K_BLOCKS, ODD_WEIGHT_MAX_M, SWAP_MAX_M,
+    SWAP_MID_MAX_COST, SWAP_NARROW_BUSY_SHARE, SWAP_NARROW_MAX_WEIGHT_BYTES, WIDE_TILES_YIELD,
+    choose_swap_config, lean_swap_tile, odd_weight_config, swap_cta_bytes,
+    swap_for_narrow_weight, swap_l2_requests, swap_mid_config, swap_narrow_config,
+    swap_token_tile, swap_wide_config, weight_fits_l2)
 
 
 def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, k: int,
