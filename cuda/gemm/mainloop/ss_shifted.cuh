@@ -22,6 +22,20 @@
 // within 4% of the aligned weight's kernel under ncu (ncu_h200_20261202_odd_double.txt).
 // Boxed straight into the swizzled layout at each row's own start instead (no shift) the loads
 // were illegal instructions: a box's innermost start coordinate must be a multiple of 16 bytes.
+// Tried (H200, 2026-12-02): the shift moved off the consumers onto the producer warpgroup's
+// three idle warps (kernel hook; each warp a third of a k-block's 32 passes, 3-6 passes' loads
+// in flight under the producer's 56-88 registers, a scratch ring of 2-3 sets with its own
+// barriers, so the shift of k-block t + 1 would run beside the wgmmas of t). Correct (40 odd-
+// weight tests, memcheck and racecheck clean on the odd group) but 0.31-0.68x the device time
+// of this design on all 15 shapes, decode included (16 x 32001 x 4096 234.8 against 74.6 us;
+// ab_h200_20261202_shifters.json with a ring each for the staged A, B and the scratch,
+// ab_h200_20261202_shifters2.json with this ring and a scratch ring). ncu of the latter
+// (ncu_h200_20261202_shifters_decode.txt): 0.17 shared-memory wavefronts a cycle an SM, 64%
+// of the warps' stall cycles on long scoreboard (waits, not bandwidth). Likely, not profiled
+// further: a k-block's shift on three warps (two to four rounds of loads each) takes longer
+// than on the eight consumer warps (one round, all loads in flight), and one shift at a time
+// then paces everything. Not kept; more shifting warps would need a fourth warpgroup (512
+// threads: 128 registers a thread at launch).
 #pragma once
 
 #include <cuda.h>
