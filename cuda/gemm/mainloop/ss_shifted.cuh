@@ -37,7 +37,15 @@
 // then paces everything. Not kept; more shifting warps would need a fourth warpgroup (512
 // threads: 128 registers a thread at launch). Nor is it the proxy fence after each shift: this
 // design without it (a timing-only scratch build) ran 1.000-1.019x (16 / 224 / 384 x 32001 x
-// 4096, 300 x 8996 x 5408; ab_h200_20261202_nofence.json).
+// 4096, 300 x 8996 x 5408; ab_h200_20261202_nofence.json). Nor, it seems, the shift at all:
+// timed apart in two scratch builds (results wrong; ab_h200_20261202_shift_apart.json), this
+// design without the shift ran 384 x 32001 x 4096 in 226.3 us, without the wgmmas 256.8, both
+// 272.0 (the nofence run's main); 224 rows 158.8 / 167.4 / 203.8, 16 rows 68.5 / 70.4 / 75.1,
+// where the aligned weight's 192-token tile took 156.3 us at 384 rows (under ncu,
+// ncu_h200_20261202_odd_wide.txt). What both keep is the producer's staged loads: eight
+// unswizzled boxes of 8 rows a k-block, each 272-byte row across three or four 128-byte L2
+// lines (the aligned tile: two swizzled 64 x 64 boxes, two lines a row). Next: those loads
+// timed alone (no shift, no wgmma), then a staging with fewer lines a row.
 #pragma once
 
 #include <cuda.h>
