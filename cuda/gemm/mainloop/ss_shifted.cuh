@@ -45,7 +45,9 @@
 // ncu_h200_20261202_odd_wide.txt). What both keep is the producer's staged loads: eight
 // unswizzled boxes of 8 rows a k-block, each 272-byte row across three or four 128-byte L2
 // lines (the aligned tile: two swizzled 64 x 64 boxes, two lines a row). Next: those loads
-// timed alone (no shift, no wgmma), then a staging with fewer lines a row.
+// timed alone (no shift, no wgmma); a row's lines cannot shrink (its start is off 16 bytes, a
+// box at most 256 elements wide), but multicast to a pair of token tiles (1 x 2 clusters)
+// would halve each CTA's share of them.
 #pragma once
 
 #include <cuda.h>
