@@ -78,17 +78,26 @@ struct GemmKernel {
                           kProducerRegs >= kMinProducerRegs &&
                           kProducerRegs + 2 * kConsumerRegs <= kTripleRegs,
                 "the launch's registers");
-  // Shared memory: the mainloop's ring, the epilogue's staging, then every barrier; + 1024 so
-  // the base can be rounded up to the 1024-byte alignment the 128B swizzle needs.
+  // Shared memory: the mainloop's ring, each consumer warpgroup's own region, then every
+  // barrier; + 1024 so the base can be rounded up to the 1024-byte alignment the 128B swizzle
+  // needs. A consumer warpgroup's region holds its epilogue's staging and, while the
+  // warpgroup multiplies, the mainloop's scratch (Mainloop::kScratchBytesPerWarpgroup): the
+  // warpgroup does one, then the other, so the two share the bytes (the mainloop waits for
+  // the previous epilogue's stores to have read them).
   static constexpr int kEpilogueOffset = Mainloop::kSmemBytes;
-  static constexpr int kBarrierOffset =
-      kEpilogueOffset + Epilogue::kSmemBytesPerWarpgroup * kConsumerWarpgroups;
+  static constexpr int kConsumerRegionBytes =
+      Epilogue::kSmemBytesPerWarpgroup > Mainloop::kScratchBytesPerWarpgroup
+          ? Epilogue::kSmemBytesPerWarpgroup
+          : Mainloop::kScratchBytesPerWarpgroup;
+  static constexpr int kBarrierOffset = kEpilogueOffset + kConsumerRegionBytes * kConsumerWarpgroups;
   static constexpr int kBarriers = Mainloop::kBarriers + Epilogue::kBarriers + Schedule::kBarriers;
   static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8 + 1024;
   static_assert(kSmemBytes <= kSmemLimitBytes, "the policies' shared memory exceeds the limit");
   static_assert(kCtasPerSm * (kSmemBytes + kSmemReservedBytes) <= kSmemPerSmBytes,
                 "the policies' shared memory does not fit kCtasPerSm times on an SM");
-  static_assert(kEpilogueOffset % 1024 == 0 && kBarrierOffset % 8 == 0, "alignment");
+  static_assert(kEpilogueOffset % 1024 == 0 && kConsumerRegionBytes % 1024 == 0 &&
+                    kBarrierOffset % 8 == 0,
+                "alignment");
 
   struct Params {
     typename Mainloop::Params mainloop;
@@ -102,8 +111,9 @@ struct GemmKernel {
     uint8_t* smem = reinterpret_cast<uint8_t*>(
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kBarrierOffset);
-    const auto ml = Mainloop::carve(smem, bars);
-    const auto epi = Epilogue::carve(smem + kEpilogueOffset, bars + Mainloop::kBarriers);
+    const auto ml = Mainloop::carve(smem, bars, smem + kEpilogueOffset, kConsumerRegionBytes);
+    const auto epi = Epilogue::carve(smem + kEpilogueOffset, kConsumerRegionBytes,
+                                     bars + Mainloop::kBarriers);
     uint64_t* schedule_bars = bars + Mainloop::kBarriers + Epilogue::kBarriers;
 
     const uint32_t cluster_size = p.cluster_m * p.cluster_n;

@@ -323,14 +323,14 @@ SWAP_WIDE_TILES = (TileShape(128, 96, 64, 7), TileShape(128, 192, 64, 4))
 SWAP_MID_TILES = (TileShape(128, 128, 64, 6), TileShape(128, 160, 64, 5))
 # The swapped tiles for a weight stored (K, N) whose rows TMA cannot address (N not a multiple
 # of 8; matmul_swap_odd): each stage stages the weight's k-block as 136-column boxes (17 KB for
-# 128 columns) and each consumer warpgroup keeps two 8 KB scratch boxes, so fewer stages fit.
-# The decode tiles' token widths, and two wider ones past them (128 and 192 tokens, as many
-# stages as fit beside the transposed store's staging) that shift each weight k-block once for
-# more tokens: every shift costs the consumers the same shared-memory traffic, whatever the
-# token width.
-SWAP_ODD_TILES = (TileShape(128, 16, 64, 9), TileShape(128, 32, 64, 8),
-                  TileShape(128, 64, 64, 6), TileShape(128, 128, 64, 4),
-                  TileShape(128, 192, 64, 3))
+# 128 columns) and each consumer warpgroup keeps two 8 KB scratch boxes in the region its
+# epilogue stages through (cuda/gemm/kernel.cuh), so the 64- and 128-token tiles fit one stage
+# fewer than the aligned ones. The decode tiles' token widths, and two wider ones past them
+# (128 and 192 tokens) that shift each weight k-block once for more tokens: every shift costs
+# the consumers the same shared-memory traffic, whatever the token width.
+SWAP_ODD_TILES = (TileShape(128, 16, 64, 10), TileShape(128, 32, 64, 9),
+                  TileShape(128, 64, 64, 7), TileShape(128, 128, 64, 5),
+                  TileShape(128, 192, 64, 4))
 # The same for fp8 per tensor (fp8_swap): 128-element k-blocks, the same bytes a stage.
 SWAP_WIDE_TILES_FP8 = tuple(dataclasses.replace(t, block_k=128) for t in SWAP_WIDE_TILES)
 

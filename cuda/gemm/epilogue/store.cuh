@@ -306,7 +306,8 @@ struct TmaStoreEpilogue {
   };
 
   struct Shared {
-    uint8_t* staging;
+    uint8_t* staging;        // consumer warpgroup 0's; warpgroup w's is region_bytes w further
+    int32_t region_bytes;    // at least kSmemBytesPerWarpgroup (the kernel's consumer regions)
     uint64_t* residual_loaded;
   };
 
@@ -341,7 +342,9 @@ struct TmaStoreEpilogue {
     return e;
   }
 
-  __device__ static Shared carve(uint8_t* smem, uint64_t* bars) { return Shared{smem, bars}; }
+  __device__ static Shared carve(uint8_t* regions, int32_t region_bytes, uint64_t* bars) {
+    return Shared{regions, region_bytes, bars};
+  }
 
   __device__ static void init(const Params& p, const Shared& s) {
     ptx::tma_prefetch_descriptor(&p.d);
@@ -379,7 +382,7 @@ struct TmaStoreEpilogue {
     const int32_t col0 = tc.n_block * kOutCols;
     Ops::template apply<BN, false>(acc, p, Output::template bias<Ops>(p, tc), col0, wg_thread);
     const EpilogueTile t{row0, col0, Output::batch(tc), Output::residual_batch(p, tc), rows};
-    const EpilogueSync sync{s.staging + wg * kSmemBytesPerWarpgroup, &s.residual_loaded[wg],
+    const EpilogueSync sync{s.staging + wg * s.region_bytes, &s.residual_loaded[wg],
                             &st.residual_phase, wg_thread, barrier_id};
     // The out dtype and the residual are chosen at run time.
     const bool res = p.has_residual;
@@ -412,7 +415,7 @@ struct TmaStoreEpilogue {
     // A pass's strip columns 8 j.. are its accumulators 4 j.. (wgmma's fragment order).
     constexpr int kPassRegs = kRows / 2;
     Ops::template apply<BN, true>(acc, p, Output::template bias<Ops>(p, tc), row0, wg_thread);
-    const EpilogueSync sync{s.staging + wg * kSmemBytesPerWarpgroup, &s.residual_loaded[wg],
+    const EpilogueSync sync{s.staging + wg * s.region_bytes, &s.residual_loaded[wg],
                             &st.residual_phase, wg_thread, barrier_id};
     const bool res = p.has_residual;
 #pragma unroll

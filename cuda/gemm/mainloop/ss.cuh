@@ -60,6 +60,9 @@ struct MainloopSS {
   static constexpr int kSmemBytes = STAGES * kStageBytes;  // 1024-aligned: stages stay aligned
   static constexpr int kBarriers = 2 * STAGES;
   static constexpr int kMinConsumerRegs = 0;  // the schedule's split suffices (kernel.cuh)
+  // Shared memory a consumer warpgroup uses while it multiplies, in its region beside the
+  // epilogue's staging (kernel.cuh): none here.
+  static constexpr int kScratchBytesPerWarpgroup = 0;
   // A k-block wholly past K loads as zeros (the tensor maps' K extents are the problem's, and
   // TMA fills what lies outside a map), so it adds nothing: a split plan may pad the k-blocks
   // to a multiple of its pieces (plan_stream_k).
@@ -103,7 +106,9 @@ struct MainloopSS {
     return e;
   }
 
-  __device__ static Shared carve(uint8_t* smem, uint64_t* bars) {
+  // The ring at smem; the consumer warpgroups' regions (kScratchBytesPerWarpgroup) are not
+  // used here.
+  __device__ static Shared carve(uint8_t* smem, uint64_t* bars, uint8_t*, int32_t) {
     return Shared{smem, smem + STAGES * kABytes, bars, bars + STAGES};
   }
 

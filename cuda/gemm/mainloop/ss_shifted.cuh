@@ -10,7 +10,9 @@
 // layout that wgmma reads (row k at its own place: the other operand is read as it is), fences
 // the generic-proxy stores against wgmma's async proxy, meets its warpgroup at its named
 // barrier, and multiplies. Two scratch boxes a warpgroup take k-blocks in turn, so the shift of
-// one runs while the previous one's wgmmas are in flight.
+// one runs while the previous one's wgmmas are in flight. The scratch lies in the warpgroup's
+// own region of the kernel's shared memory, which its epilogue stages through once the
+// products are done (kernel.cuh): the ring keeps the bytes the scratch would take.
 // Columns past N in a box run into the next k row's elements: they make output rows past N,
 // which the lowering pads the output for and slices off. View rows past K/8 and columns past
 // 8N read as zeros.
@@ -90,12 +92,11 @@ struct MainloopSSShifted
   // A k-block of A as staged: kRows boxes, one per residue r.
   static constexpr int kStagedABytes = kRows * kStagedBoxBytes;
   static constexpr int kStageBytes = kStagedABytes + kBBytes;
-  // Each consumer warpgroup's scratch: two sets (k-blocks in turn) of its kSlices 64-column
-  // boxes, swizzled.
-  static constexpr int kScratchSetBytes = TILE_WARPGROUPS * kSlices * kBoxBytes;
-  static constexpr int kScratchBytes = 2 * kScratchSetBytes;
-  static constexpr int kRingBytes = (STAGES * kStageBytes + 1023) / 1024 * 1024;
-  static constexpr int kSmemBytes = kRingBytes + kScratchBytes;  // the scratch 1024-aligned
+  // Each consumer warpgroup's scratch, in its region (kernel.cuh): two sets (k-blocks in
+  // turn) of its kSlices 64-column boxes, swizzled.
+  static constexpr int kScratchSetBytes = kSlices * kBoxBytes;
+  static constexpr int kScratchBytesPerWarpgroup = 2 * kScratchSetBytes;
+  static constexpr int kSmemBytes = (STAGES * kStageBytes + 1023) / 1024 * 1024;  // the ring
   static_assert(kStagedABytes % 1024 == 0 && kStagedBoxBytes % 128 == 0 && kBBytes % 128 == 0,
                 "stage and box alignment");
   static constexpr bool kPadsKBlocks = true;
@@ -105,7 +106,8 @@ struct MainloopSSShifted
   };
 
   struct Shared : Base::Shared {
-    uint8_t* scratch;
+    uint8_t* scratch;      // consumer warpgroup 0's; warpgroup w's is region_bytes w further
+    int32_t region_bytes;
   };
 
   // A (batch, K, N), N odd: its map over the (batch, K / kRows, kRows N) view, box
@@ -137,13 +139,15 @@ struct MainloopSSShifted
     return e;
   }
 
-  __device__ static Shared carve(uint8_t* smem, uint64_t* bars) {
+  __device__ static Shared carve(uint8_t* smem, uint64_t* bars, uint8_t* regions,
+                                 int32_t region_bytes) {
     Shared s;
     s.a = smem;
     s.b = smem + STAGES * kStagedABytes;
     s.full = bars;
     s.empty = bars + STAGES;
-    s.scratch = smem + kRingBytes;
+    s.scratch = regions;
+    s.region_bytes = region_bytes;
     return s;
   }
 
@@ -191,18 +195,16 @@ struct MainloopSSShifted
     }
   }
 
-  // Consumer warpgroup `part`: its slices of stage `stage` into its scratch set `set`, k row
+  // Consumer warpgroup `part`: its slices of stage `stage` into its scratch set at `scratch`, k row
   // 8 i + r's 64 columns shifted by s_r to the start and 16-byte chunk c stored at c ^ r (128B
   // swizzle). Warp w takes the residues 2w and 2w + 1 (s_r is uniform across the warp: the
   // shift's branch does not diverge), a quarter warp one k row (its 8 chunks: conflict-free
   // 16-byte loads and stores); a chunk reads the two aligned chunks it straddles.
-  __device__ static void shift_into_scratch(const Params& p, const Shared& s, int stage, int set,
-                                            uint32_t part, uint32_t wg_thread) {
+  __device__ static void shift_into_scratch(const Params& p, const Shared& s, int stage,
+                                            uint32_t scratch, uint32_t part, uint32_t wg_thread) {
     constexpr int kPasses = kSlices * 4;  // a pass: 4 warps x 4 k rows; 4 passes a 64-row slice
     const int32_t warp = wg_thread / 32, c = wg_thread % 8, quarter = wg_thread / 8 % 4;
     const uint32_t staged = ptx::smem_addr(s.a + stage * kStagedABytes);
-    const uint32_t scratch = ptx::smem_addr(s.scratch) + set * kScratchSetBytes +
-                             part * kSlices * kBoxBytes;
     uint4 lo[kPasses], hi[kPasses];
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
@@ -229,14 +231,20 @@ struct MainloopSSShifted
   __device__ static void mma(const Params& p, const Shared& s, Pipe& pipe, const WorkUnit& u,
                              uint32_t part, uint32_t wg_thread, uint32_t cluster_size,
                              float* acc, const CoordFn&) {
-    const uint64_t a_desc = Base::template desc<true>(s.scratch + part * kSlices * kBoxBytes);
+    uint8_t* const scratch = s.scratch + part * s.region_bytes;
+    const uint64_t a_desc = Base::template desc<true>(scratch);
     const uint64_t b_desc = Base::template desc<BLoad::kMnMajor>(s.b);
+    // The scratch is the warpgroup's staging too: its previous epilogue's TMA stores (issued by
+    // its thread 0) must have read it before the first shift writes it.
+    if (wg_thread == 0) ptx::bulk_wait_group_read<0>();
+    ptx::named_barrier_sync(kFirstConsumerBarrier + part, 128);
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
     int prev_stage = -1, set = 0;
     for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
       ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);
-      shift_into_scratch(p, s, pipe.stage, set, part, wg_thread);
+      shift_into_scratch(p, s, pipe.stage, ptx::smem_addr(scratch) + set * kScratchSetBytes, part,
+                         wg_thread);
       Base::issue_k_block({ptx::wgmma_desc_advance(a_desc, set * kScratchSetBytes),
                            ptx::wgmma_desc_advance(b_desc, pipe.stage * kBBytes)},
                           acc);
