@@ -98,6 +98,21 @@ def test_epilogue(rng):
                      residual=residual, out_dtype=out_dtype, strict=False)
 
 
+@pytest.mark.parametrize("odd", catalog.SWAP_ODD_TILES, ids=lambda t: t.tag)
+def test_epilogue_between_tiles_of_a_cta(rng, odd):
+    # 40001 columns: 313 weight tiles, more than the SMs, each whole, so every CTA stores a
+    # tile's strips (the residual loaded into its staging) and then shifts its next tile's
+    # k-blocks into the same bytes (the consumers' scratch shares the staging: kernel.cuh).
+    m, n, k = odd.block_n - 3, 40001, 264
+    config = _swap(pitch.shifted_config_tile("matmul", odd), stream_k=False)
+    bias = random_operand(rng, (n,), jnp.float32)
+    residual = random_operand(rng, (m, n), jnp.float32)
+    check_matmul(rng, m, n, k, activation="gelu", alpha=0.5, beta=-1.5, bias=bias,
+                 residual=residual, config=config, strict=False)
+    targets, _ = _lowered_targets(*matmul_operands(rng, m, n, k, "bfloat16", False, False), config)
+    assert targets == {"jax_hopper_gemm_matmul_swap_odd"}, targets
+
+
 def test_batched_and_shared_weights(rng):
     check_matmul(rng, 5, 1001, 264, batch=(3,), strict=False)  # (3, K, N): a weight per entry
     a = random_operand(rng, (3, 5, 264), "bfloat16")
