@@ -46,10 +46,21 @@
 // where the aligned weight's 192-token tile took 156.3 us at 384 rows (under ncu,
 // ncu_h200_20261202_odd_wide.txt). What both keep is the producer's staged loads: eight
 // unswizzled boxes of 8 rows a k-block, each 272-byte row across three or four 128-byte L2
-// lines (the aligned tile: two swizzled 64 x 64 boxes, two lines a row). Next: those loads
-// timed alone (no shift, no wgmma); a row's lines cannot shrink (its start is off 16 bytes, a
-// box at most 256 elements wide), but multicast to a pair of token tiles (1 x 2 clusters)
-// would halve each CTA's share of them.
+// lines (the aligned tile: two swizzled 64 x 64 boxes, two lines a row).
+// Then (H200, 2026-12-03) the scratch moved from beside the ring into each consumer
+// warpgroup's staging region (kernel.cuh), one more stage on every odd tile (the 192-token
+// tile 3 -> 4, as many as the aligned one): device time against the build before on 12 odd
+// shapes (ab_h200_20261203_odd_region.json) 1.178x at 160 x 32001 x 4096 and 1.134x at 384
+// (both on 192 tokens; 384 rows 274.7 -> 242.2 us), 1.027x at 300 x 8996 x 5408, 0.99-1.03x
+// on the 16- to 128-token tiles (decode unchanged). Under ncu at 384 x 32001 x 4096
+// (ncu_h200_20261203_odd_region.txt) 235.2 us, tensor pipe 49.5% (43.8), long-scoreboard
+// stalls 0.70 a warp per instruction (2.66): most of the wait on the staged loads was the
+// ring running dry at 3 stages, not their L2 lines (the multicast to a token-tile pair, which
+// would halve those, is no longer the next step). What remains: the warpgroup's named barrier
+// after each shift 3.38,
+// short scoreboard (the shift's shared loads) 2.42, wait 2.29; the shared-memory pipe at 56%
+// of its peak. Candidates, not tried: fewer shared loads a shift (each source chunk is read
+// twice now, as one thread's hi and the next one's lo) and fewer barriers a k-block.
 #pragma once
 
 #include <cuda.h>
