@@ -61,9 +61,10 @@
 // short scoreboard (the shift's shared loads) 2.42, wait 2.29; the shared-memory pipe at 56%
 // of its peak. Candidates, not tried: fewer shared loads a shift (each source chunk is read
 // twice now, as one thread's hi and the next one's lo; two output chunks a thread from three
-// loads would cut the loads by a quarter, but the stores stay conflict-free only where a pass
-// mixes two residues, whose shifts then differ within a warp: a byte permute with a run-time
-// selector instead of the warp-uniform branch in take()), and fewer barriers a k-block.
+// loads would cut the loads by a quarter, but with each pass on one residue (the warp-uniform
+// branch in take()) its eight rows' stores then meet in four 16-byte bank groups, two-way
+// conflicts, unless a lane's chunks rotate with its row or a pass mixes two residues), and
+// fewer barriers a k-block.
 #pragma once
 
 #include <cuda.h>
