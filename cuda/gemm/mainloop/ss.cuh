@@ -60,8 +60,8 @@ struct MainloopSS {
   static constexpr int kSmemBytes = STAGES * kStageBytes;  // 1024-aligned: stages stay aligned
   static constexpr int kBarriers = 2 * STAGES;
   static constexpr int kMinConsumerRegs = 0;  // the schedule's split suffices (kernel.cuh)
-  // Shared memory a consumer warpgroup uses while it multiplies, in its region beside the
-  // epilogue's staging (kernel.cuh): none here.
+  // Shared memory a consumer warpgroup uses while it multiplies, in the region its epilogue
+  // stages through (kernel.cuh): none here.
   static constexpr int kScratchBytesPerWarpgroup = 0;
   // A k-block wholly past K loads as zeros (the tensor maps' K extents are the problem's, and
   // TMA fills what lies outside a map), so it adds nothing: a split plan may pad the k-blocks
