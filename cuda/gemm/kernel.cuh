@@ -84,18 +84,19 @@ struct GemmKernel {
   // warpgroup multiplies, the mainloop's scratch (Mainloop::kScratchBytesPerWarpgroup): the
   // warpgroup does one, then the other, so the two share the bytes (the mainloop waits for
   // the previous epilogue's stores to have read them).
-  static constexpr int kEpilogueOffset = Mainloop::kSmemBytes;
+  static constexpr int kRegionsOffset = Mainloop::kSmemBytes;
   static constexpr int kConsumerRegionBytes =
       Epilogue::kSmemBytesPerWarpgroup > Mainloop::kScratchBytesPerWarpgroup
           ? Epilogue::kSmemBytesPerWarpgroup
           : Mainloop::kScratchBytesPerWarpgroup;
-  static constexpr int kBarrierOffset = kEpilogueOffset + kConsumerRegionBytes * kConsumerWarpgroups;
+  static constexpr int kBarrierOffset =
+      kRegionsOffset + kConsumerRegionBytes * kConsumerWarpgroups;
   static constexpr int kBarriers = Mainloop::kBarriers + Epilogue::kBarriers + Schedule::kBarriers;
   static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8 + 1024;
   static_assert(kSmemBytes <= kSmemLimitBytes, "the policies' shared memory exceeds the limit");
   static_assert(kCtasPerSm * (kSmemBytes + kSmemReservedBytes) <= kSmemPerSmBytes,
                 "the policies' shared memory does not fit kCtasPerSm times on an SM");
-  static_assert(kEpilogueOffset % 1024 == 0 && kConsumerRegionBytes % 1024 == 0 &&
+  static_assert(kRegionsOffset % 1024 == 0 && kConsumerRegionBytes % 1024 == 0 &&
                     kBarrierOffset % 8 == 0,
                 "alignment");
 
@@ -111,8 +112,8 @@ struct GemmKernel {
     uint8_t* smem = reinterpret_cast<uint8_t*>(
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kBarrierOffset);
-    const auto ml = Mainloop::carve(smem, bars, smem + kEpilogueOffset, kConsumerRegionBytes);
-    const auto epi = Epilogue::carve(smem + kEpilogueOffset, kConsumerRegionBytes,
+    const auto ml = Mainloop::carve(smem, bars, smem + kRegionsOffset, kConsumerRegionBytes);
+    const auto epi = Epilogue::carve(smem + kRegionsOffset, kConsumerRegionBytes,
                                      bars + Mainloop::kBarriers);
     uint64_t* schedule_bars = bars + Mainloop::kBarriers + Epilogue::kBarriers;
 

@@ -57,9 +57,8 @@
 // stalls 0.70 a warp per instruction (2.66): most of the wait on the staged loads was the
 // ring running dry at 3 stages, not their L2 lines (the multicast to a token-tile pair, which
 // would halve those, is no longer the next step). What remains: the warpgroup's named barrier
-// after each shift 3.38,
-// short scoreboard (the shift's shared loads) 2.42, wait 2.29; the shared-memory pipe at 56%
-// of its peak. Candidates, not tried: fewer shared loads a shift (each source chunk is read
+// after each shift 3.38, short scoreboard (the shift's shared loads) 2.42, wait 2.29; the
+// shared-memory pipe at 56% of its peak. Candidates, not tried: fewer shared loads a shift (each source chunk is read
 // twice now, as one thread's hi and the next one's lo; two output chunks a thread from three
 // loads would cut the loads by a quarter, but with each pass on one residue (the warp-uniform
 // branch in take()) its eight rows' stores then meet in four 16-byte bank groups, two-way
