@@ -174,11 +174,12 @@ NB_MODULE(_jax_hopper, m) {
   m.def(
       "last_arrival_split_plan",
       [](int64_t tiles, int32_t k_blocks, int32_t resident_clusters, int32_t min_piece_blocks,
-         bool pad_k_blocks) {
+         bool pad_k_blocks, bool split_tail) {
         return plan_with_units(jax_hopper::plan_last_arrival_split(
-            tiles, k_blocks, resident_clusters, min_piece_blocks, pad_k_blocks));
+            tiles, k_blocks, resident_clusters, min_piece_blocks, pad_k_blocks, split_tail));
       },
       nb::arg("tiles"), nb::arg("k_blocks"), nb::arg("resident_clusters"),
-      nb::arg("min_piece_blocks"), nb::arg("pad_k_blocks") = false);
+      nb::arg("min_piece_blocks"), nb::arg("pad_k_blocks") = false,
+      nb::arg("split_tail") = false);
   m.def("cuda_runtime_version", []() { return CUDART_VERSION; });
 }

@@ -103,9 +103,13 @@ def launch_key(p: Problem, config: GemmConfig) -> str:
     fields = tuned.config_fields(config)
     if config.stream_k and heuristics.can_plan():  # the grouped families never split
         sms = tuned.device_sms()
-        whole = dataclasses.replace(config, stream_k=False)
-        if (heuristics.plan_of(config, p.batch, p.m, p.n, p.k, sms, p.family)
-                == heuristics.plan_of(whole, p.batch, p.m, p.n, p.k, sms, p.family)):
+        if odd is not None:  # the odd tile's plans (its family splits a last wave too)
+            plans = [heuristics.odd_plan_of(odd, p.batch, p.m, p.n, p.k, sms, stream_k=s)
+                     for s in (True, False)]
+        else:
+            plans = [heuristics.plan_of(dataclasses.replace(config, stream_k=s), p.batch, p.m,
+                                        p.n, p.k, sms, p.family) for s in (True, False)]
+        if plans[0] == plans[1]:
             fields["stream_k"] = False
     return json.dumps(fields, sort_keys=True)
 

@@ -177,7 +177,7 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
     self-fed CTAs (four to an SM) split and over a wave, a batch against a shared weight, and
     the wide token tiles (their strips stored in passes) split, past M, over several token
     tiles, in 2-CTA clusters either way; a weight of odd width read in place (matmul_swap_odd),
-    up to two token tiles."""
+    up to two token tiles, a split last wave too."""
     from jax_hopper.kernels import catalog
     Swapped = functools.partial(GemmCase, swap_ab=True)
     tiles = catalog.SWAP_TILES
@@ -219,6 +219,9 @@ def swap_groups(quick: bool) -> list[list[GemmCase]]:
                    Swapped(5, 1003, 1032, batch=3, shared_b=True, tile=odd[0], padded=True),
                    Swapped(100, 1001, 4096, tile=odd[-1], padded=True, residual=True),
                    Swapped(261, 333, 584, tile=mid128, padded=True, bias=True),
+                   # 135 weight tiles on an H100's or H200's 132 SMs: a wave whole, the last
+                   # three in pieces (plan_split_tail; 25 k-blocks padded to 27 in 3)
+                   Swapped(125, 17213, 1544, tile=mid128, padded=True, bias=True),
                    Swapped(389, 1001, 4096, tile=wide, padded=True, residual=True,
                            out_dtype="float32")])
     groups.append([Swapped(792, 3000, 1032, tile=mid160, cluster=(2, 1), bias=True,

@@ -406,12 +406,10 @@ def test_odd_weights_are_read_in_place_up_to_two_of_the_widest_odd_tiles():
         odd = pitch.shifted_weight_tile(b, True, cfg, "matmul")
         assert odd is not None and odd.block_n == width, m
         assert pitch.shifted_config_tile("matmul", odd) == cfg.tile, m
-    # 8996 columns, 300 rows: 71 weight tiles; 142 tiles of 192 tokens take two waves of 256
-    # (a second wave of 10 tiles), 213 of 128 two of 192: the narrower; under one wave (4097
-    # columns, 33 weight tiles) the waves are shares: 160 rows one tile of 192 (33 / 132 x 256)
-    assert odd_weight_config("matmul", 1, 300, 8996, 132).block_n == 128
-    assert odd_weight_config("matmul", 1, 160, 4097, 132).block_n == 192
-    assert odd_weight_config("matmul", 1, 96, 4097, 132).block_n == 128
+    # under one wave (4097 columns, 33 weight tiles) the waves are shares: 160 rows one tile
+    # of 192 (33 / 132 x 256)
+    assert odd_weight_config("matmul", 1, 160, 4097, 4096, 132).block_n == 192
+    assert odd_weight_config("matmul", 1, 96, 4097, 4096, 132).block_n == 128
     past = tuned.heuristic_default("matmul", "bfloat16", False, True, 1, ODD_WEIGHT_MAX_M + 1,
                                    50257, 768)
     assert pitch.shifted_weight_tile(b, True, past, "matmul") is None
@@ -420,6 +418,17 @@ def test_odd_weights_are_read_in_place_up_to_two_of_the_widest_odd_tiles():
                  768), ("matmul", "bfloat16", True, 50257, 770), ("matmul", "float32", True,
                  50257, 768), ("glu", "bfloat16", True, 50257, 768)):
         assert not pitch.weight_read_shifted(*args), args
+
+
+@pytest.mark.extension  # the plans are the C++ planner's
+def test_odd_weight_waves_count_the_split_tail():
+    # 8996 columns, 300 rows: 71 weight tiles. 142 tiles of 192 tokens are a wave and 10 more,
+    # which over K = 5408 (85 k-blocks) the plan cuts into 5 pieces of 17 (plan_split_tail):
+    # the busiest CTA 102 k-blocks, 1.2 waves x 256; 213 tiles of 128 leave 81 past a wave, too
+    # many to cut, two waves x 192: the wider. Over K = 768 (12 k-blocks, too short to cut)
+    # both are two whole waves: the narrower.
+    assert odd_weight_config("matmul", 1, 300, 8996, 5408, 132).block_n == 192
+    assert odd_weight_config("matmul", 1, 300, 8996, 768, 132).block_n == 128
 
 
 def test_lowering_pads_the_gated_weights_k_with_x():

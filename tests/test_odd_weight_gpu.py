@@ -1,8 +1,8 @@
 """The swap-AB kernels on a weight stored (K, N) whose rows TMA cannot address (N not a multiple
 of 8), read in place (matmul_swap_odd: cuda/gemm/mainloop/ss_shifted.cuh,
 pitch.shifted_weight_tile), on an sm_90 GPU against float64: every tile and dtype, every
-residue of N modulo 8, K off whole k-blocks, split and whole plans, batches, the epilogue, and
-no copy of the weight in the compiled program."""
+residue of N modulo 8, K off whole k-blocks, split and whole plans (a split last wave too),
+batches, the epilogue, and no copy of the weight in the compiled program."""
 
 import math
 import re
@@ -14,7 +14,7 @@ import pytest
 from gemm_helpers import (REL_FROB_BOUND, check_matmul, matmul_operands, random_operand,
                           reference64, rel_frob)
 from jax_hopper import GemmConfig, hopper_matmul
-from jax_hopper.gemm import pitch
+from jax_hopper.gemm import heuristics, pitch, tuned
 from jax_hopper.kernels import catalog
 
 pytestmark = pytest.mark.gpu
@@ -111,6 +111,24 @@ def test_epilogue_between_tiles_of_a_cta(rng, odd):
                  residual=residual, config=config, strict=False)
     targets, _ = _lowered_targets(*matmul_operands(rng, m, n, k, "bfloat16", False, False), config)
     assert targets == {"jax_hopper_gemm_matmul_swap_odd"}, targets
+
+
+@pytest.mark.parametrize("odd", catalog.SWAP_ODD_TILES, ids=lambda t: t.tag)
+@pytest.mark.parametrize("k", [1544, 2048])
+def test_split_tail(rng, odd, k):
+    # A wave of weight tiles and three more (counted from this GPU's SMs), one token tile 3
+    # rows short: the plan keeps the wave whole and cuts the last three tiles into pieces that
+    # CTAs take after their whole tile (plan_split_tail; K = 1544: 25 k-blocks padded to 27 in
+    # 3 pieces, K = 2048: 32 in 4), whose last arrival sums them and runs the epilogue.
+    sms = tuned.device_sms()
+    m, n = odd.block_n - 3, 128 * (sms + 2) + 61
+    plan = heuristics.odd_plan_of(odd, 1, m, n, k, sms)
+    assert plan["dp_tiles"] == sms and plan["sk_clusters"] > 3, plan
+    config = _swap(pitch.shifted_config_tile("matmul", odd))
+    bias = random_operand(rng, (n,), jnp.float32)
+    residual = random_operand(rng, (m, n), jnp.float32)
+    check_matmul(rng, m, n, k, activation="gelu", alpha=0.5, beta=-1.5, bias=bias,
+                 residual=residual, config=config, strict=False)
 
 
 def test_batched_and_shared_weights(rng):

@@ -234,6 +234,78 @@ def test_last_arrival_split_pieces_every_tile_once(tiles, k_blocks, resident, pi
     assert plan["sk_clusters"] == tiles * pieces
 
 
+ARRIVAL_PIECE = 2  # kArrivalPieceBlocks: a split tail's cost per piece past the first
+
+# (tiles, k_blocks, resident CTAs, pad_k_blocks, pieces wanted): past whole waves
+TAIL_CASES = [
+    (142, 85, 132, True, 5),     # 300 x 8996 x 5408 on 192 tokens: 10 tiles, 5 pieces of 17
+    (157, 64, 132, False, 4),    # 25 tiles past a wave: 4 pieces of 16 (5 would not divide)
+    (133, 64, 132, False, 4),    # one tile: 4 pieces of 16 as cheap as 8 of 8, the fewer
+    (416, 46, 132, True, 4),     # three waves and 20 tiles: 4 pieces of 12 (K padded to 48)
+    (416, 46, 132, False, 2),    # the same unpadded: 2 pieces of 23
+    (140, 89, 132, True, 6),     # a prime count: 6 pieces of 15 (one k-block of zeros)
+    (213, 85, 132, True, 1),     # 81 tiles past a wave: no two pieces each fit (whole)
+    (1568, 9, 132, True, 1),     # 9 k-blocks: too short to cut (whole)
+    (264, 64, 132, True, 1),     # whole waves: nothing to split
+    (140, 16, 132, True, 1),     # shorter than MIN_TAIL (whole)
+]
+
+
+def _tail_cost(waves, k_blocks, pieces, padded):
+    return waves * padded + padded // pieces + ARRIVAL_PIECE * (pieces - 1)
+
+
+@pytest.mark.parametrize("tiles,k_blocks,resident,pad,pieces", TAIL_CASES)
+def test_split_tail_cuts_the_last_wave_in_equal_pieces(tiles, k_blocks, resident, pad, pieces):
+    """A kernel that splits its tail (plan_split_tail: the odd-weight tiles) keeps whole waves
+    whole and cuts each tile of the last partial wave into `pieces` equal pieces, one per CTA
+    after its whole tiles (CTA c: tile waves x resident + c // pieces, piece c % pieces),
+    every k-block of every tile once; where no split beats whole tiles, the plan is the
+    kernel's without one. The pieces are the cheapest by the plan's cost (the case table
+    follows it)."""
+    plan = _ffi.extension().last_arrival_split_plan(tiles, k_blocks, resident, SWAP_MIN_PIECE,
+                                                    pad_k_blocks=pad, split_tail=True)
+    plain = _ffi.extension().last_arrival_split_plan(tiles, k_blocks, resident, SWAP_MIN_PIECE,
+                                                     pad_k_blocks=pad)
+    if pieces == 1:
+        assert plan == plain
+        return
+    waves, rest = divmod(tiles, resident)
+    padded = plan["k_blocks"]
+    assert padded % pieces == 0 and 0 <= padded - k_blocks < pieces and (pad or padded == k_blocks)
+    assert _tail_cost(waves, k_blocks, pieces, padded) < (waves + 1) * k_blocks
+    assert plan["grid_clusters"] == resident and plan["dp_tiles"] == waves * resident
+    assert plan["sk_clusters"] == rest * pieces <= resident and plan["sk_extra"] == 0
+    seen = set()
+    for c, units in enumerate(plan["units"]):
+        whole = [u for u in units if (u[1], u[2]) == (0, padded)]
+        assert [u[0] for u in whole] == list(range(c, waves * resident, resident))
+        split = units[len(whole):]
+        assert len(split) == (1 if c < rest * pieces else 0), (c, units)
+        for tile, k0, k1, _ in split:
+            assert tile == waves * resident + c // pieces
+            assert (k0, k1) == (c % pieces * padded // pieces, (c % pieces + 1) * padded // pieces)
+        for tile, k0, k1, _ in units:
+            seen.update((tile, kb) for kb in range(k0, k1))
+    assert len(seen) == tiles * padded
+
+
+def test_only_the_odd_weight_kernels_split_their_tail():
+    """The lowering's plan of a swapped config past a wave: the odd-weight kernel (matmul_swap_odd)
+    splits its last partial wave, the swap-AB kernel of the same token width on an aligned
+    weight keeps it whole: 61 rows on 64 tokens against 17001 (odd) or 17000 columns (133
+    weight tiles), K = 5408 (85 k-blocks: the last tile in 5 pieces of 17)."""
+    from jax_hopper.gemm import heuristics, pitch
+    odd = next(t for t in catalog.SWAP_ODD_TILES if t.block_n == 64)
+    plan = heuristics.odd_plan_of(odd, 1, 61, 17001, 5408, 132)
+    assert (plan["dp_tiles"], plan["sk_clusters"], plan["sk_quota"]) == (132, 5, 17)
+    cfg = GemmConfig.for_tile(pitch.shifted_config_tile("matmul", odd), swap_ab=True,
+                              stream_k=True)
+    kernel = cfg.kernel("matmul", "bfloat16", False, False)
+    aligned = cfg.plan(kernel, 1, 61, 17000, 5408, 132)
+    assert (aligned["dp_tiles"], aligned["sk_clusters"]) == (133, 0)
+
+
 def test_swap_configs_plan_the_last_arrival_split():
     """The swap-AB kernels take plan_last_arrival_split (the lowering's gemm_plan), its workspace
     a slot per piece; stream_k=False keeps whole tiles on a persistent grid."""

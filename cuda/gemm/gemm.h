@@ -83,6 +83,7 @@ struct GemmKernelInfo {
   int64_t slot_bytes;  // stream-K workspace bytes per CTA that takes a split range
   int32_t min_piece_blocks;  // the shortest piece of a small-M split (stream_k_plan.h)
   bool last_arrival_split;       // splits by plan_last_arrival_split (LastArrivalSplitScheduler)
+  bool split_tail;               // and splits a partial last wave so (plan_split_tail)
   bool pads_k_blocks;            // its mainloop reads k-blocks past K as zeros (kPadsKBlocks)
   // Product columns the tiles cover for `n` output columns (glu: gate and up, 2n).
   int64_t (*product_cols)(int64_t n);
@@ -109,7 +110,7 @@ inline StreamKPlan gemm_plan(const GemmKernelInfo& kernel, int64_t batch, int64_
   const bool split = stream_k && kernel.slot_bytes > 0;
   if (split && kernel.last_arrival_split)
     return plan_last_arrival_split(cluster_tiles, k_blocks, resident, kernel.min_piece_blocks,
-                                   kernel.pads_k_blocks);
+                                   kernel.pads_k_blocks, kernel.split_tail);
   return plan_stream_k(cluster_tiles, k_blocks, resident, split ? resident : 0,
                        kernel.min_piece_blocks, kMaxSplit, kernel.pads_k_blocks);
 }

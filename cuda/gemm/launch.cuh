@@ -143,12 +143,13 @@ constexpr GemmKernelInfo gemm_kernel_info(const char* name, GemmFamily family, D
                                           DType b_dtype, GemmSchedule schedule, bool a_mn_major,
                                           bool b_mn_major,
                                           int32_t min_piece_blocks = kMinPieceBlocks,
-                                          bool last_arrival_split = false) {
+                                          bool last_arrival_split = false,
+                                          bool split_tail = false) {
   using M = typename Kernel::Mainloop;
   return GemmKernelInfo{name, family, a_dtype, b_dtype, schedule, M::BM, M::BN, M::BK, M::STAGES,
                         Kernel::kCtasPerSm, a_mn_major,
                         b_mn_major, Kernel::kSmemBytes, Kernel::Scheduler::kSlotBytes,
-                        min_piece_blocks, last_arrival_split, M::kPadsKBlocks,
+                        min_piece_blocks, last_arrival_split, split_tail, M::kPadsKBlocks,
                         &gemm_product_cols<Kernel>, &gemm_resident_clusters<Kernel>,
                         &launch_gemm<Kernel>};
 }

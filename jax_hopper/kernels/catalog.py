@@ -229,6 +229,8 @@ class Family:
     # Whether its cooperative tiles split on LastArrivalSplitScheduler (equal pieces, the last
     # to finish sums them: plan_last_arrival_split) instead of the schedule's stream-K
     last_arrival_split: bool = False
+    # Whether those tiles also split the last partial wave past whole ones (plan_split_tail)
+    split_tail: bool = False
     # Tiles that split on the schedule's own stream-K all the same and run every cluster shape
     # of CLUSTER_SHAPES (the last-arrival split runs clusters of one CTA)
     clustered_tiles: tuple[TileShape, ...] = ()
@@ -366,14 +368,16 @@ FAMILIES = {
     # with N not a multiple of 8 (a vocabulary of 50257): the weight's k-blocks staged through
     # a view TMA can address and shifted into place by the consumers (MainloopSSShifted),
     # instead of a padded copy of the weight at every call (jax_hopper/gemm/pitch.py,
-    # shifted_weight_tile).
+    # shifted_weight_tile). Past a wave its last partial wave's tiles split in pieces
+    # (split_tail): the shift and the wgmmas, not the weight's HBM stream, pace its tiles.
     "matmul_swap_odd": Family("matmul_swap_odd", "kMatmulSwapOdd",
                               "MainloopSSShifted<DType::{a_dtype}, {bm}, {bn}, {bk}, {stages}, "
                               "{tile_wgs}, OperandLoad<{b_mn}, {b_bytes}>>",
                               "TmaStoreEpilogue<{bn}, LinearOps, TransposedOutput>",
                               SWAP_ODD_TILES, ((True, False),), "_swap_odd",
                               "the swap-AB GEMM on a weight of odd pitch", clusters=((1, 1),),
-                              multicast=False, min_piece_blocks=8, last_arrival_split=True),
+                              multicast=False, min_piece_blocks=8, last_arrival_split=True,
+                              split_tail=True),
     # hopper_glu: x (M, K) K-major, the (K, 2, F) weight MN-major and loaded as gate and up
     # columns side by side (GatedWeightLoad); the epilogue writes act(gate) * up, half the
     # tile's width, so only tiles whose half width is whole 64-column boxes.

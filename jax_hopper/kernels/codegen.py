@@ -111,7 +111,8 @@ def _piece_args(fam: catalog.Family, tile: catalog.TileShape) -> str:
     """gemm_kernel_info's trailing arguments where the family's `tile` departs from their
     defaults."""
     if fam.last_arrival_tile(tile):
-        return f", {fam.min_piece_blocks or 'kMinPieceBlocks'}, true"
+        return (f", {fam.min_piece_blocks or 'kMinPieceBlocks'}, true, "
+                f"{str(fam.split_tail).lower()}")
     return "" if fam.min_piece_blocks is None else f", {fam.min_piece_blocks}"
 
 

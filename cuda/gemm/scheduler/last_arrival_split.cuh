@@ -7,8 +7,9 @@
 // split (stream_k.cuh) instead has the piece with k-block 0 wait for the others' flags, then
 // read their partials, while the pieces that finished first sit idle. NOTES: on the same pieces
 // (1 x 4096 x 4096, 32 tiles in 4) this ran 22.9 against 25.1 us (H100, 2026-11-24, forced
-// plans in one process). Whole-tile plans run on a persistent grid. Clusters of one CTA (the
-// swap-AB family's).
+// plans in one process). Whole-tile plans run on a persistent grid; in the kernels that split
+// their tail (plan_split_tail) each CTA takes its piece of a last-wave tile after its whole
+// tiles. Clusters of one CTA (the swap-AB family's).
 // NOTES: every piece storing its partial and stopping, a second kernel (launched behind the
 // GEMM with programmatic dependent launch, one thread per float4 of a tile) summing them and
 // running the epilogue, took the last arrivals' fix-up off the busiest SMs (128 x 768 x 4096:
@@ -18,7 +19,8 @@
 // (H100, 2026-11-28, ab_h100_20261128_split_reduce.json; branch next/split-reduce, 35025ef).
 // Not kept.
 // Its host side, work list and workspace are StreamKScheduler's; the counters take the ready
-// flags' memory (two per tile, fewer than the plan's two per piece). Needs no shared memory.
+// flags' memory (two per split tile, fewer than the plan's two per piece). Needs no shared
+// memory.
 #pragma once
 
 #include <cstdint>
@@ -42,15 +44,17 @@ struct LastArrivalSplitScheduler : StreamKScheduler<BM, BN> {
   }
 
   // StreamKScheduler's checks, and the plan's shape: whole tiles, or every tile in equal
-  // pieces, one per CTA (plan_last_arrival_split).
+  // pieces, one per CTA, or whole waves and the rest in equal pieces (plan_last_arrival_split).
+  // StreamKScheduler's check that the pieces cover the split tiles' k-blocks end to end then
+  // makes each piece one tile's.
   static std::string host_params(const GemmArgs& g, int64_t product_cols, int block_k,
                                  Params* p) {
     if (g.cluster_m * g.cluster_n != 1) return "the last-arrival split runs clusters of one CTA";
     std::string e = Base::host_params(g, product_cols, block_k, p);  // sk_quota >= 1 after it
     const StreamKPlan& s = g.plan;
     if (e.empty() && s.sk_clusters != 0 &&
-        (s.dp_tiles != 0 || s.sk_extra != 0 || s.k_blocks % s.sk_quota != 0 ||
-         s.sk_clusters != s.grid_clusters))
+        (s.sk_extra != 0 || s.k_blocks % s.sk_quota != 0 || s.dp_tiles % s.grid_clusters != 0 ||
+         (s.dp_tiles == 0 && s.sk_clusters != s.grid_clusters)))
       e = "the plan is not a last-arrival split of the problem (plan_last_arrival_split)";
     return e;
   }
@@ -72,14 +76,14 @@ struct LastArrivalSplitScheduler : StreamKScheduler<BM, BN> {
     static_assert(kFixupBatch % kBatch == 0, "a strip's partial is whole rounds of loads");
     constexpr int kPerRound = kFixupBatch / kBatch;
     const int32_t n = pieces(p.plan);
-    if (n == 1) return true;
+    if (n == 1 || u.tile < p.plan.dp_tiles) return true;  // a whole tile
     const int32_t mine = u.k_begin / p.plan.sk_quota;
     const int32_t first = cluster - mine;  // the CTA of the tile's piece 0
     store_partial<kRegs>(thread_part(partial_slot<kRegs>(p.partials, cluster, wg), wg_thread), acc);
     ptx::named_barrier_sync(barrier_id, 128);
     bool last = false;
     if (wg_thread == 0) {
-      int32_t* count = &p.partials.ready[u.tile * 2 + wg];
+      int32_t* count = &p.partials.ready[(u.tile - p.plan.dp_tiles) * 2 + wg];
       __threadfence();  // release: the warpgroup's partial before its arrival
       last = atomicAdd(count, 1) == n - 1;
       if (last) {

@@ -168,7 +168,8 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
 // than resident CTAs, every tile cut into `pieces` equal k-ranges, one per CTA, as many as fit
 // in one wave (a divisor of the k-blocks, at least min_piece_blocks long, at most
 // kMaxArrivalPieces); otherwise whole tiles on a persistent grid (plan_stream_k without a
-// split). Nothing waits: the last piece of a tile to finish sums the others.
+// split), and in the kernels that take it the last partial wave's tiles in pieces
+// (plan_split_tail). Nothing waits: the last piece of a tile to finish sums the others.
 // NOTES: more pieces than one wave holds measured slower, each CTA paying its own start and
 // pipeline fill: against the collector split below (H100, 2026-11-24, forced plans, 7 reps, us):
 // 1 x 4096 x 4096 (32 tiles) 2 / 4 / 8 pieces 22.5 / 22.9 / 26.9 (collector, 4 pieces: 25.1);
@@ -186,12 +187,59 @@ JH_HOST_DEVICE inline StreamKPlan plan_stream_k(int64_t tiles, int32_t k_blocks,
 // Untried: the fix-up off the consumers' path (the producer warpgroup's three idle warps).
 constexpr int32_t kMaxArrivalPieces = 16;
 
+// What one more piece of a split tail tile costs its last arrival (the piece's fp32 partial
+// stored, then read back and summed), in k-blocks of the tile's mainloop (plan_split_tail).
+constexpr int32_t kArrivalPieceBlocks = 2;
+
+// The tail split of plan_last_arrival_split, for the kernels that take it (GemmKernelInfo::
+// split_tail): past whole waves of `waves` x `resident_clusters` tiles, the `rest` tiles of the
+// last partial wave each cut into the same number of equal pieces, one per CTA after its whole
+// tiles, so that the CTAs the tail would leave idle share it. Of the splits that fit (rest x
+// pieces CTAs, pieces of at least min_piece_blocks, at most kMaxArrivalPieces, tiles of
+// kMinTailSplitBlocks or more), the one whose busiest CTA has the fewest k-blocks (its whole
+// tiles, padded where the split pads, plus a piece) with kArrivalPieceBlocks per piece past
+// the first; none (a plan without sk_clusters) where no split beats whole tiles. A padding
+// split pads every tile's k-blocks, the whole ones' too (the plan has one count).
+JH_HOST_DEVICE inline StreamKPlan plan_split_tail(int64_t waves, int64_t rest, int32_t k_blocks,
+                                                  int32_t resident_clusters,
+                                                  int32_t min_piece_blocks, bool pad_k_blocks) {
+  StreamKPlan s = {};
+  int64_t best_cost = (waves + 1) * k_blocks, best_split = 1, best_padded = k_blocks;
+  int64_t most = resident_clusters / rest;
+  if (most > kMaxArrivalPieces) most = kMaxArrivalPieces;
+  if (k_blocks < kMinTailSplitBlocks || rest * k_blocks >= (int64_t(1) << 31)) most = 1;
+  for (int64_t split = 2; split <= most; ++split) {
+    const int64_t piece = (k_blocks + split - 1) / split;
+    const int64_t padded = split * piece;
+    if (piece < min_piece_blocks || (padded != k_blocks && !pad_k_blocks) ||
+        padded - k_blocks > kMaxArrivalPieces - 1)
+      continue;
+    const int64_t cost = waves * padded + piece + kArrivalPieceBlocks * (split - 1);
+    if (cost < best_cost) best_cost = cost, best_split = split, best_padded = padded;
+  }
+  if (best_split == 1) return s;
+  s.k_blocks = static_cast<int32_t>(best_padded);
+  s.grid_clusters = resident_clusters;
+  s.dp_tiles = static_cast<int32_t>(waves * resident_clusters);
+  s.sk_clusters = static_cast<int32_t>(rest * best_split);
+  s.sk_quota = static_cast<int32_t>(best_padded / best_split);
+  return s;
+}
+
 JH_HOST_DEVICE inline StreamKPlan plan_last_arrival_split(int64_t tiles, int32_t k_blocks,
                                                           int32_t resident_clusters,
                                                           int32_t min_piece_blocks,
-                                                          bool pad_k_blocks = false) {
-  // plan_stream_k's small-M split with more pieces; its tail split (after whole waves) is not
-  // one the scheduler takes, so past one wave every tile stays whole.
+                                                          bool pad_k_blocks = false,
+                                                          bool split_tail = false) {
+  // Past one wave: the tail split where the kernel takes it and one pays, else whole tiles.
+  if (split_tail && tiles > resident_clusters && tiles % resident_clusters != 0) {
+    const StreamKPlan s =
+        plan_split_tail(tiles / resident_clusters, tiles % resident_clusters, k_blocks,
+                        resident_clusters, min_piece_blocks, pad_k_blocks);
+    if (s.sk_clusters > 0) return s;
+  }
+  // plan_stream_k's small-M split with more pieces (plan_stream_k's own tail split, ranges end
+  // to end across tiles, is not one the scheduler takes).
   return plan_stream_k(tiles, k_blocks, resident_clusters,
                        tiles < resident_clusters ? resident_clusters : 0, min_piece_blocks,
                        kMaxArrivalPieces, pad_k_blocks);

@@ -18,7 +18,7 @@ from jax_hopper.gemm.heuristics.grouped import (  # noqa: F401
     choose_contraction_config, choose_grouped_config, choose_grouped_glu_config,
     grouped_heuristic_config)
 from jax_hopper.gemm.heuristics.plan import (  # noqa: F401
-    busiest_cta, busy_ctas, can_plan, plan_cost, plan_of)
+    busiest_cta, busy_ctas, can_plan, odd_plan_of, plan_cost, plan_of)
 from jax_hopper.gemm.heuristics.swap import (  # noqa: F401
     L2_REQUEST_COST, MID_TOKEN_TILES, NARROW_WIDE_MIN_K_BLOCKS, ODD_WEIGHT_MAX_M, SWAP_MAX_M,
     SWAP_MID_MAX_COST, SWAP_NARROW_BUSY_SHARE, SWAP_NARROW_MAX_WEIGHT_BYTES, WIDE_TILES_YIELD,
@@ -63,7 +63,7 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
             config = GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
         return config
     if swaps and odd_weight and m <= ODD_WEIGHT_MAX_M:
-        return odd_weight_config(family, batch, m, n, num_sms)
+        return odd_weight_config(family, batch, m, n, k, num_sms)
     fam = catalog.FAMILIES[family]
     config = choose_config(m, n, k, batch, num_sms, tiles=fam.tiles, multicast=fam.multicast,
                            pingpong=fam.pingpong_mid_m, off_line=off_line,

@@ -28,6 +28,16 @@ def plan_of(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int
     return config.plan(kernel, batch, m, n, k, num_sms * config.ctas_per_sm // cluster)
 
 
+def odd_plan_of(tile: catalog.TileShape, batch: int, m: int, n: int, k: int,
+                num_sms: int, stream_k: bool = True) -> dict:
+    """plan_of for a swapped call whose weight the matmul_swap_odd kernel of odd tile `tile`
+    (catalog.SWAP_ODD_TILES) reads in place (pitch.shifted_weight_tile), split as its
+    family splits (the last partial wave too: plan_split_tail) where stream_k."""
+    kernel = catalog.KernelInstance("matmul_swap_odd", "bfloat16", tile, True, False).name
+    config = GemmConfig.for_tile(tile, swap_ab=True, stream_k=stream_k)
+    return config.plan(kernel, batch, m, n, k, num_sms * tile.ctas_per_sm)
+
+
 def busy_ctas(config: GemmConfig, batch: int, m: int, n: int, k: int, num_sms: int,
               family: str = "matmul") -> int:
     """The CTAs that the work plan of an unswapped `config` keeps busy on a GPU of `num_sms`

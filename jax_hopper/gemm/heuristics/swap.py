@@ -9,7 +9,8 @@ from jax_hopper.kernels import catalog
 from jax_hopper.gemm import pitch
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.heuristics.dense import DEFAULT_NUM_SMS, LONG_K_BLOCKS, tile_count
-from jax_hopper.gemm.heuristics.plan import busiest_cta, busy_ctas, can_plan, plan_cost, plan_of
+from jax_hopper.gemm.heuristics.plan import (busiest_cta, busy_ctas, can_plan, odd_plan_of,
+                                             plan_cost, plan_of)
 
 # The most rows a swap-AB decode tile holds (its widest token tile): above it the product runs
 # unswapped, unless its weight is narrow (swap_for_narrow_weight) or its rows fit the wide
@@ -73,15 +74,17 @@ def choose_swap_config(m: int, tiles: tuple[catalog.TileShape, ...], n: int = 0,
     return GemmConfig.for_tile(tile, swap_ab=True, stream_k=True)
 
 
-def odd_weight_config(family: str, batch: int, m: int, n: int,
+def odd_weight_config(family: str, batch: int, m: int, n: int, k: int,
                       num_sms: int = DEFAULT_NUM_SMS) -> GemmConfig:
     """The swapped config for a product of SWAP_MAX_M < m <= ODD_WEIGHT_MAX_M rows against n
     weight columns that the matmul_swap_odd tiles read in place (pitch.weight_read_shifted):
     the odd tile of least waves x (its width + ODD_SHIFT_TOKENS), the wider on a tie, as the
     swapped family's unclustered config that launches it (pitch.shifted_config_tile). Each
-    token tile multiplies its width's tokens and shifts every weight k-block again; its waves
-    are its tiles over the SMs, whole waves past the first (a tile past one wave runs whole:
-    plan_last_arrival_split), a share of one below it (the tiles split along K to fill it).
+    token tile multiplies its width's tokens and shifts every weight k-block again. Its waves
+    are a share of one under a wave of tiles (the tiles split along K to fill it) and past one
+    the busiest CTA's k-blocks over a tile's under its plan (plan_of: whole waves, and the last
+    partial wave's tiles in pieces where that pays, plan_split_tail), or whole waves where the
+    planner is not here.
     NOTES: the ratios the cost predicts against those measured (H200, 2026-12-02, the device
     times of ODD_WEIGHT_MAX_M's NOTES, 32001 x 4096 weight): 160 rows, 128 against 192 tokens
     1.50 / 1.41; 256 rows 0.75 / 0.77; 320 rows 1.125 / 1.12; 96 rows, 64 against 128 tokens
@@ -93,7 +96,13 @@ def odd_weight_config(family: str, batch: int, m: int, n: int,
     waves), the other 16 1.04-1.65x (geomean of all 18 1.158)."""
     def cost(tile: catalog.TileShape) -> tuple[float, int]:
         tiles = tile_count(n, m, batch, tile)
-        waves = tiles / num_sms if tiles <= num_sms else math.ceil(tiles / num_sms)
+        if tiles <= num_sms:
+            waves = tiles / num_sms
+        elif can_plan():
+            plan = odd_plan_of(tile, batch, m, n, k, num_sms)
+            waves = busiest_cta(plan)[0] / plan["k_blocks"]
+        else:
+            waves = math.ceil(tiles / num_sms)
         return waves * (tile.block_n + ODD_SHIFT_TOKENS), -tile.block_n
     tile = min(catalog.SWAP_ODD_TILES, key=cost)
     return GemmConfig.for_tile(pitch.shifted_config_tile(family, tile), swap_ab=True,
