@@ -200,6 +200,15 @@ constexpr int32_t kArrivalPieceBlocks = 2;
 // tiles, padded where the split pads, plus a piece) with kArrivalPieceBlocks per piece past
 // the first; none (a plan without sk_clusters) where no split beats whole tiles. A padding
 // split pads every tile's k-blocks, the whole ones' too (the plan has one count).
+// NOTES: the odd-weight tiles (matmul_swap_odd) take it: their k-blocks are paced by the
+// consumers' shift and wgmmas, not by the weight's HBM stream (the swap-AB tiles' tail splits,
+// collector ranges on HBM-bound decode streams, lost 3-13%: plan_stream_k's NOTES). Against
+// whole tiles, one process, 5 reps, device time (H200, 2026-12-03,
+// ab_h200_20261203_split_tail.json): 1.095-1.335x on the 11 odd-weight shapes whose plan or
+// token tile it changes (300 x 8996 x 5408 130.7 -> 102.8 us: 142 tiles of 192 tokens, the
+// last 10 in 5 pieces of 17; 64 x 33997 x 8032 1.335x, 16 x 39337 x 7880 1.143x), the
+// unchanged ones 0.99-1.00x. kArrivalPieceBlocks is a guess (a 192-token tile's partial is
+// 96 KB, read back at roughly a k-block's time), not fitted.
 JH_HOST_DEVICE inline StreamKPlan plan_split_tail(int64_t waves, int64_t rest, int32_t k_blocks,
                                                   int32_t resident_clusters,
                                                   int32_t min_piece_blocks, bool pad_k_blocks) {

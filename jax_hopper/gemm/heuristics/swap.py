@@ -36,7 +36,10 @@ SWAP_MAX_M = max(t.block_n for t in catalog.SWAP_TILES)
 # Since then (H200, 2026-12-03) every odd tile has a stage more (catalog.SWAP_ODD_TILES), the
 # 192-token one 1.13-1.18x faster at 160 and 384 rows (docs/benchmarks.md): this bound and
 # odd_weight_config's costs were fitted before that and not refitted (at 448-512 rows the odd
-# tiles ran 0.91-1.09x the copy then; they may now win there).
+# tiles ran 0.91-1.09x the copy then; they may now win there). With the stage more and the
+# split tail (H200, 2026-12-03, gemm_h200_20261203_odd_past384.json, device time): at 448-576
+# rows the 192-token odd tile ran 0.98-1.00x the copy on 6 of 8 shapes, 1.26x at 576 x 20673 x
+# 3296 and 0.92x at 448 x 100277 x 560 (9 k-blocks a tile): a tie, so the bound stays.
 ODD_WEIGHT_MAX_M = 2 * max(t.block_n for t in catalog.SWAP_ODD_TILES)
 # What shifting a weight k-block into place costs a token tile, in tokens of its wgmmas
 # (odd_weight_config): the same for every token width.
@@ -93,7 +96,12 @@ def odd_weight_config(family: str, batch: int, m: int, n: int, k: int,
     shapes drawn after it (ab_h200_20261202_odd_wide_heldout.json, device time against the
     copy or the 64-token tile of 0710a25) it ran 300 x 8996 x 5408 0.78x on 142 tiles of 192
     tokens (a second wave of 10 tiles over 676 k-blocks), 340 x 26554 x 2896 0.96x (416: 3.15
-    waves), the other 16 1.04-1.65x (geomean of all 18 1.158)."""
+    waves), the other 16 1.04-1.65x (geomean of all 18 1.158).
+    NOTES: with the last partial wave split and counted so (H200, 2026-12-03,
+    ab_h200_20261203_split_tail.json, against whole tiles and whole-wave counts): 300 x 8996 x
+    5408 takes the 192-token tile (a wave and 10 tiles in 5 pieces: 1.2 waves x 256 against
+    two of 128 tokens' 2 x 192), 130.7 -> 102.8 us (0.917x XLA, was 0.73x); the 11 shapes it
+    changes 1.095-1.335x."""
     def cost(tile: catalog.TileShape) -> tuple[float, int]:
         tiles = tile_count(n, m, batch, tile)
         if tiles <= num_sms:
