@@ -13,6 +13,16 @@ true shapes):
   are computed and never stored);
 - an output whose pitch breaks the rule is computed with its N padded (bias and residual padded
   to match; b is not copied: its missing rows read as zeros) and sliced after the call.
+  NOTES: the slice is XLA's, which fuses it into the output's consumer where there is one.
+  Alone it can cost as much as the GEMM (251 x 100277 from 100280 bf16 columns: 120.4 us at
+  0.67 TB/s, ncu_h200_20261203_odd_251.txt). A kernel of our own for it (aligned 16-byte stores
+  of the dense rows, element loads from the padded ones; branch unpad-tried, ead09b5) ran that
+  call 1.67x faster alone (234.2 -> 140.6 us, 1.01x XLA) and the others 1.00-1.01x, but
+  followed by a reduction, whose fusion XLA's slice joins, 0.75-0.96x (2048 x 50257 x 768
+  357.5 -> 476.6 us: a pass the fusion did not need; H200, 2026-12-03,
+  ab_h200_20261203_unpad.json, ab_h200_20261203_unpad_fused.log). Not kept: an output is
+  rarely the end of a program. What removes the pass either way is the epilogue storing such
+  rows itself (generic-proxy stores from its staging; not built).
 The gated weight of hopper_glu has its own layout (the handler needs its K exact), so a padded K
 pads the weight's K too.
 A weight is copied too, except up to 384 rows (heuristics.ODD_WEIGHT_MAX_M): there the copy
