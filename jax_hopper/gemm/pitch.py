@@ -118,6 +118,16 @@ def shifted_weight_tile(b, b_mn_major: bool, config, family: str):
     return next((t for t in catalog.SWAP_ODD_TILES if t.block_n == config.block_n), None)
 
 
+# The family of the kernels that read a weight_read_shifted weight in place.
+SHIFTED_FAMILY = "matmul_swap_odd"
+
+
+def shifted_kernel(dtype, odd: catalog.TileShape) -> str:
+    """The catalog name of the SHIFTED_FAMILY kernel of odd tile `odd` for a `dtype` weight:
+    its A is the weight, stored (K, N) (MN-major), its B the tokens, K-major."""
+    return catalog.KernelInstance(SHIFTED_FAMILY, np.dtype(dtype).name, odd, True, False).name
+
+
 def shifted_config_tile(family: str, odd: catalog.TileShape) -> catalog.TileShape:
     """The tile of `family`'s swapped family whose unclustered swapped config launches odd tile
     `odd` on a weight_read_shifted weight (shifted_weight_tile's inverse): the first of its

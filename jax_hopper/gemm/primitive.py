@@ -33,7 +33,6 @@ from jax_hopper.gemm.heuristics import SWAP_MAX_M
 from jax_hopper.gemm.shared_batch import fold, folds
 from jax_hopper.gemm.typed_reshape import explicitly_sharded
 from jax_hopper.gemm.tuned import default_config
-from jax_hopper.kernels import catalog
 
 hopper_gemm_p = Primitive("hopper_gemm")
 
@@ -211,9 +210,8 @@ def _cuda_lowering(ctx, a, b, bias, residual, *, a_mn_major, b_mn_major, out_dty
         kernel_family = config.kernel_family(family)
         kernel = config.kernel(family, a_aval.dtype.name, a_mn_major, b_mn_major)
     else:
-        kernel_family = "matmul_swap_odd"
-        kernel = catalog.KernelInstance(kernel_family, a_aval.dtype.name, shifted, True,
-                                        False).name
+        kernel_family = pitch.SHIFTED_FAMILY
+        kernel = pitch.shifted_kernel(a_aval.dtype, shifted)
     k = a_aval.shape[1] if a_mn_major else a_aval.shape[2]
     if family != "glu":  # K is the longer operand's (one may be padded along it)
         k = max(k, b_aval.shape[2] if not b_mn_major else b_aval.shape[1])

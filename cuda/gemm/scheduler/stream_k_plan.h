@@ -220,9 +220,8 @@ JH_HOST_DEVICE inline StreamKPlan plan_split_tail(int64_t waves, int64_t rest, i
   for (int64_t split = 2; split <= most; ++split) {
     const int64_t piece = (k_blocks + split - 1) / split;
     const int64_t padded = split * piece;
-    if (piece < min_piece_blocks || (padded != k_blocks && !pad_k_blocks) ||
-        padded - k_blocks > kMaxArrivalPieces - 1)
-      continue;
+    // (A padded split adds fewer than `split` k-blocks of zeros: within kMaxPadKBlocks.)
+    if (piece < min_piece_blocks || (padded != k_blocks && !pad_k_blocks)) continue;
     const int64_t cost = waves * padded + piece + kArrivalPieceBlocks * (split - 1);
     if (cost < best_cost) best_cost = cost, best_split = split, best_padded = padded;
   }

@@ -4,6 +4,7 @@ the busiest, which the swap-AB rules weigh."""
 from __future__ import annotations
 
 from jax_hopper.kernels import catalog
+from jax_hopper.gemm import pitch
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.heuristics.dense import SPLIT_PIECE_KBLOCKS
 
@@ -33,7 +34,7 @@ def odd_plan_of(tile: catalog.TileShape, batch: int, m: int, n: int, k: int,
     """plan_of for a swapped call whose weight the matmul_swap_odd kernel of odd tile `tile`
     (catalog.SWAP_ODD_TILES) reads in place (pitch.shifted_weight_tile), split as its
     family splits (the last partial wave too: plan_split_tail) where stream_k."""
-    kernel = catalog.KernelInstance("matmul_swap_odd", "bfloat16", tile, True, False).name
+    kernel = pitch.shifted_kernel("bfloat16", tile)  # the plan does not depend on the dtype
     config = GemmConfig.for_tile(tile, swap_ab=True, stream_k=stream_k)
     return config.plan(kernel, batch, m, n, k, num_sms * tile.ctas_per_sm)
 

@@ -34,12 +34,11 @@ SWAP_MAX_M = max(t.block_n for t in catalog.SWAP_TILES)
 # ncu_h200_20261202_odd_wide.txt). At 65-128 rows one 128-token tile ran 1.10-1.52x the two
 # 64-token tiles the rule took before (96 x 32001 x 4096 105.2 vs 159.4).
 # Since then (H200, 2026-12-03) every odd tile has a stage more (catalog.SWAP_ODD_TILES), the
-# 192-token one 1.13-1.18x faster at 160 and 384 rows (docs/benchmarks.md): this bound and
-# odd_weight_config's costs were fitted before that and not refitted (at 448-512 rows the odd
-# tiles ran 0.91-1.09x the copy then; they may now win there). With the stage more and the
-# split tail (H200, 2026-12-03, gemm_h200_20261203_odd_past384.json, device time): at 448-576
-# rows the 192-token odd tile ran 0.98-1.00x the copy on 6 of 8 shapes, 1.26x at 576 x 20673 x
-# 3296 and 0.92x at 448 x 100277 x 560 (9 k-blocks a tile): a tie, so the bound stays.
+# 192-token one 1.13-1.18x faster at 160 and 384 rows, and the last partial wave splits
+# (plan_split_tail). Measured again past the bound (gemm_h200_20261203_odd_past384.json, device
+# time): at 448-576 rows the 192-token odd tile ran 0.98-1.00x the copy on 6 of 8 shapes,
+# 1.26x at 576 x 20673 x 3296 and 0.92x at 448 x 100277 x 560 (9 k-blocks a tile): a tie, so
+# the bound stays.
 ODD_WEIGHT_MAX_M = 2 * max(t.block_n for t in catalog.SWAP_ODD_TILES)
 # What shifting a weight k-block into place costs a token tile, in tokens of its wgmmas
 # (odd_weight_config): the same for every token width.
