@@ -21,8 +21,21 @@ true shapes):
   followed by a reduction, whose fusion XLA's slice joins, 0.75-0.96x (2048 x 50257 x 768
   357.5 -> 476.6 us: a pass the fusion did not need; H200, 2026-12-03,
   ab_h200_20261203_unpad.json, ab_h200_20261203_unpad_fused.log). Not kept: an output is
-  rarely the end of a program. What removes the pass either way is the epilogue storing such
-  rows itself (generic-proxy stores from its staging; not built).
+  rarely the end of a program. The epilogue storing such rows itself was built next (branch
+  odd-output, 04d2d6f): after each staging pass the consumer warpgroup's threads copied the
+  rows out in 16-byte windows aligned in global memory (two staged chunks shifted by selects
+  and byte permutes; the partial window at each end of a row element by element), the
+  residual padded and loaded by TMA. Correct on the GPU (bit for bit against the TMA store of
+  the same product; every swap-AB, odd-weight, fp8 and dense GPU test passed) but slow: the
+  copy is synchronous, so both consumer warpgroups of a cooperative tile stop multiplying while
+  it runs, and its loop is latency-bound (a shared load, then a store, per window, divergent
+  element loops at row ends): 7-12 us more per 128 x 256 tile by the totals (not profiled).
+  As the program's result 1.36x at 251 x 100277 x 560 but 0.80-0.96x on five other odd shapes;
+  followed by a reduction 0.61-0.85x (2048 x 50257 x 768 355.0 -> 583.4 us; H200, 2026-12-03,
+  ab_h200_20261203_odd_output.json, ab_h200_20261203_odd_output_fused.log). To beat the fused
+  slice such a store has to stay asynchronous: staging laid out per row at the output's own
+  16-byte phase, each row's aligned middle stored by a bulk copy (cp.async.bulk, 16-byte
+  aligned at both ends) and only the few elements at its ends by threads (not built).
 The gated weight of hopper_glu has its own layout (the handler needs its K exact), so a padded K
 pads the weight's K too.
 A weight is copied too, except up to 384 rows (heuristics.ODD_WEIGHT_MAX_M): there the copy
