@@ -3,10 +3,10 @@ the busiest, which the swap-AB rules weigh."""
 
 from __future__ import annotations
 
-from jax_hopper.kernels import catalog
 from jax_hopper.gemm import pitch
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.heuristics.dense import SPLIT_PIECE_KBLOCKS
+from jax_hopper.kernels import catalog
 
 
 def can_plan() -> bool:
