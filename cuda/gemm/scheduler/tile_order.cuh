@@ -2,10 +2,11 @@
 // tiles are grouped so concurrently running CTAs share operand tiles in L2. Which cluster takes
 // which index is the scheduler's (cuda/gemm/scheduler/stream_k.cuh).
 // NOTES: which SM (and so which of the L2's two partitions) a cluster lands on is the
-// hardware's. Clusters taking their index from a counter per partition (so that each side's
-// clusters hold a contiguous run of this order) were correct but 0.96-1.00x on 9 shapes (H200,
-// 2026-12-03, ab_h200_20261203_l2_sides.log; branch l2-sides); the mid-M band they were for was
-// not timed with them. docs/benchmarks.md, "The L2's two partitions".
+// hardware's. Clusters taking their index from a counter per partition, with this order grouped
+// so that each partition's run of indices reads its own half of the larger operand, were correct
+// but no faster: 0.998-1.001x on seven one-wave mid-M shapes, 0.96-1.015x elsewhere (H200,
+// 2026-12-03, ab_h200_20261203_l2_sides.log; branch l2-sides). docs/benchmarks.md, "The L2's
+// two partitions".
 #pragma once
 
 #include <cstdint>
