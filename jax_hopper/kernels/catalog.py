@@ -321,10 +321,11 @@ SWAP_WIDE_TILES = (TileShape(128, 96, 64, 7), TileShape(128, 192, 64, 4))
 # 792 x 3072 x 14336) ran slower than these on all 7 mid shapes tried, in every cluster shape
 # and on either schedule: on that tiling our tensor pipes were 66% busy against nvjet's 91.6%,
 # our consumers waiting on full stages with 1.7x its L2 sector lookups for the same bytes
-# (H200, 2026-12-02; docs/benchmarks.md, "256 weight columns a tile"). Not kept. That tiling's
-# operand stream alone, nothing shared between CTAs, takes 110-117 us on 792 x 3072 x 14336, more
-# than nvjet's whole product (91 us) and our 128 x 160 default (103): such tiles pay only with nvjet's
-# 0.59x L2 lookups, whose mechanism is not known (probe_h200_20261203_tma_ring.txt).
+# (H200, 2026-12-02; docs/benchmarks.md, "256 weight columns a tile"). Not kept. nvjet's few
+# lookups come from its order (neighbouring CTAs share the weight block); ordered so (raster 'n'),
+# a 256 x 72 tile with 5 stages looked up as few and ran 1.12x faster, still 109.4 us against the
+# default's 97.1 and XLA's 91.3, its tensor pipes 63% busy (H200, 2026-12-03, branch w256,
+# gemm_h200_20261203_w256.log): the narrow wgmmas' consumer, not the loads, then limits it.
 SWAP_MID_TILES = (TileShape(128, 128, 64, 6), TileShape(128, 160, 64, 5))
 # The swapped tiles for a weight stored (K, N) whose rows TMA cannot address (N not a multiple
 # of 8; matmul_swap_odd): each stage stages the weight's k-block as 136-column boxes (17 KB for

@@ -7,6 +7,13 @@
 // but no faster: 0.998-1.001x on seven one-wave mid-M shapes, 0.96-1.015x elsewhere (H200,
 // 2026-12-03, ab_h200_20261203_l2_sides.log; branch l2-sides). docs/benchmarks.md, "The L2's
 // two partitions".
+// NOTES: the order also decides how often the L2 looks a line up: concurrent requests from
+// neighbouring SMs for the same lines count once (inferred, not documented). A stand-alone
+// read stream on 256 x 72 tiles took 75 us with consecutive blocks sharing the weight block, 108
+// us sharing the token tile (17.96 M against 28.96 M sectors). The other raster on every
+// default config measured 0.880-1.005x (geomean 0.979; H200, 2026-12-03,
+// ab_h200_20261203_raster_flip.log), so the defaults keep theirs; docs/benchmarks.md, "What
+// paces the one-wave mid-M tiling, and the order of tiles over the SMs".
 #pragma once
 
 #include <cstdint>
