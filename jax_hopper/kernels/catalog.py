@@ -323,9 +323,9 @@ SWAP_WIDE_TILES = (TileShape(128, 96, 64, 7), TileShape(128, 192, 64, 4))
 # our consumers waiting on full stages with 1.7x its L2 sector lookups for the same bytes
 # (H200, 2026-12-02; docs/benchmarks.md, "256 weight columns a tile"). Not kept. nvjet's few
 # lookups come from its order (neighbouring CTAs share the weight block); ordered so (raster 'n'),
-# a 256 x 72 tile with 5 stages looked up as few and ran 1.12x faster, still 109.4 us against the
-# default's 97.1 and XLA's 91.3, its tensor pipes 63% busy (H200, 2026-12-03, branch w256,
-# gemm_h200_20261203_w256.log): the narrow wgmmas' consumer, not the loads, then limits it.
+# a 256 x 72 tile looked up as few and ran 1.12x faster at 4 stages (124.6 -> 111.4 us), 109.4 at 5,
+# against the default's 97.1 and XLA's 91.3, its tensor pipes 63% busy (H200, 2026-12-03, branch
+# w256, gemm_h200_20261203_w256.log): the narrow wgmmas' consumer, not the loads, then limits it.
 SWAP_MID_TILES = (TileShape(128, 128, 64, 6), TileShape(128, 160, 64, 5))
 # The swapped tiles for a weight stored (K, N) whose rows TMA cannot address (N not a multiple
 # of 8; matmul_swap_odd): each stage stages the weight's k-block as 136-column boxes (17 KB for
