@@ -326,6 +326,10 @@ SWAP_WIDE_TILES = (TileShape(128, 96, 64, 7), TileShape(128, 192, 64, 4))
 # a 256 x 72 tile looked up as few and ran 1.12x faster at 4 stages (124.6 -> 111.4 us), 109.4 at 5,
 # against the default's 97.1 and XLA's 91.3, its tensor pipes 63% busy (H200, 2026-12-03, branch
 # w256, gemm_h200_20261203_w256.log): the narrow wgmmas' consumer, not the loads, then limits it.
+# Both consumer warpgroups over the whole tile on alternate k-blocks, their partial sums added
+# before the store (a guess at how nvjet keeps 256 x 72 busy; schedule 'kinterleaved', branch
+# w256) ran slower still: 110.1 against 108.1 us, tensor pipes 64% busy, and the 128 x 160 on it
+# 0.95x the default (H200, 2026-12-03, gemm_h200_20261203_w256_kinterleaved.log). Not kept.
 SWAP_MID_TILES = (TileShape(128, 128, 64, 6), TileShape(128, 160, 64, 5))
 # The swapped tiles for a weight stored (K, N) whose rows TMA cannot address (N not a multiple
 # of 8; matmul_swap_odd): each stage stages the weight's k-block as 136-column boxes (17 KB for
