@@ -44,8 +44,19 @@ CLOCK_EVENT_REASONS = {0x1: "gpu_idle", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
                        0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake"}
 
 
+def visible_gpu(env) -> int | bytes:
+    """The NVML handle key of the GPU that JAX's first device is: NVML counts every GPU of the
+    machine and ignores CUDA_VISIBLE_DEVICES, so its first entry (an index or a "GPU-..." UUID)
+    names it; without the variable, GPU 0."""
+    first = env.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if first.startswith(("GPU-", "MIG-")):
+        return first.encode()
+    return int(first) if first.isdigit() else 0
+
+
 class NvmlSampler:
-    """A thread sampling (time, SM MHz, watts, reason bits, deg C) of GPU 0 through NVML.
+    """A thread sampling (time, SM MHz, watts, reason bits, deg C) of the GPU JAX runs on
+    (visible_gpu) through NVML.
 
     Without NVML (no driver, or a machine without a GPU) `available` is False and no samples are
     taken: the timings are still reported, without clocks."""
@@ -58,9 +69,11 @@ class NvmlSampler:
         try:
             self._nvml = ctypes.CDLL(library)
             handle = ctypes.c_void_p()
-            if (self._nvml.nvmlInit_v2() != 0
-                    or self._nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) != 0):
-                raise OSError("nvmlInit_v2 or nvmlDeviceGetHandleByIndex_v2 failed")
+            gpu = visible_gpu(os.environ)
+            get = (self._nvml.nvmlDeviceGetHandleByUUID if isinstance(gpu, bytes)
+                   else self._nvml.nvmlDeviceGetHandleByIndex_v2)
+            if self._nvml.nvmlInit_v2() != 0 or get(gpu, ctypes.byref(handle)) != 0:
+                raise OSError(f"NVML: no handle for GPU {gpu!r}")
             self._handle = handle
             self.available = True
         except (OSError, AttributeError):

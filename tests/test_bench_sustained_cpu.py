@@ -36,6 +36,13 @@ def test_sampler_without_nvml_reports_unavailable_and_takes_no_samples():
     assert sampler.samples == []
 
 
+@pytest.mark.parametrize("env,want", [({}, 0), ({"CUDA_VISIBLE_DEVICES": "3,1"}, 3),
+                                      ({"CUDA_VISIBLE_DEVICES": "GPU-ab12,GPU-cd34"}, b"GPU-ab12"),
+                                      ({"CUDA_VISIBLE_DEVICES": ""}, 0)])
+def test_visible_gpu_follows_cuda_visible_devices(env, want):
+    assert bench_sustained.visible_gpu(env) == want
+
+
 def test_sustained_run_times_the_second_half():
     sets = timing.rotating_sets(jax.random.key(0), 32, 16, 8, 2)
     pairs = timing.rotation(sets, 3)
