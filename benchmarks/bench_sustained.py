@@ -122,19 +122,28 @@ def window_summary(samples, t0: float, t1: float) -> dict | None:
 
 def sustained_run(run, pairs, seconds: float) -> tuple[float, float, float]:
     """Calls `run(pairs)` back to back for `seconds`; returns (seconds per product over the
-    second half, that half's start, its end), both ends at synchronisations."""
+    second half, that half's start, its end), both ends at synchronisations. Each
+    synchronisation waits for the batch before the one just queued, so the GPU never runs dry."""
     start = time.time()
     marks = []  # (time, products done) at each synchronisation
-    done = 0
-    while True:
+
+    def queue_batch():
         for _ in range(SYNC_EVERY):
-            out = run(pairs)
-            done += len(pairs)
-        jax.block_until_ready(out)
+            out = run(pairs)  # the run before's outputs are freed once computed
+        return out
+
+    done, batch = 0, SYNC_EVERY * len(pairs)
+    queued = queue_batch()
+    while True:
+        ahead = queue_batch()
+        jax.block_until_ready(queued)
+        done += batch
         now = time.time()
         marks.append((now, done))
+        queued = ahead
         if now - start >= seconds:
             break
+    jax.block_until_ready(queued)
     half = next(m for m in marks if m[0] - start >= seconds / 2)
     if half is marks[-1]:
         half = marks[-2] if len(marks) > 1 else (start, 0)
