@@ -29,6 +29,7 @@ import time
 import jax
 import jax.numpy as jnp
 
+import bench_gemm
 import timing
 
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -150,15 +151,11 @@ def sustained_run(run, pairs, seconds: float) -> tuple[float, float, float]:
     return (now - half[0]) / (done - half[1]), half[0], now
 
 
-def variants(configs: list[dict]) -> dict:
-    """name -> the product each variant chains: XLA, our default, and each forced config."""
-    out = {"xla": lambda a, b: jnp.dot(a, b),
-           "default": lambda a, b: jax_hopper.hopper_matmul(a, b)}
-    for fields in configs:
-        cfg = jax_hopper.GemmConfig(**fields)
-        name = ",".join(f"{k}={v}" for k, v in fields.items())
-        out[name] = lambda a, b, cfg=cfg: jax_hopper.hopper_matmul(a, b, config=cfg)
-    return out
+def variants(configs: list[dict]) -> tuple[dict, dict]:
+    """(name -> the product each variant chains, name -> why it was skipped): XLA, then
+    bench_gemm's hopper variants (the default config and one per forced config)."""
+    hopper, skipped = bench_gemm.hopper_variants(configs)
+    return {"xla": lambda a, b: jnp.dot(a, b), **hopper}, skipped
 
 
 def main():
@@ -184,7 +181,10 @@ def main():
             sets = timing.rotating_sets(jax.random.key(0), m, n, k,
                                         timing.n_sets_for(2 * (m * k + k * n + m * n)))
             pairs = timing.rotation(sets, CALLS)
-            runs = {name: timing.chained(f) for name, f in variants(args.configs).items()}
+            products, skipped = variants(args.configs)
+            for name, why in skipped.items():
+                print(f"{name} skipped: {why}", file=sys.stderr)
+            runs = {name: timing.chained(f) for name, f in products.items()}
             for run in runs.values():  # compile and warm up
                 jax.block_until_ready(run(pairs))
             per = {name: [] for name in runs}
@@ -194,12 +194,13 @@ def main():
                     per_call, t0, t1 = sustained_run(run, pairs, args.seconds)
                     per[name].append(dict(us=per_call * 1e6,
                                           **(window_summary(sampler.samples, t0, t1) or {})))
-            row = dict(shape=[m, n, k], variants={})
+            row = dict(shape=[m, n, k], variants={}, skipped=skipped)
+            xla_us = statistics.median(r["us"] for r in per["xla"])
             for name, rs in per.items():
                 us = statistics.median(r["us"] for r in rs)
                 row["variants"][name] = dict(
                     us=us, tflops=timing.tflops(m, n, k, us * 1e-6), runs=rs,
-                    xla_over_this_time=statistics.median(r["us"] for r in per["xla"]) / us,
+                    xla_over_this_time=xla_us / us,
                     **{key: statistics.median(r[key] for r in rs)
                        for key in ("sm_mhz", "watts") if all(key in r for r in rs)})
             rows.append(row)

@@ -56,10 +56,12 @@ def test_sustained_run_times_the_second_half():
 
 
 def test_variants_name_each_forced_config():
-    names = list(bench_sustained.variants([{"block_m": 128, "block_n": 256, "stages": 4}]))
-    assert names == ["xla", "default", "block_m=128,block_n=256,stages=4"]
+    products, skipped = bench_sustained.variants([{"block_m": 128, "block_n": 256, "stages": 4}])
+    assert list(products) == ["xla", "hopper", "hopper:block_m=128,block_n=256,stages=4"]
+    assert skipped == {}
 
 
 def test_variants_reject_an_unknown_config_field():
-    with pytest.raises(TypeError):
-        bench_sustained.variants([{"block_q": 128}])
+    products, skipped = bench_sustained.variants([{"block_q": 128}])
+    assert "hopper:block_q=128" not in products
+    assert "block_q" in skipped["hopper:block_q=128"]
