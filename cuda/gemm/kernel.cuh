@@ -145,6 +145,12 @@ struct GemmKernel {
         // The whole of warp 0 walks the work list and waits on the ring; one elected lane
         // issues each stage's expect_tx and TMA loads (Mainloop::load). The warp index is
         // broadcast so the branch is known to be warp-uniform.
+        // NOTES: issued from `threadIdx.x == 0`, each TMA sat in a loop over the active lanes'
+        // distinct operand values (R2UR, ELECT, BRA.U.ANY); elected from a converged warp,
+        // those loops are gone from the producers' k-block loops (BRA.U.ANY 5014 -> 2225, R2UR
+        // 24888 -> 10162 over the build), but the time did not move: device time 0.95-1.035x,
+        // geomean 0.998 on 17 cases (H200, 2026-12-04, ab_h200_20261204_warp_producer.log).
+        // The producer's instructions are not what paces the one-wave mid-M tiling.
         if (__shfl_sync(0xFFFFFFFFu, threadIdx.x / 32, 0) == 0) {
           typename Mainloop::Pipe pipe;
           typename Scheduler::Work work(p.scheduler, cluster_id);

@@ -6,10 +6,10 @@
 
 namespace jax_hopper::ptx {
 
-// True in exactly one lane of the (whole, converged) warp. Code under it runs on that lane with
-// the warp's other values known to be warp-uniform, so ptxas moves them into uniform registers
-// once, instead of looping over the active lanes' distinct values (BRA.U.ANY) before each
-// instruction that takes a uniform operand, as under `if (threadIdx.x == 0)`.
+// True in exactly one lane of the (whole, converged) warp. Under `if (threadIdx.x == 0)` ptxas
+// wraps each instruction that takes uniform-register operands (a TMA's) in a loop over the
+// active lanes' distinct values (R2UR, ELECT, BRA.U.ANY); under an election from a converged
+// warp whose values are warp-uniform it does not (seen in SASS, CUDA 13.0: kernel.cuh's NOTES).
 __device__ __forceinline__ bool elect_one_sync() {
   uint32_t elected = 0;
   asm volatile(
