@@ -9,12 +9,12 @@
 //   Schedule  (cuda/gemm/schedule/):  how the two consumer warpgroups share the tiles:
 //             cooperative (both on every tile, a half each) or ping-pong (alternate tiles, one
 //             warpgroup's epilogue under the other's mainloop); or lean (one warpgroup).
-// Warpgroup 0 is the producer (its warp 0 walks the cluster's work list in order, one elected
-// lane issuing the TMA loads); warpgroups 1 and 2 are the consumers. The lean schedule instead
-// runs one warpgroup that feeds itself (Schedule::kSelfFed): a small CTA, several to an SM. An
-// optional 2-CTA cluster multicasts the operand the two CTAs share. CTAS_PER_SM CTAs are
-// resident on an SM at once (the launch bounds and the register split follow it; the policies'
-// shared memory must fit that many times). The generated catalog
+// Warpgroup 0 is the producer (one thread issues the TMA loads for every tile of the cluster's
+// work list, in order); warpgroups 1 and 2 are the consumers. The lean schedule instead runs
+// one warpgroup that feeds itself (Schedule::kSelfFed): a small CTA, several to an SM. An
+// optional 2-CTA cluster multicasts the operand the two CTAs share. CTAS_PER_SM CTAs are resident on an SM at once (the
+// launch bounds and the register split follow it; the policies' shared memory must fit that
+// many times). The generated catalog
 // (jax_hopper/kernels/codegen.py) names one instance per compiled combination.
 #pragma once
 
@@ -118,8 +118,7 @@ struct GemmKernel {
     uint64_t* schedule_bars = bars + Mainloop::kBarriers + Epilogue::kBarriers;
 
     const uint32_t cluster_size = p.cluster_m * p.cluster_n;
-    const uint32_t rank =
-        cluster_size > 1 ? __shfl_sync(0xFFFFFFFFu, ptx::cluster_ctarank(), 0) : 0;
+    const uint32_t rank = cluster_size > 1 ? ptx::cluster_ctarank() : 0;
     // Broadcast from lane 0, so the compiler knows it is the same across the warp: what is
     // derived from it (a consumer warpgroup's descriptors, barrier ids) then lives in uniform
     // registers instead of being recomputed per thread in the mainloop.
@@ -142,16 +141,14 @@ struct GemmKernel {
       if (warpgroup == 0) {
         // -------------------------------------------------------------- producer
         ptx::setmaxnreg_dec<kProducerRegs>();
-        // The whole of warp 0 walks the work list and waits on the ring; one elected lane
-        // issues each stage's expect_tx and TMA loads (Mainloop::load). The warp index is
-        // broadcast so the branch is known to be warp-uniform.
-        // NOTES: issued from `threadIdx.x == 0`, each TMA sat in a loop over the active lanes'
-        // distinct operand values (R2UR, ELECT, BRA.U.ANY); elected from a converged warp,
-        // those loops are gone from the producers' k-block loops (BRA.U.ANY 5014 -> 2225, R2UR
-        // 24888 -> 10162 over the build), but the time did not move: device time 0.95-1.035x,
-        // geomean 0.998 on 17 cases (H200, 2026-12-04, ab_h200_20261204_warp_producer.log).
-        // The producer's instructions are not what paces the one-wave mid-M tiling.
-        if (__shfl_sync(0xFFFFFFFFu, threadIdx.x / 32, 0) == 0) {
+        // NOTES: from this one thread ptxas wraps each TMA in a loop over the lanes that might
+        // hold other operands (R2UR, ELECT, BRA.U.ANY). The loop on the whole of warp 0 with
+        // one lane elected (elect.sync) to issue each stage's loads, the lean warpgroup's too,
+        // removed those loops (BRA.U.ANY 5014 -> 2225, R2UR 24888 -> 10162 over the build) but
+        // not time: device time 0.998x over 17 cases, the aligned ones 0.978-1.035x, and the
+        // odd-weight (shifted) decode kernels 0.95-0.98x on a re-check (H200, 2026-12-04,
+        // ab_h200_20261204_warp_producer*.log). The producer does not pace these kernels.
+        if (threadIdx.x == 0) {
           typename Mainloop::Pipe pipe;
           typename Scheduler::Work work(p.scheduler, cluster_id);
           for (WorkUnit u; work.next(p.scheduler, &u);) {

@@ -28,7 +28,6 @@
 #include "cuda/gemm/named_barriers.cuh"
 #include "cuda/gemm/scheduler/tile_order.cuh"
 #include "cuda/ptx/cluster.cuh"
-#include "cuda/ptx/elect.cuh"
 #include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/smem.cuh"
@@ -125,8 +124,7 @@ struct MainloopSS {
     }
   }
 
-  // Producer (one warp, converged): the k-blocks of unit `u`, tile `tc`; the whole warp waits
-  // for each free stage, one elected lane issues its loads.
+  // Producer (one thread): the k-blocks of unit `u`, tile `tc`.
   // NOTES: keep the k-block loop free of long-latency work. Two integer divisions and a short
   // loop per k-block (each operand's share of a 2-D cluster, from its runtime shape) ran the
   // swap-AB mid-M tiles (512-640 cycles of wgmma a k-block) at 0.64-0.90x (H200, 2026-12-02,
@@ -140,9 +138,7 @@ struct MainloopSS {
       const int32_t k0 = u.k_offset + kb * BK;
       // A fresh barrier passes a wait on parity 1, so the first lap does not block.
       ptx::mbarrier_wait(&s.empty[pipe.stage], pipe.phase ^ 1);
-      if (ptx::elect_one_sync())
-        load_k_block(p, s, pipe.stage, tc, k0, ba, bb, cluster_m, cluster_n, rank);
-      __syncwarp();
+      load_k_block(p, s, pipe.stage, tc, k0, ba, bb, cluster_m, cluster_n, rank);
       pipe.advance();
     }
   }
@@ -360,26 +356,26 @@ struct MainloopSS {
   }
 
   // As mma(), for a warpgroup that feeds itself (the lean schedule: no producer warpgroup):
-  // one elected lane of its warp 0 keeps the ring up to STAGES k-blocks ahead of the wgmmas,
-  // refilling a stage once the wgmmas that read it are done (each k-block's are waited for
-  // before the next is issued; a warpgroup's wgmma completes only after all four warps issued
-  // it, so every warp has passed that stage's full barrier by then; so is the last one's,
-  // before the scaling). Every thread keeps `fill` (where the loads are in the ring) and
-  // `next`, so the loading lane's values stay warp-uniform; `fill` moves in step with `pipe`,
-  // so both are equal again after each unit.
+  // its thread 0 keeps the ring up to STAGES k-blocks ahead of the wgmmas, refilling a stage
+  // once the wgmmas that read it are done (each k-block's are waited for before the next is
+  // issued; a warpgroup's wgmma completes only after all four warps issued it, so every warp
+  // has passed that stage's full barrier by then; so is the last one's, before the scaling).
+  // `fill` is where thread 0's loads are in the ring; it moves in step with `pipe`, so both are
+  // equal again after each unit.
   template <class CoordFn>
   __device__ static void mma_self_fed(const Params& p, const Shared& s, Pipe& pipe, Pipe& fill,
                                       const WorkUnit& u, const TileCoord& tc, uint32_t wg_thread,
                                       float* acc, const CoordFn& coord) {
     static_assert(TILE_WARPGROUPS == 1, "the warpgroup computes the whole tile");
     const typename Scaling::Value scale = Scaling::load(p.scale, coord);
-    const bool loader_warp = __shfl_sync(0xFFFFFFFFu, wg_thread / 32, 0) == 0;
+    const bool loader = wg_thread == 0;
     const int32_t ba = a_batch(p, tc), bb = b_batch(p, tc);
     int32_t next = u.k_begin;  // the next k-block to load
-    for (; next < u.k_end && next < u.k_begin + STAGES; ++next) {
-      if (loader_warp && ptx::elect_one_sync())
+    if (loader) {
+      for (; next < u.k_end && next < u.k_begin + STAGES; ++next) {
         load_k_block(p, s, fill.stage, tc, u.k_offset + next * BK, ba, bb, 1, 1, 0);
-      fill.advance();
+        fill.advance();
+      }
     }
     const Descs d0 = first_descs(s, 0);
 #pragma unroll
@@ -395,9 +391,8 @@ struct MainloopSS {
       ptx::wgmma_wait_group<0>();
 #pragma unroll
       for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
-      if (next < u.k_end) {
-        if (loader_warp && ptx::elect_one_sync())
-          load_k_block(p, s, fill.stage, tc, u.k_offset + next * BK, ba, bb, 1, 1, 0);
+      if (loader && next < u.k_end) {
+        load_k_block(p, s, fill.stage, tc, u.k_offset + next * BK, ba, bb, 1, 1, 0);
         fill.advance();
         ++next;
       }

@@ -73,7 +73,6 @@
 
 #include "cuda/gemm/mainloop/ss.cuh"
 #include "cuda/gemm/named_barriers.cuh"
-#include "cuda/ptx/elect.cuh"
 #include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/smem.cuh"
@@ -166,26 +165,23 @@ struct MainloopSSShifted
     return s;
   }
 
-  // Producer (one warp, one elected lane issuing), as MainloopSS::load.
+  // Producer (one thread), as MainloopSS::load.
   __device__ static void load(const Params& p, const Shared& s, Pipe& pipe, const TileCoord& tc,
                               const WorkUnit& u, uint32_t, uint32_t, uint32_t) {
     const int32_t ba = Base::a_batch(p, tc), bb = Base::b_batch(p, tc);
     for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
       const int32_t k0 = u.k_offset + kb * BK;
       ptx::mbarrier_wait(&s.empty[pipe.stage], pipe.phase ^ 1);
-      if (ptx::elect_one_sync()) {
-        uint64_t* full = &s.full[pipe.stage];
-        ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
-        uint8_t* a = s.a + pipe.stage * kStagedABytes;
-        for (int r = 0; r < kRows; ++r) {
-          const int32_t first = r * p.a_cols + tc.row0;  // element (k0 + r, n0) of the view row
-          ptx::tma_load_3d(&p.a, full, a + r * kStagedBoxBytes, first / kRows * kRows,
-                           k0 / kRows, ba);
-        }
-        BLoad::load(&p.b, full, s.b + pipe.stage * kBBytes, BN, BLoad::origin(tc.n_block, BN),
-                    k0, bb, 1, 0);
+      uint64_t* full = &s.full[pipe.stage];
+      ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
+      uint8_t* a = s.a + pipe.stage * kStagedABytes;
+      for (int r = 0; r < kRows; ++r) {
+        const int32_t first = r * p.a_cols + tc.row0;  // element (k0 + r, n0) of the view row
+        ptx::tma_load_3d(&p.a, full, a + r * kStagedBoxBytes, first / kRows * kRows,
+                         k0 / kRows, ba);
       }
-      __syncwarp();
+      BLoad::load(&p.b, full, s.b + pipe.stage * kBBytes, BN, BLoad::origin(tc.n_block, BN), k0,
+                  bb, 1, 0);
       pipe.advance();
     }
   }
