@@ -8,11 +8,11 @@
 #   SUITE_BENCH=0 bash scripts/gpu_suite.sh   # skip the benchmarks
 #   SUITE_JOBS=6 bash scripts/gpu_suite.sh    # tests in 6 pytest processes side by side
 #   SUITE_ARCHIVE=1 bash scripts/gpu_suite.sh # the logs as one file, gpu_suite_logs.tgz
-# SUITE_JOBS > 1 splits the test files into that many groups of about equal size (in bytes of
-# source, largest first) and runs them at once, each GPU process allocating as it goes
-# (XLA_PYTHON_CLIENT_PREALLOCATE=false): six processes ran every GPU test file in 5.7 min where
-# one takes over 10 (H100, 2026-11-26), which matters where a device session's minutes are few;
-# eight ran them in 7.4 min (2026-11-27). SUITE_ARCHIVE=1 suits a machine that returns only a
+# SUITE_JOBS > 1 splits the test files into that many groups of about equal running time (the
+# times recorded in scripts/suite_durations.json: scripts/suite_groups.py) and runs them at once,
+# each GPU process allocating as it goes (XLA_PYTHON_CLIENT_PREALLOCATE=false): six processes ran
+# every GPU test file in 5.7 min where one takes over 10 (H100, 2026-11-26), which matters where
+# a device session's minutes are few; eight ran them in 7.4 min (2026-11-27). SUITE_ARCHIVE=1 suits a machine that returns only a
 # few files (the device tool: eight): the suite writes two or more per job.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,18 +41,8 @@ if [ "$JOBS" -le 1 ]; then
   test_rc=$?
 else
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
-  # One line of test files per group: each file to the group with the fewest bytes so far.
-  mapfile -t groups < <(cd tests && $PY - "$JOBS" <<'PYEOF'
-import glob, os, sys
-jobs = int(sys.argv[1])
-groups = [[0, []] for _ in range(jobs)]
-for f in sorted(glob.glob("test_*.py"), key=os.path.getsize, reverse=True):
-    g = min(groups, key=lambda g: g[0])
-    g[0] += os.path.getsize(f)
-    g[1].append(f)
-print("\n".join(" ".join(files) for _, files in groups if files))
-PYEOF
-  )
+  # One line of test files per group, of about equal recorded time (scripts/suite_groups.py).
+  mapfile -t groups < <($PY scripts/suite_groups.py "$JOBS")
   pids=()
   for i in "${!groups[@]}"; do
     # shellcheck disable=SC2086
@@ -68,6 +58,10 @@ PYEOF
     echo "group $i: $(tail -1 "$LOGS/tests_$i.log")"
   done
   cat "$LOGS"/tests_*.log > "$LOGS/tests.log"
+  # This run's seconds per test file over the recorded ones: copy it to
+  # scripts/suite_durations.json where the files' times have moved.
+  $PY scripts/suite_groups.py --record "$LOGS"/junit_*.xml --out "$LOGS/suite_durations.json" \
+    || echo "could not record the test files' times"
 fi
 tail -25 "$LOGS/tests.log"
 
