@@ -6,39 +6,21 @@ Needs cuobjdump (the CUDA toolkit's, or the nvidia-cuda-cuobjdump wheel of the t
 not a GPU; the build already treats ptxas warnings (spills) and
 "wgmma serialized" (cmake/ptxas_guard.py) as errors, this reads the result back."""
 
-import concurrent.futures
-import glob
-import importlib.util
 import os
 import re
-import shutil
 import subprocess
-import tempfile
+import sys
 
 import pytest
 
 from jax_hopper import _ffi
 from jax_hopper.kernels import catalog
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "scripts"))
+import sass  # noqa: E402
 
-def _cuobjdump():
-    """The CUDA toolkit's cuobjdump, else the one of the nvidia-cuda-cuobjdump wheel (the test
-    extras) beside the nvidia-cuda-nvdisasm wheel's nvdisasm, which it runs."""
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and os.path.exists(os.path.join(root, "bin", "cuobjdump")):
-            return os.path.join(root, "bin", "cuobjdump")
-    on_path = shutil.which("cuobjdump")
-    if on_path:
-        return on_path
-    spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        found = sorted(glob.glob(os.path.join(root, "*", "bin", "cuobjdump")))
-        if found:
-            return found[-1]
-    return None
-
-
-CUOBJDUMP = _cuobjdump()
+CUOBJDUMP = sass.find_cuobjdump()
 pytestmark = [pytest.mark.extension, pytest.mark.skipif(
     CUOBJDUMP is None,
     reason="cuobjdump not found (neither the CUDA toolkit's nor the test extras' "
@@ -47,27 +29,8 @@ pytestmark = [pytest.mark.extension, pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def functions() -> dict[str, str]:
-    """{mangled kernel name: its SASS} of the extension, shared by the tests: its cubins (one
-    per translation unit) extracted with `cuobjdump -xelf` and disassembled on every
-    core at once (one `cuobjdump -sass` of the whole extension took 2 minutes of one core on
-    CI's machine)."""
-    # cuobjdump runs the nvdisasm on PATH (the wheels put both in one bin directory)
-    env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(CUOBJDUMP),
-                                                 os.environ.get("PATH", "")]))
-
-    def sass(path):
-        return subprocess.run([CUOBJDUMP, "-sass", path], check=True, capture_output=True,
-                              text=True, env=env).stdout
-
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([CUOBJDUMP, "-xelf", "all", _ffi.extension().__file__], check=True,
-                       capture_output=True, cwd=tmp, env=env)
-        cubins = sorted(glob.glob(os.path.join(tmp, "*.cubin")))
-        assert cubins, "cuobjdump -xelf extracted no cubin"
-        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-            text = "".join(pool.map(sass, cubins))
-    parts = re.split(r"^\s*Function : (\S+)\s*$", text, flags=re.M)
-    return dict(zip(parts[1::2], parts[2::2]))
+    """{mangled kernel name: its SASS} of the extension, shared by the tests (scripts/sass.py)."""
+    return sass.kernel_sass(_ffi.extension().__file__, CUOBJDUMP)
 
 
 def test_every_gemm_instance_uses_hgmma_and_tma(functions):
