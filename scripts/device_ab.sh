@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# A/B of a kernel change on a Hopper machine, in one call: builds this tree (installed as
+# jax_hopper) and the baseline BASE (installed as jax_hopper_base by scripts/install_baseline.sh)
+# side by side, compares the two builds' SASS per GEMM kernel (scripts/sass.py), then times both
+# in one process with benchmarks/bench_ab.py, whose arguments follow BASE.
+#   bash scripts/device_ab.sh BASE [bench_ab.py arguments...]
+#     BASE: a git revision, or a source tree (a `git archive` of the revision: the device tool's
+#           copy of the working tree has no repository, so carry one, e.g. in an ignored .dev/)
+#   e.g. bash scripts/device_ab.sh .dev/base --device-time --reps 5 --tag h200_20261204_x \
+#            --shapes 792x3072x14336 16x4096x4096 --epilogue-cases
+# Logs and bench_ab's JSON go to $OUT (or ./device_ab_logs): build_new.log, build_base.log,
+# sass.txt (AB_SASS_KERNELS: the kernels' regex, default every GEMM kernel), ab.log; the last
+# lines of each step are printed. The baseline is built into AB_BASE_DIR
+# (default /tmp/jax_hopper_ab_base). Exit status: bench_ab's (1 where a build failed).
+set -uo pipefail
+if [ $# -lt 1 ]; then
+  echo "usage: bash scripts/device_ab.sh BASE [bench_ab.py arguments...]" >&2
+  exit 2
+fi
+base=$1
+shift
+[ -d "$base" ] && base=$(realpath "$base")
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+LOGS=$(realpath -m "${OUT:-device_ab_logs}")
+BASE_DIR=$(realpath -m "${AB_BASE_DIR:-/tmp/jax_hopper_ab_base}")
+PY="${PYTHON:-python3}"
+mkdir -p "$LOGS"
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader 2>&1 | head -1
+
+# The two builds share the machine's cores (each a parallel ninja build): together they took
+# 95-111 s on the device's 16 cores (H200 machine, 2026-12-04), about one build's time.
+start=$(date +%s)
+$PY -m pip install --no-build-isolation --no-deps . > "$LOGS/build_new.log" 2>&1 &
+new_pid=$!
+bash scripts/install_baseline.sh "$base" "$BASE_DIR" > "$LOGS/build_base.log" 2>&1 &
+base_pid=$!
+wait $new_pid; new_rc=$?
+wait $base_pid; base_rc=$?
+echo "builds: new rc=$new_rc, base rc=$base_rc, $(( $(date +%s) - start )) s"
+if [ $new_rc -ne 0 ] || [ $base_rc -ne 0 ]; then
+  tail -20 "$LOGS/build_new.log" "$LOGS/build_base.log"
+  exit 1
+fi
+
+# From a neutral directory, so that the installed package (with its extension) is imported.
+new_so=$(cd /tmp && $PY -c "from jax_hopper import _ffi; print(_ffi.extension().__file__)")
+base_so=$(ls "$BASE_DIR"/jax_hopper_base/_jax_hopper*.so)
+$PY scripts/sass.py "$new_so" "$base_so" --kernels "${AB_SASS_KERNELS:-sm90_gemm_kernel}" \
+  > "$LOGS/sass.txt" 2>&1 || echo "the SASS comparison failed: $LOGS/sass.txt"
+tail -2 "$LOGS/sass.txt"
+
+( cd /tmp && PYTHONPATH="$BASE_DIR" $PY "$repo/benchmarks/bench_ab.py" --out-dir "$LOGS" "$@" ) \
+  > "$LOGS/ab.log" 2>&1
+ab_rc=$?
+tail -30 "$LOGS/ab.log"
+echo "bench_ab rc=$ab_rc"
+exit $ab_rc
