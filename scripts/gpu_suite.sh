@@ -12,8 +12,10 @@
 # times recorded in scripts/suite_durations.json: scripts/suite_groups.py) and runs them at once,
 # each GPU process allocating as it goes (XLA_PYTHON_CLIENT_PREALLOCATE=false): six processes ran
 # every GPU test file in 5.7 min where one takes over 10 (H100, 2026-11-26), which matters where
-# a device session's minutes are few; eight ran them in 7.4 min (2026-11-27). SUITE_ARCHIVE=1 suits a machine that returns only a
-# few files (the device tool: eight): the suite writes two or more per job.
+# a device session's minutes are few; eight ran them in 7.4 min (2026-11-27), but by 2026-12-04
+# eight groups of equal bytes of source took 207 to over 480 s (H200), hence the recorded times.
+# SUITE_ARCHIVE=1 suits a machine that returns only a few files (the device tool: eight): the
+# suite writes two or more per job.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS="${OUT:-gpu_suite_logs}"
