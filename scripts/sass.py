@@ -117,7 +117,9 @@ def compare(new: dict[str, str], base: dict[str, str] | None, pattern: str = "")
             total_base.update(b)
             cells = [f"{k}={c[k]}/{b[k]}" for k in keys if c[k] or b[k]]
         else:
-            cells = [f"{k}={c[k]}" for k in keys if c[k]] + (["(not in base)"] if base is not None else [])
+            cells = [f"{k}={c[k]}" for k in keys if c[k]]
+            if base is not None:
+                cells.append("(not in base)")
         lines.append(" ".join(cells) + "  " + name)
     if base is not None:
         missing = sorted(n for n in base if re.search(pattern, n) and n not in new)
