@@ -75,6 +75,13 @@
 // gained only half of that: the loads then have less time to land. Through jax, against
 // f17303d: 1.06-1.12x on 7 of 8 shapes, geomean 1.075 (8192^3 1013 -> 1136 TFLOP/s;
 // ab_h100_20261125_fp8block_kscales.json).
+// One 128-column unit buffer on the tiles where two do not fit (128 x 256 cooperative, 128 x
+// 128 ping-pong: 128 + 64 registers; DeepGEMM's shape of promotion, each unit waited for and
+// promoted while the tile's other warpgroup keeps the tensor cores busy, half the wgmmas, a
+// quarter less shared memory read a k-block) ran 0.935-0.999x these two 64-column buffers on
+// the device, geomean 0.964 over 11 shapes (H200, 2026-12-04,
+// ab_h200_20261204_fp8block_unit128.json): the warpgroup's own overlap is worth more than the
+// wider wgmmas. Not kept.
 #pragma once
 
 #include <cstdint>
