@@ -22,7 +22,10 @@ def test_heuristic_swaps_up_to_the_widest_token_tile():
         assert cfg.swap_ab and cfg.block_n == bn and cfg.block_m == 128, (m, cfg)
         cfg.validate("bfloat16", False, True)
         cfg.validate("bfloat16", False, False)
-    assert not heuristics.heuristic_config("matmul", False, 1, 65, 4096, 4096).swap_ab
+    # past them one 96-token tile holds 65-96 rows (swap_wide_config), 97-128 fill one
+    # unswapped 128-row tile
+    assert heuristics.heuristic_config("matmul", False, 1, 65, 4096, 4096).block_n == 96
+    assert not heuristics.heuristic_config("matmul", False, 1, 97, 4096, 4096).swap_ab
     # a stored (K, M) (transpose_a), and the families without a swapped kernel
     assert not heuristics.heuristic_config("matmul", True, 1, 16, 4096, 4096).swap_ab
     assert not heuristics.heuristic_config("glu", False, 1, 16, 4096, 4096).swap_ab
@@ -52,6 +55,30 @@ def test_heuristic_takes_the_wide_token_tiles(m, n, k, block_n, cluster):
     # a stored (K, M), and block scales (no wide token tiles)
     assert not heuristics.heuristic_config("matmul", True, 1, m, n, k).swap_ab
     assert heuristics.swap_wide_config("fp8_block", 1, m, n, k, 132) is None
+
+
+@pytest.mark.parametrize("m,n,k,batch,cluster", [
+    (68, 16384, 16384, 1, (2, 1)),  # 128 weight tiles: pairs share the tokens
+    (96, 8192, 4096, 1, (2, 1)),
+    (69, 10000, 3072, 1, (1, 1)),   # 79 weight tiles: unpaired
+    (70, 4096, 4096, 3, (2, 1)),    # a batch counts its weight tiles together: 96
+    (75, 28672, 4096, 1, None),     # 224 weight tiles, past a wave: unswapped
+    (70, 4096, 4096, 5, None),      # 160
+])
+def test_heuristic_takes_one_token_tile_past_the_decode_tiles(m, n, k, batch, cluster):
+    """65-96 rows (swap_wide_config, one_token_tile_config): one 96-token tile holds them all,
+    where the weight's tiles take at most one an SM; two weight tiles share the tokens (2x1)
+    over an even count of them. Not fp8 per tensor (WIDE_TILES_YIELD) nor block scales."""
+    cfg = heuristics.heuristic_config("matmul", False, batch, m, n, k)
+    if cluster is None:
+        assert not cfg.swap_ab, cfg
+        assert heuristics.swap_wide_config("matmul", batch, m, n, k, 132) is None
+        return
+    assert cfg.swap_ab and cfg.tile == catalog.SWAP_WIDE_TILES[0], cfg
+    assert (cfg.cluster_m, cfg.cluster_n) == cluster, cfg
+    cfg.validate("bfloat16", False, True)
+    for family in ("fp8", "fp8_block"):
+        assert heuristics.swap_wide_config(family, batch, m, n, k, 132) is None
 
 
 @pytest.mark.extension  # the narrow-weight swap's plan

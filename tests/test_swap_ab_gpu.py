@@ -142,6 +142,21 @@ def test_narrow_weight_defaults_to_swapped(rng, m, n, k, token_tile, cluster_m):
     check_matmul(rng, m, n, k, transpose_b=True, out_dtype="float32")
 
 
+@pytest.mark.parametrize("m,n,k,cluster_m", [(68, 4096, 3072, 2), (93, 6000, 1512, 1)])
+def test_rows_past_the_decode_tiles_take_one_token_tile(rng, m, n, k, cluster_m):
+    """65-96 rows run swapped on one 96-token tile by default (one_token_tile_config): paired
+    along the weight over an even count of weight tiles (32), unpaired over an odd one (47 of
+    6000 columns, the last partial; K = 1512 a partial k-block), every epilogue term."""
+    off = pitch.rows_off_l2_line("bfloat16", False, True, m, n, k)  # b stored (K, N)
+    cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k, off_line=off)
+    assert cfg.swap_ab and cfg.tile == catalog.SWAP_WIDE_TILES[0], cfg
+    assert cfg.cluster_m == cluster_m, cfg
+    bias = random_operand(rng, (n,), jnp.float32)
+    residual = random_operand(rng, (m, n), jnp.bfloat16)
+    check_matmul(rng, m, n, k, activation="silu", bias=bias, residual=residual, beta=0.5)
+    check_matmul(rng, m, n, k, transpose_b=True, out_dtype="float32")
+
+
 @pytest.mark.parametrize("m,n,k,token_tile", [(400, 3744, 5248, 160), (713, 1344, 9984, 192)])
 def test_mid_default_weighs_l2_requests(rng, m, n, k, token_tile):
     """Past 192 rows the default's token tile is the one of least max(plan cost, its L2

@@ -252,7 +252,9 @@ def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k:
 
 
 # The rows past which the wide token tiles may take a product (swap_wide_config): more than one
-# unswapped tile's 128.
+# unswapped tile's 128; and, in the 16-bit families, rows past the decode tiles that one tile
+# of the narrowest wide token width holds (65-96: an unswapped 128-row tile would pad them by a
+# third or more).
 SWAP_WIDE_MIN_M = 128
 
 
@@ -266,10 +268,37 @@ WIDE_TOKEN_TILES = catalog.SWAP_WIDE_TILES + catalog.SWAP_WIDE_TILES_FP8
 WIDE_TILES_YIELD = ("fp8",)
 
 
+def one_token_tile_config(tile: catalog.TileShape, batch: int, n: int,
+                          num_sms: int) -> GemmConfig | None:
+    """The swapped config on `tile`, a wide token tile that holds every row, where its weight
+    tiles take at most one an SM (else None: past a wave, untried): two weight tiles sharing
+    the tokens (cluster_m = 2, the tokens multicast) over an even count of them, else none
+    paired.
+    NOTES: the tuner on a random sweep's worst shapes (H200, 2026-12-04,
+    tune_h200_20261204_random_s57_worst.json): 68 x 16384 x 16384 ran 128.3 us on the 96-token
+    tile in 2x1 clusters (131.1 unpaired) against the unswapped ping-pong 128 x 128's 165.3; the
+    sweep's four shapes of 65-96 rows all ran below XLA unswapped (0.76-0.94x on the device,
+    gemm_h200_20261204_random_s57.json). This rule against main 27afc73 (the unswapped
+    heuristic: 128-row tiles, ping-pong within a wave), one process, 5 reps, device time (H200,
+    2026-12-04, ab_h200_20261204_one_token_tile.json): 0.999-1.214x on 11 shapes drawn after it
+    (geomean 1.099; 74 x 16384 x 11008 106.7 -> 88.9 us, 92 x 11008 x 6144 1.214, 73 x 10240 x
+    2048 1.156; 71 x 11008 x 14336 0.999, 85 x 7168 x 4096 1.004), 1.053-1.411x on the sweep's
+    four (68 x 16384 x 16384 1.282, 69 x 10000 x 3072 1.411), 75 x 28672 x 4096 past a wave
+    unchanged; against XLA's device time 0.84-1.24x, geomean 1.02 (66 x 3072 x 8192 0.84, 16
+    weight tiles split along K). fp8 (WIDE_TILES_YIELD) and 97-128 rows (one unswapped tile,
+    no padding to save) are not tried."""
+    weight_tiles = math.ceil(n / tile.block_m) * batch
+    if weight_tiles > num_sms:
+        return None
+    return GemmConfig.for_tile(tile, swap_ab=True, cluster_m=2 if weight_tiles % 2 == 0 else 1)
+
+
 def swap_wide_config(family: str, batch: int, m: int, n: int, k: int,
                      num_sms: int) -> GemmConfig | None:
     """The swapped config on the wide token tiles (WIDE_TOKEN_TILES) of `family`'s
-    swapped family for a product of SWAP_WIDE_MIN_M < m <= 192 rows, else None: two 96-token
+    swapped family for a product of SWAP_WIDE_MIN_M < m <= 192 rows (and, outside
+    WIDE_TILES_YIELD, of SWAP_MAX_M < m <= 96: one 96-token tile, one_token_tile_config), else
+    None: two 96-token
     tiles in a 2-CTA cluster sharing the weight tile (cluster_n = 2: the weight multicast)
     where they take at most one tile an SM, else the 160-token mid tile in 2x1 clusters (the
     tokens multicast) where the rows fit it (m <= 160; the 16-bit families, whose swapped
@@ -309,9 +338,13 @@ def swap_wide_config(family: str, batch: int, m: int, n: int, k: int,
     tiles."""
     swapped = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]].tiles
     tiles = [t for t in swapped if t in WIDE_TOKEN_TILES]
-    if not tiles or not SWAP_WIDE_MIN_M < m <= max(t.block_n for t in tiles):
+    if not tiles:
         return None
     pair, wide = min(tiles, key=lambda t: t.block_n), max(tiles, key=lambda t: t.block_n)
+    if SWAP_MAX_M < m <= pair.block_n and family not in WIDE_TILES_YIELD:
+        return one_token_tile_config(pair, batch, n, num_sms)
+    if not SWAP_WIDE_MIN_M < m <= wide.block_n:
+        return None
     if math.ceil(m / pair.block_n) * math.ceil(n / pair.block_m) * batch <= num_sms:
         return GemmConfig.for_tile(pair, swap_ab=True, cluster_n=2)
     if family in WIDE_TILES_YIELD and (math.ceil(m / wide.block_n) * math.ceil(n / wide.block_m)
