@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A/B of a kernel change on a Hopper machine, in one call: builds this tree (installed as
 # jax_hopper) and the baseline BASE (installed as jax_hopper_base by scripts/install_baseline.sh)
-# side by side, compares the two builds' SASS per GEMM kernel (scripts/sass.py), then times both
-# in one process with benchmarks/bench_ab.py, whose arguments follow BASE.
+# side by side (or, where BASE compiles the same extension and only its Python differs, builds
+# this tree once and puts BASE's Python over that build: scripts/kernel_inputs_match.sh),
+# compares the two builds' SASS per GEMM kernel (scripts/sass.py), then times both in one
+# process with benchmarks/bench_ab.py, whose arguments follow BASE.
 #   bash scripts/device_ab.sh BASE [bench_ab.py arguments...]
 #     BASE: a git revision, or a source tree (a `git archive` of the revision: the device tool's
 #           copy of the working tree has no repository, so carry one, e.g. in an ignored .dev/)
@@ -28,16 +30,31 @@ PY="${PYTHON:-python3}"
 mkdir -p "$LOGS"
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader 2>&1 | head -1
 
-# The two builds share the machine's cores (each a parallel ninja build): together they took
-# 95-111 s on the device's 16 cores (H200 machine, 2026-12-04), about one build's time.
 start=$(date +%s)
-$PY -m pip install --no-build-isolation --no-deps . > "$LOGS/build_new.log" 2>&1 &
-new_pid=$!
-bash scripts/install_baseline.sh "$base" "$BASE_DIR" > "$LOGS/build_base.log" 2>&1 &
-base_pid=$!
-wait $new_pid; new_rc=$?
-wait $base_pid; base_rc=$?
+if bash scripts/kernel_inputs_match.sh "$base"; then
+  # Only the Python differs (a heuristic's change): one build, the baseline its extension under
+  # BASE's Python files (install_baseline.sh's PKG). This tree's build took 56-61 s alone on the
+  # device's 16 cores (H200 machine, 2026-12-04).
+  $PY -m pip install --no-build-isolation --no-deps . > "$LOGS/build_new.log" 2>&1
+  new_rc=$?
+  base_rc=1
+  if [ $new_rc -eq 0 ]; then
+    pkg=$(cd /tmp && $PY -c "import jax_hopper, os; print(os.path.dirname(jax_hopper.__file__))")
+    bash scripts/install_baseline.sh "$base" "$BASE_DIR" "$pkg" > "$LOGS/build_base.log" 2>&1
+    base_rc=$?
+  fi
+else
+  # The two builds share the machine's cores (each a parallel ninja build): together they took
+  # 95-111 s on the device's 16 cores (H200 machine, 2026-12-04), about one build's time.
+  $PY -m pip install --no-build-isolation --no-deps . > "$LOGS/build_new.log" 2>&1 &
+  new_pid=$!
+  bash scripts/install_baseline.sh "$base" "$BASE_DIR" > "$LOGS/build_base.log" 2>&1 &
+  base_pid=$!
+  wait $new_pid; new_rc=$?
+  wait $base_pid; base_rc=$?
+fi
 echo "builds: new rc=$new_rc, base rc=$base_rc, $(( $(date +%s) - start )) s"
+tail -1 "$LOGS/build_base.log"
 if [ $new_rc -ne 0 ] || [ $base_rc -ne 0 ]; then
   tail -20 "$LOGS/build_new.log" "$LOGS/build_base.log"
   exit 1
