@@ -286,7 +286,12 @@ def one_token_tile_config(tile: catalog.TileShape, batch: int, n: int,
     four (68 x 16384 x 16384 1.282, 69 x 10000 x 3072 1.411), 75 x 28672 x 4096 past a wave
     unchanged; against XLA's device time 0.84-1.24x, geomean 1.02 (66 x 3072 x 8192 0.84, 16
     weight tiles split along K). fp8 (WIDE_TILES_YIELD) and 97-128 rows (one unswapped tile,
-    no padding to save) are not tried."""
+    no padding to save) are not tried. Open: whether the pair pays. The tokens it multicasts are
+    the small operand here, and an earlier tuner run (tune_h200_20261202_random_s46.json) had
+    the 96-token tile unpaired faster than paired on three shapes of the band (81 x 7168 x 2048
+    14.5 against 15.3 us, 81 x 6600 x 2048 14.9 against 15.9, 94 x 3080 x 8192 24.1 against
+    24.8) and whole tiles faster than split ones over 32 k-blocks (14.1 against 14.5 at 81 x
+    7168 x 2048): the rule as measured keeps the pair; the unpaired tile wants its own A/B."""
     weight_tiles = math.ceil(n / tile.block_m) * batch
     if weight_tiles > num_sms:
         return None
