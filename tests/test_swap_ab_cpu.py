@@ -62,6 +62,7 @@ def test_heuristic_takes_the_wide_token_tiles(m, n, k, block_n, cluster):
     (96, 8192, 4096, 1, (2, 1)),
     (69, 10000, 3072, 1, (1, 1)),   # 79 weight tiles: unpaired
     (70, 4096, 4096, 3, (2, 1)),    # a batch counts its weight tiles together: 96
+    (70, 3200, 4096, 2, (1, 1)),    # 50 in all, but 25 an entry: unpaired
     (75, 28672, 4096, 1, None),     # 224 weight tiles, past a wave: unswapped
     (70, 4096, 4096, 5, None),      # 160
 ])

@@ -272,8 +272,8 @@ def one_token_tile_config(tile: catalog.TileShape, batch: int, n: int,
                           num_sms: int) -> GemmConfig | None:
     """The swapped config on `tile`, a wide token tile that holds every row, where its weight
     tiles take at most one an SM (else None: past a wave, untried): two weight tiles sharing
-    the tokens (cluster_m = 2, the tokens multicast) over an even count of them, else none
-    paired.
+    the tokens (cluster_m = 2, the tokens multicast) over an even count of them a batch entry
+    (pairs_weight_tiles), else none paired.
     NOTES: the tuner on a random sweep's worst shapes (H200, 2026-12-04,
     tune_h200_20261204_random_s57_worst.json): 68 x 16384 x 16384 ran 128.3 us on the 96-token
     tile in 2x1 clusters (131.1 unpaired) against the unswapped ping-pong 128 x 128's 165.3; the
@@ -292,10 +292,10 @@ def one_token_tile_config(tile: catalog.TileShape, batch: int, n: int,
     14.5 against 15.3 us, 81 x 6600 x 2048 14.9 against 15.9, 94 x 3080 x 8192 24.1 against
     24.8) and whole tiles faster than split ones over 32 k-blocks (14.1 against 14.5 at 81 x
     7168 x 2048): the rule as measured keeps the pair; the unpaired tile wants its own A/B."""
-    weight_tiles = math.ceil(n / tile.block_m) * batch
-    if weight_tiles > num_sms:
+    if math.ceil(n / tile.block_m) * batch > num_sms:
         return None
-    return GemmConfig.for_tile(tile, swap_ab=True, cluster_m=2 if weight_tiles % 2 == 0 else 1)
+    return GemmConfig.for_tile(tile, swap_ab=True,
+                               cluster_m=2 if pairs_weight_tiles(n, tile) else 1)
 
 
 def swap_wide_config(family: str, batch: int, m: int, n: int, k: int,
