@@ -31,12 +31,13 @@ mkdir -p "$LOGS"
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader 2>&1 | head -1
 
 start=$(date +%s)
+$PY -m pip install --no-build-isolation --no-deps . > "$LOGS/build_new.log" 2>&1 &
+new_pid=$!
 if bash scripts/kernel_inputs_match.sh "$base"; then
   # Only the Python differs (a heuristic's change): one build, the baseline its extension under
   # BASE's Python files (install_baseline.sh's PKG). This tree's build took 56-61 s alone on the
   # device's 16 cores (H200 machine, 2026-12-04).
-  $PY -m pip install --no-build-isolation --no-deps . > "$LOGS/build_new.log" 2>&1
-  new_rc=$?
+  wait $new_pid; new_rc=$?
   base_rc=1
   if [ $new_rc -eq 0 ]; then
     pkg=$(cd /tmp && $PY -c "import jax_hopper, os; print(os.path.dirname(jax_hopper.__file__))")
@@ -46,8 +47,6 @@ if bash scripts/kernel_inputs_match.sh "$base"; then
 else
   # The two builds share the machine's cores (each a parallel ninja build): together they took
   # 95-111 s on the device's 16 cores (H200 machine, 2026-12-04), about one build's time.
-  $PY -m pip install --no-build-isolation --no-deps . > "$LOGS/build_new.log" 2>&1 &
-  new_pid=$!
   bash scripts/install_baseline.sh "$base" "$BASE_DIR" > "$LOGS/build_base.log" 2>&1 &
   base_pid=$!
   wait $new_pid; new_rc=$?

@@ -252,9 +252,7 @@ def swap_for_narrow_weight(unswapped: GemmConfig, batch: int, m: int, n: int, k:
 
 
 # The rows past which the wide token tiles may take a product (swap_wide_config): more than one
-# unswapped tile's 128; and, in the 16-bit families, rows past the decode tiles that one tile
-# of the narrowest wide token width holds (65-96: an unswapped 128-row tile would pad them by a
-# third or more).
+# unswapped tile's 128 (below it, rows one 96-token tile holds: one_token_tile_config).
 SWAP_WIDE_MIN_M = 128
 
 
@@ -268,7 +266,7 @@ WIDE_TOKEN_TILES = catalog.SWAP_WIDE_TILES + catalog.SWAP_WIDE_TILES_FP8
 WIDE_TILES_YIELD = ("fp8",)
 
 
-def one_token_tile_config(tile: catalog.TileShape, batch: int, n: int,
+def one_token_tile_config(tile: catalog.TileShape, batch: int, m: int, n: int,
                           num_sms: int) -> GemmConfig | None:
     """The swapped config on `tile`, a wide token tile that holds every row, where its weight
     tiles take at most one an SM (else None: past a wave, untried): two weight tiles sharing
@@ -292,7 +290,7 @@ def one_token_tile_config(tile: catalog.TileShape, batch: int, n: int,
     14.5 against 15.3 us, 81 x 6600 x 2048 14.9 against 15.9, 94 x 3080 x 8192 24.1 against
     24.8) and whole tiles faster than split ones over 32 k-blocks (14.1 against 14.5 at 81 x
     7168 x 2048): the rule as measured keeps the pair; the unpaired tile wants its own A/B."""
-    if math.ceil(n / tile.block_m) * batch > num_sms:
+    if tile_count(n, m, batch, tile) > num_sms:  # swapped: weight tiles by token tiles (one)
         return None
     return GemmConfig.for_tile(tile, swap_ab=True,
                                cluster_m=2 if pairs_weight_tiles(n, tile) else 1)
@@ -347,13 +345,12 @@ def swap_wide_config(family: str, batch: int, m: int, n: int, k: int,
         return None
     pair, wide = min(tiles, key=lambda t: t.block_n), max(tiles, key=lambda t: t.block_n)
     if SWAP_MAX_M < m <= pair.block_n and family not in WIDE_TILES_YIELD:
-        return one_token_tile_config(pair, batch, n, num_sms)
+        return one_token_tile_config(pair, batch, m, n, num_sms)
     if not SWAP_WIDE_MIN_M < m <= wide.block_n:
         return None
-    if math.ceil(m / pair.block_n) * math.ceil(n / pair.block_m) * batch <= num_sms:
+    if tile_count(n, m, batch, pair) <= num_sms:
         return GemmConfig.for_tile(pair, swap_ab=True, cluster_n=2)
-    if family in WIDE_TILES_YIELD and (math.ceil(m / wide.block_n) * math.ceil(n / wide.block_m)
-                                       * batch > num_sms):
+    if family in WIDE_TILES_YIELD and tile_count(n, m, batch, wide) > num_sms:
         return None
     snug = min((t for t in swapped if t in catalog.SWAP_MID_TILES and m <= t.block_n),
                key=lambda t: t.block_n, default=None)
