@@ -57,26 +57,25 @@ def test_heuristic_takes_the_wide_token_tiles(m, n, k, block_n, cluster):
     assert heuristics.swap_wide_config("fp8_block", 1, m, n, k, 132) is None
 
 
-@pytest.mark.parametrize("m,n,k,batch,cluster", [
-    (68, 16384, 16384, 1, (2, 1)),  # 128 weight tiles: pairs share the tokens
-    (96, 8192, 4096, 1, (2, 1)),
-    (69, 10000, 3072, 1, (1, 1)),   # 79 weight tiles: unpaired
-    (70, 4096, 4096, 3, (2, 1)),    # a batch counts its weight tiles together: 96
-    (70, 3200, 4096, 2, (1, 1)),    # 50 in all, but 25 an entry: unpaired
-    (75, 28672, 4096, 1, None),     # 224 weight tiles, past a wave: unswapped
-    (70, 4096, 4096, 5, None),      # 160
+@pytest.mark.parametrize("m,n,k,batch,swapped", [
+    (68, 16384, 16384, 1, True),  # 128 weight tiles
+    (96, 8192, 4096, 1, True),
+    (69, 10000, 3072, 1, True),   # 79 weight tiles, the last partial
+    (70, 4096, 4096, 3, True),    # a batch counts its weight tiles together: 96
+    (75, 28672, 4096, 1, False),  # 224 weight tiles, past a wave: unswapped
+    (70, 4096, 4096, 5, False),   # 160
 ])
-def test_heuristic_takes_one_token_tile_past_the_decode_tiles(m, n, k, batch, cluster):
+def test_heuristic_takes_one_token_tile_past_the_decode_tiles(m, n, k, batch, swapped):
     """65-96 rows (swap_wide_config, one_token_tile_config): one 96-token tile holds them all,
-    where the weight's tiles take at most one an SM; two weight tiles share the tokens (2x1)
-    over an even count of them. Not fp8 per tensor (WIDE_TILES_YIELD) nor block scales."""
+    unclustered, where the weight's tiles take at most one an SM. Not fp8 per tensor
+    (WIDE_TILES_YIELD) nor block scales."""
     cfg = heuristics.heuristic_config("matmul", False, batch, m, n, k)
-    if cluster is None:
+    if not swapped:
         assert not cfg.swap_ab, cfg
         assert heuristics.swap_wide_config("matmul", batch, m, n, k, 132) is None
         return
     assert cfg.swap_ab and cfg.tile == catalog.SWAP_WIDE_TILES[0], cfg
-    assert (cfg.cluster_m, cfg.cluster_n) == cluster, cfg
+    assert (cfg.cluster_m, cfg.cluster_n) == (1, 1), cfg
     cfg.validate("bfloat16", False, True)
     for family in ("fp8", "fp8_block"):
         assert heuristics.swap_wide_config(family, batch, m, n, k, 132) is None
@@ -238,6 +237,40 @@ def test_heuristic_takes_the_mid_token_tiles(m, n, k, token_tile, cluster_m):
     assert heuristics.swap_mid_config("fp8", 1, m, n, k, unswapped, 132) is None
     assert heuristics.swap_mid_config("fp8_block", 1, m, n, k, unswapped, 132) is None
     assert not heuristics.heuristic_config("glu", False, 1, m, n, k).swap_ab
+
+
+@pytest.mark.extension  # plan_cost asks the C++ planner
+@pytest.mark.parametrize("m,n,k,off,want", [
+    (2093, 6144, 2560, (0, 0), (192, 2)),    # 528 tiles of 192 tokens, cost 0.89 of 128 x 256's
+    (2066, 2048, 2560, (0, 0), (160, 2)),    # 208 of 160 tokens (0.93) ahead of 176 of 192
+    (1282, 6600, 5120, (0, 16), (192, 2)),   # b's rows off the line: the unswapped pair costs
+    (1282, 6600, 5120, (0, 0), None),        # on it, 1.00 of the unswapped plan
+    (2359, 7168, 1536, (0, 0), None),        # 0.96
+    (2969, 5120, 1024, (0, 0), None),        # 1.02
+    (717, 6000, 1000, (80, 96), None),       # the tokens' rows off a 32-byte sector
+    (1428, 768, 3072, (0, 0), None),         # unswapped within a wave (ping-pong)
+])
+def test_heuristic_swaps_past_a_wave(m, n, k, off, want):
+    """Past a wave of the unswapped tiles, 193-3072 rows (swap_past_wave_config): the 160- or
+    192-token tile whose plan cost over its efficiency is least, where that is at most
+    SWAP_PAST_WAVE_MAX_COST of the unswapped config's; paired over an even count of weight
+    tiles. 16-bit families with mid tiles only, a stored (M, K)."""
+    cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k, off_line=off)
+    if want is None:
+        assert not (cfg.swap_ab and cfg.block_n >= 160), cfg
+        return
+    assert cfg.swap_ab and (cfg.block_n, cfg.cluster_m, cfg.cluster_n) == (*want, 1), cfg
+    cfg.validate("bfloat16", False, True)
+    cfg.validate("float16", False, False)
+    unswapped = heuristics.heuristic_config("matmul", True, 1, m, n, k, off_line=off)
+    assert not unswapped.swap_ab
+    eff = heuristics.TILE_EFFICIENCY[unswapped.block_m, unswapped.block_n, unswapped.schedule]
+    assert (heuristics.plan_cost(cfg, 1, m, n, k, 132)
+            / heuristics.SWAP_TOKEN_TILE_EFFICIENCY[cfg.block_n]
+            <= heuristics.SWAP_PAST_WAVE_MAX_COST
+            * heuristics.plan_cost(unswapped, 1, m, n, k, 132) / eff)
+    for family in ("fp8", "fp8_block", "glu"):
+        assert not heuristics.heuristic_config(family, False, 1, m, n, k, off_line=off).swap_ab
 
 
 @pytest.mark.extension  # busy_ctas asks the C++ planner

@@ -142,15 +142,15 @@ def test_narrow_weight_defaults_to_swapped(rng, m, n, k, token_tile, cluster_m):
     check_matmul(rng, m, n, k, transpose_b=True, out_dtype="float32")
 
 
-@pytest.mark.parametrize("m,n,k,cluster_m", [(68, 4096, 3072, 2), (93, 6000, 1512, 1)])
-def test_rows_past_the_decode_tiles_take_one_token_tile(rng, m, n, k, cluster_m):
-    """65-96 rows run swapped on one 96-token tile by default (one_token_tile_config): paired
-    along the weight over an even count of weight tiles (32), unpaired over an odd one (47 of
-    6000 columns, the last partial; K = 1512 a partial k-block), every epilogue term."""
+@pytest.mark.parametrize("m,n,k", [(68, 4096, 3072), (93, 6000, 1512)])
+def test_rows_past_the_decode_tiles_take_one_token_tile(rng, m, n, k):
+    """65-96 rows run swapped on one 96-token tile by default (one_token_tile_config),
+    unclustered: 32 weight tiles, and 47 of 6000 columns (the last partial; K = 1512 a partial
+    k-block), every epilogue term."""
     off = pitch.rows_off_l2_line("bfloat16", False, True, m, n, k)  # b stored (K, N)
     cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k, off_line=off)
     assert cfg.swap_ab and cfg.tile == catalog.SWAP_WIDE_TILES[0], cfg
-    assert cfg.cluster_m == cluster_m, cfg
+    assert (cfg.cluster_m, cfg.cluster_n) == (1, 1), cfg
     bias = random_operand(rng, (n,), jnp.float32)
     residual = random_operand(rng, (m, n), jnp.bfloat16)
     check_matmul(rng, m, n, k, activation="silu", bias=bias, residual=residual, beta=0.5)
@@ -168,6 +168,21 @@ def test_mid_default_weighs_l2_requests(rng, m, n, k, token_tile):
     check_matmul(rng, m, n, k)
     check_matmul(rng, m, n, k, out_dtype="float32", beta=0.5,
                  residual=random_operand(rng, (m, n), jnp.float32))
+
+
+@pytest.mark.parametrize("m,n,k,token_tile", [(2066, 2048, 2560, 160), (2093, 6144, 2576, 192)])
+def test_past_a_wave_default_takes_the_token_tiles(rng, m, n, k, token_tile):
+    """Past a wave of unswapped tiles (swap_past_wave_config) the default runs swapped on the
+    160- or 192-token tile, two weight tiles sharing the tokens: rows that fill no whole token
+    tile; on the second K a partial k-block, the tokens' rows 32 bytes off the L2 line; every
+    epilogue term, out float32 too."""
+    off = pitch.rows_off_l2_line("bfloat16", False, True, m, n, k)  # b stored (K, N)
+    cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k, off_line=off)
+    assert cfg.swap_ab and (cfg.block_n, cfg.cluster_m) == (token_tile, 2), cfg
+    bias = random_operand(rng, (n,), jnp.float32)
+    residual = random_operand(rng, (m, n), jnp.bfloat16)
+    check_matmul(rng, m, n, k, activation="gelu", bias=bias, residual=residual, beta=0.5)
+    check_matmul(rng, m, n, k, transpose_b=True, out_dtype="float32")
 
 
 @pytest.mark.parametrize("m", [65, 200])

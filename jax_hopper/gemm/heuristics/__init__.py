@@ -21,9 +21,11 @@ from jax_hopper.gemm.heuristics.plan import (  # noqa: F401
     busiest_cta, busy_ctas, can_plan, odd_plan_of, plan_cost, plan_of)
 from jax_hopper.gemm.heuristics.swap import (  # noqa: F401
     L2_REQUEST_COST, MID_TOKEN_TILES, NARROW_WIDE_MIN_K_BLOCKS, ODD_WEIGHT_MAX_M, SWAP_MAX_M,
-    SWAP_MID_MAX_COST, SWAP_NARROW_BUSY_SHARE, SWAP_NARROW_MAX_WEIGHT_BYTES, WIDE_TILES_YIELD,
+    SWAP_MID_MAX_COST, SWAP_NARROW_BUSY_SHARE, SWAP_NARROW_MAX_WEIGHT_BYTES,
+    SWAP_PAST_WAVE_MAX_COST, SWAP_PAST_WAVE_MAX_M, SWAP_TOKEN_TILE_EFFICIENCY, WIDE_TILES_YIELD,
     choose_swap_config, lean_swap_tile, odd_weight_config, swap_cta_bytes,
     swap_for_narrow_weight, swap_l2_requests, swap_mid_config, swap_narrow_config,
+    swap_past_wave_config,
     swap_token_tile, swap_wide_config, weight_fits_l2)
 
 
@@ -77,4 +79,6 @@ def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, 
                 busy_ctas(narrow, batch, m, n, k, num_sms, family)
                 > busy_ctas(wide, batch, m, n, k, num_sms, family)):
             return narrow
-    return wide or swap_mid_config(family, batch, m, n, k, config, num_sms, off_line) or config
+    return (wide or swap_mid_config(family, batch, m, n, k, config, num_sms, off_line)
+            or swap_past_wave_config(family, batch, m, n, k, config, num_sms, off_line)
+            or config)

@@ -8,7 +8,8 @@ import math
 from jax_hopper.kernels import catalog
 from jax_hopper.gemm import pitch
 from jax_hopper.gemm.config import GemmConfig
-from jax_hopper.gemm.heuristics.dense import DEFAULT_NUM_SMS, LONG_K_BLOCKS, tile_count
+from jax_hopper.gemm.heuristics.dense import (DEFAULT_NUM_SMS, LONG_K_BLOCKS, TILE_EFFICIENCY,
+                                              tile_count)
 from jax_hopper.gemm.heuristics.plan import (busiest_cta, busy_ctas, can_plan, odd_plan_of,
                                              plan_cost, plan_of)
 
@@ -268,32 +269,34 @@ WIDE_TILES_YIELD = ("fp8",)
 
 def one_token_tile_config(tile: catalog.TileShape, batch: int, m: int, n: int,
                           num_sms: int) -> GemmConfig | None:
-    """The swapped config on `tile`, a wide token tile that holds every row, where its weight
-    tiles take at most one an SM (else None: past a wave, untried): two weight tiles sharing
-    the tokens (cluster_m = 2, the tokens multicast) over an even count of them a batch entry
-    (pairs_weight_tiles), else none paired.
+    """The swapped config on `tile`, a wide token tile that holds every row, unclustered, where
+    its weight tiles take at most one an SM (else None: past a wave, untried).
     NOTES: the tuner on a random sweep's worst shapes (H200, 2026-12-04,
     tune_h200_20261204_random_s57_worst.json): 68 x 16384 x 16384 ran 128.3 us on the 96-token
     tile in 2x1 clusters (131.1 unpaired) against the unswapped ping-pong 128 x 128's 165.3; the
     sweep's four shapes of 65-96 rows all ran below XLA unswapped (0.76-0.94x on the device,
-    gemm_h200_20261204_random_s57.json). This rule against main 27afc73 (the unswapped
-    heuristic: 128-row tiles, ping-pong within a wave), one process, 5 reps, device time (H200,
-    2026-12-04, ab_h200_20261204_one_token_tile.json): 0.999-1.214x on 11 shapes drawn after it
-    (geomean 1.099; 74 x 16384 x 11008 106.7 -> 88.9 us, 92 x 11008 x 6144 1.214, 73 x 10240 x
-    2048 1.156; 71 x 11008 x 14336 0.999, 85 x 7168 x 4096 1.004), 1.053-1.411x on the sweep's
-    four (68 x 16384 x 16384 1.282, 69 x 10000 x 3072 1.411), 75 x 28672 x 4096 past a wave
-    unchanged; against XLA's device time 0.84-1.24x, geomean 1.02 (66 x 3072 x 8192 0.84, 16
-    weight tiles split along K). fp8 (WIDE_TILES_YIELD) and 97-128 rows (one unswapped tile,
-    no padding to save) are not tried. Open: whether the pair pays. The tokens it multicasts are
-    the small operand here, and an earlier tuner run (tune_h200_20261202_random_s46.json) had
-    the 96-token tile unpaired faster than paired on three shapes of the band (81 x 7168 x 2048
-    14.5 against 15.3 us, 81 x 6600 x 2048 14.9 against 15.9, 94 x 3080 x 8192 24.1 against
-    24.8) and whole tiles faster than split ones over 32 k-blocks (14.1 against 14.5 at 81 x
-    7168 x 2048): the rule as measured keeps the pair; the unpaired tile wants its own A/B."""
+    gemm_h200_20261204_random_s57.json). The rule as first kept paired two weight tiles on the
+    tokens (2x1, the tokens multicast) over an even count of them; against main 27afc73 (the
+    unswapped heuristic: 128-row tiles, ping-pong within a wave), one process, 5 reps, device
+    time (H200, 2026-12-04, ab_h200_20261204_one_token_tile.json): 0.999-1.214x on 11 shapes
+    drawn after it (geomean 1.099; 74 x 16384 x 11008 106.7 -> 88.9 us, 92 x 11008 x 6144
+    1.214, 73 x 10240 x 2048 1.156; 71 x 11008 x 14336 0.999, 85 x 7168 x 4096 1.004),
+    1.053-1.411x on the sweep's four (68 x 16384 x 16384 1.282, 69 x 10000 x 3072 1.411), 75 x
+    28672 x 4096 past a wave unchanged; against XLA's device time 0.84-1.24x, geomean 1.02 (66
+    x 3072 x 8192 0.84, 16 weight tiles split along K). The pair then: the tokens it multicasts
+    are the small operand here, and the tuner on 14 shapes of 65-96 rows drawn before
+    (H200, 2026-12-04, tune_h200_20261204_one_token_s58.json, 13 timed) ran the tile unpaired
+    1.008-1.070x faster than paired on 12 (89 x 11008 x 5120 30.6 against 32.8 us, 73 x 12288
+    x 3072 24.1 against 25.4) and 0.995x on one (93 x 14336 x 11008), geomean 1.031, as on
+    three earlier (tune_h200_20261202_random_s46.json: 81 x 7168 x 2048 14.5 against 15.3 us);
+    only 68 x 16384 x 16384 ran the pair faster (above, 1.022x): hence unpaired. Against the
+    pair on 10 shapes drawn after (ab_h200_20261204_past_wave.json, one process, 5 reps,
+    device time): 0.953-1.062x, geomean 1.016 (66 x 11008 x 11008 70.4 -> 66.3 us; 96 x 12288 x
+    1400 0.953, 95 x 6600 x 5000 0.970), 0.73-2.49x XLA. fp8 (WIDE_TILES_YIELD) and 97-128 rows (one unswapped tile, no padding to save)
+    are not tried."""
     if tile_count(n, m, batch, tile) > num_sms:  # swapped: weight tiles by token tiles (one)
         return None
-    return GemmConfig.for_tile(tile, swap_ab=True,
-                               cluster_m=2 if pairs_weight_tiles(n, tile) else 1)
+    return GemmConfig.for_tile(tile, swap_ab=True)
 
 
 def swap_wide_config(family: str, batch: int, m: int, n: int, k: int,
@@ -513,3 +516,64 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
         return None
     requests = [L2_REQUEST_COST * swap_l2_requests(c, batch, m, n, k, off_line) for c in configs]
     return min(zip(map(max, costs, requests), (c.block_n for c in configs), configs))[2]
+
+
+# The most rows for which the token tiles may take a product past one wave of its unswapped
+# tiles (swap_past_wave_config): the band the tuner measured.
+SWAP_PAST_WAVE_MAX_M = 3072
+# Past a wave, each token tile's rate on one SM relative to the unswapped 128 x 256 (as
+# TILE_EFFICIENCY, keyed by tokens): 192 tokens by 128 weight columns issue the unswapped
+# 128 x 192's MMAs; 160, by its operand bytes a FLOP, between that and 128 x 128. The 128-token
+# tile is left out: past a wave it ran 0.78x the unswapped default (swap_mid_config's NOTES).
+SWAP_TOKEN_TILE_EFFICIENCY = {192: TILE_EFFICIENCY[128, 192, "cooperative"], 160: 0.85}
+# The most of the unswapped config's cost (plan_cost over its efficiency) at which the token
+# tiles displace it past a wave.
+SWAP_PAST_WAVE_MAX_COST = 0.95
+
+
+def swap_past_wave_config(family: str, batch: int, m: int, n: int, k: int,
+                          unswapped: GemmConfig, num_sms: int,
+                          off_line: tuple[int, int] = (0, 0)) -> GemmConfig | None:
+    """The swapped config on the 160- or 192-token tile (SWAP_TOKEN_TILE_EFFICIENCY) for a
+    product of 193-SWAP_PAST_WAVE_MAX_M rows whose `unswapped` config's tiles fill more than one
+    wave: the one of least plan_cost over its efficiency (the wider on a tie), where that is at
+    most SWAP_PAST_WAVE_MAX_COST of the unswapped config's plan_cost over its
+    TILE_EFFICIENCY; two weight tiles sharing the tokens (cluster_m = 2) over an even count of
+    them, as in swap_mid_config. None where a's rows (the tokens) start off a 32-byte sector,
+    as there. Past a wave the token width sets the rows' padding and the waves' count, as
+    within one (swap_mid_config); the L2 requests that rule weighs are not (unmeasured here).
+    NOTES: the tuner (every compiled config, 3 reps, device time, H200, 2026-12-04) on 13
+    shapes of M = 717-2600 past a wave drawn for it (tune_h200_20261204_midm_waves_s59.json)
+    and on the earlier reports' 24 shapes of M = 193-2969 (tune_h200_2026120[24]_*.json): the
+    swapped 160 or 192 tile ran 1.04-1.13x faster than the best unswapped config on 8 (1282 x
+    6600 x 5120 130.1 against 146.4 us, the heuristic's 166.1; 2093 x 6144 x 2560 89.6 against
+    99.1; 1700 x 2560 x 12288 151.3 against 161.2; 1428 x 768 x 3072, 1433 x 3072 x 1000,
+    717 x 6000 x 1000), 0.92-0.99x on 12 (1814 x 12288 x 5000, 2969 x 5120 x 1024 0.95x: the
+    plan costs tie there). By the cost above, the swapped tile's over the unswapped one's was
+    0.67-0.99 on the shapes where it won, 1.00-1.20 on those where it lost, but for
+    2573 x 5120 x 1400 (0.87, lost 0.96x), whose tokens start 112 bytes off the line.
+    Held out: against main 9df3db9, one process, 5 reps, device time (H200, 2026-12-04,
+    ab_h200_20261204_past_wave.json, 14 of 340 random shapes of M = 193-3072 drawn after it,
+    the ones whose config it changes): 0.914-1.197x, geomean 1.074, 13 faster (1866 x 3080 x
+    3072 68.5 -> 57.3 us, 1914 x 3080 x 8192 1.155, 471 x 10000 x 768 1.134, 1694 x 2560 x
+    10000 1.110), 0.914x on 2594 x 3080 x 16384 (350 unpaired tiles of 192 tokens over 256
+    k-blocks, the weight's rows off the line: 428.7 -> 468.8 us; not profiled); still 0.77-1.00x
+    XLA (geomean 0.87). M over 3072 is not tried: there the token tiles' cost rarely falls
+    under the bound (none of 3073-3600 x 2048-6144 x 2560)."""
+    fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]]
+    tiles = [t for t in fam.tiles if t in MID_TOKEN_TILES
+             and t.block_n in SWAP_TOKEN_TILE_EFFICIENCY]
+    key = (unswapped.block_m, unswapped.block_n, unswapped.schedule)
+    if (not max(t.block_n for t in WIDE_TOKEN_TILES) < m <= SWAP_PAST_WAVE_MAX_M or not tiles
+            or unswapped.swap_ab or key not in TILE_EFFICIENCY
+            or off_line[0] % catalog.L2_SECTOR_BYTES or not can_plan()
+            or tile_count(m, n, batch, unswapped.tile) <= num_sms):
+        return None
+    paired = pairs_weight_tiles(n, tiles[0])
+    configs = [GemmConfig.for_tile(t, swap_ab=True, cluster_m=2 if paired else 1) for t in tiles]
+    costs = [plan_cost(c, batch, m, n, k, num_sms, family) / SWAP_TOKEN_TILE_EFFICIENCY[c.block_n]
+             for c in configs]
+    cost, _, config = min(zip(costs, (-c.block_n for c in configs), configs))
+    limit = (SWAP_PAST_WAVE_MAX_COST * plan_cost(unswapped, batch, m, n, k, num_sms, family)
+             / TILE_EFFICIENCY[key])
+    return config if cost <= limit else None
