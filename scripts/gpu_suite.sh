@@ -8,6 +8,7 @@
 #   SUITE_BENCH=0 bash scripts/gpu_suite.sh   # skip the benchmarks
 #   SUITE_JOBS=6 bash scripts/gpu_suite.sh    # tests in 6 pytest processes side by side
 #   SUITE_ARCHIVE=1 bash scripts/gpu_suite.sh # the logs as one file, gpu_suite_logs.tgz
+#   SUITE_TEST_LIMIT=380 bash scripts/gpu_suite.sh  # stop each test process after 380 s
 # SUITE_JOBS > 1 splits the test files into that many groups of about equal running time (the
 # times recorded in scripts/suite_durations.json: scripts/suite_groups.py) and runs them at once,
 # each GPU process allocating as it goes (XLA_PYTHON_CLIENT_PREALLOCATE=false): six processes ran
@@ -15,13 +16,26 @@
 # a device session's minutes are few; eight ran them in 7.4 min (2026-11-27), but by 2026-12-04
 # eight groups of equal bytes of source took 207 to over 480 s (H200), hence the recorded times.
 # SUITE_ARCHIVE=1 suits a machine that returns only a few files (the device tool: eight): the
-# suite writes two or more per job.
+# suite writes two or more per job. The archive is written however the script ends, a signal
+# included: a device call that ran past its own limit lost a whole suite's logs so (2026-12-04).
+# SUITE_TEST_LIMIT (seconds) interrupts each pytest process past it as Ctrl-C would, so that it
+# still prints its summary and writes its junit XML (what passed, and where it stopped); the
+# test files' times are then not recorded, a cut group's being partial.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS="${OUT:-gpu_suite_logs}"
 mkdir -p "$LOGS"
 ARCHIVE_DIR=""
-if [ "${SUITE_ARCHIVE:-0}" = 1 ]; then ARCHIVE_DIR="$LOGS"; LOGS=$(mktemp -d); fi
+if [ "${SUITE_ARCHIVE:-0}" = 1 ]; then
+  ARCHIVE_DIR="$LOGS"; LOGS=$(mktemp -d)
+  trap 'tar czf "$ARCHIVE_DIR/gpu_suite_logs.tgz" -C "$LOGS" .' EXIT
+fi
+LIMIT="${SUITE_TEST_LIMIT:-0}"
+# A pytest run under SUITE_TEST_LIMIT: SIGINT past it (pytest's KeyboardInterrupt: summary and
+# junit XML written, exit status 124 from timeout), SIGKILL 30 s later if it hangs.
+limited() {
+  if [ "$LIMIT" -gt 0 ]; then timeout --signal=INT --kill-after=30 "$LIMIT" "$@"; else "$@"; fi
+}
 export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 
@@ -38,9 +52,10 @@ echo "== tests"
 # Run from a neutral directory so the installed package (with its extension) is imported.
 JOBS="${SUITE_JOBS:-1}"
 if [ "$JOBS" -le 1 ]; then
-  ( cd tests && $PY -m pytest -q -ra -p no:cacheprovider --junitxml="$LOGS/junit.xml" \
+  ( cd tests && limited $PY -m pytest -q -ra -p no:cacheprovider --junitxml="$LOGS/junit.xml" \
       ${SUITE_PYTEST_ARGS:-} . ) > "$LOGS/tests.log" 2>&1
   test_rc=$?
+  [ $test_rc -ne 124 ] || echo "tests: stopped by SUITE_TEST_LIMIT (${LIMIT} s)"
 else
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
   # One line of test files per group, of about equal recorded time (scripts/suite_groups.py).
@@ -48,22 +63,28 @@ else
   pids=()
   for i in "${!groups[@]}"; do
     # shellcheck disable=SC2086
-    ( cd tests && $PY -m pytest -q -ra -p no:cacheprovider --junitxml="$LOGS/junit_$i.xml" \
-        ${SUITE_PYTEST_ARGS:-} ${groups[$i]} ) > "$LOGS/tests_$i.log" 2>&1 &
+    ( cd tests && limited $PY -m pytest -q -ra -p no:cacheprovider \
+        --junitxml="$LOGS/junit_$i.xml" ${SUITE_PYTEST_ARGS:-} ${groups[$i]} ) \
+        > "$LOGS/tests_$i.log" 2>&1 &
     pids+=($!)
   done
   test_rc=0
+  cut=0
   for i in "${!pids[@]}"; do
     # 5: pytest collected nothing in this group (a SUITE_PYTEST_ARGS filter), not a failure
     wait "${pids[$i]}"; rc=$?
     [ $rc -eq 0 ] || [ $rc -eq 5 ] || test_rc=1
-    echo "group $i: $(tail -1 "$LOGS/tests_$i.log")"
+    stopped=""
+    if [ $rc -eq 124 ]; then stopped=" (stopped by SUITE_TEST_LIMIT, ${LIMIT} s)"; cut=1; fi
+    echo "group $i: $(tail -1 "$LOGS/tests_$i.log")$stopped"
   done
   cat "$LOGS"/tests_*.log > "$LOGS/tests.log"
   # This run's seconds per test file over the recorded ones: copy it to
   # scripts/suite_durations.json where the files' times have moved.
-  $PY scripts/suite_groups.py --record "$LOGS"/junit_*.xml --out "$LOGS/suite_durations.json" \
-    || echo "could not record the test files' times"
+  if [ $cut -eq 0 ]; then
+    $PY scripts/suite_groups.py --record "$LOGS"/junit_*.xml --out "$LOGS/suite_durations.json" \
+      || echo "could not record the test files' times"
+  fi
 fi
 tail -25 "$LOGS/tests.log"
 
@@ -95,5 +116,4 @@ echo "== summary"
 cat "$LOGS/gpu.txt"
 grep -E "^[0-9]+ (passed|failed)|passed|failed" "$LOGS/tests.log" | tail -"$JOBS"
 echo "build rc=$build_rc tests rc=$test_rc bench rc=$bench_rc"
-if [ -n "$ARCHIVE_DIR" ]; then tar czf "$ARCHIVE_DIR/gpu_suite_logs.tgz" -C "$LOGS" .; fi
 [ $test_rc -eq 0 ]

@@ -1,0 +1,59 @@
+"""CPU tests of scripts/gpu_suite.sh's time limit and archive, with a stand-in Python whose
+build succeeds at once and whose pytest runs until it is interrupted: a test process past
+SUITE_TEST_LIMIT is stopped and said to be, and SUITE_ARCHIVE=1 writes its archive however the
+script ends (a signal from an outer time limit included)."""
+
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "scripts", "gpu_suite.sh")
+
+# pip: done; pytest: a run that waits (printing a line first) until a signal ends it, as a
+# long test file would; anything else (scripts/suite_groups.py): the real interpreter.
+STAND_IN = f"""#!/usr/bin/env bash
+if [ "$1 $2" = "-m pip" ]; then exit 0; fi
+if [ "$1 $2" = "-m pytest" ]; then
+  exec {sys.executable} -c 'import time; print("..", flush=True); time.sleep(120)'
+fi
+exec {sys.executable} "$@"
+"""
+
+
+def _suite(tmp_path, **env):
+    python = tmp_path / "python"
+    python.write_text(STAND_IN)
+    python.chmod(0o755)
+    out = tmp_path / "out"
+    full = dict(os.environ, PYTHON=str(python), OUT=str(out), SUITE_BENCH="0",
+                SUITE_ARCHIVE="1", **env)
+    return subprocess.Popen(["bash", SCRIPT], env=full, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True), out
+
+
+def _archived(out):
+    with tarfile.open(out / "gpu_suite_logs.tgz") as tar:
+        return {os.path.basename(n) for n in tar.getnames()}
+
+
+def test_a_test_process_past_the_limit_is_stopped_and_the_logs_archived(tmp_path):
+    proc, out = _suite(tmp_path, SUITE_JOBS="2", SUITE_TEST_LIMIT="2")
+    text, _ = proc.communicate(timeout=90)
+    assert proc.returncode != 0, text
+    assert text.count("stopped by SUITE_TEST_LIMIT, 2 s") == 2, text
+    names = _archived(out)
+    assert {"tests_0.log", "tests_1.log", "tests.log", "build.log"} <= names, names
+    # a cut run's partial times are not offered as the files' recorded times
+    assert "suite_durations.json" not in names
+
+
+def test_the_archive_is_written_when_a_signal_ends_the_script(tmp_path):
+    proc, out = _suite(tmp_path, SUITE_JOBS="1")
+    time.sleep(3)  # the stand-in build is done, its pytest waiting
+    os.killpg(proc.pid, signal.SIGTERM)  # as an outer `timeout` signals its process group
+    proc.communicate(timeout=60)
+    assert "tests.log" in _archived(out)
