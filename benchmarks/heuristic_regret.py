@@ -5,6 +5,8 @@ against the fastest, beside the heuristic's own time when the report was made. N
 needed (the rules that read a plan need the built extension), so a rule change can be weighed
 on every problem a report holds before an A/B. A report speaks only for the tree that made it
 (its kernels and plans), and a rule fit to its problems is then checked on shapes drawn after.
+Each row names the rule that picks today's config (heuristics.heuristic_choice), and the
+summary scores each rule over its problems: where the time left on the table is.
 
     python benchmarks/heuristic_regret.py benchmarks/results/tune_h200_20261202_random_worst.json
 """
@@ -22,8 +24,8 @@ from jax_hopper.gemm.config import GemmConfig
 
 def score(report: dict) -> list[dict]:
     """One row per problem of `report` (tune._report's JSON): its best time, the heuristic's
-    then (the report's) and now (None where the report did not time that launch), in us, and
-    whether the choice changed. Configs match by their launch (tune.launch_key): a split that
+    then (the report's) and now (None where the report did not time that launch), in us,
+    whether the choice changed, and the rule that picks it now. Configs match by their launch (tune.launch_key): a split that
     splits nothing is the whole config's launch."""
     rows = []
     for key, entry in report["problems"].items():
@@ -34,13 +36,27 @@ def score(report: dict) -> list[dict]:
             times[launch] = min(c["us"], times.get(launch, c["us"]))
         then = next((tune.launch_key(p, GemmConfig(**c["config"]))
                      for c in entry["candidates"] if c.get("heuristic")), None)
-        now = tune.heuristic_for(p)
+        now, rule = tune.heuristic_choice_for(p)
         now_launch = tune.launch_key(p, now)
         rows.append(dict(problem=key, best_us=min(times.values()),
                          then_us=entry["heuristic_us"], now_us=times.get(now_launch),
                          changed=then is not None and then != now_launch,
-                         now=tuned.config_fields(now)))
+                         now=tuned.config_fields(now), rule=rule))
     return rows
+
+
+def by_rule(rows: list[dict]) -> dict[str, dict]:
+    """score's rows timed now, by the rule that picks them: {rule: {problems, geomean and
+    worst of now over best, the worst's problem}}, the rule of most time lost first."""
+    out = {}
+    for r in rows:
+        if r["now_us"]:
+            out.setdefault(r["rule"], []).append((r["now_us"] / r["best_us"], r["problem"]))
+    summary = {rule: dict(problems=len(xs), geomean=_geomean([x for x, _ in xs]),
+                          worst=max(xs)[0], worst_problem=max(xs)[1])
+               for rule, xs in out.items()}
+    return dict(sorted(summary.items(),
+                       key=lambda kv: -kv[1]["problems"] * math.log(kv[1]["geomean"])))
 
 
 def _geomean(xs: list[float]) -> float:
@@ -56,17 +72,21 @@ def main(argv=None) -> int:
     for path in args.reports:
         with open(path) as f:
             rows += score(json.load(f))
-    print(f"{'problem':44s} {'best us':>8s} {'then x':>7s} {'now x':>7s}  changed")
+    print(f"{'problem':44s} {'best us':>8s} {'then x':>7s} {'now x':>7s} {'changed':7s}  rule")
     for r in rows:
         now = f"{r['now_us'] / r['best_us']:7.3f}" if r["now_us"] else "  -    "
         then = f"{r['then_us'] / r['best_us']:7.3f}" if r["then_us"] else "  -    "
-        print(f"{r['problem']:44s} {r['best_us']:8.1f} {then} {now}  "
-              + ("yes" if r["changed"] else ""))
+        print(f"{r['problem']:44s} {r['best_us']:8.1f} {then} {now} "
+              f"{'yes' if r['changed'] else '':7s}  {r['rule']}")
     both = [r for r in rows if r["now_us"] and r["then_us"]]
     print(f"time over the best, geomean over the {len(both)} problems timed both ways: then "
           f"{_geomean([r['then_us'] / r['best_us'] for r in both]):.3f}, now "
           f"{_geomean([r['now_us'] / r['best_us'] for r in both]):.3f}; "
           f"{sum(not r['now_us'] for r in rows)} whose choice now the reports did not time")
+    print("by rule (time over the best now; most time lost first):")
+    for rule, s in by_rule(rows).items():
+        print(f"  {rule:26s} {s['problems']:3d} problems  geomean {s['geomean']:.3f}  "
+              f"worst {s['worst']:.3f} ({s['worst_problem']})")
     return 0
 
 

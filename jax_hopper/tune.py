@@ -46,7 +46,7 @@ from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.fp8 import hopper_fp8_gemm_p, hopper_fp8_matmul
 from jax_hopper.gemm.glu import hopper_glu
-from jax_hopper.gemm.heuristics import SWAP_MAX_M, grouped_heuristic_config
+from jax_hopper.gemm.heuristics import SWAP_MAX_M, Choice, grouped_heuristic_config
 from jax_hopper.gemm.primitive import hopper_gemm_p
 from jax_hopper.gemm.ragged_contract import hopper_ragged_contract_p
 from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_p
@@ -188,10 +188,17 @@ def _call(p: Problem, config: GemmConfig):
 
 def heuristic_for(p: Problem) -> GemmConfig:
     """The config a call of problem p takes where nothing is tuned (the heuristic's)."""
+    return heuristic_choice_for(p).config
+
+
+def heuristic_choice_for(p: Problem) -> Choice:
+    """heuristic_for's config and the rule that picked it (heuristics.heuristic_choice; the
+    grouped families' one rule: grouped_heuristic_config)."""
     if tune_grouped.is_grouped(p.family):
-        return grouped_heuristic_config(p.family, p.batch, p.m, p.n, p.k)
-    return tuned.heuristic_default(p.family, p.dtype, p.a_mn, p.b_mn, p.batch, p.m, p.n, p.k,
-                                   p.b_dtype)
+        return Choice(grouped_heuristic_config(p.family, p.batch, p.m, p.n, p.k),
+                      "grouped_heuristic_config")
+    return tuned.heuristic_default_choice(p.family, p.dtype, p.a_mn, p.b_mn, p.batch, p.m,
+                                          p.n, p.k, p.b_dtype)
 
 
 # Two configs of one product differ only in the order of the fp32 sums and where the output is
@@ -289,6 +296,7 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
             results[p.key] = None
             continue
         r = tune_problem(p, reps)
+        r["heuristic_rule"] = heuristic_choice_for(p).rule
         timings[p.key] = r
         if report:  # rewritten after each problem: a run stopped midway keeps what it timed
             _report(report, gpu, timings)
@@ -314,7 +322,8 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
             if report:
                 _report(report, gpu, timings)
         log(f"{p.key}: best {r['best_s'] * 1e6:.1f} us, heuristic "
-            f"{(r['heuristic_s'] or float('nan')) * 1e6:.1f} us ({r['clock']} time)"
+            f"{(r['heuristic_s'] or float('nan')) * 1e6:.1f} us ({r['heuristic_rule']}; "
+            f"{r['clock']} time)"
             f"{verdict}"
             + (f" -> cached {tuned.config_fields(r['best'])}" if wins else " -> heuristic kept"))
         entry = dict(config=tuned.config_fields(r["best"]), us=best_s * 1e6,
@@ -332,7 +341,7 @@ def tune(problems, reps: int = 5, cache: str | None = None, allow_reference: boo
 
 def _report(path: str, gpu: str, timings: dict) -> None:
     """{"gpu", "date", "problems": {key: {"clock" (tune_problem's: device or host),
-    "heuristic_us", "candidates": [{"config", "us",
+    "heuristic_us", "heuristic_rule" (heuristic_choice_for's), "candidates": [{"config", "us",
     "heuristic"}, fastest first, the heuristic's own config among them], "failed": {config
     fields as a string: error}, and where the best beat the heuristic, "confirmed": {"best_us",
     "heuristic_us", "cached"} of the two timed alone}}} as JSON."""
@@ -343,6 +352,7 @@ def _report(path: str, gpu: str, timings: dict) -> None:
         problems[key] = dict(
             clock=r["clock"],
             heuristic_us=None if r["heuristic_s"] is None else r["heuristic_s"] * 1e6,
+            heuristic_rule=r.get("heuristic_rule"),
             candidates=[dict(config=tuned.config_fields(configs[label]), us=s * 1e6,
                              heuristic=label == "heuristic") for s, label in ranked],
             failed={str(tuned.config_fields(configs[label])): f"{type(e).__name__}: {e}"

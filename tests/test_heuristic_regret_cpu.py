@@ -7,7 +7,7 @@ import pytest
 
 import jax_hopper.tune as tune
 from jax_hopper import GemmConfig
-from jax_hopper.gemm import tuned
+from jax_hopper.gemm import heuristics, tuned
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "benchmarks"))
@@ -46,3 +46,47 @@ def test_score_finds_the_current_choice_among_the_candidates():
     assert not rows[kept.key]["changed"]
     assert tuned.config_fields(tune.heuristic_for(moved)) != tuned.config_fields(other)
     assert rows[moved.key]["now_us"] is None and rows[moved.key]["changed"]
+    assert rows[kept.key]["rule"] == tune.heuristic_choice_for(kept).rule
+
+
+@pytest.mark.extension  # the rules that read a plan
+@pytest.mark.parametrize("family,a_mn,m,n,k,off_line,odd_weight,rule", [
+    ("matmul", False, 8, 1024, 1024, (0, 0), False, "lean_swap_tile"),
+    ("matmul", False, 40, 2048, 2048, (0, 0), False, "swap_token_tile"),
+    ("matmul", False, 16, 28672, 4096, (0, 0), False, "choose_swap_config"),
+    ("matmul", False, 200, 4097, 4096, (0, 0), True, "odd_weight_config"),
+    ("matmul", False, 80, 1024, 5120, (0, 0), False, "swap_narrow_config"),
+    ("matmul", False, 150, 4096, 4096, (0, 0), False, "swap_wide_config"),
+    ("matmul", False, 792, 3000, 14336, (0, 0), False, "swap_mid_config"),
+    ("matmul", False, 2093, 6144, 2560, (0, 0), False, "swap_past_wave_config"),
+    ("matmul", False, 559, 3000, 3072, (0, 0), False, "pingpong_mid_m"),
+    ("matmul", False, 384, 4096, 4096, (0, 0), False, "long_k_split_tile"),
+    ("matmul", False, 4000, 3000, 2056, (16, 112), False, "off_line_tile"),
+    ("matmul", False, 8192, 8192, 8192, (0, 0), False, "wave_cost"),
+    ("matmul", True, 8, 4096, 4096, (0, 0), False, "long_k_split_tile"),  # no swap for a (K, M)
+    ("glu", False, 384, 4096, 4096, (0, 0), False, "wave_cost"),
+])
+def test_heuristic_choice_names_the_rule_behind_the_config(family, a_mn, m, n, k, off_line,
+                                                          odd_weight, rule):
+    """heuristics.heuristic_choice: heuristic_config's config, and the rule that picked it, a
+    function of the heuristics package (whose NOTES hold its measurements)."""
+    args = (family, a_mn, 1, m, n, k)
+    kw = dict(off_line=off_line, odd_weight=odd_weight)
+    choice = heuristics.heuristic_choice(*args, **kw)
+    assert choice.rule == rule
+    assert callable(getattr(heuristics, choice.rule))
+    assert choice.config == heuristics.heuristic_config(*args, **kw)
+
+
+def test_by_rule_scores_each_rule_over_its_timed_problems():
+    rows = [dict(problem="a", best_us=10.0, now_us=12.0, rule="wave_cost"),
+            dict(problem="b", best_us=10.0, now_us=10.0, rule="wave_cost"),
+            dict(problem="c", best_us=10.0, now_us=None, rule="swap_mid_config"),
+            dict(problem="d", best_us=10.0, now_us=11.0, rule="pingpong_mid_m")]
+    got = heuristic_regret.by_rule(rows)
+    # the untimed problem's rule has nothing to score; most time lost (count x log) first
+    assert list(got) == ["wave_cost", "pingpong_mid_m"]
+    assert got["wave_cost"]["problems"] == 2
+    assert got["wave_cost"]["geomean"] == pytest.approx(1.2 ** 0.5)
+    assert got["wave_cost"]["worst"] == pytest.approx(1.2)
+    assert got["wave_cost"]["worst_problem"] == "a"

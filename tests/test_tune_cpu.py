@@ -309,6 +309,7 @@ def test_the_report_lists_every_candidate_fastest_first(cache, tmp_path):
         tuned.config_fields(configs[label]) for label in ("c0", "heuristic", "c1")]
     assert [c["heuristic"] for c in entry["candidates"]] == [False, True, False]
     assert entry["heuristic_us"] == pytest.approx(3.0)
+    assert entry["heuristic_rule"] == tune.heuristic_choice_for(PROBLEM).rule
     assert list(entry["failed"].values()) == ["ValueError: differs"]
     assert str(tuned.config_fields(configs["c2"])) in entry["failed"]
     assert entry["confirmed"] == {"best_us": pytest.approx(2.2), "heuristic_us": pytest.approx(3.1),

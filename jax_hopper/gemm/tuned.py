@@ -41,7 +41,7 @@ import warnings
 import jax
 
 from jax_hopper.gemm.config import GemmConfig
-from jax_hopper.gemm.heuristics import grouped_heuristic_config, heuristic_config
+from jax_hopper.gemm.heuristics import Choice, grouped_heuristic_config, heuristic_choice
 from jax_hopper.gemm.pitch import rows_off_l2_line, weight_read_shifted
 from jax_hopper.kernels import catalog
 
@@ -186,10 +186,18 @@ def default_config(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, 
 
 def heuristic_default(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int,
                       n: int, k: int, b_dtype: str | None = None) -> GemmConfig:
-    """The heuristic's config for a call that passes none, where nothing is tuned: for this
-    GPU's SM count and the operands' row pitches (pitch.rows_off_l2_line; a weight the decode
-    tiles read in place, pitch.weight_read_shifted)."""
-    return heuristic_config(family, a_mn, batch, m, n, k, num_sms=device_sms(),
+    """The heuristic's config for a call that passes none, where nothing is tuned:
+    heuristic_default_choice's."""
+    return heuristic_default_choice(family, dtype, a_mn, b_mn, batch, m, n, k, b_dtype).config
+
+
+def heuristic_default_choice(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int,
+                             m: int, n: int, k: int, b_dtype: str | None = None) -> Choice:
+    """heuristics.heuristic_choice (the config and the rule that picked it) for a call that
+    passes none: for this GPU's SM count and the operands' row pitches
+    (pitch.rows_off_l2_line; a weight the decode tiles read in place,
+    pitch.weight_read_shifted)."""
+    return heuristic_choice(family, a_mn, batch, m, n, k, num_sms=device_sms(),
                             off_line=rows_off_l2_line(dtype, a_mn, b_mn, m, n, k, b_dtype),
                             odd_weight=weight_read_shifted(family, dtype, b_mn, n, k))
 

@@ -4,6 +4,7 @@ ping-pong for one partial wave, the off-line tile, the long-K split and 2-CTA pa
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from jax_hopper.kernels import catalog
 from jax_hopper.gemm.config import GemmConfig
@@ -284,12 +285,31 @@ def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
     return count >= 2 * num_sms or (count <= num_sms and long_k and tiles_m % 2 == 0)
 
 
+class Choice(NamedTuple):
+    """A config and the rule that picked it: the name of the function (a module attribute of
+    jax_hopper.gemm.heuristics) whose NOTES hold that rule's measurements."""
+    config: GemmConfig
+    rule: str
+
+
 def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_NUM_SMS,
                   tiles: tuple[catalog.TileShape, ...] = catalog.TILE_SHAPES,
                   multicast: bool = True, pingpong: bool = False,
                   off_line: tuple[int, int] = (0, 0),
                   off_line_rule: bool = True, long_k_split: bool = False) -> GemmConfig:
-    """The tile of `tiles` with the least wave_cost (the largest on a tie: 128x256 unless a
+    """The unswapped config for a problem: dense_choice's (its docstring has the rules and
+    their NOTES)."""
+    return dense_choice(m, n, k, batch, num_sms, tiles, multicast, pingpong, off_line,
+                        off_line_rule, long_k_split).config
+
+
+def dense_choice(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_NUM_SMS,
+                 tiles: tuple[catalog.TileShape, ...] = catalog.TILE_SHAPES,
+                 multicast: bool = True, pingpong: bool = False,
+                 off_line: tuple[int, int] = (0, 0),
+                 off_line_rule: bool = True, long_k_split: bool = False) -> Choice:
+    """The unswapped config (choose_config) and its rule: off_line_tile, long_k_split_tile,
+    pingpong_mid_m or wave_cost. The tile of `tiles` with the least wave_cost (the largest on a tie: 128x256 unless a
     narrower tile's extra parallelism outweighs its lower efficiency), split along K
     (stream_k) when there are fewer tiles than SMs only where split_k_pays.
 
@@ -324,9 +344,10 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
              if long_k_split and wide is None else None)
     if pingpong and not b_off and split is None and (
             tile := pingpong_mid_m(m, n, batch, tiles, num_sms)) is not None:
-        return GemmConfig.for_tile(tile)
+        return Choice(GemmConfig.for_tile(tile), "pingpong_mid_m")
     tile = wide or split or min(ranked_tiles(tiles),
                                 key=lambda t: (wave_cost(m, n, batch, t, num_sms), -t.block_n))
+    rule = "off_line_tile" if wide else "long_k_split_tile" if split else "wave_cost"
     tiles_m = math.ceil(m / tile.block_m)
     count = tile_count(m, n, batch, tile)
     long_k = math.ceil(k / tile.block_k) >= LONG_K_BLOCKS
@@ -334,5 +355,5 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT
                                                 off_line) else 1
     stream_k = catalog.SCHEDULES[tile.schedule].stream_k and (
         count >= num_sms or split_k_pays(m, n, batch, tile.block_m, tile.block_n))
-    return GemmConfig.for_tile(tile, cluster_m=cluster_m, cluster_n=1, raster="m",
-                               stream_k=stream_k)
+    return Choice(GemmConfig.for_tile(tile, cluster_m=cluster_m, cluster_n=1, raster="m",
+                                      stream_k=stream_k), rule)
