@@ -25,8 +25,8 @@ from jax_hopper.gemm.config import GemmConfig
 def score(report: dict) -> list[dict]:
     """One row per problem of `report` (tune._report's JSON): its best time, the heuristic's
     then (the report's) and now (None where the report did not time that launch), in us,
-    whether the choice changed, and the rule that picks it now. Configs match by their launch (tune.launch_key): a split that
-    splits nothing is the whole config's launch."""
+    whether the choice changed, and the rule that picks it now. Configs match by their launch
+    (tune.launch_key): a split that splits nothing is the whole config's launch."""
     rows = []
     for key, entry in report["problems"].items():
         p = tune.Problem(*tuned.parse_problem_key(key))

@@ -13,8 +13,8 @@ from jax_hopper.kernels import catalog
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.heuristics.dense import (  # noqa: F401 (the package's names: heuristics.X)
     DEFAULT_NUM_SMS, LONG_K_BLOCKS, SPLIT_PIECE_KBLOCKS, TILE_EFFICIENCY, Choice, choose_config,
-    dense_choice, long_k_split_tile, off_line_tile, pair_along_m, pingpong_mid_m, split_k_pays, tile_count,
-    wave_cost)
+    dense_choice, long_k_split_tile, off_line_tile, pair_along_m, pingpong_mid_m, split_k_pays,
+    tile_count, wave_cost)
 from jax_hopper.gemm.heuristics.grouped import (  # noqa: F401
     choose_contraction_config, choose_grouped_config, choose_grouped_glu_config,
     grouped_heuristic_config)

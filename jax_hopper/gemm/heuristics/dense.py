@@ -309,9 +309,9 @@ def dense_choice(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_
                  off_line: tuple[int, int] = (0, 0),
                  off_line_rule: bool = True, long_k_split: bool = False) -> Choice:
     """The unswapped config (choose_config) and its rule: off_line_tile, long_k_split_tile,
-    pingpong_mid_m or wave_cost. The tile of `tiles` with the least wave_cost (the largest on a tie: 128x256 unless a
-    narrower tile's extra parallelism outweighs its lower efficiency), split along K
-    (stream_k) when there are fewer tiles than SMs only where split_k_pays.
+    pingpong_mid_m or wave_cost. The tile of `tiles` with the least wave_cost (the largest on
+    a tie: 128x256 unless a narrower tile's extra parallelism outweighs its lower efficiency),
+    split along K (stream_k) when there are fewer tiles than SMs only where split_k_pays.
 
     One partial wave of 128x256 tiles beats two of 128x128: at M = 768-1024 (96-128 large
     tiles) choosing 128x128 because the large tiles left some SMs idle ran 22-31% slower

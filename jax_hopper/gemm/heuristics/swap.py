@@ -1,5 +1,6 @@
 """Swap-AB (out^T = b^T a^T: the tokens as wgmma's N): the decode tiles at small M, the lean
-tile, the narrow-weight swap, the wide token tiles at 129-192 rows and the mid-M token tiles."""
+tile, the narrow-weight swap, the wide token tiles at 65-192 rows and the mid-M token tiles
+(within a wave, and past one)."""
 
 from __future__ import annotations
 
@@ -292,8 +293,8 @@ def one_token_tile_config(tile: catalog.TileShape, batch: int, m: int, n: int,
     only 68 x 16384 x 16384 ran the pair faster (above, 1.022x): hence unpaired. Against the
     pair on 10 shapes drawn after (ab_h200_20261204_past_wave.json, one process, 5 reps,
     device time): 0.953-1.062x, geomean 1.016 (66 x 11008 x 11008 70.4 -> 66.3 us; 96 x 12288 x
-    1400 0.953, 95 x 6600 x 5000 0.970), 0.73-2.49x XLA. fp8 (WIDE_TILES_YIELD) and 97-128 rows (one unswapped tile, no padding to save)
-    are not tried."""
+    1400 0.953, 95 x 6600 x 5000 0.970), 0.73-2.49x XLA. fp8 (WIDE_TILES_YIELD) and 97-128
+    rows (one unswapped tile, no padding to save) are not tried."""
     if tile_count(n, m, batch, tile) > num_sms:  # swapped: weight tiles by token tiles (one)
         return None
     return GemmConfig.for_tile(tile, swap_ab=True)
@@ -551,7 +552,8 @@ def swap_past_wave_config(family: str, batch: int, m: int, n: int, k: int,
     717 x 6000 x 1000), 0.92-0.99x on 12 (1814 x 12288 x 5000, 2969 x 5120 x 1024 0.95x: the
     plan costs tie there). By the cost above, the swapped tile's over the unswapped one's was
     0.67-0.99 on the shapes where it won, 1.00-1.20 on those where it lost, but for
-    2573 x 5120 x 1400 (0.87, lost 0.96x), whose tokens start 112 bytes off the line.
+    2573 x 5120 x 1400 (0.87, lost 0.96x), whose tokens start 112 bytes off the line. At 0.98
+    the bound took 2359 x 7168 x 1536 (0.96), which lost 1.05x on the paired 192 tile: 0.95.
     Held out: against main 9df3db9, one process, 5 reps, device time (H200, 2026-12-04,
     ab_h200_20261204_past_wave.json, 14 of 340 random shapes of M = 193-3072 drawn after it,
     the ones whose config it changes): 0.914-1.197x, geomean 1.074, 13 faster (1866 x 3080 x
