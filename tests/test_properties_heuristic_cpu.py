@@ -3,7 +3,8 @@ family (every compiled dtype pair and operand majors, any batch and shape), the 
 that passes none takes where nothing is tuned (tuned.heuristic_default_choice) is a compiled one
 (GemmConfig.validate for that family, dtype and majors), named by a rule of the heuristics
 package; or, for a weight the matmul_swap_odd tiles read in place, one that launches such a
-tile (pitch.shifted_weight_tile), whatever rule picked it."""
+tile (pitch.shifted_weight_tile), whatever rule picked it. The same for the grouped products
+and contractions."""
 
 import jax
 import pytest
@@ -43,3 +44,27 @@ def test_the_default_config_is_a_compiled_one_picked_by_a_named_rule(problem):
         return  # launched on that odd tile
     assert choice.rule != "odd_weight_config", choice
     choice.config.validate(dtype, a_mn, b_mn, family, b_dtype)
+
+
+GROUPED = catalog.GROUPED_FAMILIES + catalog.CONTRACTION_FAMILIES
+
+
+@st.composite
+def grouped_problems(draw):
+    family = draw(st.sampled_from(GROUPED))
+    fam = catalog.FAMILIES[family]
+    dtypes = draw(st.sampled_from(fam.dtypes))
+    a_mn, b_mn = draw(st.sampled_from(fam.majors))
+    groups = draw(st.sampled_from([1, 2, 8, 32, 128, 1024]))
+    m = draw(st.integers(1, 70000))
+    return (family, dtypes[0], a_mn, b_mn, groups, m, draw(DIMS), draw(DIMS),
+            dtypes[-1] if dtypes[-1] != dtypes[0] else None)
+
+
+@PROPERTY
+@given(grouped_problems())
+def test_the_grouped_default_config_is_a_compiled_one(problem):
+    """The same for the grouped products and contractions (tuned.grouped_config, where nothing
+    is tuned: heuristics.grouped_heuristic_config)."""
+    family, dtype, a_mn, b_mn, groups, m, n, k, b_dtype = problem
+    tuned.grouped_config(*problem).validate(dtype, a_mn, b_mn, family, b_dtype)
