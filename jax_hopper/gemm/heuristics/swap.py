@@ -543,17 +543,17 @@ def swap_past_wave_config(family: str, batch: int, m: int, n: int, k: int,
     them, as in swap_mid_config. None where a's rows (the tokens) start off a 32-byte sector,
     as there. Past a wave the token width sets the rows' padding and the waves' count, as
     within one (swap_mid_config); the L2 requests that rule weighs are not (unmeasured here).
-    NOTES: the tuner (every compiled config, 3 reps, device time, H200, 2026-12-04) on 13
-    shapes of M = 717-2600 past a wave drawn for it (tune_h200_20261204_midm_waves_s59.json)
-    and on the earlier reports' 24 shapes of M = 193-2969 (tune_h200_2026120[24]_*.json): the
-    swapped 160 or 192 tile ran 1.04-1.13x faster than the best unswapped config on 8 (1282 x
-    6600 x 5120 130.1 against 146.4 us, the heuristic's 166.1; 2093 x 6144 x 2560 89.6 against
-    99.1; 1700 x 2560 x 12288 151.3 against 161.2; 1428 x 768 x 3072, 1433 x 3072 x 1000,
-    717 x 6000 x 1000), 0.92-0.99x on 12 (1814 x 12288 x 5000, 2969 x 5120 x 1024 0.95x: the
-    plan costs tie there). By the cost above, the swapped tile's over the unswapped one's was
-    0.67-0.99 on the shapes where it won, 1.00-1.20 on those where it lost, but for
-    2573 x 5120 x 1400 (0.87, lost 0.96x), whose tokens start 112 bytes off the line. At 0.98
-    the bound took 2359 x 7168 x 1536 (0.96), which lost 1.05x on the paired 192 tile: 0.95.
+    NOTES: the tuner (every compiled config, 3 reps, device time, H200, 2026-12-02 and -04;
+    tune_h200_20261204_midm_waves_s59.json, drawn for it, and the other H200 reports) on the
+    25 bf16 problems of more than 192 rows past a wave of unswapped tiles: the swapped 160- or
+    192-token tile ran faster than the best unswapped config on 9 (1.01-1.13x; 1282 x 6600 x
+    5120 130.1 against 146.4 us, the heuristic's 166.1; 2093 x 6144 x 2560 89.6 against 99.1;
+    1700 x 2560 x 12288 151.3 against 161.2; 1433 x 3072 x 1000, 717 x 6000 x 1000, 2066 x 2048
+    x 2560 1.05-1.06x), slower on 16 (0.88-1.00x; 1399 x 12288 x 2560 0.88x, 2969 x 5120 x
+    1024 0.95x). The cost above, swapped over unswapped, was 0.73-0.98 on the 7 it won by 4% or
+    more, 0.96-1.22 on those it lost; at a bound of 0.98 it took 2359 x 7168 x 1536 (0.96), whose
+    paired 192-token tile ran 1.05x the best: hence 0.95. Two of the 7 (1433 x 3072 x 1000,
+    717 x 6000 x 1000) have the tokens off a 32-byte sector, excluded.
     Held out: against main 9df3db9, one process, 5 reps, device time (H200, 2026-12-04,
     ab_h200_20261204_past_wave.json, 14 of 340 random shapes of M = 193-3072 drawn after it,
     the ones whose config it changes): 0.914-1.197x, geomean 1.074, 13 faster (1866 x 3080 x
