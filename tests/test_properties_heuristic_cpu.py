@@ -22,19 +22,21 @@ DIMS = st.one_of(st.sampled_from([768, 1000, 1024, 1536, 3000, 4096, 4097, 6144,
 
 
 @st.composite
-def problems(draw):
-    family = draw(st.sampled_from(DENSE_FAMILIES))
+def problems(draw, families, batches, rows):
+    """(family, dtype, a_mn, b_mn, batch or groups, m, n, k, b_dtype or None) of one of
+    `families`, in the family's compiled dtypes and majors: the problem tuned's lookups take."""
+    family = draw(st.sampled_from(families))
     fam = catalog.FAMILIES[family]
     dtypes = draw(st.sampled_from(fam.dtypes))
     a_mn, b_mn = draw(st.sampled_from(fam.majors))
-    m = draw(st.one_of(st.integers(1, 64), st.integers(65, 300), st.integers(301, 9000)))
-    return (family, dtypes[0], a_mn, b_mn, draw(st.sampled_from([1, 2, 3, 7])), m, draw(DIMS),
-            draw(DIMS), dtypes[-1] if dtypes[-1] != dtypes[0] else None)
+    return (family, dtypes[0], a_mn, b_mn, draw(st.sampled_from(batches)), draw(rows),
+            draw(DIMS), draw(DIMS), dtypes[-1] if dtypes[-1] != dtypes[0] else None)
 
 
 @pytest.mark.extension  # the rules that read a plan
 @PROPERTY
-@given(problems())
+@given(problems(DENSE_FAMILIES, [1, 2, 3, 7],
+                st.one_of(st.integers(1, 64), st.integers(65, 300), st.integers(301, 9000))))
 def test_the_default_config_is_a_compiled_one_picked_by_a_named_rule(problem):
     family, dtype, a_mn, b_mn, batch, m, n, k, b_dtype = problem
     choice = tuned.heuristic_default_choice(*problem)
@@ -49,20 +51,8 @@ def test_the_default_config_is_a_compiled_one_picked_by_a_named_rule(problem):
 GROUPED = catalog.GROUPED_FAMILIES + catalog.CONTRACTION_FAMILIES
 
 
-@st.composite
-def grouped_problems(draw):
-    family = draw(st.sampled_from(GROUPED))
-    fam = catalog.FAMILIES[family]
-    dtypes = draw(st.sampled_from(fam.dtypes))
-    a_mn, b_mn = draw(st.sampled_from(fam.majors))
-    groups = draw(st.sampled_from([1, 2, 8, 32, 128, 1024]))
-    m = draw(st.integers(1, 70000))
-    return (family, dtypes[0], a_mn, b_mn, groups, m, draw(DIMS), draw(DIMS),
-            dtypes[-1] if dtypes[-1] != dtypes[0] else None)
-
-
 @PROPERTY
-@given(grouped_problems())
+@given(problems(GROUPED, [1, 2, 8, 32, 128, 1024], st.integers(1, 70000)))
 def test_the_grouped_default_config_is_a_compiled_one(problem):
     """The same for the grouped products and contractions (tuned.grouped_config, where nothing
     is tuned: heuristics.grouped_heuristic_config)."""

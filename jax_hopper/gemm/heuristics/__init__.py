@@ -24,10 +24,9 @@ from jax_hopper.gemm.heuristics.swap import (  # noqa: F401
     L2_REQUEST_COST, MID_TOKEN_TILES, NARROW_WIDE_MIN_K_BLOCKS, ODD_WEIGHT_MAX_M, SWAP_MAX_M,
     SWAP_MID_MAX_COST, SWAP_NARROW_BUSY_SHARE, SWAP_NARROW_MAX_WEIGHT_BYTES,
     SWAP_PAST_WAVE_MAX_COST, SWAP_PAST_WAVE_MAX_M, SWAP_TOKEN_TILE_EFFICIENCY, WIDE_TILES_YIELD,
-    choose_swap_config, lean_swap_tile, odd_weight_config, swap_cta_bytes,
+    choose_swap_config, lean_swap_tile, mid_token_configs, odd_weight_config, swap_cta_bytes,
     swap_for_narrow_weight, swap_l2_requests, swap_mid_config, swap_narrow_config,
-    swap_past_wave_config,
-    swap_token_tile, swap_wide_config, weight_fits_l2)
+    swap_past_wave_config, swap_token_tile, swap_wide_config, weight_fits_l2)
 
 
 def heuristic_config(family: str, a_mn_major: bool, batch: int, m: int, n: int, k: int,

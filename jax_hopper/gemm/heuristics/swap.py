@@ -414,6 +414,19 @@ def pairs_weight_tiles(n: int, tile: catalog.TileShape) -> bool:
     return math.ceil(n / tile.block_m) % 2 == 0
 
 
+def mid_token_configs(family: str, n: int, widths=None) -> list[GemmConfig]:
+    """The swapped configs of `family`'s swapped family on its MID_TOKEN_TILES (those of
+    `widths` tokens, where given) for n weight columns, which the mid-M rules weigh
+    (swap_mid_config, swap_past_wave_config): the weight's columns are the swapped tile's rows,
+    the tokens its columns; over an even count of weight tiles two share each token tile in a
+    2-CTA cluster (cluster_m = 2: the tokens multicast; pairs_weight_tiles), else unclustered."""
+    fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]]
+    tiles = [t for t in fam.tiles
+             if t in MID_TOKEN_TILES and (widths is None or t.block_n in widths)]
+    paired = bool(tiles) and pairs_weight_tiles(n, tiles[0])
+    return [GemmConfig.for_tile(t, swap_ab=True, cluster_m=2 if paired else 1) for t in tiles]
+
+
 # The most of the unswapped plan's cost (plan_cost) at which the mid-M swap displaces it.
 SWAP_MID_MAX_COST = 0.9
 # The largest share of the SMs that the mid-M swap's unclustered tiles may take
@@ -499,17 +512,13 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
     on 192, 353 x 4976 x 4560 1.00); the three it keeps 1.00x. Multicast is not counted: there
     2-CTA pairs ran 0.92-1.20x the unclustered tile's speed, 4-CTA clusters 0.79-1.19x the
     pair's (catalog.CLUSTER_SHAPES' NOTES)."""
-    fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]]
-    tiles = [t for t in fam.tiles if t in MID_TOKEN_TILES]
-    if (m <= max(t.block_n for t in WIDE_TOKEN_TILES) or not tiles
+    configs = mid_token_configs(family, n)
+    if (m <= max(t.block_n for t in WIDE_TOKEN_TILES) or not configs
             or off_line[0] % catalog.L2_SECTOR_BYTES
-            or math.ceil(k / tiles[0].block_k) < LONG_K_BLOCKS or not can_plan()):
+            or math.ceil(k / configs[0].block_k) < LONG_K_BLOCKS or not can_plan()):
         return None
-    # The weight's columns are the swapped tile's rows, the tokens its columns.
-    paired = pairs_weight_tiles(n, tiles[0])
-    most = num_sms if paired else int(SWAP_MID_MAX_SHARE_UNPAIRED * num_sms)
-    configs = [GemmConfig.for_tile(t, swap_ab=True, cluster_m=2 if paired else 1)
-               for t in tiles if tile_count(n, m, batch, t) <= most]
+    most = num_sms if configs[0].cluster_m == 2 else int(SWAP_MID_MAX_SHARE_UNPAIRED * num_sms)
+    configs = [c for c in configs if tile_count(n, m, batch, c.tile) <= most]
     if not configs:
         return None
     costs = [plan_cost(c, batch, m, n, k, num_sms, family) for c in configs]
@@ -562,17 +571,13 @@ def swap_past_wave_config(family: str, batch: int, m: int, n: int, k: int,
     k-blocks, the weight's rows off the line: 428.7 -> 468.8 us; not profiled); still 0.77-1.00x
     XLA (geomean 0.87). M over 3072 is not tried: there the token tiles' cost rarely falls
     under the bound (none of 3073-3600 x 2048-6144 x 2560)."""
-    fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]]
-    tiles = [t for t in fam.tiles if t in MID_TOKEN_TILES
-             and t.block_n in SWAP_TOKEN_TILE_EFFICIENCY]
+    configs = mid_token_configs(family, n, SWAP_TOKEN_TILE_EFFICIENCY)
     key = (unswapped.block_m, unswapped.block_n, unswapped.schedule)
-    if (not max(t.block_n for t in WIDE_TOKEN_TILES) < m <= SWAP_PAST_WAVE_MAX_M or not tiles
+    if (not max(t.block_n for t in WIDE_TOKEN_TILES) < m <= SWAP_PAST_WAVE_MAX_M or not configs
             or unswapped.swap_ab or key not in TILE_EFFICIENCY
             or off_line[0] % catalog.L2_SECTOR_BYTES or not can_plan()
             or tile_count(m, n, batch, unswapped.tile) <= num_sms):
         return None
-    paired = pairs_weight_tiles(n, tiles[0])
-    configs = [GemmConfig.for_tile(t, swap_ab=True, cluster_m=2 if paired else 1) for t in tiles]
     costs = [plan_cost(c, batch, m, n, k, num_sms, family) / SWAP_TOKEN_TILE_EFFICIENCY[c.block_n]
              for c in configs]
     cost, _, config = min(zip(costs, (-c.block_n for c in configs), configs))
