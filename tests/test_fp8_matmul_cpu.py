@@ -373,3 +373,37 @@ def test_serving_bad_arguments_name_the_rule(wq, kwargs, match):
 def test_quantize_weight_bad_arguments(w, recipe, match):
     with pytest.raises(ValueError, match=match):
         quantize_weight(w, recipe=recipe)
+
+
+_E4M3 = jnp.float8_e4m3fn
+_F32 = jnp.float32
+
+
+@pytest.mark.parametrize("case", ["hopper_fp8_matmul", "hopper_ragged_fp8_dot",
+                                  "hopper_ragged_fp8_contract", "quantize_fp8",
+                                  "transpose_fp8", "fp8_matmul_second_order"])
+def test_ops_without_a_derivative_say_so(case):
+    """The forward-only fp8 ops (and a gradient of fp8_matmul's gradient) refuse
+    differentiation with a TypeError naming the op, not jax's error about custom_partitioning."""
+    from jax_hopper import hopper_ragged_fp8_contract, hopper_ragged_fp8_dot, transpose_fp8
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((32, 64)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((64, 48)) * 0.1, jnp.bfloat16)
+    x8, w8_t = x.astype(_E4M3), w.T.astype(_E4M3)
+    gs = jnp.asarray([20, 12], jnp.int32)
+    one = _F32(1.0)
+    losses = {
+        "hopper_fp8_matmul": (lambda s: hopper_fp8_matmul(x8, w8_t, s, one), one),
+        "hopper_ragged_fp8_dot": (lambda s: hopper_ragged_fp8_dot(
+            x8, jnp.stack([w8_t, w8_t]), gs, s, one, transpose_rhs=True), one),
+        "hopper_ragged_fp8_contract": (lambda s: hopper_ragged_fp8_contract(
+            x8.T, w8_t[:, :32], gs, s, one), one),
+        "quantize_fp8": (lambda x: quantize_fp8(x).q, x),
+        "transpose_fp8": (lambda x: transpose_fp8(x.astype(_E4M3)), x.astype(_F32)),
+        "fp8_matmul_second_order": (lambda w: jax.grad(
+            lambda x: fp8_matmul(x, w).astype(_F32).sum())(x), w),
+    }
+    f, arg = losses[case]
+    name = "quantize_fp8" if case == "fp8_matmul_second_order" else case
+    with pytest.raises(TypeError, match=f"^{name} has no derivative"):
+        jax.grad(lambda a: f(a).astype(_F32).sum())(arg)

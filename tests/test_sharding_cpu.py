@@ -34,7 +34,8 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "quantize_rows_tensor", "quantize_cols_blocks", "quantize_one_row_block",
          "quantize_unaligned_rows", "quantize_given_amax",
          "fp8_matmul_data_parallel", "config_per_shard", "tune_problems_per_shard",
-         "typed_reshapes", "empty_problems"]
+         "typed_reshapes", "empty_problems", "shard_map_grads", "shard_map_contract_local",
+         "shard_map_delayed_meta", "quantize_blocks_fewer_than_devices"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -800,6 +801,91 @@ def _cases():
                                 xs.astype(e4m3), w.T.astype(e4m3))
         assert (fp8.family, fp8.m, fp8.n, fp8.k, fp8.b_dtype) == ("fp8", 64, n, k, None), fp8
 
+    # Inside jax.shard_map (check_vma, jax's default) each device runs the op on its shards:
+    # rows split, the weight replicated. The gradients are those of the sum of every shard's
+    # loss: the weight's summed over the devices (manual_axes.like_primals), the rows' local.
+    # (On a mesh of automatic axes: shard_map then reshards arrays placed anyhow.)
+    auto_axes = jax.sharding.Mesh(np.array(jax.devices()), ("x",))
+
+    def shard_map_grads():
+        from gemm_helpers import rel_frob, to64
+
+        from jax_hopper import (fp8_matmul, fp8_ragged_dot, hopper_ragged_contract,
+                                hopper_ragged_glu)
+        per_dev, local_gs = 16, jnp.asarray([5, 11], jnp.int32)
+        ops = {
+            "matmul": lambda x, w: hopper_matmul(x, w, bias=jnp.ones((n,), f32), alpha=0.5,
+                                                 activation="gelu"),
+            "glu": lambda x, w: hopper_glu(x, w.reshape(k, 2, n // 2)),
+            "ragged_dot": lambda x, w: hopper_ragged_dot(x, jnp.stack([w, -w]), local_gs),
+            "ragged_glu": lambda x, w: hopper_ragged_glu(
+                x, jnp.stack([w, -w]).reshape(2, k, 2, n // 2), local_gs),
+            "ragged_contract": lambda x, w: hopper_ragged_contract(x, x @ w, local_gs)[0],
+            "fp8_tensor": lambda x, w: fp8_matmul(x, w, recipe="tensor"),
+            "fp8_block": lambda x, w: fp8_matmul(x, w, recipe="block"),
+            "fp8_ragged_dot": lambda x, w: fp8_ragged_dot(x, jnp.stack([w, -w]), local_gs),
+        }
+        x, w = _rand(rng, (per_dev * n_dev, k)), _rand(rng, (k, n)) * 0.1
+        failures = []
+        for name, op in ops.items():
+            def loss(x, w, op=op):
+                return (op(x, w).astype(f32) ** 2).sum()
+            sharded = jax.shard_map(op, mesh=auto_axes, in_specs=(P("x"), P()), out_specs=P("x"))
+            got = jax.jit(jax.grad(lambda x, w, f=sharded: (f(x, w).astype(f32) ** 2).sum(),
+                                   argnums=(0, 1)))(x, w)
+            want = jax.grad(lambda x, w, loss=loss: sum(
+                loss(x[d * per_dev:(d + 1) * per_dev], w) for d in range(n_dev)),
+                argnums=(0, 1))(x, w)
+            errs = [rel_frob(g, to64(v)) for g, v in zip(got, want)]
+            if not max(errs) < 2e-2:
+                failures.append(f"{name}: rel. errors of dx, dw {errs}")
+        assert not failures, failures
+
+    def shard_map_contract_local():
+        # The grouped contraction of each device's rows stays on the device (its reference
+        # lowering once summed them over the devices: 8x inside an 8-device shard_map).
+        from jax_hopper import hopper_ragged_contract
+        x, y = _rand(rng, (16 * n_dev, 32)), _rand(rng, (16 * n_dev, 24))
+        gs = jnp.asarray([6, 0, 10], jnp.int32)
+        contract = jax.jit(jax.shard_map(
+            lambda x, y: hopper_ragged_contract(x, y, gs, out_dtype=f32)[None], mesh=auto_axes,
+            in_specs=(P("x"), P("x")), out_specs=P("x")))
+        got = contract(x, y)
+        want = [hopper_ragged_contract(x[d * 16:(d + 1) * 16], y[d * 16:(d + 1) * 16], gs,
+                                       out_dtype=f32) for d in range(n_dev)]
+        np.testing.assert_allclose(np.asarray(got), np.stack(want), rtol=1e-6, atol=1e-6)
+        assert "all-reduce" not in contract.lower(x, y).compile().as_text()
+
+    def shard_map_delayed_meta():
+        # fp8 delayed scaling inside shard_map: the histories every device holds alike are
+        # pushed by the amax of the whole array, the largest of the devices' (pmax).
+        from jax_hopper import fp8_matmul, fp8_meta
+        x, w = _rand(rng, (16 * n_dev, k)), _rand(rng, (k, n))
+        x = x.at[16 * (n_dev - 1) + 2, 5].set(40.0)  # the largest value, on the last device
+        sharded = jax.shard_map(lambda x, w, m: fp8_matmul(x, w, recipe="delayed", meta=m),
+                                mesh=auto_axes, in_specs=(P("x"), P(), P()), out_specs=P("x"))
+        meta = jax.jit(jax.grad(lambda x, w, m: sharded(x, w, m).astype(f32).sum(),
+                                argnums=2))(x, w, fp8_meta(4))
+        assert float(meta.x[0]) == 40.0, meta.x
+        assert float(meta.w[0]) == float(jnp.abs(w.astype(f32)).max()), meta.w
+
+    def quantize_blocks_fewer_than_devices():
+        # A block-scaled dimension of fewer whole 128-blocks than the devices splitting it (two
+        # blocks of w's columns over four devices): kept whole, where Shardy once split it
+        # inside a block and the compile failed.
+        from jax_hopper import fp8_matmul, quantize_fp8
+        x, w = _rand(rng, (64, 256)), _rand(rng, (256, 128 * n_dev // 2))
+        ws = jax.device_put(w, NamedSharding(auto_axes, P(None, "x")))
+        quantize = jax.jit(lambda w: quantize_fp8(w, scaling="block", block="tile",
+                                                  transpose=True))
+        for got, want in zip(jax.tree.leaves(quantize(ws)), jax.tree.leaves(quantize(w))):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        grad = jax.jit(jax.grad(lambda x, w: fp8_matmul(x, w, recipe="block").astype(f32).sum(),
+                                argnums=(0, 1)))
+        for got, want in zip(grad(x, ws), grad(x, w)):
+            np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32),
+                                       rtol=1e-2, atol=1e-2)
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
@@ -817,7 +903,9 @@ def _cases():
                             quantize_cols_blocks, quantize_one_row_block,
                             quantize_unaligned_rows, quantize_given_amax,
                             fp8_matmul_data_parallel, config_per_shard,
-                            tune_problems_per_shard, typed_reshapes, empty_problems]))
+                            tune_problems_per_shard, typed_reshapes, empty_problems,
+                            shard_map_grads, shard_map_contract_local, shard_map_delayed_meta,
+                            quantize_blocks_fewer_than_devices]))
 
 
 def main():

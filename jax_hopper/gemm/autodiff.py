@@ -31,6 +31,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jax_hopper import manual_axes
 from jax_hopper.gemm import batching
 from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.primitive import freeze, problem_shape
@@ -51,14 +52,21 @@ def gemm(a, b, bias, res, params, res_batch, unfused=None):
 def _fwd(a, b, bias, res, params, res_batch, unfused):
     if dict(params)["family"] == "glu":
         return jax.vjp(lambda *args: unfused(*args, params), a, b, bias, res)
-    return gemm(a, b, bias, res, params, res_batch, unfused), (a, b, bias)
+    return (gemm(a, b, bias, res, params, res_batch, unfused),
+            (a, b, bias, manual_axes.types((a, b, bias, res))))
 
 
 def _bwd(params, res_batch, unfused, saved, dy):
     del unfused
-    p = dict(params)
-    if p["family"] == "glu":
+    if dict(params)["family"] == "glu":
         return saved(dy)  # the unfused forward's VJP
+    *saved, primal_types = saved
+    return manual_axes.like_primals(_grads(params, res_batch, saved, dy), primal_types)
+
+
+def _grads(params, res_batch, saved, dy):
+    """(da, db, dbias, dres) of the saved (a, b, bias)."""
+    p = dict(params)
     a, b, bias = saved
     batch, m, n, _ = problem_shape(a.shape, b.shape, p["a_mn_major"], p["b_mn_major"])
 
@@ -71,8 +79,8 @@ def _bwd(params, res_batch, unfused, saved, dy):
 
     dz = dy.astype(_F32)
     if p["activation"]:
-        z = batching.gemm(a, b, bias, jnp.zeros((0, 0, 0), _F32),
-                          freeze({**p, "out_dtype": _F32, "activation": 0}))
+        z = gemm(a, b, bias, jnp.zeros((0, 0, 0), _F32),
+                 freeze({**p, "out_dtype": _F32, "activation": 0}), 0)
         _, act_vjp = jax.vjp(lambda z: apply_activation(z, p["activation"]), z)
         dz = act_vjp(dz)[0]
     dbias = dz.sum((0, 1)) if bias.size else jnp.zeros((0,), _F32)
@@ -97,12 +105,11 @@ gemm.defvjp(_fwd, _bwd)
 
 def _product(x, y, x_mn, y_mn, out_dtype, alpha):
     """out = alpha * op(x) @ op(y) through the kernel, no epilogue, in the config chosen at
-    launch (primitive.launch)."""
+    launch (primitive.launch); differentiable again (a gradient of a gradient)."""
     params = dict(family="matmul", a_mn_major=x_mn, b_mn_major=y_mn,
                   out_dtype=jnp.dtype(out_dtype), activation=0, alpha=alpha, beta=1.0,
                   config=None)
-    return batching.gemm(x, y, jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), out_dtype),
-                         freeze(params))
+    return gemm(x, y, jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), out_dtype), freeze(params), 0)
 
 
 def _summed(x, y, x_mn, y_mn, dtype, alpha, shared):

@@ -26,6 +26,7 @@ fp8_sharding.partitioned (sharded jit) -> launch -> hopper_fp8_gemm_p.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -42,7 +43,7 @@ from jax_hopper.gemm import fp8_batching
 from jax_hopper.gemm.pitch import pitch_pad
 from jax_hopper.gemm.primitive import (_pad_columns, apply_epilogue, broadcast_batch, call_attrs,
                                        empty_call, freeze, gemm_target)
-from jax_hopper.gemm.ragged_primitive import register
+from jax_hopper.gemm.ragged_primitive import FP8_DIFFERENTIABLE, forward_only, register
 from jax_hopper.gemm.shared_batch import fold, folds
 from jax_hopper.gemm.tuned import default_config
 from jax_hopper.gemm.typed_reshape import reshape
@@ -133,7 +134,9 @@ def hopper_fp8_matmul(a, b, a_scale, b_scale, *, out_dtype=None, preferred_eleme
         out = empty_call(batch, m, n, bias_arr, res_arr, out_dtype=out_dtype, activation=act,
                          alpha=alpha, beta=beta, family="matmul", scale=scale)
     else:
-        out = fp8_batching.gemm(launch, freeze(params), a3, b3, bias_arr, res_arr, *scales)
+        out = forward_only(functools.partial(fp8_batching.gemm, launch, freeze(params)),
+                           "hopper_fp8_matmul", FP8_DIFFERENTIABLE)(a3, b3, bias_arr, res_arr,
+                                                                    *scales)
     return reshape(out, (*batch_shape, m, n))
 
 

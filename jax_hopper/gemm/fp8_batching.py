@@ -48,9 +48,12 @@ def _merged(x4, s4, v: int, batch: int):
 
 
 def _per_entry(scale, mapped: bool, v: int, batch: int):
-    """A per-tensor scale, (1,) or mapped (V, 1), as the merged batch's: (1,) shared, else one
-    per entry (V * B,), each vmapped entry's scale for its B."""
-    return jnp.repeat(scale.reshape(v), batch) if mapped else scale
+    """A per-tensor scale as the merged batch's (V * B entries, V outer): (1,) shared stays
+    shared; else one per entry. Mapped it is (V, 1), or (V, B) where a vmap nested inside has
+    made one per entry of B already; unmapped and per entry, (B,), the same for every V."""
+    if mapped:
+        return jnp.broadcast_to(scale.reshape(v, -1), (v, batch)).reshape(v * batch)
+    return scale if scale.size == 1 else jnp.tile(scale.reshape(batch), v)
 
 
 def _rule(launch, params, v, in_batched, a, b, bias, res, a_scale, b_scale):

@@ -57,6 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import custom_batching
 
+from jax_hopper import manual_axes
 from jax_hopper.gemm.api import SUPPORTED_OUTPUTS
 from jax_hopper.gemm.dot_general import fallback
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
@@ -127,8 +128,11 @@ def history_amax(history, dtype):
 
 
 def _pushed(history, amax):
-    """The history (..., L) one step on: the newest amax (...) first, the oldest dropped."""
-    return jnp.concatenate([amax.astype(jnp.float32)[..., None], history[..., :-1]], axis=-1)
+    """The history (..., L) one step on: the newest amax (...) first, the oldest dropped. Inside
+    shard_map an amax of each device's shard pushes a history all devices hold alike by their
+    largest (manual_axes.max_like)."""
+    amax = manual_axes.max_like(amax.astype(jnp.float32), history)
+    return jnp.concatenate([amax[..., None], history[..., :-1]], axis=-1)
 
 
 @custom_batching.custom_vmap
@@ -318,10 +322,17 @@ def _forward(x, w, meta, bias, residual, recipe, out_dtype, grad_dtypes):
     xq, wq = _operands(x, w, meta, RECIPES[recipe], transpose_x=True)
     y = hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype, bias=bias,
                           residual=residual)
-    return y, (xq, wq, meta)
+    return y, (xq, wq, meta, manual_axes.types((x, w, meta, bias, residual)))
 
 
 def _backward(recipe, out_dtype, grad_dtypes, res, dy):
+    *res, primal_types = res
+    return manual_axes.like_primals(_grads(recipe, out_dtype, grad_dtypes, res, dy),
+                                    primal_types)
+
+
+def _grads(recipe, out_dtype, grad_dtypes, res, dy):
+    """(dx, dw, d meta, d bias, d residual) of the saved (xq, wq, meta)."""
     del out_dtype
     (xq, wq, meta), (x_dtype, w_dtype, bias_dtype, res_dtype) = res, grad_dtypes
     dbias = None if bias_dtype is None else dy.astype(jnp.float32).sum(0).astype(bias_dtype)

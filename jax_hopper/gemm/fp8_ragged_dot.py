@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_hopper import manual_axes
 from jax_hopper.gemm.api import SUPPORTED_OUTPUTS
 from jax_hopper.gemm.fp8_matmul import RECIPES, check_meta, history_amax, next_meta
 from jax_hopper.gemm.ragged import check_group_sizes
@@ -186,10 +187,18 @@ def _forward(lhs, rhs, gs, meta, recipe, out_dtype, grad_dtypes):
     wq = _weights(rhs, meta, r)
     y, xq = _product(lhs, wq.q_t, wq.scale_t, gs, meta, r, out_dtype, transpose=True)
     seen = None if meta is None else (meta, xq.amax, wq.amax)
-    return y, ((xq.q_t, xq.scale_t), wq.q, wq.scale, gs, seen)
+    return y, ((xq.q_t, xq.scale_t), wq.q, wq.scale, gs, seen,
+               manual_axes.types((lhs, rhs, gs, meta)))
 
 
 def _backward(recipe, out_dtype, grad_dtypes, res, dy):
+    *res, primal_types = res
+    return manual_axes.like_primals(_grads(recipe, out_dtype, grad_dtypes, res, dy),
+                                    primal_types)
+
+
+def _grads(recipe, out_dtype, grad_dtypes, res, dy):
+    """(d lhs, d rhs, d gs, d meta) of the saved residuals."""
     del out_dtype
     (x_res, w8, w_scale, gs, seen), (lhs_dtype, rhs_dtype) = res, grad_dtypes
     r = RECIPES[recipe]

@@ -26,7 +26,7 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
-from jax_hopper import _ffi
+from jax_hopper import _ffi, manual_axes
 from jax_hopper.gemm import pitch
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
 from jax_hopper.gemm.heuristics import SWAP_MAX_M
@@ -250,7 +250,7 @@ def _jitted_bind(params: tuple):
 
 # Eager binds run through a cached jit so the custom call is lowered once per parameter set.
 hopper_gemm_p.def_impl(lambda *args, **params: _jitted_bind(freeze(params))(*args))
-hopper_gemm_p.def_abstract_eval(_abstract_eval)
+hopper_gemm_p.def_abstract_eval(manual_axes.typed_outputs(_abstract_eval))
 _reference_lowering = mlir.lower_fun(reference, multiple_results=False)
 mlir.register_lowering(hopper_gemm_p, _reference_lowering, platform="cpu")
 # A CUDA machine without a Hopper GPU (or without the built extension) runs the reference too;

@@ -38,11 +38,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_hopper import manual_axes
 from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.primitive import freeze
-from jax_hopper.gemm.ragged_contract import partitioned as contract
+from jax_hopper.gemm.ragged_contract import differentiable as contract
 from jax_hopper.gemm.ragged_primitive import epilogue
 from jax_hopper.gemm.ragged_sharding import partitioned
 
@@ -149,17 +150,24 @@ def _ragged(lhs3, rhs, gs, bias, res, params, has_residual):
 
 
 def _fwd(lhs3, rhs, gs, bias, res, params, has_residual):
-    return _ragged(lhs3, rhs, gs, bias, res, params, has_residual), (lhs3, rhs, gs, bias)
+    return (_ragged(lhs3, rhs, gs, bias, res, params, has_residual),
+            (lhs3, rhs, gs, bias, manual_axes.types((lhs3, rhs, gs, bias, res))))
 
 
 def _bwd(params, has_residual, saved, dout):
+    *saved, primal_types = saved
+    return manual_axes.like_primals(_grads(params, has_residual, saved, dout), primal_types)
+
+
+def _grads(params, has_residual, saved, dout):
+    """(d lhs3, d rhs, d gs, d bias, d res) of the saved (lhs3, rhs, gs, bias)."""
     lhs3, rhs, gs, bias = saved
     p = dict(params)
     m = lhs3.shape[1]
     dz = dout.astype(_F32)
     if p["activation"]:
-        pre = partitioned(freeze({**p, "activation": 0, "beta": 0.0, "out_dtype": _F32}),
-                          lhs3, rhs, gs, bias, jnp.zeros((0, 0, 0), _F32))
+        pre = _ragged(lhs3, rhs, gs, bias, jnp.zeros((0, 0, 0), _F32),
+                      freeze({**p, "activation": 0, "beta": 0.0, "out_dtype": _F32}), False)
         dz = jax.vjp(lambda z: apply_activation(z, p["activation"]), pre)[1](dz)[0]
     # d out is d P itself when nothing lies between them: no (M, N) copy.
     plain = not p["activation"] and p["alpha"] == 1.0 and dout.dtype == lhs3.dtype
@@ -168,12 +176,12 @@ def _bwd(params, has_residual, saved, dout):
     # (under sharding, rhs's N split is this product's K split: partial sums, psum).
     dlhs_params = freeze(dict(b_mn_major=not p["b_mn_major"], out_dtype=lhs3.dtype,
                               activation=0, alpha=1.0, beta=0.0, family="grouped", config=None))
-    dlhs = partitioned(dlhs_params, dp, rhs, gs, jnp.zeros((0,), _F32),
-                       jnp.zeros((0, 0, 0), lhs3.dtype))
+    dlhs = _ragged(dp, rhs, gs, jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), lhs3.dtype),
+                   dlhs_params, False)
     # d rhs[g] = lhs_g^T dP_g, or dP_g^T lhs_g for rhs stored (G, N, K): the grouped
     # contraction kernel, the groups splitting the rows (dP's N split stays local).
     x, y = (lhs3[0], dp[0]) if p["b_mn_major"] else (dp[0], lhs3[0])
-    drhs = contract(freeze(dict(out_dtype=jnp.dtype(rhs.dtype), config=None)), x, y, gs)
+    drhs = contract(x, y, gs, freeze(dict(out_dtype=jnp.dtype(rhs.dtype), config=None)))
     dbias = bias
     if bias.size:
         dbias = jax.ops.segment_sum(dz[0], ragged_tiles.row_groups(gs, m),

@@ -26,7 +26,7 @@ from jax.extend.core import Primitive
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.interpreters import mlir
 
-from jax_hopper import _ffi
+from jax_hopper import _ffi, manual_axes
 from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.tuned import grouped_config
@@ -182,10 +182,15 @@ _partitioned.def_partition(partition=_partition, sharding_rule=_rule)
 
 
 def _fwd(x, y, gs, params):
-    return _contract(x, y, gs, params), (x, y, gs)
+    return _contract(x, y, gs, params), (x, y, gs, manual_axes.types((x, y, gs)))
 
 
 def _bwd(params, saved, dout):
+    *saved, primal_types = saved
+    return manual_axes.like_primals(_grads(params, saved, dout), primal_types)
+
+
+def _grads(params, saved, dout):
     # out[g] = x_g^T y_g: d x_g = y_g d out[g]^T (d out read as (G, P, Q) = (G, N, K) through
     # the transpose flag), d y_g = x_g d out[g]; rows past every group get zero from both.
     from jax_hopper.gemm.ragged import hopper_ragged_dot  # noqa: PLC0415 (imports this module)
@@ -197,6 +202,8 @@ def _bwd(params, saved, dout):
 
 
 _contract.defvjp(_fwd, _bwd)
+# The contraction with its VJP, for hopper_ragged_dot's backward pass (a gradient of a gradient).
+differentiable = _contract
 
 
 def _abstract_eval(x3, y3, ends, *, out_dtype, config):
@@ -215,8 +222,10 @@ def contraction_reference(x, y, ends):
     jax.lax.ragged_dot's transpose (rows past the last end in no group)."""
     groups, p, q = ends.shape[0], x.shape[1], y.shape[1]
     sizes = ends - jnp.concatenate([jnp.zeros((1,), jnp.int32), ends[:-1]])
+    # The primal varies as x and y do inside shard_map, so that the transpose sums nothing
+    # over devices.
     _, vjp = jax.vjp(lambda r: jax.lax.ragged_dot(x, r, sizes, preferred_element_type=_F32),
-                     jnp.zeros((groups, p, q), _F32))
+                     manual_axes.vary_like(jnp.zeros((groups, p, q), _F32), x, y))
     return vjp(y)[0]
 
 

@@ -43,8 +43,8 @@ from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
 from jax_hopper.gemm.primitive import _pad_columns, call_attrs, freeze, gemm_target
 from jax_hopper.gemm.ragged import check_group_sizes, residual3
-from jax_hopper.gemm.ragged_primitive import (build_tile_table, epilogue, register,
-                                              vmapped_per_entry)
+from jax_hopper.gemm.ragged_primitive import (FP8_DIFFERENTIABLE, build_tile_table, epilogue,
+                                              forward_only, register, vmapped_per_entry)
 from jax_hopper.gemm.ragged_sharding import (gathered_operands, no_epilogue, shard_sizes,
                                              split_rows, summed_over_k)
 from jax_hopper.gemm.sharding import assign_factors, spec_of
@@ -117,7 +117,8 @@ def hopper_ragged_fp8_dot(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, out_dt
     if m == 0 or n == 0 or groups == 0 or k == 0:  # a zero product: nothing to launch
         return epilogue(jnp.zeros((m, n), _F32), gs, bias2, res3, activation=act, beta=beta,
                         out_dtype=out_dtype)[0]
-    return _launch_per_entry(params)(lhs[None], rhs, gs, bias2, res3, *scales)[0]
+    return forward_only(_launch_per_entry(params), "hopper_ragged_fp8_dot", FP8_DIFFERENTIABLE)(
+        lhs[None], rhs, gs, bias2, res3, *scales)[0]
 
 
 def scaling_of(fn, names, scales, block_ranks, tensor_rule, block_rule) -> str:

@@ -47,7 +47,8 @@ from jax_hopper.gemm.ragged import check_group_sizes
 from jax_hopper.gemm.ragged_contract import (contraction_lowering, contraction_partition,
                                              contraction_reference, contraction_rule)
 from jax_hopper.gemm.ragged_fp8 import block_scale, expand_blocks, scaling_of, tensor_scale
-from jax_hopper.gemm.ragged_primitive import register, vmapped_per_entry
+from jax_hopper.gemm.ragged_primitive import (FP8_DIFFERENTIABLE, forward_only, register,
+                                             vmapped_per_entry)
 from jax_hopper.kernels import catalog
 from jax_hopper.quantize.transpose import transpose_fp8
 
@@ -120,7 +121,8 @@ def hopper_ragged_fp8_contract(x, y, group_sizes, x_scale, y_scale, *, transpose
     if m == 0 or p == 0 or q == 0 or groups == 0:  # nothing to launch
         return jnp.zeros((groups, p, q), out_dtype)
     params = freeze(dict(family=family, out_dtype=out_dtype, config=config))
-    return _vmappable(params)(x, y, group_sizes.astype(jnp.int32), *scales)
+    return forward_only(_vmappable(params), _FN, FP8_DIFFERENTIABLE)(
+        x, y, group_sizes.astype(jnp.int32), *scales)
 
 
 @functools.lru_cache(maxsize=None)

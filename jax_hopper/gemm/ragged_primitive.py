@@ -25,7 +25,7 @@ from jax.custom_batching import custom_vmap
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
-from jax_hopper import _ffi
+from jax_hopper import _ffi, manual_axes
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
 from jax_hopper.gemm.tuned import grouped_config
@@ -149,10 +149,31 @@ def per_entry(fn, batched, args):
 
 def vmapped_per_entry(one):
     """`one` (a function of arrays) with per_entry as its vmap rule: for functions wrapped in
-    custom_partitioning, which has no batching rule of its own."""
+    custom_partitioning, which has no batching rule of its own. Each entry calls the rule's
+    function again, so a vmap nested outside maps the entries in turn."""
     fn = custom_vmap(one)
-    fn.def_vmap(lambda axis_size, in_batched, *args: (per_entry(one, in_batched, args), True))
+    fn.def_vmap(lambda axis_size, in_batched, *args: (per_entry(fn, in_batched, args), True))
     return fn
+
+
+def forward_only(fn, name: str, instead: str):
+    """fn (a function of arrays) whose differentiation is a TypeError naming the op `name` and
+    what to use `instead`, where jax would stop at custom_partitioning's missing rule. Inside
+    fp8_matmul's and fp8_ragged_dot's custom VJPs nothing differentiates it; a gradient of
+    their gradients does."""
+    f = jax.custom_jvp(fn)
+
+    @f.defjvp
+    def _refused(primals, tangents):
+        del primals, tangents
+        raise TypeError(f"{name} has no derivative: {instead}")
+    return f
+
+
+# What the fp8 products' refusal (forward_only) points to.
+FP8_DIFFERENTIABLE = ("fp8_matmul and fp8_ragged_dot are the differentiable fp8 products "
+                      "(first order: the gradient of a gradient of an fp8 product is not "
+                      "defined)")
 
 
 def register(primitive, abstract_eval, reference_fn, cuda_lowering, batch_rule=None) -> None:
@@ -169,7 +190,7 @@ def register(primitive, abstract_eval, reference_fn, cuda_lowering, batch_rule=N
         return per_entry(lambda *a: primitive.bind(*a, **params), batched, moved), 0
 
     primitive.def_impl(lambda *args, **params: jitted_bind(freeze(params))(*args))
-    primitive.def_abstract_eval(abstract_eval)
+    primitive.def_abstract_eval(manual_axes.typed_outputs(abstract_eval))
     batching.primitive_batchers[primitive] = batch_rule or per_entry_rule
     reference_lowering = mlir.lower_fun(reference_fn,
                                         multiple_results=primitive.multiple_results)

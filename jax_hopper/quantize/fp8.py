@@ -44,7 +44,7 @@ from jax.interpreters import mlir
 
 from jax_hopper.gemm.pitch import pitch_pad
 from jax_hopper.gemm.primitive import freeze
-from jax_hopper.gemm.ragged_primitive import register
+from jax_hopper.gemm.ragged_primitive import forward_only, register
 from jax_hopper.gemm.typed_reshape import reshape
 from jax_hopper.quantize import sharding
 from jax_hopper.kernels import catalog
@@ -139,9 +139,12 @@ def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", t
         amax3 = jnp.broadcast_to(amax, (x3.shape[0],))
     else:
         amax3 = jnp.zeros((0,), jnp.float32)
-    q, scale, q_t, scale_t, seen = sharding.partitioned(
-        quantize_fp8_p.bind, freeze(dict(dtype=dtype, mode=mode, transpose=transpose,
-                                         t_mode=t_mode, record_amax=record)), x3, amax3)
+    params = freeze(dict(dtype=dtype, mode=mode, transpose=transpose, t_mode=t_mode,
+                         record_amax=record))
+    q, scale, q_t, scale_t, seen = forward_only(
+        functools.partial(sharding.partitioned, quantize_fp8_p.bind, params), "quantize_fp8",
+        "a rounding; fp8_matmul and fp8_ragged_dot quantize inside their own gradients, "
+        "which are first order")(x3, amax3)
     if mode == "tensor":
         scale = scales_from_amax(amax, dtype)[0]
         scale_t = scale

@@ -70,16 +70,22 @@ def _blocked(p: dict) -> dict:
 
 
 def _rule(bind, params, mesh, value_types, result_types):
-    del bind, mesh, result_types
+    del bind, result_types
     p = dict(params)
     _, r, c = value_types[0].shape
     blocked = _blocked(p)
     # A dimension whose scales count it in blocks is the compound factor (blocks, 128) where
-    # it is two or more whole blocks, so that a split of it is the same split of its scales'
-    # dimension; otherwise (Shardy takes no factor of size 1 in a compound: one block) the
-    # scales' block dimension is a factor of its own.
+    # it is two or more whole blocks and every device of the mesh can take a whole number of
+    # them, so that a split of it is the same split of its scales' dimension. Otherwise the
+    # scales' block dimension is a factor of its own: Shardy takes no factor of size 1 in a
+    # compound (one block), and splits blocks fewer than an axis's devices across the block
+    # (a sub-axis of it) into the 128, which custom_partitioning cannot name (_partition then
+    # keeps such a dimension whole).
+    devices = math.prod(mesh.shape.values())
     compound = {d: blocked[d] and n % catalog.FP8_SCALE_BLOCK == 0
-                and n > catalog.FP8_SCALE_BLOCK for d, n in (("r", r), ("c", c))}
+                and n > catalog.FP8_SCALE_BLOCK
+                and (n // catalog.FP8_SCALE_BLOCK) % devices == 0
+                for d, n in (("r", r), ("c", c))}
     full = {d: f"({d}b {d}q)" if compound[d] else d for d in "rc"}
     block = {d: f"{d}b" if compound[d] else f"{d}x" for d in "rc"}
 

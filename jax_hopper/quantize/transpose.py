@@ -25,7 +25,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
 from jax_hopper.gemm.pitch import pitch_pad
-from jax_hopper.gemm.ragged_primitive import register
+from jax_hopper.gemm.ragged_primitive import forward_only, register
 from jax_hopper.gemm.sharding import assign_factors, spec_of
 from jax_hopper.gemm.typed_reshape import reshape
 from jax_hopper.kernels import catalog
@@ -44,7 +44,9 @@ def transpose_fp8(x):
         raise ValueError(f"transpose_fp8: x must be at least 2-D (..., rows, cols); got shape "
                          f"{x.shape}")
     lead, (r, c) = x.shape[:-2], x.shape[-2:]
-    return reshape(_vmappable(reshape(x, (math.prod(lead), r, c))), (*lead, c, r))
+    refused = forward_only(_vmappable, "transpose_fp8",
+                           "fp8 arrays come from quantize_fp8, which has none either")
+    return reshape(refused(reshape(x, (math.prod(lead), r, c))), (*lead, c, r))
 
 
 @custom_vmap

@@ -1,0 +1,99 @@
+"""The manual mesh axes a value varies over inside jax.shard_map (its type under check_vma,
+jax's default): what the primitives' outputs and the custom VJPs' cotangents must carry.
+
+Inside shard_map a value is typed invariant along a manual axis (the same on every device of
+it) or varying. jax's own ops type their results by their operands; a primitive defined here
+does so through `typed_outputs` on its abstract eval (a product of a varying lhs and an
+invariant weight varies). A custom VJP must give each primal argument a cotangent of that
+argument's type: where a weight is invariant and the rows vary, the weight's gradient is the
+sum of every device's contribution (what jax's pvary transposes to), so `like_primals` sums a
+cotangent over the axes it varies over and its primal does not, and marks it varying over
+those its primal varies over and it does not. The fwd rules keep `types(primals)` (zero-size
+arrays of the primals' types, no data) among their residuals for it.
+
+The type's form changed between jax versions (an aval's `vma` set up to 0.9, its
+`manual_axis_type.varying` from 0.10); without either there are no manual-axis types and
+nothing here changes a value.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
+
+
+def varying(x) -> frozenset:
+    """The manual axes an array or abstract value varies over (empty outside shard_map, or
+    with check_vma=False)."""
+    aval = x if isinstance(x, jax.core.AbstractValue) else jax.typeof(x)
+    mat = getattr(aval, "manual_axis_type", None)
+    if mat is not None:
+        return frozenset(mat.varying)
+    return frozenset(getattr(aval, "vma", ()))
+
+
+def _varying_over(out, src, axes: frozenset):
+    """ShapedArray `out` typed varying over `axes` on `src`'s mesh (`src`: an operand's aval,
+    which names the mesh), replicated along its other axes as before."""
+    sharding = NamedSharding(src.sharding.mesh, PartitionSpec(*([None] * len(out.shape))))
+    mat = getattr(src, "manual_axis_type", None)
+    if mat is not None:
+        return out.update(sharding=sharding, manual_axis_type=mat.update(varying=axes))
+    return out.update(sharding=sharding, vma=axes)
+
+
+def typed_outputs(abstract_eval):
+    """`abstract_eval` (one ShapedArray or a list) with every output varying over the axes any
+    operand varies over."""
+    def typed(*avals, **params):
+        out = abstract_eval(*avals, **params)
+        axes = frozenset().union(*(varying(a) for a in avals))
+        if not axes:
+            return out
+        src = next(a for a in avals if varying(a))
+        if isinstance(out, (list, tuple)):
+            return type(out)(_varying_over(o, src, axes) for o in out)
+        return _varying_over(out, src, axes)
+    return typed
+
+
+def types(primals):
+    """A zero-size array of each of `primals`' (a pytree of arrays) dtype, varying over the
+    manual axes it varies over: its type for like_primals, at no cost in memory."""
+    return jax.tree.map(lambda x: vary_like(jnp.zeros((0,), x.dtype), x), primals)
+
+
+def max_like(x, primal):
+    """x's largest value over the manual axes it varies over and `primal` does not: an amax
+    recorded on each device's shard, as the amax of the whole array that `primal` (a history
+    every device holds alike) records."""
+    extra = varying(x) - varying(primal)
+    return jax.lax.pmax(x, tuple(sorted(extra))) if extra else x
+
+
+def _vary(x, axes: tuple):
+    if hasattr(jax.lax, "pcast"):  # jax >= 0.8.2
+        return jax.lax.pcast(x, axes, to="varying")
+    return jax.lax.pvary(x, axes)
+
+
+def vary_like(x, *others):
+    """x marked varying over the manual axes any of `others` varies over and x does not."""
+    missing = frozenset().union(*map(varying, others)) - varying(x)
+    return _vary(x, tuple(sorted(missing))) if missing else x
+
+
+def like_primals(cotangents, primal_types):
+    """Each cotangent of the pytree `cotangents` typed as its primal (`types`' slice of it, the
+    same tree): summed over the manual axes it varies over and its primal does not, marked
+    varying over those its primal varies over and it does not. None and integer cotangents
+    (float0) pass as they are."""
+    def cast(ct, primal):
+        if ct is None or not jnp.issubdtype(ct.dtype, jnp.inexact):
+            return ct
+        have, want = varying(ct), varying(primal)
+        if have - want:
+            ct = jax.lax.psum(ct, tuple(sorted(have - want)))
+        return vary_like(ct, primal)
+    return jax.tree.map(cast, cotangents, primal_types, is_leaf=lambda x: x is None)
