@@ -401,3 +401,73 @@ def test_tma_dimension_beyond_int32_is_refused_at_trace_time():
     x = jax.ShapeDtypeStruct((2**31, 16), jnp.uint8)  # abstract: no memory needed
     with pytest.raises(ValueError, match=r"2\^31"):
         jax.jit(lambda x: tma_copy(x, box=(8, 16), swizzle="none")).trace(x)
+
+
+# ------------------------------------------------------------ found by fuzzing the API (2026-12-04)
+
+def test_an_empty_batch_takes_a_residual_of_its_own_shape():
+    """A residual of the output's shape with a batch of 0 (its leading size 0 is not a shared
+    residual's 1)."""
+    from jax_hopper import hopper_fp8_matmul
+    a, b = jnp.ones((0, 4, 8), jnp.bfloat16), jnp.ones((8, 16), jnp.bfloat16)
+    assert hopper_matmul(a, b, residual=jnp.zeros((0, 4, 16), jnp.bfloat16)).shape == (0, 4, 16)
+    a8, b8 = jnp.ones((0, 4, 32), jnp.float8_e4m3fn), jnp.ones((16, 32), jnp.float8_e4m3fn)
+    out = hopper_fp8_matmul(a8, b8, 1.0, 1.0, residual=jnp.zeros((0, 4, 16)))
+    assert out.shape == (0, 4, 16)
+
+
+@pytest.mark.parametrize("recipe", ["tensor", "block"])
+def test_fp8_dot_general_is_lax_shaped_at_k0_and_in_its_result_dtype(recipe):
+    """fp8_dot_general as lax.dot_general: zeros for an empty contraction, and without a
+    preferred_element_type the inputs' promoted dtype."""
+    from jax_hopper import fp8_dot_general
+    dg, dims = fp8_dot_general(recipe), (((1,), (0,)), ((), ()))
+    out = dg(jnp.ones((4, 0), jnp.bfloat16), jnp.ones((0, 16), jnp.bfloat16), dims)
+    np.testing.assert_array_equal(np.asarray(out, np.float32), np.zeros((4, 16)))
+    x, w = jnp.ones((4, 32), jnp.bfloat16), jnp.ones((32, 16), jnp.float32)
+    assert dg(x, w, dims).dtype == jax.lax.dot_general(x, w, dims).dtype == jnp.float32
+
+
+def test_dequantize_fp8_checks_its_scale_and_block():
+    """A scale of another layout than `block` says, an unknown block, a non-fp8 q: each a
+    ValueError naming the rule (a row scale read as a tile one was once silently wrong); a (1,)
+    per-tensor scale, as the fp8 products take it, works."""
+    from jax_hopper import dequantize_fp8, quantize_fp8
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 300)), jnp.bfloat16)
+    rows = quantize_fp8(x, scaling="block")  # scale (4, 3)
+    for kwargs, rule in [(dict(scale=jnp.ones((4, 5))), r"\(4, 3\)"),
+                         (dict(scale=rows.scale, block="tile"), r"block='tile', \(1, 3\)"),
+                         (dict(scale=rows.scale, block="tlie"), "'row' or 'tile'"),
+                         (dict(scale=rows.scale.astype(jnp.int32)), "float array"),
+                         (dict(q=x), "q.dtype")]:
+        args = dict(q=rows.q, scale=rows.scale) | kwargs
+        with pytest.raises(ValueError, match=rule):
+            dequantize_fp8(args.pop("q"), args.pop("scale"), **args)
+    per_tensor = quantize_fp8(x)
+    np.testing.assert_array_equal(dequantize_fp8(per_tensor.q, per_tensor.scale.reshape(1)),
+                                  dequantize_fp8(per_tensor.q, per_tensor.scale))
+
+
+def test_group_sizes_past_int32_take_the_remaining_rows():
+    """A size past int32's range (uint32) is cut at M, not wrapped around to a negative."""
+    from jax_hopper import hopper_ragged_contract, hopper_ragged_dot
+    x, w = jnp.ones((8, 16), jnp.bfloat16), jnp.ones((2, 16, 32), jnp.bfloat16)
+    sizes = jnp.asarray([3, 2**32 - 1], jnp.uint32)
+    np.testing.assert_array_equal(np.asarray(hopper_ragged_dot(x, w, sizes)[3:, 0], np.float32),
+                                  np.full(5, 16.0))
+    assert float(hopper_ragged_contract(x, x, sizes)[1, 0, 0]) == 5.0
+
+
+def test_epilogue_operands_and_flags_are_checked():
+    """A complex bias or residual (its imaginary part would be cast away), a hopper_glu strict
+    that is not a bool, an fp8_matmul out_dtype that is not a dtype: ValueErrors naming them."""
+    from jax_hopper import fp8_matmul, hopper_glu
+    a, b = jnp.ones((1, 8), jnp.bfloat16), jnp.ones((8, 2), jnp.bfloat16)
+    with pytest.raises(ValueError, match="bias must be a real"):
+        hopper_matmul(a, b, bias=jnp.array([1j, 2j]))
+    with pytest.raises(ValueError, match="residual must be a real"):
+        hopper_matmul(a, b, residual=jnp.array([1j, 2j]))
+    with pytest.raises(ValueError, match="strict must be a bool"):
+        hopper_glu(jnp.ones((4, 8), jnp.bfloat16), jnp.ones((8, 2, 16), jnp.bfloat16), strict="no")
+    with pytest.raises(ValueError, match="out_dtype='foo' is not a dtype"):
+        fp8_matmul(jnp.ones((4, 32)), jnp.ones((32, 16)), out_dtype="foo")

@@ -130,7 +130,15 @@ def prepare_bias(bias, shape: tuple, dims: str, why: str = ""):
     bias = jnp.asarray(bias)
     if bias.shape != tuple(shape):
         raise ValueError(f"bias.shape={bias.shape} must be {dims} = {tuple(shape)}{why}")
+    real_values("bias", bias)
     return bias.astype(jnp.float32)
+
+
+def real_values(name: str, x) -> None:
+    """ValueError unless x holds real numbers (a float or integer dtype): a complex epilogue
+    operand would lose its imaginary part in the cast."""
+    if not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer)):
+        raise ValueError(f"{name} must be a real (float or integer) array; got {x.dtype}")
 
 
 def checked_residual(residual, shape: tuple, out_dtype):
@@ -144,6 +152,7 @@ def checked_residual(residual, shape: tuple, out_dtype):
     if target != tuple(shape):
         raise ValueError(f"residual.shape={residual.shape} must broadcast to the output shape "
                          f"{tuple(shape)}")
+    real_values("residual", residual)
     return residual.astype(out_dtype)
 
 
@@ -209,7 +218,7 @@ def prepare_residual(residual, batch_shape, m, n, out_dtype):
     residual = checked_residual(residual, full, out_dtype)
     # A residual shared by every batch entry stays (1, M, N); anything else is materialised.
     lead = residual.shape[:-2]
-    if math.prod(lead) <= 1:
+    if math.prod(lead) == 1:
         return jnp.broadcast_to(residual.reshape(residual.shape[-2:]), (m, n))[None]
     return jnp.broadcast_to(residual, full).reshape(math.prod(batch_shape), m, n)
 

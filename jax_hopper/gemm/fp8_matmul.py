@@ -58,7 +58,7 @@ import numpy as np
 from jax import custom_batching
 
 from jax_hopper import manual_axes
-from jax_hopper.gemm.api import SUPPORTED_OUTPUTS
+from jax_hopper.gemm.api import SUPPORTED_OUTPUTS, parse_dtype
 from jax_hopper.gemm.dot_general import fallback
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
 from jax_hopper.gemm.pitch import pitch_pad
@@ -186,7 +186,7 @@ def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None, meta=None, bias=None, r
     (k, n), lead = shape, x.shape[:-1]
     if x.shape[-1] != k:
         raise ValueError(f"fp8_matmul: x's last dimension {x.shape[-1]} != w's first {k}")
-    out_dtype = jnp.dtype(out_dtype or x.dtype)
+    out_dtype = jnp.dtype(parse_dtype("out_dtype", out_dtype) or x.dtype)
     if out_dtype not in SUPPORTED_OUTPUTS:
         raise ValueError(f"fp8_matmul: out_dtype={out_dtype} must be one of "
                          f"{', '.join(d.name for d in SUPPORTED_OUTPUTS)}")
@@ -374,8 +374,11 @@ def fp8_dot_general(recipe="tensor"):
         nc = len(dimension_numbers[0][0])
         k = math.prod(rhs.shape[:nc])
         out_shape = (*lhs.shape[:lhs.ndim - nc], *rhs.shape[nc:])
-        out = fp8_matmul(lhs.reshape(*lhs.shape[:lhs.ndim - nc], k), rhs.reshape(k, -1),
-                         recipe=recipe, out_dtype=preferred_element_type)
+        # lax.dot_general's result dtype: the inputs' promoted where none is preferred.
+        out_dtype = preferred_element_type or jnp.promote_types(lhs.dtype, rhs.dtype)
+        out = fp8_matmul(lhs.reshape(*lhs.shape[:lhs.ndim - nc], k),
+                         rhs.reshape(k, math.prod(rhs.shape[nc:])), recipe=recipe,
+                         out_dtype=out_dtype)
         return out.reshape(out_shape)
 
     return dot_general
@@ -392,9 +395,9 @@ def _dense_mismatch(lhs, rhs, dimension_numbers, preferred_element_type, out_sha
         return "batch dimensions"
     if lhs.dtype not in INPUT_DTYPES or rhs.dtype not in INPUT_DTYPES:
         return f"input dtypes {lhs.dtype}, {rhs.dtype}"
-    if (preferred_element_type is not None
-            and jnp.dtype(preferred_element_type) not in SUPPORTED_OUTPUTS):
-        return f"preferred_element_type {preferred_element_type}"
+    out_dtype = jnp.dtype(preferred_element_type or jnp.promote_types(lhs.dtype, rhs.dtype))
+    if out_dtype not in SUPPORTED_OUTPUTS:
+        return f"result dtype {out_dtype}"
     nc = len(lc)
     if nc == 0 or lc != tuple(range(lhs.ndim - nc, lhs.ndim)) or rc != tuple(range(nc)):
         return "not a dense layer's contraction (lhs's last dimensions with rhs's first)"

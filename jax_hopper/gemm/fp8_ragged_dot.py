@@ -46,9 +46,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_hopper import manual_axes
-from jax_hopper.gemm.api import SUPPORTED_OUTPUTS
+from jax_hopper.gemm.api import SUPPORTED_OUTPUTS, parse_dtype
 from jax_hopper.gemm.fp8_matmul import RECIPES, check_meta, history_amax, next_meta
 from jax_hopper.gemm.ragged import check_group_sizes
+from jax_hopper.gemm.ragged_tiles import int32_sizes
 from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_dot
 from jax_hopper.gemm.ragged_fp8_contract import hopper_ragged_fp8_contract
 from jax_hopper.quantize.fp8 import (INPUT_DTYPES, Fp8Array, check_quantized_weight,
@@ -84,11 +85,11 @@ def fp8_ragged_dot(lhs, rhs, group_sizes, *, recipe="tensor", out_dtype=None, me
     check_group_sizes(group_sizes, shape[0], "rhs group")
     if not quantized:
         check_meta(fn, recipe, meta, experts=shape[0])
-    out_dtype = jnp.dtype(out_dtype or lhs.dtype)
+    out_dtype = jnp.dtype(parse_dtype("out_dtype", out_dtype) or lhs.dtype)
     if out_dtype not in SUPPORTED_OUTPUTS:
         raise ValueError(f"{fn}: out_dtype={out_dtype} must be one of "
                          f"{', '.join(d.name for d in SUPPORTED_OUTPUTS)}")
-    gs = group_sizes.astype(jnp.int32)
+    gs = int32_sizes(group_sizes, lhs.shape[0])
     if lhs.size == 0 or 0 in shape:
         # Nothing to quantize: a zero product (or no rows), made without the operands (whose
         # shardings it need not reconcile; their gradients are then zero, as they should be).

@@ -64,6 +64,7 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
     api.check_dtypes(x, w, out_dtype, names=("x", "w"), fn="hopper_glu")
     out_dtype = out_dtype if out_dtype is not None else x.dtype
     code = activation_code(activation)
+    api.check_bools("hopper_glu", strict=strict)
     alpha, beta = api.static_scalar("alpha", alpha), api.static_scalar("beta", beta)
     if x.ndim < 1:
         raise ValueError(f"x must have at least 1 dimension; got x.shape={x.shape}")

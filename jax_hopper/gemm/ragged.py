@@ -93,7 +93,7 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
 
     params = freeze(dict(b_mn_major=b_mn_major, out_dtype=out_dtype, activation=act,
                          alpha=alpha, beta=beta, config=config, family="grouped"))
-    gs = group_sizes.astype(jnp.int32)
+    gs = ragged_tiles.int32_sizes(group_sizes, m)
     lhs3 = lhs[None]
     if m == 0 or n == 0 or groups == 0 or k == 0:  # a zero product: nothing to launch
         out = epilogue(jnp.zeros((m, n), _F32), gs, bias2, res3, activation=act, beta=beta,

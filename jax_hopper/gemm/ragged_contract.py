@@ -68,7 +68,7 @@ def hopper_ragged_contract(x, y, group_sizes, *, preferred_element_type=None, ou
     if m == 0 or p == 0 or q == 0 or groups == 0:  # nothing to launch
         return jnp.zeros((groups, p, q), out_dtype)
     params = freeze(dict(out_dtype=jnp.dtype(out_dtype), config=config))
-    return _contract(x, y, group_sizes.astype(jnp.int32), params)
+    return _contract(x, y, ragged_tiles.int32_sizes(group_sizes, m), params)
 
 
 def launch(x, y, group_sizes, *, out_dtype, config):

@@ -113,7 +113,7 @@ def hopper_ragged_fp8_dot(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, out_dt
     config = checked_config(config, pair[0], False, False, family=family, b_dtype=pair[1])
     params = freeze(dict(family=family, out_dtype=out_dtype, activation=act, alpha=alpha,
                          beta=beta, config=config))
-    gs = group_sizes.astype(jnp.int32)
+    gs = ragged_tiles.int32_sizes(group_sizes, m)
     if m == 0 or n == 0 or groups == 0 or k == 0:  # a zero product: nothing to launch
         return epilogue(jnp.zeros((m, n), _F32), gs, bias2, res3, activation=act, beta=beta,
                         out_dtype=out_dtype)[0]

@@ -122,7 +122,7 @@ def hopper_ragged_fp8_contract(x, y, group_sizes, x_scale, y_scale, *, transpose
         return jnp.zeros((groups, p, q), out_dtype)
     params = freeze(dict(family=family, out_dtype=out_dtype, config=config))
     return forward_only(_vmappable(params), _FN, FP8_DIFFERENTIABLE)(
-        x, y, group_sizes.astype(jnp.int32), *scales)
+        x, y, ragged_tiles.int32_sizes(group_sizes, m), *scales)
 
 
 @functools.lru_cache(maxsize=None)

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_hopper.gemm import api
+from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import apply_gated
 from jax_hopper.gemm.primitive import freeze
@@ -72,7 +72,7 @@ def hopper_ragged_glu(x, w, group_sizes, *, activation="silu", bias=None, residu
     config = checked_config(config, x.dtype.name, False, True, family=_FAMILY)
     params = freeze(dict(b_mn_major=True, out_dtype=out_dtype, activation=act, alpha=alpha,
                          beta=beta, config=config, family=_FAMILY))
-    gs = group_sizes.astype(jnp.int32)
+    gs = ragged_tiles.int32_sizes(group_sizes, m)
     if m == 0 or f == 0 or groups == 0 or k == 0:  # a zero product: nothing to launch
         out = epilogue(jnp.zeros((m, 2 * f), _F32), gs, bias3, res3, activation=act, beta=beta,
                        out_dtype=out_dtype, family=_FAMILY)

@@ -35,6 +35,13 @@ from jax_hopper.kernels.catalog import GROUP_TILE_FIELDS
 _COMPARE_ALL_MAX = 1 << 24
 
 
+def int32_sizes(group_sizes, m: int):
+    """The group sizes as the kernels read them (int32), each cut to [0, m] first: a size past
+    int32 (uint32, int64 under x64) then takes every remaining row, as the rules say, instead
+    of wrapping around."""
+    return jnp.clip(group_sizes, 0, m).astype(jnp.int32)
+
+
 def _searchsorted_right(sorted_, queries):
     method = "compare_all" if sorted_.size * queries.size <= _COMPARE_ALL_MAX else "sort"
     return jnp.searchsorted(sorted_, queries, side="right", method=method).astype(jnp.int32)

@@ -161,12 +161,29 @@ def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", t
 
 def dequantize_fp8(q, scale, *, block="row", dtype=jnp.float32):
     """q * scale expanded over its blocks: the inverse of quantize_fp8 up to fp8 rounding. A
-    scalar scale is per tensor; else `block` says how (..., R, C) was scaled."""
-    q, scale = jnp.asarray(q), jnp.asarray(scale, jnp.float32)
+    scalar (or (1,)) scale is per tensor; else `block` says how (..., R, C) was scaled: "row",
+    scale (..., R, ceil(C/128)), or "tile", (..., ceil(R/128), ceil(C/128))."""
+    q, scale = jnp.asarray(q), jnp.asarray(scale)
+    if q.dtype.name not in catalog.FP8_MAX:
+        raise ValueError(f"dequantize_fp8: q.dtype={q.dtype} must be one of "
+                         f"{tuple(catalog.FP8_MAX)}")
+    if not jnp.issubdtype(scale.dtype, jnp.floating):
+        raise ValueError(f"dequantize_fp8: scale must be a float array; got {scale.dtype}")
+    if block not in ("row", "tile"):
+        raise ValueError(f"dequantize_fp8: block={block!r} must be 'row' or 'tile'")
+    scale = scale.astype(jnp.float32)
     x = q.astype(jnp.float32)
-    if scale.ndim == 0:
-        return (x * scale).astype(dtype)
+    if scale.shape in ((), (1,)):
+        return (x * scale.reshape(())).astype(dtype)
+    if q.ndim < 2:
+        raise ValueError(f"dequantize_fp8: a block scale needs q of at least 2 dimensions "
+                         f"(..., R, C); got q.shape={q.shape}")
     r, c = q.shape[-2:]
+    rows = r if block == "row" else -(-r // _BLOCK)
+    want = (*q.shape[:-2], rows, -(-c // _BLOCK))
+    if scale.shape != want:
+        raise ValueError(f"dequantize_fp8: scale.shape={scale.shape} must be () or (1,) (per "
+                         f"tensor) or, with block={block!r}, {want} for q.shape={q.shape}")
     s = jnp.repeat(scale, _BLOCK, axis=-1)[..., :c]
     if block == "tile":
         s = jnp.repeat(s, _BLOCK, axis=-2)[..., :r, :]
