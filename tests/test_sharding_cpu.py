@@ -35,7 +35,8 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "quantize_unaligned_rows", "quantize_given_amax",
          "fp8_matmul_data_parallel", "config_per_shard", "tune_problems_per_shard",
          "typed_reshapes", "empty_problems", "shard_map_grads", "shard_map_contract_local",
-         "shard_map_delayed_meta", "quantize_blocks_fewer_than_devices"]
+         "shard_map_delayed_meta", "quantize_blocks_fewer_than_devices",
+         "fp8_block_two_axes"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -886,6 +887,19 @@ def _cases():
             np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32),
                                        rtol=1e-2, atol=1e-2)
 
+    def fp8_block_two_axes():
+        # Rows over one mesh axis, w's columns over the other, as many 128-blocks as that
+        # axis's devices: the block scales split with them, nothing gathered.
+        from jax_hopper import fp8_matmul
+        if n_dev % 2:
+            return "skip: needs an even device count"
+        grid = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, n_dev // 2),
+                                 ("data", "model"))
+        x, w = _rand(rng, (64, 256)), _rand(rng, (256, 128 * (n_dev // 2)))
+        _compare(lambda x, w: fp8_matmul(x, w, recipe="block", out_dtype=f32), (x, w),
+                 (NamedSharding(grid, P("data")), NamedSharding(grid, P(None, "model"))),
+                 all_reduce=False)
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
@@ -905,7 +919,7 @@ def _cases():
                             fp8_matmul_data_parallel, config_per_shard,
                             tune_problems_per_shard, typed_reshapes, empty_problems,
                             shard_map_grads, shard_map_contract_local, shard_map_delayed_meta,
-                            quantize_blocks_fewer_than_devices]))
+                            quantize_blocks_fewer_than_devices, fp8_block_two_axes]))
 
 
 def main():

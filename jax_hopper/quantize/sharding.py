@@ -75,16 +75,16 @@ def _rule(bind, params, mesh, value_types, result_types):
     _, r, c = value_types[0].shape
     blocked = _blocked(p)
     # A dimension whose scales count it in blocks is the compound factor (blocks, 128) where
-    # it is two or more whole blocks and every device of the mesh can take a whole number of
+    # it is two or more whole blocks and each mesh axis's devices can take a whole number of
     # them, so that a split of it is the same split of its scales' dimension. Otherwise the
     # scales' block dimension is a factor of its own: Shardy takes no factor of size 1 in a
     # compound (one block), and splits blocks fewer than an axis's devices across the block
     # (a sub-axis of it) into the 128, which custom_partitioning cannot name (_partition then
     # keeps such a dimension whole).
-    devices = math.prod(mesh.shape.values())
     compound = {d: blocked[d] and n % catalog.FP8_SCALE_BLOCK == 0
                 and n > catalog.FP8_SCALE_BLOCK
-                and (n // catalog.FP8_SCALE_BLOCK) % devices == 0
+                and all((n // catalog.FP8_SCALE_BLOCK) % size == 0
+                        for size in mesh.shape.values())
                 for d, n in (("r", r), ("c", c))}
     full = {d: f"({d}b {d}q)" if compound[d] else d for d in "rc"}
     block = {d: f"{d}b" if compound[d] else f"{d}x" for d in "rc"}
