@@ -471,3 +471,16 @@ def test_epilogue_operands_and_flags_are_checked():
         hopper_glu(jnp.ones((4, 8), jnp.bfloat16), jnp.ones((8, 2, 16), jnp.bfloat16), strict="no")
     with pytest.raises(ValueError, match="out_dtype='foo' is not a dtype"):
         fp8_matmul(jnp.ones((4, 32)), jnp.ones((32, 16)), out_dtype="foo")
+
+
+def test_numpy_integers_pass_where_python_ints_do():
+    """A config's fields and fp8_meta's sizes take any integer (np.int64 from a shape
+    computation), as block_m always did; bools and floats stay refused."""
+    from jax_hopper import fp8_meta
+    a, b = jnp.ones((8, 64), jnp.bfloat16), jnp.ones((64, 256), jnp.bfloat16)
+    assert hopper_matmul(a, b, config=GemmConfig(group_size=np.int64(8))).shape == (8, 256)
+    assert fp8_meta(np.int64(4), experts=np.int32(3)).w.shape == (3, 4)
+    with pytest.raises(ValueError, match="group_size=True must be an int"):
+        hopper_matmul(a, b, config=GemmConfig(group_size=True))
+    with pytest.raises(ValueError, match=r"length=4.0 must be an int >= 1"):
+        fp8_meta(4.0)

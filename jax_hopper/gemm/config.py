@@ -117,7 +117,7 @@ class GemmConfig:
                                 else ' for ' + catalog.FAMILIES[family].what))
         if self.raster not in catalog.RASTERS:
             raise ValueError(f"config: raster={self.raster!r} must be one of {catalog.RASTERS}")
-        if not isinstance(self.group_size, int) or not 1 <= self.group_size <= 1024:
+        if not 1 <= self.group_size <= 1024:  # an integer: checked above
             raise ValueError(f"config: group_size={self.group_size!r} must be an int in 1..1024")
         if not isinstance(self.stream_k, bool):
             raise ValueError(f"config: stream_k={self.stream_k!r} must be a bool")

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from typing import NamedTuple
 
 import jax
@@ -89,8 +90,9 @@ def fp8_meta(length: int = 16, *, experts: int | None = None) -> Fp8Meta:
     `experts` (fp8_ragged_dot's call sites), w's history is one per expert, (experts, length)."""
     for name, v in (("length", length), ("experts", experts)):
         if (v is not None or name == "length") and (
-                not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1):
             raise ValueError(f"fp8_meta: {name}={v!r} must be an int >= 1")
+    length, experts = int(length), None if experts is None else int(experts)
     zeros = jnp.zeros((length,), jnp.float32)
     w = zeros if experts is None else jnp.zeros((experts, length), jnp.float32)
     return Fp8Meta(zeros, w, zeros)
