@@ -127,7 +127,13 @@ def resident_clusters(kernel: str, cluster_size: int) -> int:
 
 
 def hopper_devices() -> list[jax.Device]:
+    return [d for d in jax.devices("gpu") if is_hopper(d)] if gpu_backend() else []
+
+
+def gpu_backend() -> bool:
+    """Whether jax has a GPU backend here."""
     try:
-        return [d for d in jax.devices("gpu") if is_hopper(d)]
+        jax.devices("gpu")
     except RuntimeError:  # no GPU backend at all
-        return []
+        return False
+    return True

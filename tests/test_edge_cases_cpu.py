@@ -484,3 +484,34 @@ def test_numpy_integers_pass_where_python_ints_do():
         hopper_matmul(a, b, config=GemmConfig(group_size=True))
     with pytest.raises(ValueError, match=r"length=4.0 must be an int >= 1"):
         fp8_meta(4.0)
+
+
+def test_symbolic_dimensions_are_refused_by_name():
+    """jax.export's symbolic dimensions: a ValueError saying the shapes must be concrete (a
+    config is chosen per shape), not an inconclusive comparison deep in the heuristic."""
+    from jax import export
+    from jax_hopper import hopper_ragged_dot
+    b, = export.symbolic_shape("b")
+    w = jnp.ones((64, 32), jnp.bfloat16)
+    for f in (lambda x: hopper_matmul(x, w),
+              lambda x: hopper_ragged_dot(x, jnp.stack([w, w]), jnp.asarray([3, 4], jnp.int32))):
+        with pytest.raises(ValueError, match=r"must be concrete integers.*symbolic \{'m': b\}"):
+            export.export(jax.jit(f))(jax.ShapeDtypeStruct((b, 64), jnp.bfloat16))
+
+
+def test_lowering_for_cuda_without_a_gpu_warns_that_the_reference_runs():
+    """A program exported for CUDA on a machine without a GPU embeds the XLA reference: said
+    by a warning (exported for the CPU alone: none)."""
+    from jax import export
+    from jax_hopper import _ffi
+    if _ffi.gpu_backend():
+        pytest.skip("a GPU backend is present: a CUDA lowering here is this machine's own")
+    w = jnp.ones((64, 32), jnp.bfloat16)
+    f, x = jax.jit(lambda x: hopper_matmul(x, w)), jax.ShapeDtypeStruct((8, 64), jnp.bfloat16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export.export(f)(x)
+    assert not [c for c in caught if "lowering for CUDA" in str(c.message)]
+    with pytest.warns(UserWarning, match="lowering for CUDA on a machine without a GPU"):
+        exported = export.export(f, platforms=("cpu", "cuda"))(x)
+    assert exported.call(jnp.ones((8, 64), jnp.bfloat16)).shape == (8, 32)

@@ -259,5 +259,22 @@ _KERNELS = _ffi.kernels_available()
 if _ffi.hopper_devices() and not _KERNELS:
     warnings.warn(f"jax_hopper: a Hopper GPU is present but {_KERNELS.reason}; every op runs "
                   "its XLA reference", stacklevel=2)
-mlir.register_lowering(hopper_gemm_p, _cuda_lowering if _KERNELS else _reference_lowering,
+
+
+def cuda_reference(reference_lowering):
+    """The reference lowering as the CUDA one where the kernels are not here. With no GPU
+    backend at all, a program lowered for CUDA is bound for another machine (jax.export with
+    platforms=["cuda"] on a CPU machine): it then runs the XLA reference there, not the
+    kernels, which a warning says."""
+    def lower(ctx, *args, **params):
+        if not _ffi.gpu_backend():
+            warnings.warn("jax_hopper: lowering for CUDA on a machine without a GPU: the "
+                          "program runs each op's XLA reference, not the kernels (lower or "
+                          "export it on the Hopper machine to get them)", stacklevel=2)
+        return reference_lowering(ctx, *args, **params)
+    return lower
+
+
+mlir.register_lowering(hopper_gemm_p,
+                       _cuda_lowering if _KERNELS else cuda_reference(_reference_lowering),
                        platform="cuda")

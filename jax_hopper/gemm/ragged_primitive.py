@@ -30,7 +30,8 @@ from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
 from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
-from jax_hopper.gemm.primitive import _KERNELS, _pad_columns, call_attrs, freeze, gemm_target
+from jax_hopper.gemm.primitive import (_KERNELS, _pad_columns, call_attrs, cuda_reference, freeze,
+                                       gemm_target)
 from jax_hopper.gemm.typed_reshape import reshape
 
 hopper_ragged_p = Primitive("hopper_ragged_dot")
@@ -195,7 +196,8 @@ def register(primitive, abstract_eval, reference_fn, cuda_lowering, batch_rule=N
     reference_lowering = mlir.lower_fun(reference_fn,
                                         multiple_results=primitive.multiple_results)
     mlir.register_lowering(primitive, reference_lowering, platform="cpu")
-    mlir.register_lowering(primitive, cuda_lowering if _KERNELS else reference_lowering,
+    mlir.register_lowering(primitive,
+                           cuda_lowering if _KERNELS else cuda_reference(reference_lowering),
                            platform="cuda")
 
 

@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import numbers
 import os
 import tempfile
 import warnings
@@ -174,9 +175,21 @@ def _record(family, dtype, a_mn, b_mn, batch, m, n, k, b_dtype) -> None:
                      None if b_dtype in (None, dtype) else b_dtype))
 
 
+def concrete(family: str, **dims) -> None:
+    """ValueError unless every dimension of a problem is a known integer: a config (its tile,
+    its plan) is chosen per shape at trace time, which jax.export's symbolic dimensions do not
+    give."""
+    symbolic = {name: d for name, d in dims.items() if not isinstance(d, numbers.Integral)}
+    if symbolic:
+        raise ValueError(f"jax_hopper ({family}): the problem's dimensions must be concrete "
+                         f"integers, each shape gets its own kernel config; got symbolic "
+                         f"{symbolic} (jax.export: export one program per shape)")
+
+
 def default_config(family: str, dtype: str, a_mn: bool, b_mn: bool, batch: int, m: int, n: int,
                    k: int, b_dtype: str | None = None) -> GemmConfig:
     """The config of a call that passes none: tuned for this GPU, else the heuristic's."""
+    concrete(family, batch=batch, m=m, n=n, k=k)
     _record(family, dtype, a_mn, b_mn, batch, m, n, k, b_dtype)
     tuned = lookup(family, dtype, a_mn, b_mn, batch, m, n, k, b_dtype)
     if tuned is not None:
@@ -207,6 +220,7 @@ def grouped_config(family: str, dtype: str, a_mn: bool, b_mn: bool, groups: int,
     """default_config for a grouped product or contraction (catalog.GROUPED_FAMILIES,
     CONTRACTION_FAMILIES; the problem as the module docstring keys it): tuned for this GPU,
     else heuristics.grouped_heuristic_config."""
+    concrete(family, groups=groups, m=m, n=n, k=k)
     _record(family, dtype, a_mn, b_mn, groups, m, n, k, b_dtype)
     tuned = lookup(family, dtype, a_mn, b_mn, groups, m, n, k, b_dtype)
     if tuned is not None:
