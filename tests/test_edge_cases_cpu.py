@@ -437,7 +437,8 @@ def test_dequantize_fp8_checks_its_scale_and_block():
     rows = quantize_fp8(x, scaling="block")  # scale (4, 3)
     for kwargs, rule in [(dict(scale=jnp.ones((4, 5))), r"\(4, 3\)"),
                          (dict(scale=rows.scale, block="tile"), r"block='tile', \(1, 3\)"),
-                         (dict(scale=rows.scale, block="tlie"), "'row' or 'tile'"),
+                         (dict(scale=rows.scale, block="tlie"), "'tensor', 'row' or 'tile'"),
+                         (dict(scale=rows.scale, block="tensor"), "takes a scalar or"),
                          (dict(scale=rows.scale.astype(jnp.int32)), "float array"),
                          (dict(q=x), "q.dtype")]:
         args = dict(q=rows.q, scale=rows.scale) | kwargs

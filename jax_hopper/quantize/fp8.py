@@ -161,20 +161,24 @@ def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", t
 
 def dequantize_fp8(q, scale, *, block="row", dtype=jnp.float32):
     """q * scale expanded over its blocks: the inverse of quantize_fp8 up to fp8 rounding. A
-    scalar (or (1,)) scale is per tensor; else `block` says how (..., R, C) was scaled: "row",
-    scale (..., R, ceil(C/128)), or "tile", (..., ceil(R/128), ceil(C/128))."""
+    scalar (or (1,)) scale is per tensor (`block` then "tensor", or left as it is); else `block`
+    says how (..., R, C) was scaled: "row", scale (..., R, ceil(C/128)), or "tile",
+    (..., ceil(R/128), ceil(C/128))."""
     q, scale = jnp.asarray(q), jnp.asarray(scale)
     if q.dtype.name not in catalog.FP8_MAX:
         raise ValueError(f"dequantize_fp8: q.dtype={q.dtype} must be one of "
                          f"{tuple(catalog.FP8_MAX)}")
     if not jnp.issubdtype(scale.dtype, jnp.floating):
         raise ValueError(f"dequantize_fp8: scale must be a float array; got {scale.dtype}")
-    if block not in ("row", "tile"):
-        raise ValueError(f"dequantize_fp8: block={block!r} must be 'row' or 'tile'")
+    if block not in ("tensor", "row", "tile"):
+        raise ValueError(f"dequantize_fp8: block={block!r} must be 'tensor', 'row' or 'tile'")
     scale = scale.astype(jnp.float32)
     x = q.astype(jnp.float32)
     if scale.shape in ((), (1,)):
         return (x * scale.reshape(())).astype(dtype)
+    if block == "tensor":
+        raise ValueError(f"dequantize_fp8: block='tensor' takes a scalar or (1,) scale; got "
+                         f"scale.shape={scale.shape}")
     if q.ndim < 2:
         raise ValueError(f"dequantize_fp8: a block scale needs q of at least 2 dimensions "
                          f"(..., R, C); got q.shape={q.shape}")
