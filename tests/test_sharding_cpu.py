@@ -36,7 +36,7 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "fp8_matmul_data_parallel", "config_per_shard", "tune_problems_per_shard",
          "typed_reshapes", "empty_problems", "shard_map_grads", "shard_map_contract_local",
          "shard_map_delayed_meta", "quantize_blocks_fewer_than_devices",
-         "fp8_block_two_axes"]
+         "fp8_block_two_axes", "glu_grad_f_split"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -900,6 +900,24 @@ def _cases():
                  (NamedSharding(grid, P("data")), NamedSharding(grid, P(None, "model"))),
                  all_reduce=False)
 
+    def glu_grad_f_split():
+        # Tensor parallelism through hopper_glu's gradient: w's F split, the rows too on a
+        # second axis; the product keeps gate and up apart (gated_product), so nothing is
+        # gathered: d x sums over F's devices, d w over the rows' (an all-reduce each).
+        if n_dev % 2:
+            return "skip: needs an even device count"
+        for axis_type in (jax.sharding.AxisType.Auto, jax.sharding.AxisType.Explicit):
+            grid = jax.make_mesh((2, n_dev // 2), ("data", "model"),
+                                 axis_types=(axis_type,) * 2)
+            loss = functools.partial(lambda x, w: (hopper_glu(x, w, activation="gelu",
+                                                              out_dtype=f32) ** 2).sum())
+            with jax.set_mesh(grid):
+                _compare(jax.grad(loss, (0, 1)),
+                         (_rand(rng, (bsz, m, k)), _rand(rng, (k, 2, n)) * 0.1),
+                         (NamedSharding(grid, P("data")),
+                          NamedSharding(grid, P(None, None, "model"))),
+                         all_reduce=True, bound=2e-2)
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
@@ -919,7 +937,8 @@ def _cases():
                             fp8_matmul_data_parallel, config_per_shard,
                             tune_problems_per_shard, typed_reshapes, empty_problems,
                             shard_map_grads, shard_map_contract_local, shard_map_delayed_meta,
-                            quantize_blocks_fewer_than_devices, fp8_block_two_axes]))
+                            quantize_blocks_fewer_than_devices, fp8_block_two_axes,
+                            glu_grad_f_split]))
 
 
 def main():

@@ -10,13 +10,15 @@ hopper_glu only checks its arguments (x's leading dimensions become one batch) a
 layers hopper_matmul goes through (jax_hopper/gemm/primitive.py) with family="glu":
 autodiff.gemm (jax.grad) -> batching.gemm (jax.vmap) -> sharding.partitioned (sharded jit) ->
 launch -> hopper_gemm_p. Where the unit's math differs the layers branch on `family`; what they
-need from here is `_unfused`, the same unit through hopper_matmul's GEMM and jnp.
+need from here is `_unfused`, the same unit through the plain GEMM (gated_product) and jnp.
 
 NOTES:
 - Autodiff: the backward pass needs gate and up. Recomputing them costs the whole forward GEMM
-  again, so under differentiation the forward runs `_unfused`: hopper_matmul writes the product
-  in x's dtype (as the same layer written in jnp does), which the backward keeps, and jnp applies
-  the unit. The fused kernel serves evaluation without a gradient (inference, the forward pass).
+  again, so under differentiation the forward runs `_unfused`: the plain GEMM writes the product
+  in x's dtype (as the same layer written in jnp does) as (B, M, 2, F) (gated_product.py: under
+  a split of F it merges (2, F) into the GEMM's 2F columns only on each device's shards, where a
+  reshape of the global w would gather it), which the backward keeps, and jnp applies the unit.
+  The fused kernel serves evaluation without a gradient (inference, the forward pass).
 - vmap: a vmapped x joins the kernel's batch; a vmapped weight or bias runs `_unfused` per entry.
 - Sharding: w's F axis carries one factor for both halves, so a split of F gives every device
   matching gate and up columns; a split of K sums partial products (psum, in
@@ -34,7 +36,8 @@ import jax.numpy as jnp
 
 from jax_hopper.gemm import api, autodiff
 from jax_hopper.gemm.config import checked_config
-from jax_hopper.gemm.epilogue import activation_code, apply_gated
+from jax_hopper.gemm.epilogue import activation_code, apply_activation
+from jax_hopper.gemm.gated_product import gated_product
 from jax_hopper.gemm.pitch import tma_unaddressable
 from jax_hopper.gemm.primitive import empty_call, freeze
 from jax_hopper.gemm.typed_reshape import reshape
@@ -102,14 +105,13 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
 
 
 def _unfused(x3, w, bias, res, params):
-    """The same unit from hopper_matmul's (differentiable) product in x's dtype and jnp."""
+    """The same unit from the (differentiable) product of gate and up in x's dtype
+    (gated_product: w's F split stays split) and jnp."""
     p = dict(params)
-    k, _, f = w.shape
-    b3 = reshape(w, (1, k, 2 * f))
-    product = freeze({**p, "family": "matmul", "activation": 0, "beta": 1.0,
-                      "out_dtype": x3.dtype, "config": None})
-    z = autodiff.gemm(x3, b3, bias.reshape(-1), jnp.zeros((0, 0, 0), x3.dtype), product, 0)
-    y = apply_gated(z.astype(_F32), p["activation"])
+    z = gated_product(x3, w, p["alpha"]).astype(_F32)  # (B, M, 2, F)
+    if bias.size:
+        z = z + bias
+    y = apply_activation(z[:, :, 0], p["activation"]) * z[:, :, 1]
     if res.size:
         y = y + p["beta"] * res.astype(_F32)
     return y.astype(p["out_dtype"])
