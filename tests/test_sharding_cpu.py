@@ -36,7 +36,7 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "fp8_matmul_data_parallel", "config_per_shard", "tune_problems_per_shard",
          "typed_reshapes", "empty_problems", "shard_map_grads", "shard_map_contract_local",
          "shard_map_delayed_meta", "quantize_blocks_fewer_than_devices",
-         "fp8_block_two_axes", "glu_grad_f_split"]
+         "fp8_block_two_axes", "glu_grad_f_split", "explicit_result_types"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -918,6 +918,32 @@ def _cases():
                           NamedSharding(grid, P(None, None, "model"))),
                          all_reduce=True, bound=2e-2)
 
+    def explicit_result_types():
+        # Under explicit sharding the results are typed as jnp's are (rows as a's, columns as
+        # b's), so what follows them needs no reshard: a loss over the product and its
+        # gradients make the collectives jnp's program makes, no gather.
+        if n_dev % 2:
+            return "skip: needs an even device count"
+        from jax_hopper import hopper_ragged_dot
+        grid = jax.make_mesh((2, n_dev // 2), ("data", "model"),
+                             axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+        a, b = _rand(rng, (4, 32, k)), _rand(rng, (k, 8 * n_dev))
+        gs = jnp.asarray([20, 12], jnp.int32)
+        cases = [(lambda a, b: hopper_matmul(a, b), lambda a, b: a @ b, P("data", "model"), P()),
+                 (lambda a, b: hopper_matmul(a, b), lambda a, b: a @ b, P("data"),
+                  P(None, "model")),
+                 (lambda a, b: hopper_ragged_dot(a[0], jnp.stack([b, b]), gs),
+                  lambda a, b: a[0] @ b, P(None, "data"), P(None, "model"))]
+        with jax.set_mesh(grid):
+            for ours, theirs, a_spec, b_spec in cases:
+                placed = (jax.device_put(a, a_spec), jax.device_put(b, b_spec))
+                want = jax.jit(theirs).trace(*placed).out_info.sharding.spec
+                got = jax.jit(ours).trace(*placed).out_info.sharding.spec
+                assert got == want, (got, want)
+                loss = jax.jit(jax.grad(lambda a, b, f=ours: (f(a, b).astype(f32) ** 2).sum(),
+                                        (0, 1)))
+                assert "all-gather" not in loss.lower(*placed).compile().as_text()
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
@@ -938,7 +964,7 @@ def _cases():
                             tune_problems_per_shard, typed_reshapes, empty_problems,
                             shard_map_grads, shard_map_contract_local, shard_map_delayed_meta,
                             quantize_blocks_fewer_than_devices, fp8_block_two_axes,
-                            glu_grad_f_split]))
+                            glu_grad_f_split, explicit_result_types]))
 
 
 def main():

@@ -42,6 +42,7 @@ from jax_hopper.gemm.epilogue import activation_code
 from jax_hopper.gemm import fp8_batching
 from jax_hopper.gemm.pitch import pitch_pad
 from jax_hopper.gemm.primitive import (_pad_columns, apply_epilogue, broadcast_batch, call_attrs,
+                                       explicit_placement,
                                        empty_call, freeze, gemm_target)
 from jax_hopper.gemm.ragged_primitive import FP8_DIFFERENTIABLE, forward_only, register
 from jax_hopper.gemm.shared_batch import fold, folds
@@ -213,8 +214,9 @@ def _expand_blocks(scale, shape, *, rows):
 
 
 def _abstract_eval(a, b, bias, residual, a_scale, b_scale, *, out_dtype, **_):
-    return jax.core.ShapedArray(
-        (broadcast_batch(a.shape[0], b.shape[0]), a.shape[1], b.shape[1]), out_dtype)
+    batch = broadcast_batch(a.shape[0], b.shape[0])
+    return jax.core.ShapedArray((batch, a.shape[1], b.shape[1]), out_dtype,
+                                sharding=explicit_placement(a, b, False, False, "fp8", batch))
 
 
 def _cuda_lowering(ctx, a, b, bias, residual, a_scale, b_scale, *, out_dtype, activation, alpha,

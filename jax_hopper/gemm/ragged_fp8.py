@@ -41,7 +41,8 @@ from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import activation_code
 from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
-from jax_hopper.gemm.primitive import _pad_columns, call_attrs, freeze, gemm_target
+from jax_hopper.gemm.primitive import (_pad_columns, call_attrs, explicit_placement, freeze,
+                                       gemm_target)
 from jax_hopper.gemm.ragged import check_group_sizes, residual3
 from jax_hopper.gemm.ragged_primitive import (FP8_DIFFERENTIABLE, build_tile_table, epilogue,
                                               forward_only, register, vmapped_per_entry)
@@ -257,7 +258,8 @@ def launch(lhs, rhs, group_sizes, bias, res, lhs_scale, rhs_scale, **params):
 
 def _abstract_eval(lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale, rhs_scale, *,
                    out_dtype, **_):
-    return jax.core.ShapedArray((1, lhs.shape[1], rhs.shape[1]), out_dtype)
+    return jax.core.ShapedArray((1, lhs.shape[1], rhs.shape[1]), out_dtype,
+                                sharding=explicit_placement(lhs, rhs, False, False, "fp8", 1))
 
 
 def reference(lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale, rhs_scale, *, family,

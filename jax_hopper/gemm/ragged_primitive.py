@@ -30,8 +30,8 @@ from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
 from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
-from jax_hopper.gemm.primitive import (_KERNELS, _pad_columns, call_attrs, cuda_reference, freeze,
-                                       gemm_target)
+from jax_hopper.gemm.primitive import (_KERNELS, _pad_columns, call_attrs, cuda_reference,
+                                       explicit_placement, freeze, gemm_target)
 from jax_hopper.gemm.typed_reshape import reshape
 
 hopper_ragged_p = Primitive("hopper_ragged_dot")
@@ -45,8 +45,12 @@ def out_cols(rhs_shape, b_mn_major: bool, family: str) -> int:
 
 def _abstract_eval(lhs, rhs, group_sizes, tiles, bias, residual, *, b_mn_major, out_dtype,
                    family, **_):
+    # Typed as placed under explicit sharding (rows as lhs's, columns as rhs's; not the gated
+    # family's (G, K, 2, F) weight, whose result stays untyped).
+    placed = (explicit_placement(lhs, rhs, False, b_mn_major, "matmul", 1)
+              if family == "grouped" else None)
     return jax.core.ShapedArray((1, lhs.shape[1], out_cols(rhs.shape, b_mn_major, family)),
-                                out_dtype)
+                                out_dtype, sharding=placed)
 
 
 def reference(lhs, rhs, group_sizes, tiles, bias, residual, *, b_mn_major, out_dtype,
