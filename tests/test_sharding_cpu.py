@@ -924,19 +924,23 @@ def _cases():
         # gradients make the collectives jnp's program makes, no gather.
         if n_dev % 2:
             return "skip: needs an even device count"
-        from jax_hopper import hopper_ragged_dot
+        from jax_hopper import fp8_matmul, hopper_ragged_dot
         grid = jax.make_mesh((2, n_dev // 2), ("data", "model"),
                              axis_types=(jax.sharding.AxisType.Explicit,) * 2)
         a, b = _rand(rng, (4, 32, k)), _rand(rng, (k, 8 * n_dev))
         gs = jnp.asarray([20, 12], jnp.int32)
-        cases = [(lambda a, b: hopper_matmul(a, b), lambda a, b: a @ b, P("data", "model"), P()),
-                 (lambda a, b: hopper_matmul(a, b), lambda a, b: a @ b, P("data"),
+        rows = _rand(rng, (512, k))  # fp8's transposed block copy: whole 128-row tiles a device
+        cases = [(lambda a, b: hopper_matmul(a, b), lambda a, b: a @ b, a, P("data", "model"),
+                  P()),
+                 (lambda a, b: hopper_matmul(a, b), lambda a, b: a @ b, a, P("data"),
                   P(None, "model")),
                  (lambda a, b: hopper_ragged_dot(a[0], jnp.stack([b, b]), gs),
-                  lambda a, b: a[0] @ b, P(None, "data"), P(None, "model"))]
+                  lambda a, b: a[0] @ b, a, P(None, "data"), P(None, "model")),
+                 (lambda a, b: fp8_matmul(a, b, recipe="block"), lambda a, b: a @ b, rows,
+                  P("data"), P())]
         with jax.set_mesh(grid):
-            for ours, theirs, a_spec, b_spec in cases:
-                placed = (jax.device_put(a, a_spec), jax.device_put(b, b_spec))
+            for ours, theirs, x, a_spec, b_spec in cases:
+                placed = (jax.device_put(x, a_spec), jax.device_put(b, b_spec))
                 want = jax.jit(theirs).trace(*placed).out_info.sharding.spec
                 got = jax.jit(ours).trace(*placed).out_info.sharding.spec
                 assert got == want, (got, want)

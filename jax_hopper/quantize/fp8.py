@@ -252,14 +252,23 @@ def _scale_shape(mode, b, r, c):
 
 
 def _abstract_eval(x, amax, *, dtype, mode, transpose, t_mode, record_amax):
-    del amax
     b, r, c = x.shape
     f32 = jnp.dtype(jnp.float32)
-    return [jax.core.ShapedArray((b, r, c), dtype),
+    outs = [jax.core.ShapedArray((b, r, c), dtype),
             jax.core.ShapedArray(_scale_shape(mode, b, r, c), f32),
             jax.core.ShapedArray((b, c, r) if transpose else (b, 0, 0), dtype),
             jax.core.ShapedArray(_scale_shape(t_mode, b, c, r) if transpose else (b, 0, 0), f32),
             jax.core.ShapedArray((b,) if record_amax else (0,), f32)]
+    spec = tuple(getattr(getattr(x, "sharding", None), "spec", None) or ())
+    if not any(e is not None for e in spec):
+        return outs
+    # Under explicit sharding, typed where the partitioner places them (nothing asked of the
+    # result), so that what follows needs no reshard.
+    params = tuple(sorted(dict(dtype=dtype, mode=mode, transpose=transpose, t_mode=t_mode,
+                               record_amax=record_amax).items()))
+    _, _, placed, _ = sharding.placement(params, x.sharding.mesh, (x, amax),
+                                         [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outs])
+    return [o.update(sharding=s) for o, s in zip(outs, placed)]
 
 
 def kernel_runs(shape) -> bool:

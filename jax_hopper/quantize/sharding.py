@@ -103,6 +103,13 @@ def _rule(bind, params, mesh, value_types, result_types):
 
 
 def _partition(bind, params, mesh, arg_shapes, result_shape):
+    return placement(params, mesh, arg_shapes, result_shape, bind)
+
+
+def placement(params, mesh, arg_shapes, result_shape, bind=None):
+    """(mesh, the per-device function, the outputs' and the arguments' shardings) of a
+    quantize call of `params` on `arg_shapes` (x, amax): the partition, and under explicit
+    sharding the outputs' types (quantize_fp8's abstract eval; bind None: nothing lowered)."""
     p = dict(params)
     x, _ = arg_shapes
     sx, so = spec_of(x), spec_of(result_shape[0])

@@ -83,7 +83,12 @@ def reference(x):
 
 def _abstract_eval(x):
     b, r, c = x.shape
-    return jax.core.ShapedArray((b, c, r), x.dtype)
+    spec = tuple(getattr(getattr(x, "sharding", None), "spec", None) or ())
+    if not any(e is not None for e in spec):
+        return jax.core.ShapedArray((b, c, r), x.dtype)
+    # Under explicit sharding typed as _partition places it (x's splits, transposed).
+    placed = _partition(x.sharding.mesh, (x,), jax.ShapeDtypeStruct((b, c, r), x.dtype))[2]
+    return jax.core.ShapedArray((b, c, r), x.dtype, sharding=placed)
 
 
 def _padded(x):
