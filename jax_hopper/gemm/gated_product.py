@@ -58,9 +58,9 @@ def gated_product(x3, w, alpha: float):
 # d w = dw(x, g); of dx(dz, w) = dz . w^T, d dz = product(g, w) and d w = dw(g, dz); of
 # dw(x, dz) = x^T . dz, d x = dx(dz, g) and d dz = product(x, g).
 _VJPS = {
-    "product": lambda x, y, g, a: ((("dx", x.dtype), (g, y)), (("dw", y.dtype), (x, g))),
-    "dx": lambda x, y, g, a: ((("product", x.dtype), (g, y)), (("dw", y.dtype), (g, x))),
-    "dw": lambda x, y, g, a: ((("dx", x.dtype), (y, g)), (("product", y.dtype), (x, g))),
+    "product": lambda x, y, g: ((("dx", x.dtype), (g, y)), (("dw", y.dtype), (x, g))),
+    "dx": lambda x, y, g: ((("product", x.dtype), (g, y)), (("dw", y.dtype), (g, x))),
+    "dw": lambda x, y, g: ((("dx", x.dtype), (y, g)), (("product", y.dtype), (x, g))),
 }
 
 
@@ -75,7 +75,7 @@ def _differentiable(role: str, alpha: float, out_dtype):
     def bwd(saved, g):
         x, y, primal_types = saved
         grads = []
-        for (other, dtype), args in _VJPS[role](x, y, g.astype(x.dtype), alpha):
+        for (other, dtype), args in _VJPS[role](x, y, g.astype(x.dtype)):
             grads.append(_differentiable(other, alpha, dtype)(*args))
         return manual_axes.like_primals(tuple(grads), primal_types)
 
