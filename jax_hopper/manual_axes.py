@@ -85,7 +85,7 @@ def vary_like(x, *others):
 
 
 def like_primals(cotangents, primal_types):
-    """Each cotangent of the pytree `cotangents` typed as its primal (`types`' slice of it, the
+    """Each cotangent of the pytree `cotangents` typed as its primal (`types`' array for it, the
     same tree): summed over the manual axes it varies over and its primal does not, marked
     varying over those its primal varies over and it does not. None and integer cotangents
     (float0) pass as they are."""
