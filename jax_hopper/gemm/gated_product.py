@@ -32,7 +32,7 @@ from jax_hopper import manual_axes
 from jax_hopper.gemm.primitive import freeze, launch
 from jax_hopper.gemm.ragged_primitive import vmapped_per_entry
 from jax_hopper.gemm.ragged_sharding import gathered_operands
-from jax_hopper.gemm.sharding import assign_factors, mesh_axes, spec_of
+from jax_hopper.gemm.sharding import assign_factors, spec_of
 from jax_hopper.gemm.typed_reshape import explicitly_sharded
 
 _F32 = jnp.dtype(jnp.float32)
@@ -103,24 +103,36 @@ def _merged(x, shape, sharding=None):
 
 
 def _out_sharding(role: str, x, y):
-    """Under explicit sharding, the role's result as its operands' types split it (a mesh axis
-    once, the first factor that names it), where the partitioner places it; None without."""
-    typed = [a for a in (x, y) if explicitly_sharded(a)]
+    """Under explicit sharding, the role's result where its partition places it (_assignment,
+    nothing asked of the result); None without."""
+    avals = jax.typeof(x), jax.typeof(y)
+    typed = [a for a in avals if explicitly_sharded(a)]
     if not typed:
         return None
+    _, spec = _assignment(role, typed[0].sharding.mesh, *avals, None)
+    return spec(*(None if f == "p" else f for f in _FACTORS[role][2]))
+
+
+def _assignment(role: str, mesh, x, y, result):
+    """The mesh axes of the role's factors (assign_factors) from its operands' and result's
+    shardings (abstract values; result None: nothing asked of it), and `spec`: a split the
+    merges of (B, M) (d w) and of (2, F) (d x) cannot take whole is dropped (gathered), as XLA
+    would pad it with values the sum would take in."""
     x_factors, y_factors, out_factors = _FACTORS[role]
-    entries = {}
-    for factors, operand in ((x_factors, x), (y_factors, y)):
-        spec = tuple(jax.typeof(operand).sharding.spec)
-        for f, e in zip(factors, spec + (None,) * (len(factors) - len(spec))):
-            entries.setdefault(f, e)
-    used, out = set(), []
-    for f in out_factors:
-        e = None if f == "p" else entries.get(f)
-        names = set(mesh_axes(e))
-        out.append(e if names and not names & used else None)
-        used |= names if out[-1] is not None else set()
-    return jax.typeof(typed[0]).sharding.update(spec=PartitionSpec(*out))
+    candidates = {f: [] for f in "bmkpn"}
+    for factors, spec in ((x_factors, spec_of(x)), (y_factors, spec_of(y)),
+                          (out_factors, () if result is None else spec_of(result))):
+        for f, entry in zip(factors, spec):
+            if f != "p":
+                candidates[f].append(entry)
+    axes, spec = assign_factors(mesh, candidates, x.shape[x_factors.index("k")]
+                                if "k" in x_factors else y.shape[y_factors.index("k")])
+    for factor, extent in (("b", x.shape[0]), ("m", x.shape[1]),
+                           ("n", x.shape[x_factors.index("n")] if "n" in x_factors
+                            else y.shape[y_factors.index("n")])):
+        if axes[factor] and extent % math.prod(mesh.shape[a] for a in axes[factor]):
+            axes[factor] = ()
+    return axes, spec
 
 
 def _compute(role: str, p: dict, x, y, reduce_over: tuple):
@@ -172,21 +184,7 @@ def _local(role: str, params: tuple):
     def partition(mesh, arg_shapes, result_shape):
         x_factors, y_factors, out_factors = _FACTORS[role]
         x, y = arg_shapes
-        sx, sy, so = spec_of(x), spec_of(y), spec_of(result_shape)
-        candidates = {f: [] for f in "bmkpn"}
-        for factors, spec in ((x_factors, sx), (y_factors, sy), (out_factors, so)):
-            for f, entry in zip(factors, spec):
-                if f != "p":
-                    candidates[f].append(entry)
-        axes, spec = assign_factors(mesh, candidates, x.shape[x_factors.index("k")]
-                                    if "k" in x_factors else y.shape[y_factors.index("k")])
-        # The merges of (B, M) (d w) and of (2, F) (d x) need whole shards: an uneven split is
-        # dropped (gathered), as XLA would pad it with values the sum would take in.
-        for factor, extent in (("b", x.shape[0]), ("m", x.shape[1]),
-                               ("n", x.shape[x_factors.index("n")] if "n" in x_factors
-                                else y.shape[y_factors.index("n")])):
-            if axes[factor] and extent % math.prod(mesh.shape[a] for a in axes[factor]):
-                axes[factor] = ()
+        axes, spec = _assignment(role, mesh, x, y, result_shape)
         gathered = gathered_operands(axes, (("x", x, x_factors), ("w", y, y_factors)))
         if gathered:
             warnings.warn(f"hopper_glu (its gradient's {role}): {', '.join(gathered)} gathered "

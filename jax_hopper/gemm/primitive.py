@@ -23,7 +23,6 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
@@ -87,32 +86,21 @@ def explicit_placement(a, b, a_mn_major: bool, b_mn_major: bool, family: str, ba
     M and N splits of the operands, a mesh axis once (in that order, K's last), so that the
     type needs no reshard after the call. None without one, and with K split (the output then
     goes where it is asked for: sharding.k_scatter_dim's reduce-scatter)."""
-    specs = []
-    for x in (a, b):
-        sharding = getattr(x, "sharding", None)
-        spec = tuple(getattr(sharding, "spec", ()) or ())
-        specs.append(spec + (None,) * (len(x.shape) - len(spec)))
-    if not any(e is not None for spec in specs for e in spec):
+    from jax_hopper.gemm.sharding import assign_factors, spec_of  # noqa: PLC0415 (imports us)
+    typed = [x for x in (a, b) if explicitly_sharded(x)]
+    if not typed:
         return None
-    sa, sb = specs
+    sa, sb = spec_of(a), spec_of(b)
     a_m, a_k = (2, 1) if a_mn_major else (1, 2)
     b_n, b_k = (2, 0) if family == "glu" else (2, 1) if b_mn_major else (1, 2)
     bb = 1 if family == "glu" else b.shape[0]
     candidates = {"b": [sa[0] if a.shape[0] == batch else None,
                         sb[0] if bb == batch else None] if batch > 1 else [],
                   "m": [sa[a_m]], "n": [sb[b_n]], "k": [sa[a_k], sb[b_k]]}
-    used, out = set(), {}
-    for factor, entries in candidates.items():
-        out[factor] = None
-        for entry in entries:
-            names = set((entry,) if isinstance(entry, str) else entry or ())
-            if names and not names & used:
-                out[factor], used = entry, used | names
-                break
-    if out["k"] is not None:  # a split K: the partials' sum is placed as the output is asked
-        return None             # for (a reduce-scatter), which an untyped result leaves open
-    mesh = next(x.sharding.mesh for x, spec in zip((a, b), specs) if any(spec))
-    return NamedSharding(mesh, PartitionSpec(out["b"], out["m"], out["n"]))
+    axes, spec = assign_factors(typed[0].sharding.mesh, candidates, a.shape[a_k])
+    if axes["k"]:  # a split K: the partials' sum is placed as the output is asked for (a
+        return None  # reduce-scatter), which an untyped result leaves open
+    return spec("b", "m", "n")
 
 
 def apply_epilogue(x, bias, residual, *, activation, beta, out_dtype, family):

@@ -20,9 +20,11 @@ from jax.sharding import PartitionSpec
 
 
 def explicitly_sharded(x) -> bool:
-    """Whether x's type carries a sharding (jax's explicit sharding mode): a reshape that merges
-    a sharded axis then needs its output sharding spelled out."""
-    spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None)
+    """Whether x's type (x an array or its abstract value) carries a sharding (jax's explicit
+    sharding mode): a reshape that merges a sharded axis then needs its output sharding spelled
+    out, and a primitive's result can be typed where it is placed."""
+    aval = x if isinstance(x, jax.core.AbstractValue) else jax.typeof(x)
+    spec = getattr(getattr(aval, "sharding", None), "spec", None)
     return spec is not None and any(p is not None for p in spec)
 
 

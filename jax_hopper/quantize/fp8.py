@@ -45,7 +45,7 @@ from jax.interpreters import mlir
 from jax_hopper.gemm.pitch import pitch_pad
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged_primitive import forward_only, register
-from jax_hopper.gemm.typed_reshape import reshape
+from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape
 from jax_hopper.quantize import sharding
 from jax_hopper.kernels import catalog
 
@@ -259,8 +259,7 @@ def _abstract_eval(x, amax, *, dtype, mode, transpose, t_mode, record_amax):
             jax.core.ShapedArray((b, c, r) if transpose else (b, 0, 0), dtype),
             jax.core.ShapedArray(_scale_shape(t_mode, b, c, r) if transpose else (b, 0, 0), f32),
             jax.core.ShapedArray((b,) if record_amax else (0,), f32)]
-    spec = tuple(getattr(getattr(x, "sharding", None), "spec", None) or ())
-    if not any(e is not None for e in spec):
+    if not explicitly_sharded(x):
         return outs
     # Under explicit sharding, typed where the partitioner places them (nothing asked of the
     # result), so that what follows needs no reshard.

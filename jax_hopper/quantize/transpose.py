@@ -27,7 +27,7 @@ from jax.interpreters import mlir
 from jax_hopper.gemm.pitch import pitch_pad
 from jax_hopper.gemm.ragged_primitive import forward_only, register
 from jax_hopper.gemm.sharding import assign_factors, spec_of
-from jax_hopper.gemm.typed_reshape import reshape
+from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape
 from jax_hopper.kernels import catalog
 
 transpose_fp8_p = Primitive("hopper_transpose_fp8")
@@ -83,8 +83,7 @@ def reference(x):
 
 def _abstract_eval(x):
     b, r, c = x.shape
-    spec = tuple(getattr(getattr(x, "sharding", None), "spec", None) or ())
-    if not any(e is not None for e in spec):
+    if not explicitly_sharded(x):
         return jax.core.ShapedArray((b, c, r), x.dtype)
     # Under explicit sharding typed as _partition places it (x's splits, transposed).
     placed = _partition(x.sharding.mesh, (x,), jax.ShapeDtypeStruct((b, c, r), x.dtype))[2]
