@@ -8,6 +8,9 @@ case of bench_epilogue.py (the fused call; or --epilogue-cases), the gated units
 --glu-cases (hopper_glu of a bf16 (M, K) and a (K, N) weight, N its gate's and up's columns,
 against swiglu on jnp.dot), the bench_grouped.py cases
 named by --grouped-cases (hopper_ragged_dot against jax.lax.ragged_dot, uniform routing), the
+training steps (the gradients in x and w) of hopper_glu named by --glu-grad-cases and of
+hopper_ragged_glu on the bench_grouped cases named by --grouped-glu-grad-cases (against the
+same units in jnp and jax.lax.ragged_dot; rated as their three products), the
 same on e4m3 copies named by --grouped-fp8-cases (hopper_ragged_fp8_dot per tensor against
 jax.lax.ragged_dot on the same fp8 operands), the fp8 shapes named by --fp8-cases
 (hopper_fp8_matmul with --fp8-scaling's scales, default config, against bench_fp8.py's peer:
@@ -109,6 +112,53 @@ def grouped_fp8_case(name: str, key):
     return (m, n, k), timing.rotation(sets, 5), variants, reference
 
 
+def training_step(unit):
+    """(a, b) -> the gradients of sum(unit(a, b)) in a and b: a training step's backward
+    products (and the forward they need), one output per operand."""
+    return jax.grad(lambda a, b: jnp.sum(unit(a, b).astype(jnp.float32)), (0, 1))
+
+
+def glu_grad_case(shape, key):
+    """(shape, pairs, {variant: step(a, b)}, reference, check) of hopper_glu's training step
+    on a bf16 (M, K) and a (K, N) weight (N: the gate's and up's columns), against swiglu on
+    jnp.dot's; shape is that of the three products it amounts to (3M, N, K)."""
+    m, n, k = shape
+    n_calls, n_sets = timing.call_plan(3 * m, n, k)
+    sets = timing.rotating_sets(key, m, n, k, n_sets)
+    glu = lambda jh: lambda a, b: jh.hopper_glu(a, b.reshape(k, 2, -1))  # noqa: E731
+    variants = {"xla": training_step(lambda a, b: bench_epilogue.swiglu(jnp.dot(a, b), None)),
+                "base": training_step(glu(jax_hopper_base)),
+                "new": training_step(glu(jax_hopper))}
+    reference = training_step(lambda a, b: bench_epilogue.swiglu(jnp.dot(
+        a, b, preferred_element_type=jnp.float32), None))
+    return (3 * m, n, k), timing.rotation(sets, n_calls), variants, reference, worst_error
+
+
+def grouped_glu_grad_case(name: str, key):
+    """The same for hopper_ragged_glu on bench_grouped case `name` (its N the gate's and up's
+    columns together), uniform routing, against swiglu on jax.lax.ragged_dot's."""
+    (m, n, k), pairs, _, _ = grouped_case(name, key)
+    groups = bench_grouped.CASES[name][1]
+    glu = lambda jh: lambda a, r: jh.hopper_ragged_glu(  # noqa: E731
+        a[0], r.reshape(groups, k, 2, -1), a[1])
+    ragged = lambda a, r, **kw: jax.lax.ragged_dot(a[0], r, a[1], **kw)  # noqa: E731
+
+    def step(unit):  # a is (lhs, sizes): the gradients in lhs and rhs
+        return lambda a, r: training_step(lambda x, r: unit((x, a[1]), r))(a[0], r)
+
+    variants = {"xla": step(lambda a, r: bench_epilogue.swiglu(ragged(a, r), None)),
+                "base": step(glu(jax_hopper_base)), "new": step(glu(jax_hopper))}
+    reference = step(lambda a, r: bench_epilogue.swiglu(
+        ragged(a, r, preferred_element_type=jnp.float32), None))
+    return (3 * m, n, k), pairs, variants, reference, worst_error
+
+
+def worst_error(out, ref) -> float:
+    """The largest relative Frobenius error over the outputs' arrays."""
+    return max(float(timing.rel_fro_error(o, r))
+               for o, r in zip(jax.tree.leaves(out), jax.tree.leaves(ref)))
+
+
 def fp8_case(shape, scaling: str, key):
     """(shape, pairs, {variant: f(a, b)}, reference) of an fp8 product: a and b are
     (fp8 array, scale) pairs quantized as bench_fp8.py does."""
@@ -174,8 +224,13 @@ def main():
     parser.add_argument("--glu-cases", nargs="*", type=bench_gemm.parse_shape, default=[],
                         help="MxNxK of hopper_glu products (N: the gate's and up's columns "
                              "together), against swiglu on jnp.dot")
+    parser.add_argument("--glu-grad-cases", nargs="*", type=bench_gemm.parse_shape, default=[],
+                        help="MxNxK of hopper_glu training steps (the gradients in x and w)")
     parser.add_argument("--grouped-cases", nargs="*", default=[],
                         choices=list(bench_grouped.CASES))
+    parser.add_argument("--grouped-glu-grad-cases", nargs="*", default=[],
+                        choices=list(bench_grouped.CASES),
+                        help="bench_grouped cases as hopper_ragged_glu training steps")
     parser.add_argument("--grouped-fp8-cases", nargs="*", default=[],
                         choices=list(bench_grouped.CASES))
     parser.add_argument("--fp8-cases", nargs="*", type=bench_gemm.parse_shape, default=[],
@@ -207,11 +262,19 @@ def main():
     for i, shape in enumerate(args.fp8_cases):
         plans.append((f"fp8_{args.fp8_scaling}_{bench_gemm.shape_name(shape)}",
                       *fp8_case(shape, args.fp8_scaling, jax.random.fold_in(key, 2000 + i))))
+    # A training step: its check (worst_error) among the plan, rated in TFLOP/s (no bytes).
+    for i, shape in enumerate(args.glu_grad_cases):
+        plans.append((f"glu_grad_{bench_gemm.shape_name(shape)}",
+                      *glu_grad_case(shape, jax.random.fold_in(key, 5000 + i)), None))
+    for i, name in enumerate(args.grouped_glu_grad_cases):
+        plans.append((f"grouped_glu_grad_{name}",
+                      *grouped_glu_grad_case(name, jax.random.fold_in(key, 6000 + i)), None))
     for i, case in enumerate(args.vmap_cases):
         plans.append((f"vmap_{'x'.join(map(str, case))}",
                       *vmap_case(case, jax.random.fold_in(key, 4000 + i))))
     # A plan: (name, shape, pairs, variants, reference[, check, bytes moved]); without the last
-    # two, a product checked by its relative Frobenius error and rated in TFLOP/s.
+    # two, a product checked by its relative Frobenius error and rated in TFLOP/s (bytes None:
+    # rated in TFLOP/s too).
     for i, (shape, mode) in enumerate(args.quantize_cases):
         plans.append((f"quantize_{mode}_{shape[0]}x{shape[1]}", shape,
                       *quantize_case(shape, mode, jax.random.fold_in(key, 3000 + i))))

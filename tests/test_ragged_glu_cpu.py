@@ -55,7 +55,8 @@ def test_any_pitch_runs_on_the_kernel(rng):
     assert got.shape == (100, 45) and rel_frob(got, want) < REL_FROB_BOUND["bfloat16"]
 
 
-def test_grads_equal_the_jnp_unit(rng):
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_grads_equal_the_jnp_unit(rng, alpha):
     m, k, f, g = 90, 16, 8, 3
     x, w = random_operand(rng, (m, k), "float16"), random_operand(rng, (g, k, 2, f), "float16")
     bias = jnp.asarray(rng.standard_normal((g, 2, f)), jnp.float32)
@@ -67,12 +68,14 @@ def test_grads_equal_the_jnp_unit(rng):
         wp = jnp.concatenate([w, jnp.zeros((1, k, 2, f), w.dtype)])[rows].astype(jnp.float32)
         bp = jnp.concatenate([bias, jnp.zeros((1, 2, f))])[rows]
         valid = (rows < g)[:, None]
-        gate = jnp.einsum("mk,mkf->mf", x.astype(jnp.float32), wp[:, :, 0]) + bp[:, 0] * valid
-        up = jnp.einsum("mk,mkf->mf", x.astype(jnp.float32), wp[:, :, 1]) + bp[:, 1] * valid
+        xf = alpha * x.astype(jnp.float32)
+        gate = jnp.einsum("mk,mkf->mf", xf, wp[:, :, 0]) + bp[:, 0] * valid
+        up = jnp.einsum("mk,mkf->mf", xf, wp[:, :, 1]) + bp[:, 1] * valid
         return jax.nn.silu(gate) * up
 
     got = jax.grad(lambda *a: jnp.sum(hopper_ragged_glu(
-        *a[:2], sizes, bias=a[2], out_dtype=jnp.float32) * dy), (0, 1, 2))(x, w, bias)
+        *a[:2], sizes, bias=a[2], alpha=alpha, out_dtype=jnp.float32) * dy),
+        (0, 1, 2))(x, w, bias)
     want = jax.grad(lambda *a: jnp.sum(jnp_unit(*a) * dy), (0, 1, 2))(x, w, bias)
     for a, b in zip(got, want):
         assert a.shape == b.shape and a.dtype == b.dtype

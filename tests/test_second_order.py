@@ -1,7 +1,8 @@
 """A gradient of a gradient (Hessian-vector products, gradient penalties) through hopper_matmul,
-hopper_glu and the grouped GEMM, whose backward passes call the same differentiable products.
-Against jnp written in float32 (a dense, masked form of the grouped product: jax.lax.ragged_dot
-has no second derivative in its weights). On the CPU (reference lowering) and an sm_90 GPU."""
+hopper_glu and the grouped GEMM and GLU, whose backward passes call the same differentiable
+products. Against jnp written in float32 (a dense, masked form of the grouped product:
+jax.lax.ragged_dot has no second derivative in its weights). On the CPU (reference lowering)
+and an sm_90 GPU."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +10,8 @@ import numpy as np
 import pytest
 
 from gemm_helpers import rel_frob, to64
-from jax_hopper import _ffi, hopper_glu, hopper_matmul, hopper_ragged_dot
+from jax_hopper import (_ffi, hopper_glu, hopper_matmul, hopper_ragged_dot,
+                        hopper_ragged_glu)
 
 PLATFORMS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
 F32 = jnp.float32
@@ -43,9 +45,10 @@ def _check(ours, theirs, args):
 
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("activation", [None, "gelu", "silu"])
-def test_matmul_gradient_of_gradient(rng, platform, activation):
+@pytest.mark.parametrize("a_shape", [(48, 64), (2, 24, 64)])  # (2, 24, 64): w shared by a batch
+def test_matmul_gradient_of_gradient(rng, platform, activation, a_shape):
     with jax.default_device(_device(platform)):
-        a, w = _normal(rng, (48, 64)), _normal(rng, (64, 40), 0.2)
+        a, w = _normal(rng, a_shape), _normal(rng, (64, 40), 0.2)
         bias = jnp.asarray(rng.standard_normal(40), F32)
 
         def ours(a, w):
@@ -88,5 +91,24 @@ def test_ragged_dot_gradient_of_gradient(rng, platform, activation):
             z = sum(((rows >= ends[g] - gs[g]) & (rows < ends[g])) * (x @ w[g])
                     for g in range(w.shape[0]))
             return (ACT[activation](z) ** 2).sum()
+
+        _check(ours, theirs, (x, w))
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_ragged_glu_gradient_of_gradient(rng, platform):
+    with jax.default_device(_device(platform)):
+        x, w = _normal(rng, (56, 64)), _normal(rng, (3, 64, 2, 40), 0.2)
+        gs = jnp.asarray([13, 0, 30], jnp.int32)  # 13 rows past every group
+
+        def ours(x, w):
+            return (hopper_ragged_glu(x, w, gs, alpha=0.5, out_dtype=F32) ** 2).sum()
+
+        def theirs(x, w):
+            ends = jnp.cumsum(gs)
+            rows = jnp.arange(x.shape[0])[:, None]
+            gate, up = (sum(((rows >= ends[g] - gs[g]) & (rows < ends[g])) * (0.5 * x @ w[g, :, h])
+                            for g in range(w.shape[0])) for h in (0, 1))
+            return ((jax.nn.silu(gate) * up) ** 2).sum()
 
         _check(ours, theirs, (x, w))

@@ -36,7 +36,8 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "fp8_matmul_data_parallel", "config_per_shard", "tune_problems_per_shard",
          "typed_reshapes", "empty_problems", "shard_map_grads", "shard_map_contract_local",
          "shard_map_delayed_meta", "quantize_blocks_fewer_than_devices",
-         "fp8_block_two_axes", "glu_grad_f_split", "explicit_result_types"]
+         "fp8_block_two_axes", "glu_grad_f_split", "ragged_glu_grad_f_split",
+         "sequence_split_grad", "explicit_result_types"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -918,13 +919,70 @@ def _cases():
                           NamedSharding(grid, P(None, None, "model"))),
                          all_reduce=True, bound=2e-2)
 
+    def ragged_glu_grad_f_split():
+        # The same through hopper_ragged_glu's gradient (its bias too): the experts' F split,
+        # the rows split evenly on a second axis (each device its rows' groups); the grouped
+        # products keep gate and up apart (gated_product.ragged_gated_product), so nothing is
+        # gathered; the bias gradient sums each device's rows (ragged_primitive.group_sums).
+        import warnings
+        from jax_hopper import hopper_ragged_glu
+        if n_dev % 2:
+            return "skip: needs an even device count"
+        for axis_type in (jax.sharding.AxisType.Auto, jax.sharding.AxisType.Explicit):
+            grid = jax.make_mesh((2, n_dev // 2), ("data", "model"),
+                                 axis_types=(axis_type,) * 2)
+
+            def loss(x, w, b):
+                return (hopper_ragged_glu(x, w, sizes, bias=b, alpha=0.5, activation="gelu",
+                                          out_dtype=f32) ** 2).sum()
+
+            def dense_loss(x, w, b):  # hopper_ragged_dot's bias gradient likewise
+                return (hopper_ragged_dot(x, w, sizes, bias=b, out_dtype=f32) ** 2).sum()
+
+            with jax.set_mesh(grid), warnings.catch_warnings():
+                warnings.simplefilter("error")  # no operand gathered (warned) either
+                _compare(jax.grad(loss, (0, 1, 2)),
+                         (_rand(rng, (rows, k)), _rand(rng, (groups, k, 2, n)) * 0.1,
+                          _rand(rng, (groups, 2, n), f32)),
+                         (NamedSharding(grid, P("data")),
+                          NamedSharding(grid, P(None, None, None, "model")),
+                          NamedSharding(grid, P(None, None, "model"))),
+                         all_reduce=True, bound=2e-2)
+                _compare(jax.grad(dense_loss, (0, 1, 2)),
+                         (_rand(rng, (rows, k)), _rand(rng, (groups, k, n)) * 0.1,
+                          _rand(rng, (groups, n), f32)),
+                         (NamedSharding(grid, P("data")),
+                          NamedSharding(grid, P(None, None, "model")),
+                          NamedSharding(grid, P(None, "model"))),
+                         all_reduce=True, bound=2e-2)
+
+    def sequence_split_grad():
+        # Sequence parallelism: a (batch, seq, d) activation split along seq, the weight
+        # shared. The weight's gradient contracts over (batch, seq), merged on each device's
+        # shards (gated_product.rows_contracted), so on automatic axes too, where the split is
+        # not in the types, it is one all-reduce and no gather.
+        for axis_type in (jax.sharding.AxisType.Auto, jax.sharding.AxisType.Explicit):
+            grid = jax.make_mesh((n_dev,), ("x",), axis_types=(axis_type,))
+            for transpose_b in (False, True):  # the weight stored (K, N), or (N, K)
+
+                def loss(x, w, transpose_b=transpose_b):
+                    y = hopper_matmul(x, w, transpose_b=transpose_b, out_dtype=f32)
+                    return (y ** 2).sum()
+
+                with jax.set_mesh(grid):
+                    _compare(jax.grad(loss, (0, 1)),
+                             (_rand(rng, (bsz, 8 * n_dev, k)),
+                              _rand(rng, (n, k) if transpose_b else (k, n)) * 0.1),
+                             (NamedSharding(grid, P(None, "x")), None),
+                             all_reduce=True, bound=2e-2)
+
     def explicit_result_types():
         # Under explicit sharding the results are typed as jnp's are (rows as a's, columns as
         # b's), so what follows them needs no reshard: a loss over the product and its
         # gradients make the collectives jnp's program makes, no gather.
         if n_dev % 2:
             return "skip: needs an even device count"
-        from jax_hopper import fp8_matmul, hopper_ragged_dot
+        from jax_hopper import fp8_matmul, hopper_ragged_dot, hopper_ragged_glu
         grid = jax.make_mesh((2, n_dev // 2), ("data", "model"),
                              axis_types=(jax.sharding.AxisType.Explicit,) * 2)
         a, b = _rand(rng, (4, 32, k)), _rand(rng, (k, 8 * n_dev))
@@ -947,6 +1005,15 @@ def _cases():
                 loss = jax.jit(jax.grad(lambda a, b, f=ours: (f(a, b).astype(f32) ** 2).sum(),
                                         (0, 1)))
                 assert "all-gather" not in loss.lower(*placed).compile().as_text()
+            # The experts' gated unit: rows as x's, F as the weights'.
+            placed = (jax.device_put(a[0], P("data")),
+                      jax.device_put(_rand(rng, (2, k, 2, 4 * n_dev)), P(None, None, None,
+                                                                         "model")))
+            got = jax.jit(lambda x, w: hopper_ragged_glu(x, w, gs)).trace(*placed)
+            want = jax.jit(lambda x, w: jax.nn.silu(x @ w[0, :, 0]) * (x @ w[0, :, 1])).trace(
+                *placed)
+            assert got.out_info.sharding.spec == want.out_info.sharding.spec, (
+                got.out_info.sharding, want.out_info.sharding)
 
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
@@ -968,7 +1035,8 @@ def _cases():
                             tune_problems_per_shard, typed_reshapes, empty_problems,
                             shard_map_grads, shard_map_contract_local, shard_map_delayed_meta,
                             quantize_blocks_fewer_than_devices, fp8_block_two_axes,
-                            glu_grad_f_split, explicit_result_types]))
+                            glu_grad_f_split, ragged_glu_grad_f_split, sequence_split_grad,
+                            explicit_result_types]))
 
 
 def main():

@@ -15,7 +15,7 @@ NOTES:
   alpha is applied inside the kernel.
 - An operand shared by the whole batch (batch 1) gets the gradient summed over the batch: for
   b with a K-major a, the batch joins the contraction ((batch*M, K)^T @ (batch*M, N), one
-  launch); otherwise one float32 partial per batch entry is reduced by a sum (a batch x operand
+  launch, the rows merged on each device's shards: gated_product.rows_contracted); otherwise one float32 partial per batch entry is reduced by a sum (a batch x operand
   float32 buffer).
 - The gated unit (hopper_glu) needs gate and up in the backward pass, which the fused kernel
   never writes; recomputing them costs the whole forward GEMM again. So under differentiation
@@ -35,7 +35,7 @@ from jax_hopper import manual_axes
 from jax_hopper.gemm import batching
 from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.primitive import freeze, problem_shape
-from jax_hopper.gemm.typed_reshape import keeps_splits, reshape
+from jax_hopper.gemm.gated_product import rows_contracted
 
 _F32 = jnp.dtype(jnp.float32)
 
@@ -130,15 +130,12 @@ def _grad_a(a, b, dp, p):
 def _grad_b(a, b, dp, p):
     """dB = op(A)^T @ dP in b's layout: (K, N) from (A^T, dP), (N, K) as dP^T @ op(A)."""
     shared = b.shape[0] == 1 and dp.shape[0] > 1
-    merged_a, merged_dp = (1, -1, a.shape[2]), (1, -1, dp.shape[2])
-    if (shared and not p["a_mn_major"] and keeps_splits(a, merged_a)
-            and keeps_splits(dp, merged_dp)):
-        # The batch joins the contraction: a as (batch*M, K), dP as (batch*M, N), one launch.
-        # Not where that merge would gather an explicitly sharded a or dP (rows split below
-        # the batch, as sequence parallelism splits them): there each entry's product is
-        # summed (the rows' split is a K split of its own: partial sums, no gather).
-        a, dp = reshape(a, merged_a), reshape(dp, merged_dp)
-        shared = False
+    if shared and not p["a_mn_major"]:
+        # The batch joins the contraction: a as (batch*M, K), dP as (batch*M, N), one launch,
+        # merged on each device's shards (gated_product's d w with one gate), so that rows
+        # split below the batch (sequence parallelism) are summed over, never gathered.
+        x, y = (a, dp) if p["b_mn_major"] else (dp, a)
+        return rows_contracted(x, y, p["alpha"], b.dtype)[None]
     if p["b_mn_major"]:
         return _summed(a, dp, not p["a_mn_major"], True, b.dtype, p["alpha"], shared)
     return _summed(dp, a, True, not p["a_mn_major"], b.dtype, p["alpha"], shared)

@@ -1,62 +1,98 @@
-"""hopper_glu's product under differentiation, gate and up kept apart: z (B, M, 2, F) =
-alpha * x (B, M, K) . w (K, 2, F), and its two gradients, each the plain GEMM (primitive.launch)
-on the device's shards.
+"""The gated products of hopper_glu and hopper_ragged_glu under differentiation, gate and up
+kept apart, and their gradients: each a plain GEMM of the device's shards.
 
-On one device, w (K, 2, F) is the (K, 2F) matrix [gate | up] as it lies in memory, and so is z's
-(2, F) a (2F) row. Under a sharded jit with F split (tensor parallelism) that merge is not a
-split of the merged dimension (each device holds a slice of gate and one of up): a reshape of
-the global arrays gathers w. Here the merge happens inside custom_partitioning, on each
-device's own (K, 2, F / d), where it moves nothing. The Shardy rules:
+    dense (hopper_glu):          z (B, M, 2, F) = alpha * x (B, M, K) . w (K, 2, F)
+    grouped (hopper_ragged_glu): z (M, 2, F), the rows of group g alpha * x_g . w[g], w
+                                 (G, K, 2, F), group sizes (G,) as hopper_ragged_dot's
+                                 (int32, made valid); rows past every group zero
 
-    product   b m k, k p n -> b m p n        (k a reduction: partials summed)
-    d x       b m p n, k p n -> b m k        (n a reduction)
-    d w       b m k, b m p n -> k p n        (b m reductions)
+On one device w's (2, F) is the (2F) row [gate | up] as it lies in memory, and so is z's: the
+product is one GEMM (grouped: the grouped kernel) with 2F columns. (The dense d w with one
+gate, (B, M, 1, F), is hopper_matmul's gradient of a weight its batch shares:
+rows_contracted.) Under a sharded jit with F
+split (tensor parallelism) that merge is not a split of the merged dimension (each device holds
+a slice of gate and one of up): a reshape of the global arrays gathers w. Here the merge
+happens inside custom_partitioning, on each device's own (2, F / d), where it moves nothing.
+The Shardy rules:
 
-p (gate or up) is never split. Operands split any other way are gathered (a warning says which,
-as the grouped GEMM's partitioning does). vmap launches once per entry (custom_partitioning has
-no batching rule); inside shard_map each call is the plain local launch.
+              dense                          grouped
+    product   b m k, k p n -> b m p n        m k, g k p n, g -> m p n      (k reduced)
+    d x       b m p n, k p n -> b m k        m p n, g k p n, g -> m k      (n reduced)
+    d w       b m k, b m p n -> k p n        m k, m p n, g -> g k p n      (b m reduced)
+
+p (gate or up) and g (the experts) are never split; the rows (b, m) and F (n) only evenly. A
+device's group sizes are cut to its rows (ragged_sharding.shard_sizes), so the grouped product
+and d x stay local under a row split and d w sums its partials, as the dense d w does.
+Operands split any other way are gathered (a warning says which, as the GEMMs' partitioning
+does). vmap launches once per entry (custom_partitioning has no batching rule); inside
+shard_map each call is the plain local launch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import PartitionSpec
 
 from jax_hopper import manual_axes
-from jax_hopper.gemm.primitive import freeze, launch
+from jax_hopper.gemm import primitive, ragged_primitive
+from jax_hopper.gemm.primitive import freeze
+from jax_hopper.gemm.ragged_contract import launch as contraction
 from jax_hopper.gemm.ragged_primitive import vmapped_per_entry
-from jax_hopper.gemm.ragged_sharding import gathered_operands
+from jax_hopper.gemm.ragged_sharding import gathered_operands, no_epilogue, shard_sizes
 from jax_hopper.gemm.sharding import assign_factors, spec_of
 from jax_hopper.gemm.typed_reshape import explicitly_sharded
 
 _F32 = jnp.dtype(jnp.float32)
 
-# Each operand's factors by dimension, per product.
-_FACTORS = {
-    "product": (("b", "m", "k"), ("k", "p", "n"), ("b", "m", "p", "n")),
-    "dx": (("b", "m", "p", "n"), ("k", "p", "n"), ("b", "m", "k")),
-    "dw": (("b", "m", "k"), ("b", "m", "p", "n"), ("k", "p", "n")),
-}
-# The contracted factors a split of which leaves partial sums (p, contracted in d x, is never
-# split: Shardy takes it as a factor to replicate).
-_REDUCED = {"product": ("k",), "dx": ("n",), "dw": ("b", "m")}
-
 
 def gated_product(x3, w, alpha: float):
     """alpha * x3 . w as (B, M, 2, F) in x3's dtype, differentiable (to any order: each
     product's gradients are the other two)."""
-    return _differentiable("product", alpha, x3.dtype)(x3, w)
+    return _differentiable(_DENSE, "product", alpha, x3.dtype)(x3, w)
 
+
+def ragged_gated_product(x, w, group_sizes, alpha: float):
+    """alpha * x_g . w[g] for the rows of each group g, (M, 2, F) in x's dtype; group_sizes
+    (G,) int32 (ragged_tiles.int32_sizes). Differentiable in x and w, to any order."""
+    return _differentiable(_GROUPED, "product", alpha, x.dtype)(x, w, group_sizes)
+
+
+def rows_contracted(x, y, alpha: float, out_dtype):
+    """alpha * x^T . y over the rows (B, M) of x (B, M, P) and y (B, M, Q), (P, Q) in out_dtype:
+    hopper_matmul's gradient of a weight the batch shares, the dense d w with one gate (the
+    rows merged on each device's shards: a split of M sums partials instead of gathering).
+    Differentiable."""
+    return _differentiable(_DENSE, "dw", alpha, out_dtype)(x, y[:, :, None])[:, 0]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Kind:
+    """One kind of gated product: the op named in warnings, each role's factors of (x, y,
+    result) by dimension, and `compute(role, x, y, sizes, out_dtype, alpha, sharding)`, the
+    role's product of a device's operands (sizes: () or the group sizes of its rows)."""
+    op: str
+    factors: dict
+    compute: Callable
+    grouped: bool
+
+
+# The contracted factors a split of which leaves partial sums (p, contracted in d x, is never
+# split: Shardy takes it as a factor to replicate).
+_REDUCED = {"product": ("k",), "dx": ("n",), "dw": ("b", "m")}
 
 # Each product's VJP in the other two, cotangent g: of z = product(x, w), d x = dx(g, w) and
 # d w = dw(x, g); of dx(dz, w) = dz . w^T, d dz = product(g, w) and d w = dw(g, dz); of
-# dw(x, dz) = x^T . dz, d x = dx(dz, g) and d dz = product(x, g).
+# dw(x, dz) = x^T . dz, d x = dx(dz, g) and d dz = product(x, g). The group sizes go with
+# every product unchanged.
 _VJPS = {
     "product": lambda x, y, g: ((("dx", x.dtype), (g, y)), (("dw", y.dtype), (x, g))),
     "dx": lambda x, y, g: ((("product", x.dtype), (g, y)), (("dw", y.dtype), (g, x))),
@@ -65,30 +101,23 @@ _VJPS = {
 
 
 @functools.lru_cache(maxsize=None)
-def _differentiable(role: str, alpha: float, out_dtype):
-    """The role's product of (x, y) in out_dtype, with its VJP (_VJPS)."""
-    f = jax.custom_vjp(_local(role, freeze(dict(alpha=alpha, out_dtype=jnp.dtype(out_dtype)))))
+def _differentiable(kind: _Kind, role: str, alpha: float, out_dtype):
+    """The role's product of (x, y[, group sizes]) in out_dtype, with its VJP (_VJPS)."""
+    f = jax.custom_vjp(_local(kind, role, freeze(dict(alpha=alpha,
+                                                      out_dtype=jnp.dtype(out_dtype)))))
 
-    def fwd(x, y):
-        return f(x, y), (x, y, manual_axes.types((x, y)))
+    def fwd(x, y, *sizes):
+        return f(x, y, *sizes), (x, y, sizes, manual_axes.types((x, y, *sizes)))
 
     def bwd(saved, g):
-        x, y, primal_types = saved
-        grads = []
-        for (other, dtype), args in _VJPS[role](x, y, g.astype(x.dtype)):
-            grads.append(_differentiable(other, alpha, dtype)(*args))
+        x, y, sizes, primal_types = saved
+        grads = [_differentiable(kind, other, alpha, dtype)(*args, *sizes)
+                 for (other, dtype), args in _VJPS[role](x, y, g.astype(x.dtype))]
+        grads += [np.zeros(s.shape, jax.dtypes.float0) for s in sizes]
         return manual_axes.like_primals(tuple(grads), primal_types)
 
     f.defvjp(fwd, bwd)
     return f
-
-
-def _gemm(a, b, a_mn_major, b_mn_major, out_dtype, alpha):
-    """One device's plain GEMM: alpha * op(a) . op(b), a (B or 1, ., .), b (B or 1, ., .)."""
-    return launch(a, b, jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), out_dtype),
-                  family="matmul", a_mn_major=a_mn_major, b_mn_major=b_mn_major,
-                  out_dtype=jnp.dtype(out_dtype), activation=0, alpha=alpha, beta=1.0,
-                  config=None)
 
 
 def _merged(x, shape, sharding=None):
@@ -102,101 +131,160 @@ def _merged(x, shape, sharding=None):
     return x.reshape(shape)
 
 
-def _out_sharding(role: str, x, y):
+def _dense(role: str, x, y, sizes, out_dtype, alpha: float, sharding):
+    del sizes
+
+    def gemm(a, b, a_mn_major, b_mn_major):  # alpha op(a) . op(b), a and b (B or 1, ., .)
+        return primitive.launch(a, b, *no_epilogue({"out_dtype": out_dtype}), family="matmul",
+                                a_mn_major=a_mn_major, b_mn_major=b_mn_major,
+                                out_dtype=jnp.dtype(out_dtype), activation=0, alpha=alpha,
+                                beta=1.0, config=None)
+
+    if role == "product":  # x (B, M, K), w (K, 2, F): w as the (K, 2F) matrix
+        k, gates, f = y.shape
+        z = gemm(x, _merged(y, (1, k, gates * f)), False, True)
+        return _merged(z, (*x.shape[:2], gates, f), sharding)
+    if role == "dx":  # dz (B, M, 2, F), w (K, 2, F): dz . w^T over (2, F)
+        b, m, gates, f = x.shape
+        z = gemm(_merged(x, (b, m, gates * f)), _merged(y, (1, y.shape[0], gates * f)), False,
+                 False)
+        return _merged(z, z.shape, sharding)
+    # dw: x (B, M, K), dz (B, M, 2, F): x^T . dz over (B, M)
+    b, m, k = x.shape
+    gates, f = y.shape[2:]
+    z = gemm(_merged(x, (1, b * m, k)), _merged(y, (1, b * m, gates * f)), True, True)
+    return _merged(z, (k, gates, f), sharding)
+
+
+def _grouped(role: str, x, y, sizes, out_dtype, alpha: float, sharding):
+    (gs,) = sizes
+
+    def gemm(lhs, rhs, b_mn_major):  # the grouped kernel: alpha lhs_g . rhs[g] (or rhs[g]^T)
+        return ragged_primitive.launch(
+            lhs, rhs, gs, *no_epilogue({"out_dtype": out_dtype}), b_mn_major=b_mn_major,
+            out_dtype=jnp.dtype(out_dtype), activation=0, alpha=alpha, beta=1.0, config=None,
+            family="grouped")
+
+    if role == "product":  # x (M, K), w (G, K, 2, F): w[g] as the (K, 2F) matrix
+        groups, k, _, f = y.shape
+        z = gemm(x[None], _merged(y, (groups, k, 2 * f)), True)
+        return _merged(z, (x.shape[0], 2, f), sharding)
+    if role == "dx":  # dz (M, 2, F), w (G, K, 2, F): dz_g . w[g]^T over (2, F)
+        m, _, f = x.shape
+        groups, k = y.shape[:2]
+        z = gemm(_merged(x, (1, m, 2 * f)), _merged(y, (groups, k, 2 * f)), False)
+        return _merged(z, (m, k), sharding)
+    # dw: x (M, K), dz (M, 2, F): x_g^T . dz_g, the grouped contraction (which has no alpha:
+    # applied to its float32 result)
+    m, k = x.shape
+    f = y.shape[2]
+    z = contraction(x, _merged(y, (m, 2 * f)), gs, out_dtype=_F32 if alpha != 1.0 else
+                    jnp.dtype(out_dtype), config=None)
+    z = (alpha * z).astype(out_dtype) if alpha != 1.0 else z
+    return _merged(z, (gs.shape[0], k, 2, f), sharding)
+
+
+_DENSE = _Kind("hopper_glu", {
+    "product": (("b", "m", "k"), ("k", "p", "n"), ("b", "m", "p", "n")),
+    "dx": (("b", "m", "p", "n"), ("k", "p", "n"), ("b", "m", "k")),
+    "dw": (("b", "m", "k"), ("b", "m", "p", "n"), ("k", "p", "n")),
+}, _dense, grouped=False)
+_GROUPED = _Kind("hopper_ragged_glu", {
+    "product": (("m", "k"), ("g", "k", "p", "n"), ("m", "p", "n")),
+    "dx": (("m", "p", "n"), ("g", "k", "p", "n"), ("m", "k")),
+    "dw": (("m", "k"), ("m", "p", "n"), ("g", "k", "p", "n")),
+}, _grouped, grouped=True)
+
+
+def _extent(kind: _Kind, role: str, factor: str, x, y) -> int:
+    """The size of the role's `factor` (one of x's or y's) in arrays x and y."""
+    x_factors, y_factors, _ = kind.factors[role]
+    return (x.shape[x_factors.index(factor)] if factor in x_factors
+            else y.shape[y_factors.index(factor)])
+
+
+def _out_sharding(kind: _Kind, role: str, x, y):
     """Under explicit sharding, the role's result where its partition places it (_assignment,
     nothing asked of the result); None without."""
     avals = jax.typeof(x), jax.typeof(y)
     typed = [a for a in avals if explicitly_sharded(a)]
     if not typed:
         return None
-    _, spec = _assignment(role, typed[0].sharding.mesh, *avals, None)
-    return spec(*(None if f == "p" else f for f in _FACTORS[role][2]))
+    _, spec = _assignment(kind, role, typed[0].sharding.mesh, *avals, None)
+    return spec(*kind.factors[role][2])
 
 
-def _assignment(role: str, mesh, x, y, result):
+def _assignment(kind: _Kind, role: str, mesh, x, y, result):
     """The mesh axes of the role's factors (assign_factors) from its operands' and result's
-    shardings (abstract values; result None: nothing asked of it), and `spec`: a split the
-    merges of (B, M) (d w) and of (2, F) (d x) cannot take whole is dropped (gathered), as XLA
-    would pad it with values the sum would take in."""
-    x_factors, y_factors, out_factors = _FACTORS[role]
-    candidates = {f: [] for f in "bmkpn"}
+    shardings (abstract values; result None: nothing asked of it), and `spec`: a split of the
+    rows (b, m) or of F (n) that the merges cannot take whole is dropped (gathered), as XLA
+    would pad it with values the sums would take in; p and g stay whole."""
+    x_factors, y_factors, out_factors = kind.factors[role]
+    candidates = {f: [] for f in "bmkn"}
     for factors, spec in ((x_factors, spec_of(x)), (y_factors, spec_of(y)),
                           (out_factors, () if result is None else spec_of(result))):
         for f, entry in zip(factors, spec):
-            if f != "p":
+            if f in candidates:
                 candidates[f].append(entry)
-    axes, spec = assign_factors(mesh, candidates, x.shape[x_factors.index("k")]
-                                if "k" in x_factors else y.shape[y_factors.index("k")])
-    for factor, extent in (("b", x.shape[0]), ("m", x.shape[1]),
-                           ("n", x.shape[x_factors.index("n")] if "n" in x_factors
-                            else y.shape[y_factors.index("n")])):
-        if axes[factor] and extent % math.prod(mesh.shape[a] for a in axes[factor]):
+    axes, spec = assign_factors(mesh, candidates, _extent(kind, role, "k", x, y))
+    axes.update(p=(), g=())
+    for factor in "bmn":
+        if axes[factor] and _extent(kind, role, factor, x, y) % math.prod(
+                mesh.shape[a] for a in axes[factor]):
             axes[factor] = ()
     return axes, spec
 
 
-def _compute(role: str, p: dict, x, y, reduce_over: tuple):
-    """The role's product of the device's x and y (the factors of _FACTORS), its partials
-    summed over the mesh axes `reduce_over` (inside the partitioned function)."""
-    summed = bool(reduce_over)
-    sharding = _out_sharding(role, x, y)
-    if role == "product":  # x (B, M, K), w (K, 2, F): w as the (K, 2F) matrix
-        k, _, f = y.shape
-        out_dtype = _F32 if summed else p["out_dtype"]
-        z = _gemm(x, _merged(y, (1, k, 2 * f)), False, True, out_dtype, p["alpha"])
-        z = _merged(z, (*x.shape[:2], 2, f), sharding)
-        out = p["out_dtype"]
-    elif role == "dx":  # dz (B, M, 2, F), w (K, 2, F): dz . w^T over (2, F)
-        b, m, _, f = x.shape
-        out_dtype = _F32 if summed else p["out_dtype"]
-        z = _gemm(_merged(x, (b, m, 2 * f)), _merged(y, (1, y.shape[0], 2 * f)), False, False,
-                  out_dtype, p["alpha"])
-        z = _merged(z, z.shape, sharding)
-        out = p["out_dtype"]
-    else:  # dw: x (B, M, K), dz (B, M, 2, F): x^T . dz over (B, M)
-        b, m, k = x.shape
-        f = y.shape[3]
-        out_dtype = _F32 if summed else p["out_dtype"]
-        z = _gemm(_merged(x, (1, b * m, k)), _merged(y, (1, b * m, 2 * f)), True, True,
-                  out_dtype, p["alpha"])
-        z = _merged(z, (k, 2, f), sharding)
-        out = p["out_dtype"]
-    if summed:
+def _compute(kind: _Kind, role: str, p: dict, x, y, sizes, reduce_over: tuple):
+    """The role's product of the device's x and y, its partials summed over the mesh axes
+    `reduce_over` (inside the partitioned function)."""
+    out_dtype = _F32 if reduce_over else p["out_dtype"]
+    z = kind.compute(role, x, y, sizes, out_dtype, p["alpha"], _out_sharding(kind, role, x, y))
+    if reduce_over:
         z = jax.lax.psum(z, reduce_over)
-    return z.astype(out)
+    return z.astype(p["out_dtype"])
 
 
 @functools.lru_cache(maxsize=None)
-def _local(role: str, params: tuple):
-    """The role's partitioned function of (x, y), with a vmap rule of one launch per entry."""
+def _local(kind: _Kind, role: str, params: tuple):
+    """The role's partitioned function of (x, y[, group sizes]), with a vmap rule of one
+    launch per entry."""
     p = dict(params)
+    x_factors, y_factors, out_factors = kind.factors[role]
 
     @custom_partitioning
-    def partitioned(x, y):
-        return _compute(role, p, x, y, ())
+    def partitioned(x, y, *sizes):
+        return _compute(kind, role, p, x, y, sizes, ())
 
     def rule(mesh, value_types, result_types):
         del mesh, value_types, result_types
-        x, y, out = (" ".join(f) for f in _FACTORS[role])
-        return f"{x}, {y} -> {out}", {"reduction_factors": _REDUCED[role],
-                                      "need_replication_factors": ("p",)}
+        operands = [" ".join(x_factors), " ".join(y_factors)] + (["g"] if kind.grouped else [])
+        # Shardy wants each list in the order the factors first appear.
+        order = dict.fromkeys(x_factors + y_factors)
+        return f"{', '.join(operands)} -> {' '.join(out_factors)}", {
+            "reduction_factors": tuple(f for f in order if f in _REDUCED[role]),
+            "need_replication_factors": tuple(f for f in order if f in "pg")}
 
     def partition(mesh, arg_shapes, result_shape):
-        x_factors, y_factors, out_factors = _FACTORS[role]
-        x, y = arg_shapes
-        axes, spec = _assignment(role, mesh, x, y, result_shape)
-        gathered = gathered_operands(axes, (("x", x, x_factors), ("w", y, y_factors)))
+        x, y, *sizes = arg_shapes
+        axes, spec = _assignment(kind, role, mesh, x, y, result_shape)
+        gathered = gathered_operands(axes, (("x", x, x_factors), ("w", y, y_factors),
+                                            *(("group_sizes", s, ("g",)) for s in sizes)))
         if gathered:
-            warnings.warn(f"hopper_glu (its gradient's {role}): {', '.join(gathered)} gathered "
-                          "to every device (splits of the rows, K and F are kept)", stacklevel=2)
+            warnings.warn(f"{kind.op} (its gradient's {role}): {', '.join(gathered)} gathered "
+                          "to every device (even splits of the rows, K and F are kept)",
+                          stacklevel=2)
         reduce_over = sum((axes[f] for f in _REDUCED[role]), ())
+        rows = _extent(kind, role, "m", x, y)
 
-        def lower_fn(x, y):
-            return _compute(role, p, x, y, reduce_over)
+        def lower_fn(x, y, *sizes):
+            if sizes and axes["m"]:  # this device's rows' groups
+                sizes = (shard_sizes(sizes[0], axes["m"], rows,
+                                     _extent(kind, role, "m", x, y)),)
+            return _compute(kind, role, p, x, y, sizes, reduce_over)
 
-        return (mesh, lower_fn, spec(*(None if f == "p" else f for f in out_factors)),
-                (spec(*(None if f == "p" else f for f in x_factors)),
-                 spec(*(None if f == "p" else f for f in y_factors))))
+        return (mesh, lower_fn, spec(*out_factors),
+                (spec(*x_factors), spec(*y_factors), *(spec(None) for _ in sizes)))
 
     partitioned.def_partition(partition=partition, sharding_rule=rule)
     return vmapped_per_entry(partitioned)

@@ -44,7 +44,7 @@ from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged_contract import differentiable as contract
-from jax_hopper.gemm.ragged_primitive import epilogue
+from jax_hopper.gemm.ragged_primitive import epilogue, group_sums
 from jax_hopper.gemm.ragged_sharding import partitioned
 
 _F32 = jnp.dtype(jnp.float32)
@@ -184,8 +184,7 @@ def _grads(params, has_residual, saved, dout):
     drhs = contract(x, y, gs, freeze(dict(out_dtype=jnp.dtype(rhs.dtype), config=None)))
     dbias = bias
     if bias.size:
-        dbias = jax.ops.segment_sum(dz[0], ragged_tiles.row_groups(gs, m),
-                                    num_segments=rhs.shape[0] + 1)[:-1]
+        dbias = group_sums(dz[0], ragged_tiles.row_groups(gs, m), bias)
     dres = ((p["beta"] * dout.astype(_F32)).astype(dout.dtype) if has_residual
             else jnp.zeros((0, 0, 0), dout.dtype))
     return dlhs, drhs, np.zeros(gs.shape, jax.dtypes.float0), dbias, dres

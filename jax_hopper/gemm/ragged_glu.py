@@ -14,11 +14,12 @@ vmap one launch per entry) -> ragged_primitive.launch (family "grouped_glu") -> 
 
 NOTES:
 - Autodiff, as hopper_glu: the backward needs gate and up, and recomputing them costs the whole
-  forward product again, so under differentiation the forward runs `_unfused`:
-  hopper_ragged_dot writes the (M, 2F) product in x's dtype (kept for the backward) and jnp
-  applies the unit; the gradients then flow through hopper_ragged_dot's VJP (the grouped
-  kernel for d x, the grouped contraction for d w). The fused kernel serves the forward pass
-  without a gradient (inference).
+  forward product again, so under differentiation the forward runs `_unfused`: the grouped
+  product of gate and up in x's dtype, (M, 2, F) (kept for the backward;
+  gated_product.ragged_gated_product, whose d x is the grouped kernel and d w the grouped
+  contraction, each merging (2, F) on a device's shards, so an F split is never gathered),
+  and jnp applies the bias and the unit. The fused kernel serves the forward pass without a
+  gradient (inference).
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ import numpy as np
 
 from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
-from jax_hopper.gemm.epilogue import apply_gated
+from jax_hopper.gemm.epilogue import apply_activation
+from jax_hopper.gemm.gated_product import ragged_gated_product
 from jax_hopper.gemm.primitive import freeze
-from jax_hopper.gemm.ragged import check_group_sizes, hopper_ragged_dot, residual3
-from jax_hopper.gemm.ragged_primitive import epilogue
+from jax_hopper.gemm.ragged import check_group_sizes, residual3
+from jax_hopper.gemm.ragged_primitive import epilogue, per_row
 from jax_hopper.gemm.ragged_sharding import partitioned
-from jax_hopper.gemm.typed_reshape import reshape
 
 _F32 = jnp.dtype(jnp.float32)
 _FAMILY = "grouped_glu"
@@ -87,16 +88,16 @@ def _glu(lhs3, w, gs, bias, res, params):
 
 
 def _unfused(lhs3, w, gs, bias, res, params):
-    """The same unit through hopper_ragged_dot (product in x's dtype) and jnp."""
+    """The same unit from the (differentiable) grouped product of gate and up in x's dtype
+    (gated_product.ragged_gated_product: w's F split stays split) and jnp."""
     p = dict(params)
-    groups, k, _, f = w.shape
-    h = hopper_ragged_dot(lhs3[0], reshape(w, (groups, k, 2 * f)), gs,
-                          bias=reshape(bias, (groups, 2 * f)) if bias.size else None,
-                          alpha=p["alpha"], out_dtype=lhs3.dtype)
-    z = apply_gated(h.astype(_F32), p["activation"])
+    z = ragged_gated_product(lhs3[0], w, gs, p["alpha"]).astype(_F32)  # (M, 2, F)
+    if bias.size:
+        z = z + per_row(bias, gs, z)
+    y = apply_activation(z[:, 0], p["activation"]) * z[:, 1]
     if res.size:
-        z = z + p["beta"] * res[0].astype(_F32)
-    return z.astype(p["out_dtype"])[None]
+        y = y + p["beta"] * res[0].astype(_F32)
+    return y.astype(p["out_dtype"])[None]
 
 
 def _fwd(lhs3, w, gs, bias, res, params):

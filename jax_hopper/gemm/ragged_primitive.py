@@ -24,15 +24,17 @@ import numpy as np
 from jax.custom_batching import custom_vmap
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
+from jax.sharding import PartitionSpec
 
 from jax_hopper import _ffi, manual_axes
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
 from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
+from jax_hopper.gemm.sharding import mesh_axes, spec_of
 from jax_hopper.gemm.primitive import (_KERNELS, _pad_columns, call_attrs, cuda_reference,
                                        explicit_placement, freeze, gemm_target)
-from jax_hopper.gemm.typed_reshape import reshape
+from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape
 
 hopper_ragged_p = Primitive("hopper_ragged_dot")
 _F32 = jnp.dtype(jnp.float32)
@@ -45,10 +47,10 @@ def out_cols(rhs_shape, b_mn_major: bool, family: str) -> int:
 
 def _abstract_eval(lhs, rhs, group_sizes, tiles, bias, residual, *, b_mn_major, out_dtype,
                    family, **_):
-    # Typed as placed under explicit sharding (rows as lhs's, columns as rhs's; not the gated
-    # family's (G, K, 2, F) weight, whose result stays untyped).
-    placed = (explicit_placement(lhs, rhs, False, b_mn_major, "matmul", 1)
-              if family == "grouped" else None)
+    # Typed as placed under explicit sharding: rows as lhs's, columns as rhs's (the gated
+    # family's weight as the dense GLU's (K, 2, F), here (G K, 2, F)).
+    placed = (explicit_placement(lhs, rhs, False, True, "glu", 1) if family == "grouped_glu"
+              else explicit_placement(lhs, rhs, False, b_mn_major, "matmul", 1))
     return jax.core.ShapedArray((1, lhs.shape[1], out_cols(rhs.shape, b_mn_major, family)),
                                 out_dtype, sharding=placed)
 
@@ -71,14 +73,67 @@ def epilogue(x, group_sizes, bias, residual, *, activation, beta, out_dtype, fam
     [gate | up] and act(gate) * up), one rounding to out_dtype; rows past every group get no
     bias. Returns (1, M, N)."""
     if bias.size:
-        flat = bias.reshape(bias.shape[0], -1)
-        per_row = jnp.concatenate([flat, jnp.zeros((1, flat.shape[1]), _F32)])
-        x = x + per_row[ragged_tiles.row_groups(group_sizes, x.shape[0])]
+        x = x + per_row(bias.reshape(bias.shape[0], -1), group_sizes, x)
     x = (apply_gated(x, activation) if family == "grouped_glu"
          else apply_activation(x, activation))
     if residual.size:
         x = x + beta * residual[0].astype(_F32)
     return x.astype(out_dtype)[None]
+
+
+def per_row(values, group_sizes, rows_like):
+    """values (G, ...), one entry per group, taken by each row of rows_like (M, ...) from its
+    group; zeros for the rows past every group. Under explicit sharding the result's rows are
+    split as rows_like's, so that its cotangent comes back split so. Differentiable in values
+    (group_sums)."""
+    rows = ragged_tiles.row_groups(group_sizes, rows_like.shape[0])
+    if explicitly_sharded(rows_like):
+        rows = jax.sharding.reshard(rows, PartitionSpec(spec_of(jax.typeof(rows_like))[0]))
+    return _per_row(values, rows)
+
+
+def group_sums(x, rows, like):
+    """x (M, ...) summed over the rows of each group into `like`'s (G, ...) shape and dtype
+    (rows: each row's group, G for those past every group, which count for none). Under
+    explicit sharding each device sums its own rows and one all-reduce adds the devices'
+    sums (a scatter-add of the split rows would gather them), typed as `like` is."""
+    groups = like.shape[0]
+    if not explicitly_sharded(x):
+        return jax.ops.segment_sum(x, rows, num_segments=groups,
+                                   indices_are_sorted=True).astype(like.dtype)
+    x_spec = spec_of(jax.typeof(x))
+    row_axes = mesh_axes(x_spec[0])
+
+    def local(x, rows):
+        sums = jax.ops.segment_sum(x, rows, num_segments=groups, indices_are_sorted=True)
+        return jax.lax.psum(sums, row_axes) if row_axes else sums
+
+    sums = jax.shard_map(local, mesh=jax.typeof(x).sharding.mesh,
+                         in_specs=(PartitionSpec(*x_spec), PartitionSpec(x_spec[0])),
+                         out_specs=PartitionSpec(None, *x_spec[1:]))(
+        x, jax.sharding.reshard(rows, PartitionSpec(x_spec[0])))
+    return jax.sharding.reshard(sums.astype(like.dtype), jax.typeof(like).sharding.spec)
+
+
+@jax.custom_vjp
+def _per_row(values, rows):
+    typed = explicitly_sharded(values) or explicitly_sharded(rows)
+    spec = spec_of(jax.typeof(rows))[:1] + spec_of(jax.typeof(values))[1:]
+    return values.at[rows].get(mode="fill", fill_value=0,
+                               out_sharding=PartitionSpec(*spec) if typed else None)
+
+
+def _per_row_fwd(values, rows):
+    return _per_row(values, rows), (values, rows, manual_axes.types((values, rows)))
+
+
+def _per_row_bwd(saved, g):
+    values, rows, primal_types = saved
+    return manual_axes.like_primals(
+        (group_sums(g, rows, values), np.zeros(rows.shape, jax.dtypes.float0)), primal_types)
+
+
+_per_row.defvjp(_per_row_fwd, _per_row_bwd)
 
 
 def launch(lhs, rhs, group_sizes, bias, res, **params):
@@ -109,8 +164,10 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
         params = {**params, "config": grouped_config(family, lhs.dtype.name, False, b_mn_major,
                                                      rhs.shape[0], lhs.shape[1], cols,
                                                      lhs.shape[2])}
-    if gated:  # (G, K, 2, N) -> (G K, 2, N), whatever a sharding typed on rhs splits
-        rhs = reshape(rhs, (rhs.shape[0] * rhs.shape[1], 2, rhs.shape[-1]))
+    if gated:  # (G, K, 2, N) -> (G K, 2, N), whatever a sharding typed on rhs splits: typed
+        # operands reach here only in ragged_sharding's trace for the result type, whose
+        # partitioner keeps a split of K (no warning of a gather that does not happen)
+        rhs = reshape(rhs, (rhs.shape[0] * rhs.shape[1], 2, rhs.shape[-1]), warn=False)
     config = params["config"]
     tiles = build_tile_table(group_sizes, lhs.shape[1], config.block_m,
                              paired=config.cluster_m == 2)

@@ -28,24 +28,21 @@ def explicitly_sharded(x) -> bool:
     return spec is not None and any(p is not None for p in spec)
 
 
-def reshape(x, shape):
-    """x.reshape(shape), with the result's sharding named where x's type carries one."""
+def reshape(x, shape, *, warn: bool = True):
+    """x.reshape(shape), with the result's sharding named where x's type carries one. warn
+    False: a lost split is not reported, for a reshape traced only for the result's type (the
+    partitioner of the function it lies in decides what moves)."""
     shape = _resolved(x.shape, tuple(shape))
     if not explicitly_sharded(x):
         return x.reshape(shape)
     spec, out, lost = _plan(x, shape)
-    if lost:  # as the partitioning layers report what they gather
+    if lost and warn:  # as the partitioning layers report what they gather
         warnings.warn(f"jax_hopper: reshaping {tuple(x.shape)} sharded {spec} to {shape} "
                       f"cannot keep the split over {lost}: that operand is gathered to every "
                       "device (keep batch dimensions split on the leading one, or pass 2-D "
                       "operands)", stacklevel=3)
     return jax.lax.reshape(
         x, shape, out_sharding=jax.typeof(x).sharding.update(spec=PartitionSpec(*out)))
-
-
-def keeps_splits(x, shape) -> bool:
-    """Whether reshape(x, shape) keeps every split x's type carries (moves no data)."""
-    return not explicitly_sharded(x) or not _plan(x, _resolved(x.shape, tuple(shape)))[2]
 
 
 def _plan(x, shape):
