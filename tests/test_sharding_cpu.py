@@ -820,8 +820,9 @@ def _cases():
                                                  activation="gelu"),
             "glu": lambda x, w: hopper_glu(x, w.reshape(k, 2, n // 2)),
             "ragged_dot": lambda x, w: hopper_ragged_dot(x, jnp.stack([w, -w]), local_gs),
-            "ragged_glu": lambda x, w: hopper_ragged_glu(
-                x, jnp.stack([w, -w]).reshape(2, k, 2, n // 2), local_gs),
+            "ragged_glu": lambda x, w: hopper_ragged_glu(  # its bias from w: summed too
+                x, jnp.stack([w, -w]).reshape(2, k, 2, n // 2), local_gs,
+                bias=w[:2].reshape(2, 2, n // 2).astype(f32)),
             "ragged_contract": lambda x, w: hopper_ragged_contract(x, x @ w, local_gs)[0],
             "fp8_tensor": lambda x, w: fp8_matmul(x, w, recipe="tensor"),
             "fp8_block": lambda x, w: fp8_matmul(x, w, recipe="block"),

@@ -65,8 +65,8 @@ from jax_hopper.gemm.fp8 import hopper_fp8_matmul
 from jax_hopper.gemm.pitch import pitch_pad
 from jax_hopper.gemm.typed_reshape import reshape
 from jax_hopper.kernels import catalog
-from jax_hopper.quantize.fp8 import (INPUT_DTYPES, Fp8Array, abs_max, check_quantized_weight,
-                                     quantize_fp8)
+from jax_hopper.quantize.fp8 import (INPUT_DTYPES, Fp8Array, abs_max, as_bits,
+                                     check_quantized_weight, from_bits, quantize_fp8)
 
 # (forward operands, gradient) fp8 types and the block layouts (module docstring).
 RECIPES = {
@@ -324,7 +324,7 @@ def _forward(x, w, meta, bias, residual, recipe, out_dtype, grad_dtypes):
     xq, wq = _operands(x, w, meta, RECIPES[recipe], transpose_x=True)
     y = hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype, bias=bias,
                           residual=residual)
-    return y, (xq, wq, meta, manual_axes.types((x, w, meta, bias, residual)))
+    return y, (as_bits((xq, wq)), meta, manual_axes.types((x, w, meta, bias, residual)))
 
 
 def _backward(recipe, out_dtype, grad_dtypes, res, dy):
@@ -336,10 +336,11 @@ def _backward(recipe, out_dtype, grad_dtypes, res, dy):
 def _grads(recipe, out_dtype, grad_dtypes, res, dy):
     """(dx, dw, d meta, d bias, d residual) of the saved (xq, wq, meta)."""
     del out_dtype
-    (xq, wq, meta), (x_dtype, w_dtype, bias_dtype, res_dtype) = res, grad_dtypes
+    (bits, meta), (x_dtype, w_dtype, bias_dtype, res_dtype) = res, grad_dtypes
     dbias = None if bias_dtype is None else dy.astype(jnp.float32).sum(0).astype(bias_dtype)
     dres = None if res_dtype is None else dy.astype(res_dtype)
     r = RECIPES[recipe]
+    xq, wq = from_bits(bits, r["fwd"])
     # dy per row for dx (its contraction is N), its transposed copy per tile for dw (b operand).
     gq = quantize_fp8(dy, dtype=r["grad"], scaling=r["scaling"], block="row", transpose=True,
                       transpose_block="tile",

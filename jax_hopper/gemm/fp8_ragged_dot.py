@@ -52,8 +52,8 @@ from jax_hopper.gemm.ragged import check_group_sizes
 from jax_hopper.gemm.ragged_tiles import int32_sizes
 from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_dot
 from jax_hopper.gemm.ragged_fp8_contract import hopper_ragged_fp8_contract
-from jax_hopper.quantize.fp8 import (INPUT_DTYPES, Fp8Array, check_quantized_weight,
-                                     quantize_fp8)
+from jax_hopper.quantize.fp8 import (INPUT_DTYPES, Fp8Array, as_bits, check_quantized_weight,
+                                     from_bits, quantize_fp8)
 
 
 def fp8_ragged_dot(lhs, rhs, group_sizes, *, recipe="tensor", out_dtype=None, meta=None):
@@ -188,7 +188,7 @@ def _forward(lhs, rhs, gs, meta, recipe, out_dtype, grad_dtypes):
     wq = _weights(rhs, meta, r)
     y, xq = _product(lhs, wq.q_t, wq.scale_t, gs, meta, r, out_dtype, transpose=True)
     seen = None if meta is None else (meta, xq.amax, wq.amax)
-    return y, ((xq.q_t, xq.scale_t), wq.q, wq.scale, gs, seen,
+    return y, (as_bits((xq.q_t, wq.q)), xq.scale_t, wq.scale, gs, seen,
                manual_axes.types((lhs, rhs, gs, meta)))
 
 
@@ -201,8 +201,9 @@ def _backward(recipe, out_dtype, grad_dtypes, res, dy):
 def _grads(recipe, out_dtype, grad_dtypes, res, dy):
     """(d lhs, d rhs, d gs, d meta) of the saved residuals."""
     del out_dtype
-    (x_res, w8, w_scale, gs, seen), (lhs_dtype, rhs_dtype) = res, grad_dtypes
+    (bits, x_scale_t, w_scale, gs, seen), (lhs_dtype, rhs_dtype) = res, grad_dtypes
     r = RECIPES[recipe]
+    x8_t, w8 = from_bits(bits, r["fwd"])
     # d lhs = dy @ w[g]^T: dy per row (its contraction is N), w as stored (G, K, N), whose
     # rows are this product's columns; dy's transposed copy (N, M) in the same pass, per
     # 128 x 128 tile with block scales.
@@ -211,7 +212,6 @@ def _grads(recipe, out_dtype, grad_dtypes, res, dy):
                       amax=None if seen is None else history_amax(seen[0].grad, r["grad"]))
     dlhs = hopper_ragged_fp8_dot(gq.q, w8, gs, gq.scale, w_scale, out_dtype=lhs_dtype)
     # d rhs[g] = x_g^T dy_g = (x^T)_g (dy^T)_g^T, both fp8 K-major.
-    x8_t, x_scale_t = x_res
     drhs = hopper_ragged_fp8_contract(x8_t, gq.q_t, gs, x_scale_t, gq.scale_t,
                                       out_dtype=rhs_dtype)
     # meta's gradient is its next value (fp8_matmul's module docstring).

@@ -69,6 +69,26 @@ class Fp8Array(NamedTuple):
     amax: jax.Array | None = None
 
 
+_FP8 = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
+
+
+def as_bits(tree):
+    """The fp8 arrays of `tree` as their uint8 bits, for a custom VJP's residuals.
+    jax.checkpoint (remat) passes every floating residual it saves through
+    lax.reduce_precision with its dtype's finfo (jax PR 22244), and for float8_e4m3fn, which
+    has no infinity, that maps each value of 256 and up to NaN (jax 0.10.2): a saturated
+    quantization puts 448 in every tensor, so the gradients came back NaN under a policy that
+    saves them (everything_saveable). Integer bits pass untouched; from_bits restores them."""
+    return jax.tree.map(lambda x: jax.lax.bitcast_convert_type(x, jnp.uint8)
+                        if x.dtype in _FP8 else x, tree)
+
+
+def from_bits(tree, dtype):
+    """as_bits undone: the uint8 arrays of `tree` as the fp8 `dtype` they held."""
+    return jax.tree.map(lambda x: jax.lax.bitcast_convert_type(x, dtype)
+                        if x.dtype == jnp.uint8 else x, tree)
+
+
 def check_quantized_weight(fn, arg, wq, make, shape, recipe):
     """(q, scale) of `wq`, a weight quantized once for serving, where both have the shapes and
     dtypes that `make` (quantize_weight, quantize_experts) gives a weight of `shape` under
