@@ -419,13 +419,16 @@ def test_an_empty_batch_takes_a_residual_of_its_own_shape():
 @pytest.mark.parametrize("recipe", ["tensor", "block"])
 def test_fp8_dot_general_is_lax_shaped_at_k0_and_in_its_result_dtype(recipe):
     """fp8_dot_general as lax.dot_general: zeros for an empty contraction, and without a
-    preferred_element_type the inputs' promoted dtype."""
+    preferred_element_type lax's result dtype (bfloat16 x float16 gives bfloat16 there, not
+    jnp's promotion to float32)."""
     from jax_hopper import fp8_dot_general
     dg, dims = fp8_dot_general(recipe), (((1,), (0,)), ((), ()))
     out = dg(jnp.ones((4, 0), jnp.bfloat16), jnp.ones((0, 16), jnp.bfloat16), dims)
     np.testing.assert_array_equal(np.asarray(out, np.float32), np.zeros((4, 16)))
     x, w = jnp.ones((4, 32), jnp.bfloat16), jnp.ones((32, 16), jnp.float32)
     assert dg(x, w, dims).dtype == jax.lax.dot_general(x, w, dims).dtype == jnp.float32
+    w16 = w.astype(jnp.float16)
+    assert dg(x, w16, dims).dtype == jax.lax.dot_general(x, w16, dims).dtype
 
 
 def test_dequantize_fp8_checks_its_scale_and_block():

@@ -177,6 +177,8 @@ def test_under_jit_equals_eager(rng):
     (dict(scaling="block", amax=1.0), "amax= is for scaling='tensor'"),
     (dict(amax=jnp.ones((2,))), r"amax must be a float scalar, got shape \(2,\)"),
     (dict(amax=jnp.int32(3)), "amax must be a float scalar.*int32"),
+    (dict(amax=-1.0), r"amax=-1.0 must be > 0"),
+    (dict(amax=0.0), r"amax=0.0 must be > 0"),
 ])
 def test_bad_arguments(kwargs, match):
     x = kwargs.pop("x", jnp.ones((4, 16), jnp.float32))

@@ -377,8 +377,7 @@ def fp8_dot_general(recipe="tensor"):
         nc = len(dimension_numbers[0][0])
         k = math.prod(rhs.shape[:nc])
         out_shape = (*lhs.shape[:lhs.ndim - nc], *rhs.shape[nc:])
-        # lax.dot_general's result dtype: the inputs' promoted where none is preferred.
-        out_dtype = preferred_element_type or jnp.promote_types(lhs.dtype, rhs.dtype)
+        out_dtype = _lax_result_dtype(lhs, rhs, dimension_numbers, preferred_element_type)
         out = fp8_matmul(lhs.reshape(*lhs.shape[:lhs.ndim - nc], k),
                          rhs.reshape(k, math.prod(rhs.shape[nc:])), recipe=recipe,
                          out_dtype=out_dtype)
@@ -398,7 +397,7 @@ def _dense_mismatch(lhs, rhs, dimension_numbers, preferred_element_type, out_sha
         return "batch dimensions"
     if lhs.dtype not in INPUT_DTYPES or rhs.dtype not in INPUT_DTYPES:
         return f"input dtypes {lhs.dtype}, {rhs.dtype}"
-    out_dtype = jnp.dtype(preferred_element_type or jnp.promote_types(lhs.dtype, rhs.dtype))
+    out_dtype = _lax_result_dtype(lhs, rhs, dimension_numbers, preferred_element_type)
     if out_dtype not in SUPPORTED_OUTPUTS:
         return f"result dtype {out_dtype}"
     nc = len(lc)
@@ -408,3 +407,10 @@ def _dense_mismatch(lhs, rhs, dimension_numbers, preferred_element_type, out_sha
         return "rhs has no free dimension"
     return None
 
+
+def _lax_result_dtype(lhs, rhs, dimension_numbers, preferred_element_type):
+    """lax.dot_general's result dtype for these operands (asked of lax itself: with mixed
+    inputs it is not jnp's promotion, e.g. bfloat16 x float16 gives bfloat16)."""
+    return jnp.dtype(jax.eval_shape(functools.partial(
+        jax.lax.dot_general, dimension_numbers=dimension_numbers,
+        preferred_element_type=preferred_element_type), lhs, rhs).dtype)

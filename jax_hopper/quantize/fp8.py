@@ -148,6 +148,10 @@ def quantize_fp8(x, *, dtype=jnp.float8_e4m3fn, scaling="tensor", block="row", t
         if amax.shape != () or not jnp.issubdtype(amax.dtype, jnp.floating):
             raise ValueError(f"quantize_fp8: amax must be a float scalar, got shape "
                              f"{amax.shape} of {amax.dtype}")
+        if not isinstance(amax, jax.core.Tracer) and float(amax) <= 0:
+            raise ValueError(f"quantize_fp8: amax={float(amax)} must be > 0: the largest |x| "
+                             "to scale by (a traced amax is taken as it comes, clamped to "
+                             "[2^-100, 2^126])")
         amax = amax.astype(jnp.float32)
     mode, t_mode = ("tensor", "tensor") if scaling == "tensor" else (block, transpose_block)
 
