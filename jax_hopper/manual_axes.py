@@ -59,9 +59,22 @@ def typed_outputs(abstract_eval):
 
 
 def types(primals):
-    """A zero-size array of each of `primals`' (a pytree of arrays) dtype, varying over the
-    manual axes it varies over: its type for like_primals, at no cost in memory."""
-    return jax.tree.map(lambda x: vary_like(jnp.zeros((0,), x.dtype), x), primals)
+    """An empty array of each of `primals`' (a pytree of arrays) rank and dtype (every dimension
+    0), varying over the manual axes it varies over and, under explicit sharding, split as it
+    is: its type for like_primals, at no cost in memory."""
+    def empty(x):
+        shape = (0,) * jnp.ndim(x)  # a scalar's: one element
+        if _explicit(x):
+            return jnp.zeros(shape, x.dtype, out_sharding=jax.typeof(x).sharding)
+        return vary_like(jnp.zeros(shape, x.dtype), x)
+    return jax.tree.map(empty, primals)
+
+
+def _explicit(x) -> bool:
+    """Whether x's type carries a split (explicit sharding): typed_reshape.explicitly_sharded,
+    which this module, imported by the GEMM layers, cannot import."""
+    spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None)
+    return spec is not None and any(p is not None for p in spec)
 
 
 def max_like(x, primal):
@@ -92,6 +105,12 @@ def like_primals(cotangents, primal_types):
     def cast(ct, primal):
         if ct is None or not jnp.issubdtype(ct.dtype, jnp.inexact):
             return ct
+        if (_explicit(ct) or _explicit(primal)) and ct.ndim == primal.ndim:
+            # Explicit sharding: a cotangent split otherwise than its primal (a K split's
+            # partial sums, a merged dimension's) is resharded to the primal's type.
+            mesh_of = primal if _explicit(primal) else ct  # a replicated primal's may be empty
+            return jax.sharding.reshard(ct, jax.typeof(mesh_of).sharding.update(
+                spec=jax.typeof(primal).sharding.spec))
         have, want = varying(ct), varying(primal)
         if have - want:
             ct = jax.lax.psum(ct, tuple(sorted(have - want)))

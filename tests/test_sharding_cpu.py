@@ -37,7 +37,7 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "typed_reshapes", "empty_problems", "shard_map_grads", "shard_map_contract_local",
          "shard_map_delayed_meta", "quantize_blocks_fewer_than_devices",
          "fp8_block_two_axes", "glu_grad_f_split", "ragged_glu_grad_f_split",
-         "sequence_split_grad", "explicit_result_types"]
+         "sequence_split_grad", "explicit_grad_types", "explicit_result_types"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -957,17 +957,26 @@ def _cases():
                           NamedSharding(grid, P(None, "model"))),
                          all_reduce=True, bound=2e-2)
 
+    def dense_dot_general(x, w, transpose_b, out_dtype):
+        from jax_hopper import dot_general
+        del transpose_b
+        return dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())),
+                           preferred_element_type=out_dtype)
+
     def sequence_split_grad():
         # Sequence parallelism: a (batch, seq, d) activation split along seq, the weight
         # shared. The weight's gradient contracts over (batch, seq), merged on each device's
         # shards (gated_product.rows_contracted), so on automatic axes too, where the split is
-        # not in the types, it is one all-reduce and no gather.
+        # not in the types, it is one all-reduce and no gather; dot_general in flax's Dense
+        # form keeps the leading dimensions (merged, they gathered the activation).
         for axis_type in (jax.sharding.AxisType.Auto, jax.sharding.AxisType.Explicit):
             grid = jax.make_mesh((n_dev,), ("x",), axis_types=(axis_type,))
-            for transpose_b in (False, True):  # the weight stored (K, N), or (N, K)
+            # the weight stored (K, N), or (N, K); and flax's Dense call, dot_general
+            for transpose_b, product in ((False, hopper_matmul), (True, hopper_matmul),
+                                         (False, dense_dot_general)):
 
-                def loss(x, w, transpose_b=transpose_b):
-                    y = hopper_matmul(x, w, transpose_b=transpose_b, out_dtype=f32)
+                def loss(x, w, transpose_b=transpose_b, product=product):
+                    y = product(x, w, transpose_b=transpose_b, out_dtype=f32)
                     return (y ** 2).sum()
 
                 with jax.set_mesh(grid):
@@ -976,6 +985,53 @@ def _cases():
                               _rand(rng, (n, k) if transpose_b else (k, n)) * 0.1),
                              (NamedSharding(grid, P(None, "x")), None),
                              all_reduce=True, bound=2e-2)
+
+    def explicit_grad_types():
+        # Explicit sharding: a custom VJP's cotangents must have their primals' types; a
+        # K-split product's partials (or a merged dimension's) came back split otherwise, and
+        # jax refused the gradient (manual_axes.like_primals reshards them); and two forwards
+        # that reshaped typed arrays untyped. Values (forward and gradients) as unsharded.
+        from gemm_helpers import rel_frob, to64
+        from jax_hopper import hopper_ragged_glu
+        if n_dev % 2:
+            return "skip: needs an even device count"
+        grid = jax.make_mesh((2, n_dev // 2), ("data", "model"),
+                             axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+        gs = jnp.asarray([20, 0, 30], jnp.int32)
+        cases = [  # (op, operands, their specs)
+            (lambda a, b: hopper_matmul(a, b), (_rand(rng, (64, k)), _rand(rng, (k, n)) / 8),
+             (P(None, "data"), P())),
+            (lambda x, w: hopper_glu(x, w), (_rand(rng, (32, k)), _rand(rng, (k, 2, n)) / 8),
+             (P(), P("data"))),
+            (lambda x, w: hopper_ragged_dot(x, w, gs),
+             (_rand(rng, (64, k)), _rand(rng, (3, k, n)) / 8),
+             (P("model", "data"), P(None, "data"))),
+            (lambda x, w, b: hopper_ragged_glu(x, w, gs, bias=b),
+             (_rand(rng, (64, k)), _rand(rng, (3, k, 2, n)) / 8, _rand(rng, (3, 2, n), f32)),
+             (P("data"), P(), P(None, None, "data"))),
+            # A batch folded against a weight split along N (its result typed so), and a
+            # decode-sized gated unit whose bias is split along F.
+            (lambda a, b: hopper_matmul(a, b), (_rand(rng, (2, 16, k)), _rand(rng, (k, n)) / 8),
+             (P(), P(None, "data"))),
+            (lambda x, w, b: hopper_glu(x, w, bias=b),
+             (_rand(rng, (32, k)), _rand(rng, (k, 2, n)) / 8, _rand(rng, (2, n), f32)),
+             (P(), P(), P(None, "data"))),
+        ]
+        import contextlib
+        import warnings
+        # Under jax.set_mesh, and on arrays typed by device_put alone (no mesh context).
+        for context in (lambda: jax.set_mesh(grid), contextlib.nullcontext):
+            for op, args, specs in cases:
+                def loss(*a, op=op):
+                    return (op(*a).astype(f32) ** 2).sum()
+                grad = jax.grad(loss, tuple(range(len(args))))
+                placed = [jax.device_put(a, NamedSharding(grid, s)) for a, s in zip(args, specs)]
+                with context(), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # what a layout gathers is said elsewhere
+                    got = (jax.jit(op)(*placed), *jax.jit(grad)(*placed))
+                want = (jax.jit(op)(*args), *jax.jit(grad)(*args))
+                for g, w in zip(got, want):
+                    assert rel_frob(g, to64(w)) < 2e-2, rel_frob(g, to64(w))
 
     def explicit_result_types():
         # Under explicit sharding the results are typed as jnp's are (rows as a's, columns as
@@ -1037,7 +1093,7 @@ def _cases():
                             shard_map_grads, shard_map_contract_local, shard_map_delayed_meta,
                             quantize_blocks_fewer_than_devices, fp8_block_two_axes,
                             glu_grad_f_split, ragged_glu_grad_f_split, sequence_split_grad,
-                            explicit_result_types]))
+                            explicit_grad_types, explicit_result_types]))
 
 
 def main():

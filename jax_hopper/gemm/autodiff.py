@@ -50,16 +50,18 @@ def gemm(a, b, bias, res, params, res_batch, unfused=None):
 
 
 def _fwd(a, b, bias, res, params, res_batch, unfused):
+    primal_types = manual_axes.types((a, b, bias, res))
     if dict(params)["family"] == "glu":
-        return jax.vjp(lambda *args: unfused(*args, params), a, b, bias, res)
-    return (gemm(a, b, bias, res, params, res_batch, unfused),
-            (a, b, bias, manual_axes.types((a, b, bias, res))))
+        out, vjp = jax.vjp(lambda *args: unfused(*args, params), a, b, bias, res)
+        return out, (vjp, primal_types)
+    return gemm(a, b, bias, res, params, res_batch, unfused), (a, b, bias, primal_types)
 
 
 def _bwd(params, res_batch, unfused, saved, dy):
     del unfused
     if dict(params)["family"] == "glu":
-        return saved(dy)  # the unfused forward's VJP
+        vjp, primal_types = saved  # the unfused forward's VJP
+        return manual_axes.like_primals(vjp(dy), primal_types)
     *saved, primal_types = saved
     return manual_axes.like_primals(_grads(params, res_batch, saved, dy), primal_types)
 

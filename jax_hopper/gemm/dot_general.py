@@ -106,9 +106,15 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     out_shape = (*batch, *(lhs.shape[d] for d in lfree), *(rhs.shape[d] for d in rfree))
     fp8 = lhs.dtype.itemsize == 1  # an fp8 pair (_plan)
 
+    # A dense layer's lhs (..., K) keeps its leading dimensions: a batch of a against the
+    # shared b, which hopper_matmul folds into M on each device's shards, so that a split of
+    # one of them (a sequence) is not gathered, as merging them here would.
+    lead = not batch and not a_contract_first and list(lfree) == list(range(len(lfree)))
+
     def on_kernel(lhs, rhs):
         # (batch, K, M) with transpose_a; (batch, N, K) with transpose_b.
-        a = reshape(lhs, (*batch, *((k, m) if a_contract_first else (m, k))))
+        a = reshape(lhs, (*lhs.shape[:len(lfree)], k) if lead else
+                    (*batch, *((k, m) if a_contract_first else (m, k))))
         b = reshape(rhs, (*batch, *((k, n) if b_contract_first else (n, k))))
         if fp8:  # the product of the values as they are
             one = jnp.float32(1)

@@ -31,7 +31,7 @@ from jax_hopper.gemm import pitch
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
 from jax_hopper.gemm.heuristics import SWAP_MAX_M
 from jax_hopper.gemm.shared_batch import fold, folds
-from jax_hopper.gemm.typed_reshape import explicitly_sharded
+from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape
 from jax_hopper.gemm.tuned import default_config
 
 hopper_gemm_p = Primitive("hopper_gemm")
@@ -107,7 +107,7 @@ def apply_epilogue(x, bias, residual, *, activation, beta, out_dtype, family):
     """act(x + bias) + beta * residual on an fp32 x, then the one rounding to out_dtype; gated:
     act(gate) * up of x + bias, whose last axis is [gate | up]."""
     if bias.size:
-        x = x + bias.reshape(-1).astype(jnp.float32)
+        x = x + reshape(bias, (-1,)).astype(jnp.float32)
     x = apply_gated(x, activation) if family == "glu" else apply_activation(x, activation)
     if residual.size:
         x = x + beta * residual.astype(jnp.float32)
@@ -148,7 +148,9 @@ def launch(a, b, bias, res, **params):
     two halves only with F a multiple of 8. Other odd pitches are the CUDA lowering's
     (pitch.py)."""
     if folds(a, product_shape(b.shape, params["family"])[0], res, params["a_mn_major"]):
-        return launch(fold(a), b, bias, fold(res), **params).reshape(*a.shape[:2], -1)
+        # (Typed operands reach here only in the partitioner's trace for the result's type.)
+        return reshape(launch(fold(a), b, bias, fold(res), **params), (*a.shape[:2], -1),
+                       warn=False)
     if params["config"] is None:
         if takes_swapped_gated_unit(a, b, params):
             return swapped_gated_unit(a, b, bias, res, params)

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_hopper import manual_axes
 from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import apply_activation
@@ -103,13 +104,13 @@ def _unfused(lhs3, w, gs, bias, res, params):
 def _fwd(lhs3, w, gs, bias, res, params):
     out, vjp = jax.vjp(lambda *a: _unfused(a[0], a[1], gs, a[2], a[3], params),
                        lhs3, w, bias, res)
-    return out, (vjp, gs)
+    return out, (vjp, gs, manual_axes.types((lhs3, w, bias, res)))
 
 
 def _bwd(params, saved, dout):
     del params
-    vjp, gs = saved
-    dlhs, dw, dbias, dres = vjp(dout)
+    vjp, gs, primal_types = saved
+    dlhs, dw, dbias, dres = manual_axes.like_primals(vjp(dout), primal_types)
     return dlhs, dw, np.zeros(gs.shape, jax.dtypes.float0), dbias, dres
 
 

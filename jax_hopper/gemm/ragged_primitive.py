@@ -83,13 +83,22 @@ def epilogue(x, group_sizes, bias, residual, *, activation, beta, out_dtype, fam
 
 def per_row(values, group_sizes, rows_like):
     """values (G, ...), one entry per group, taken by each row of rows_like (M, ...) from its
-    group; zeros for the rows past every group. Under explicit sharding the result's rows are
-    split as rows_like's, so that its cotangent comes back split so. Differentiable in values
-    (group_sums)."""
+    group; zeros for the rows past every group. Under explicit sharding the result is typed as
+    rows_like (so that its cotangent comes back split as the rows are). Differentiable in
+    values (group_sums)."""
     rows = ragged_tiles.row_groups(group_sizes, rows_like.shape[0])
-    if explicitly_sharded(rows_like):
-        rows = jax.sharding.reshard(rows, PartitionSpec(spec_of(jax.typeof(rows_like))[0]))
+    if explicitly_sharded(rows_like) or explicitly_sharded(values):
+        # The result typed as rows_like (values are one row per group: resharding moves little).
+        like = spec_of(jax.typeof(rows_like))
+        src = rows_like if explicitly_sharded(rows_like) else values
+        values = _resharded(values, src, PartitionSpec(None, *like[1:]))
+        rows = _resharded(rows, src, PartitionSpec(like[0]))
     return _per_row(values, rows)
+
+
+def _resharded(x, src, spec):
+    """x resharded to `spec` on the mesh of `src`'s type (explicitly sharded)."""
+    return jax.sharding.reshard(x, jax.typeof(src).sharding.update(spec=spec))
 
 
 def group_sums(x, rows, like):
@@ -111,16 +120,18 @@ def group_sums(x, rows, like):
     sums = jax.shard_map(local, mesh=jax.typeof(x).sharding.mesh,
                          in_specs=(PartitionSpec(*x_spec), PartitionSpec(x_spec[0])),
                          out_specs=PartitionSpec(None, *x_spec[1:]))(
-        x, jax.sharding.reshard(rows, PartitionSpec(x_spec[0])))
-    return jax.sharding.reshard(sums.astype(like.dtype), jax.typeof(like).sharding.spec)
+        x, _resharded(rows, x, PartitionSpec(x_spec[0])))
+    return _resharded(sums.astype(like.dtype), x, PartitionSpec(*spec_of(jax.typeof(like))))
 
 
 @jax.custom_vjp
 def _per_row(values, rows):
-    typed = explicitly_sharded(values) or explicitly_sharded(rows)
-    spec = spec_of(jax.typeof(rows))[:1] + spec_of(jax.typeof(values))[1:]
-    return values.at[rows].get(mode="fill", fill_value=0,
-                               out_sharding=PartitionSpec(*spec) if typed else None)
+    out_sharding = None
+    if explicitly_sharded(values) or explicitly_sharded(rows):
+        spec = spec_of(jax.typeof(rows))[:1] + spec_of(jax.typeof(values))[1:]
+        src = rows if explicitly_sharded(rows) else values
+        out_sharding = jax.typeof(src).sharding.update(spec=PartitionSpec(*spec))
+    return values.at[rows].get(mode="fill", fill_value=0, out_sharding=out_sharding)
 
 
 def _per_row_fwd(values, rows):
