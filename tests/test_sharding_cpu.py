@@ -1032,6 +1032,34 @@ def _cases():
                 want = (jax.jit(op)(*args), *jax.jit(grad)(*args))
                 for g, w in zip(got, want):
                     assert rel_frob(g, to64(w)) < 2e-2, rel_frob(g, to64(w))
+        # Group sizes split along G (every device needs them all: ragged_tiles.int32_sizes
+        # gathers them; jnp.cumsum refused the split).
+        from jax_hopper import hopper_ragged_contract
+        sizes = jnp.asarray([20, 0, 30, 4], jnp.int32)
+        x, w = _rand(rng, (64, k)), _rand(rng, (4, k, n)) / 8
+        ops = (lambda x, w, s: jax.grad(lambda x, w: (hopper_ragged_dot(x, w, s).astype(f32)
+                                                      ** 2).sum(), (0, 1))(x, w),
+               lambda x, w, s: hopper_ragged_contract(x, x @ w[0], s))
+        for op in ops:
+            want = jax.jit(op)(x, w, sizes)
+            with jax.set_mesh(grid):
+                got = jax.jit(op)(x, w, jax.device_put(sizes, NamedSharding(grid, P("data"))))
+            for g, v in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+                assert rel_frob(g, to64(v)) < 2e-2
+        # fp8_ragged_dot's delayed recipe with the experts split (gathered, as documented): its
+        # per-expert amaxes vmapped with the experts' weights are split alike.
+        from jax_hopper import fp8_meta, fp8_ragged_dot
+        meta = fp8_meta(experts=4)
+
+        def fp8_loss(x, w, m):
+            return (fp8_ragged_dot(x, w, sizes, recipe="delayed", meta=m).astype(f32) ** 2).sum()
+        fp8_grads = jax.jit(jax.grad(fp8_loss, (0, 1, 2)))
+        want = fp8_grads(x, w, meta)
+        with jax.set_mesh(grid), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the experts' split is gathered, and said
+            got = fp8_grads(x, jax.device_put(w, NamedSharding(grid, P("data"))), meta)
+        for g, v in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(v, np.float32))
 
     def explicit_result_types():
         # Under explicit sharding the results are typed as jnp's are (rows as a's, columns as

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec
 
+from jax_hopper.gemm.typed_reshape import explicitly_sharded
 from jax_hopper.kernels.catalog import GROUP_TILE_FIELDS
 
 
@@ -38,8 +40,13 @@ _COMPARE_ALL_MAX = 1 << 24
 def int32_sizes(group_sizes, m: int):
     """The group sizes as the kernels read them (int32), each cut to [0, m] first: a size past
     int32 (uint32, int64 under x64) then takes every remaining row, as the rules say, instead
-    of wrapping around."""
-    return jnp.clip(group_sizes, 0, m).astype(jnp.int32)
+    of wrapping around. Every device needs all of them (their prefix sums place its rows): a
+    split typed on them (explicit sharding) is gathered here, G integers."""
+    sizes = jnp.clip(group_sizes, 0, m).astype(jnp.int32)
+    if explicitly_sharded(sizes):
+        sizes = jax.sharding.reshard(sizes, jax.typeof(sizes).sharding.update(
+            spec=PartitionSpec()))
+    return sizes
 
 
 def _searchsorted_right(sorted_, queries):
