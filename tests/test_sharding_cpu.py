@@ -37,7 +37,8 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "typed_reshapes", "empty_problems", "shard_map_grads", "shard_map_contract_local",
          "shard_map_delayed_meta", "quantize_blocks_fewer_than_devices",
          "fp8_block_two_axes", "glu_grad_f_split", "ragged_glu_grad_f_split",
-         "sequence_split_grad", "explicit_grad_types", "explicit_result_types"]
+         "sequence_split_grad", "explicit_grad_types", "fp8_block_few_rows_warned",
+         "explicit_result_types"]
 
 
 def run_cases(env: dict, timeout: int = 600) -> dict:
@@ -1061,6 +1062,23 @@ def _cases():
         for g, v in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
             np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(v, np.float32))
 
+    def fp8_block_few_rows_warned():
+        # fp8_matmul's block-scaled weight gradient contracts over the rows in whole 128-row
+        # blocks: fewer than 128 a device are gathered, and said (it was silent).
+        import warnings
+        from jax_hopper import fp8_matmul
+        x, w = _rand(rng, (64 * n_dev, 256)), _rand(rng, (256, 128)) / 16
+        grad = jax.jit(jax.grad(lambda x, w: (fp8_matmul(x, w, recipe="block").astype(f32)
+                                              ** 2).sum(), (0, 1)))
+        want = grad(x, w)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = grad(jax.device_put(x, named("x")), w)
+        assert any("block scales split only in whole" in str(c.message) for c in caught), [
+            str(c.message) for c in caught]
+        for g, v in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(v, np.float32))
+
     def explicit_result_types():
         # Under explicit sharding the results are typed as jnp's are (rows as a's, columns as
         # b's), so what follows them needs no reshard: a loss over the product and its
@@ -1121,7 +1139,8 @@ def _cases():
                             shard_map_grads, shard_map_contract_local, shard_map_delayed_meta,
                             quantize_blocks_fewer_than_devices, fp8_block_two_axes,
                             glu_grad_f_split, ragged_glu_grad_f_split, sequence_split_grad,
-                            explicit_grad_types, explicit_result_types]))
+                            explicit_grad_types, fp8_block_few_rows_warned,
+                            explicit_result_types]))
 
 
 def main():

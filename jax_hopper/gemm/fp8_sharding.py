@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import jax.numpy as jnp
 from jax.experimental.custom_partitioning import custom_partitioning
@@ -81,6 +82,11 @@ def _partition(launch, params, shapes, mesh, arg_shapes, result_shape):
     # Block scales come per 128 rows of b and per 128 of K: a split must keep blocks whole.
     for factor, extent in (("n", b.shape[1]), ("k", a.shape[2])):
         if block and axes[factor] and extent % (devices(factor) * catalog.FP8_SCALE_BLOCK):
+            warnings.warn(f"hopper_fp8_matmul: {'N' if factor == 'n' else 'K'} ({extent}) split "
+                          f"over {devices(factor)} devices is gathered: block scales split only "
+                          f"in whole {catalog.FP8_SCALE_BLOCK}-wide blocks (under fp8_matmul's "
+                          "weight gradient, K is the rows: fewer than 128 a device)",
+                          stacklevel=2)
             axes[factor] = ()
     k_axes = axes["k"]
     scatter = k_scatter_dim(mesh, axes, so, result_shape.shape, ("m", "n"))
