@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -118,6 +119,11 @@ def placement(params, mesh, arg_shapes, result_shape, bind=None):
     for (factor, blocked), extent in zip(_blocked(p).items(), x.shape[1:]):
         devices = math.prod(mesh.shape[a] for a in axes[factor])
         if blocked and axes[factor] and extent % (devices * catalog.FP8_SCALE_BLOCK):
+            if bind is not None:  # the partition, not the types' trace
+                warnings.warn(f"quantize_fp8: x's {'rows' if factor == 'r' else 'columns'} "
+                              f"({extent}) split over {devices} devices are gathered: block "
+                              f"scales split only in whole {catalog.FP8_SCALE_BLOCK}-wide "
+                              "blocks", stacklevel=2)
             axes[factor] = ()
     empty = spec("b", None, None)
     outs = [spec("b", "r", "c"), empty if p["mode"] == "tensor" else spec("b", "r", "c"),
