@@ -18,6 +18,8 @@ nothing here changes a value.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
@@ -59,22 +61,34 @@ def typed_outputs(abstract_eval):
 
 
 def types(primals):
-    """An empty array of each of `primals`' (a pytree of arrays) rank and dtype (every dimension
-    0), varying over the manual axes it varies over and, under explicit sharding, split as it
-    is: its type for like_primals, at no cost in memory."""
+    """An empty array of each of `primals`' (a pytree of arrays) rank and dtype, varying over
+    the manual axes it varies over and, under explicit sharding, split as it is (each split
+    dimension as long as its devices, so that no jax normalises the split of an empty one
+    away; a few elements at most): its type for like_primals."""
     def empty(x):
-        shape = (0,) * jnp.ndim(x)  # a scalar's: one element
-        if _explicit(x):
-            return jnp.zeros(shape, x.dtype, out_sharding=jax.typeof(x).sharding)
-        return vary_like(jnp.zeros(shape, x.dtype), x)
+        if _explicit(x):  # a split dimension as long as its devices (kept in the type), the
+            sharding = jax.typeof(x).sharding  # rest 0: as few elements as the split allows
+            shape = tuple(math.prod(sharding.mesh.shape[a] for a in _axes(entry)) if entry
+                          else 0 for entry in _spec(x))
+            return jnp.zeros(shape, x.dtype, out_sharding=sharding)
+        return vary_like(jnp.zeros((0,) * jnp.ndim(x), x.dtype), x)  # a scalar's: one element
     return jax.tree.map(empty, primals)
+
+
+def _spec(x) -> tuple:
+    """x's PartitionSpec entries, one per dimension (None: unsplit)."""
+    spec = tuple(getattr(getattr(jax.typeof(x), "sharding", None), "spec", None) or ())
+    return spec + (None,) * (jnp.ndim(x) - len(spec))
+
+
+def _axes(entry) -> tuple:
+    return (entry,) if isinstance(entry, str) else tuple(entry)
 
 
 def _explicit(x) -> bool:
     """Whether x's type carries a split (explicit sharding): typed_reshape.explicitly_sharded,
     which this module, imported by the GEMM layers, cannot import."""
-    spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None)
-    return spec is not None and any(p is not None for p in spec)
+    return any(p is not None for p in _spec(x))
 
 
 def max_like(x, primal):

@@ -71,16 +71,18 @@ def _rand(rng, shape, dtype="bfloat16"):
     return jnp.asarray(rng.standard_normal(shape, dtype=np.float32)).astype(dtype)
 
 
-def _compare(f, args, shardings, *, all_reduce: bool, bound=1e-5, reference=None):
-    """f under jit on sharded args vs (reference or f) on whole ones; the HLO's collectives as
-    promised."""
+def _compare(f, args, shardings, *, all_reduce: bool, bound=1e-5, reference=None, mesh=None):
+    """f under jit on sharded args (inside jax.set_mesh(mesh) where one is given) vs
+    (reference or f) on whole ones, outside it; the HLO's collectives as promised."""
+    import contextlib
     import jax
     from gemm_helpers import rel_frob, to64
     want = jax.jit(reference or f)(*args)
     placed = [x if s is None else jax.device_put(x, s) for x, s in zip(args, shardings)]
     jf = jax.jit(f)
-    got = jf(*placed)
-    hlo = jf.lower(*placed).compile().as_text()
+    with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
+        got = jf(*placed)
+        hlo = jf.lower(*placed).compile().as_text()
     for w, g in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
         err = rel_frob(g, to64(w))
         assert err < bound, f"sharded result differs: rel. error {err}"
@@ -914,12 +916,11 @@ def _cases():
                                  axis_types=(axis_type,) * 2)
             loss = functools.partial(lambda x, w: (hopper_glu(x, w, activation="gelu",
                                                               out_dtype=f32) ** 2).sum())
-            with jax.set_mesh(grid):
-                _compare(jax.grad(loss, (0, 1)),
-                         (_rand(rng, (bsz, m, k)), _rand(rng, (k, 2, n)) * 0.1),
-                         (NamedSharding(grid, P("data")),
-                          NamedSharding(grid, P(None, None, "model"))),
-                         all_reduce=True, bound=2e-2)
+            _compare(jax.grad(loss, (0, 1)),
+                     (_rand(rng, (bsz, m, k)), _rand(rng, (k, 2, n)) * 0.1),
+                     (NamedSharding(grid, P("data")),
+                      NamedSharding(grid, P(None, None, "model"))),
+                     all_reduce=True, bound=2e-2, mesh=grid)
 
     def ragged_glu_grad_f_split():
         # The same through hopper_ragged_glu's gradient (its bias too): the experts' F split,
@@ -941,7 +942,7 @@ def _cases():
             def dense_loss(x, w, b):  # hopper_ragged_dot's bias gradient likewise
                 return (hopper_ragged_dot(x, w, sizes, bias=b, out_dtype=f32) ** 2).sum()
 
-            with jax.set_mesh(grid), warnings.catch_warnings():
+            with warnings.catch_warnings():
                 warnings.simplefilter("error")  # no operand gathered (warned) either
                 _compare(jax.grad(loss, (0, 1, 2)),
                          (_rand(rng, (rows, k)), _rand(rng, (groups, k, 2, n)) * 0.1,
@@ -949,14 +950,14 @@ def _cases():
                          (NamedSharding(grid, P("data")),
                           NamedSharding(grid, P(None, None, None, "model")),
                           NamedSharding(grid, P(None, None, "model"))),
-                         all_reduce=True, bound=2e-2)
+                         all_reduce=True, bound=2e-2, mesh=grid)
                 _compare(jax.grad(dense_loss, (0, 1, 2)),
                          (_rand(rng, (rows, k)), _rand(rng, (groups, k, n)) * 0.1,
                           _rand(rng, (groups, n), f32)),
                          (NamedSharding(grid, P("data")),
                           NamedSharding(grid, P(None, None, "model")),
                           NamedSharding(grid, P(None, "model"))),
-                         all_reduce=True, bound=2e-2)
+                         all_reduce=True, bound=2e-2, mesh=grid)
 
     def dense_dot_general(x, w, transpose_b, out_dtype):
         from jax_hopper import dot_general
@@ -980,12 +981,11 @@ def _cases():
                     y = product(x, w, transpose_b=transpose_b, out_dtype=f32)
                     return (y ** 2).sum()
 
-                with jax.set_mesh(grid):
-                    _compare(jax.grad(loss, (0, 1)),
-                             (_rand(rng, (bsz, 8 * n_dev, k)),
-                              _rand(rng, (n, k) if transpose_b else (k, n)) * 0.1),
-                             (NamedSharding(grid, P(None, "x")), None),
-                             all_reduce=True, bound=2e-2)
+                _compare(jax.grad(loss, (0, 1)),
+                         (_rand(rng, (bsz, 8 * n_dev, k)),
+                          _rand(rng, (n, k) if transpose_b else (k, n)) * 0.1),
+                         (NamedSharding(grid, P(None, "x")), None),
+                         all_reduce=True, bound=2e-2, mesh=grid)
 
     def explicit_grad_types():
         # Explicit sharding: a custom VJP's cotangents must have their primals' types; a
