@@ -70,7 +70,8 @@ def types(primals):
             sharding = jax.typeof(x).sharding  # rest 0: as few elements as the split allows
             shape = tuple(math.prod(sharding.mesh.shape[a] for a in _axes(entry)) if entry
                           else 0 for entry in _spec(x))
-            return jnp.zeros(shape, x.dtype, out_sharding=sharding)
+            # reshard, not out_sharding: jax 0.11 drops a creation op's out_sharding outside
+            return jax.sharding.reshard(jnp.zeros(shape, x.dtype), sharding)  # a mesh context
         return vary_like(jnp.zeros((0,) * jnp.ndim(x), x.dtype), x)  # a scalar's: one element
     return jax.tree.map(empty, primals)
 

@@ -31,9 +31,9 @@ import jax.numpy as jnp
 from jax.experimental.custom_partitioning import custom_partitioning
 
 from jax_hopper.gemm.primitive import apply_epilogue, broadcast_batch
-from jax_hopper.gemm.sharding import (assign_factors, epilogue_shardings, k_scatter_dim,
-                                      keep_k_axes, partial_dtype, rule_operands, spec_of,
-                                      sum_partials)
+from jax_hopper.gemm.sharding import (assign_factors, def_partition, epilogue_shardings,
+                                      k_scatter_dim, keep_k_axes, partial_dtype, rule_operands,
+                                      spec_of, sum_partials)
 from jax_hopper.kernels import catalog
 
 
@@ -112,4 +112,4 @@ def _partition(launch, params, shapes, mesh, arg_shapes, result_shape):
     return mesh, lower_fn, spec("b", "m", "n"), (a_sh, b_sh, bias_sh, res_sh, *scale_sh)
 
 
-_partitioned.def_partition(partition=_partition, sharding_rule=_rule)
+def_partition(_partitioned, _partition, _rule)

@@ -48,7 +48,7 @@ from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged_contract import launch as contraction
 from jax_hopper.gemm.ragged_primitive import vmapped_per_entry
 from jax_hopper.gemm.ragged_sharding import gathered_operands, no_epilogue, shard_sizes
-from jax_hopper.gemm.sharding import assign_factors, spec_of
+from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
 from jax_hopper.gemm.typed_reshape import explicitly_sharded
 
 _F32 = jnp.dtype(jnp.float32)
@@ -286,5 +286,5 @@ def _local(kind: _Kind, role: str, params: tuple):
         return (mesh, lower_fn, spec(*out_factors),
                 (spec(*x_factors), spec(*y_factors), *(spec(None) for _ in sizes)))
 
-    partitioned.def_partition(partition=partition, sharding_rule=rule)
+    def_partition(partitioned, partition, rule)
     return vmapped_per_entry(partitioned)

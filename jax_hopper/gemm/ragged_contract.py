@@ -33,7 +33,7 @@ from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.primitive import call_attrs, freeze, gemm_target
 from jax_hopper.gemm.ragged_primitive import register, vmapped_per_entry
 from jax_hopper.gemm.ragged_sharding import gathered_operands, shard_sizes, split_rows
-from jax_hopper.gemm.sharding import assign_factors, spec_of
+from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
 from jax_hopper.kernels import catalog
 
 hopper_ragged_contract_p = Primitive("hopper_ragged_contract")
@@ -178,7 +178,7 @@ def contraction_partition(op, launch_fn, x_factors, y_factors, params, mesh, arg
              *(spec(*factors) for factors in scale_factors)))
 
 
-_partitioned.def_partition(partition=_partition, sharding_rule=_rule)
+def_partition(_partitioned, _partition, _rule)
 
 
 def _fwd(x, y, gs, params):

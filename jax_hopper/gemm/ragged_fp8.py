@@ -48,7 +48,7 @@ from jax_hopper.gemm.ragged_primitive import (FP8_DIFFERENTIABLE, build_tile_tab
                                               forward_only, register, vmapped_per_entry)
 from jax_hopper.gemm.ragged_sharding import (gathered_operands, no_epilogue, shard_sizes,
                                              split_rows, summed_over_k)
-from jax_hopper.gemm.sharding import assign_factors, spec_of
+from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
 from jax_hopper.kernels import catalog
 from jax_hopper.quantize.transpose import transpose_fp8
 
@@ -229,7 +229,7 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
              *(spec(*f) for f in scale_factors)))
 
 
-_partitioned.def_partition(partition=_partition, sharding_rule=_rule)
+def_partition(_partitioned, _partition, _rule)
 
 
 def launch(lhs, rhs, group_sizes, bias, res, lhs_scale, rhs_scale, **params):

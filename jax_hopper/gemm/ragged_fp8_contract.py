@@ -49,6 +49,7 @@ from jax_hopper.gemm.ragged_contract import (contraction_lowering, contraction_p
 from jax_hopper.gemm.ragged_fp8 import block_scale, expand_blocks, scaling_of, tensor_scale
 from jax_hopper.gemm.ragged_primitive import (FP8_DIFFERENTIABLE, forward_only, register,
                                              vmapped_per_entry)
+from jax_hopper.gemm.sharding import def_partition
 from jax_hopper.kernels import catalog
 from jax_hopper.quantize.transpose import transpose_fp8
 
@@ -154,7 +155,7 @@ def _partition(params, mesh, arg_shapes, result_shape):
                                  else ((None,), (None,)), scale_blocks=_block(params))
 
 
-_partitioned.def_partition(partition=_partition, sharding_rule=_rule)
+def_partition(_partitioned, _partition, _rule)
 
 
 def launch(xt, yt, group_sizes, x_scale, y_scale, *, family, out_dtype, config):

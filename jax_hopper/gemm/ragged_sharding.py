@@ -34,8 +34,8 @@ from jax.experimental.custom_partitioning import custom_partitioning
 
 from jax_hopper.gemm.ragged_primitive import epilogue, launch, vmapped_per_entry
 from jax_hopper.gemm.ragged_tiles import local_sizes
-from jax_hopper.gemm.sharding import (assign_factors, mesh_axes, partial_dtype, spec_of,
-                                      sum_partials)
+from jax_hopper.gemm.sharding import (assign_factors, def_partition, mesh_axes,
+                                      partial_dtype, spec_of, sum_partials)
 
 
 def partitioned(params: tuple, lhs3, rhs, gs, bias, res):
@@ -151,4 +151,4 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
             (spec(None, "m", "k"), spec(*rhs_factors), spec(None), bias_sh, res_sh))
 
 
-_partitioned.def_partition(partition=_partition, sharding_rule=_rule)
+def_partition(_partitioned, _partition, _rule)

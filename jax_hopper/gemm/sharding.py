@@ -38,6 +38,24 @@ from jax_hopper.gemm.primitive import (apply_epilogue, broadcast_batch, launch,
                                        product_operand)
 
 
+def def_partition(partitioned, partition, sharding_rule):
+    """`partitioned.def_partition(partition=partition, sharding_rule=sharding_rule)`, with each
+    per-device program `partition` returns traced outside any mesh context. jax traces that
+    program while the caller compiles, under the caller's jax.set_mesh: with explicit axes
+    (jax 0.11's make_mesh default) every value in it is typed on that mesh and lowered with a
+    sharding annotation that the partitioner, which has already run, leaves in the program: a
+    "Sharding" custom call that no backend implements. The per-device program is local shards
+    only; no mesh context belongs in it."""
+    def meshless(*args):
+        mesh, lower_fn, out_shardings, arg_shardings = partition(*args)
+
+        def local(*operands):
+            with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), ())):
+                return lower_fn(*operands)
+        return mesh, local, out_shardings, arg_shardings
+    partitioned.def_partition(partition=meshless, sharding_rule=sharding_rule)
+
+
 def partitioned(params: tuple, a, b, bias, res):
     """launch(a, b, bias, res, **dict(params)), run on local shards under a sharded jit."""
     shapes = tuple(tuple(x.shape) for x in (a, b, bias, res))
@@ -206,4 +224,4 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
     return mesh, lower_fn, out_sh, (a_sh, b_sh, bias_sh, res_sh)
 
 
-_partitioned.def_partition(partition=_partition, sharding_rule=_rule)
+def_partition(_partitioned, _partition, _rule)

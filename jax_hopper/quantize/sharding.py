@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 from jax.experimental.custom_partitioning import custom_partitioning
 
-from jax_hopper.gemm.sharding import assign_factors, spec_of
+from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
 from jax_hopper.kernels import catalog
 
 
@@ -143,4 +143,4 @@ def placement(params, mesh, arg_shapes, result_shape, bind=None):
     return mesh, lower_fn, outs, args
 
 
-_partitioned.def_partition(partition=_partition, sharding_rule=_rule)
+def_partition(_partitioned, _partition, _rule)

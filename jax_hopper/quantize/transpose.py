@@ -26,7 +26,7 @@ from jax.interpreters import mlir
 
 from jax_hopper.gemm.pitch import pitch_pad
 from jax_hopper.gemm.ragged_primitive import forward_only, register
-from jax_hopper.gemm.sharding import assign_factors, spec_of
+from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
 from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape
 from jax_hopper.kernels import catalog
 
@@ -74,7 +74,7 @@ def _partition(mesh, arg_shapes, result_shape):
     return mesh, transpose_fp8_p.bind, spec("b", "c", "r"), (spec("b", "r", "c"),)
 
 
-_partitioned.def_partition(partition=_partition, sharding_rule="b r c -> b c r")
+def_partition(_partitioned, _partition, "b r c -> b c r")
 
 
 def reference(x):
