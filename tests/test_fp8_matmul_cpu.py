@@ -224,6 +224,24 @@ def test_delayed_stale_history_saturates(rng):
     assert np.all(np.isfinite(y))
 
 
+def test_delayed_inf_stays_non_finite_and_does_not_poison_later_steps(rng):
+    # An Inf in x under its history's amax: that step's product is not finite where the exact
+    # one is not (quantize_fp8 keeps an Inf NaN), the Inf is recorded, and the next step,
+    # whose history holds it, scales by the finite entries: finite again, as the float one.
+    x, w, _ = _operands(rng)
+    meta = Fp8Meta(*(jnp.full((3,), 4.0, jnp.float32),) * 3)
+    step = jax.jit(jax.value_and_grad(
+        lambda x, w, m: fp8_matmul(x, w, recipe="delayed", meta=m).astype(jnp.float32).sum(),
+        argnums=(1, 2)))
+    bad = x.at[5, 7].set(jnp.inf)
+    y = np.asarray(fp8_matmul(bad, w, recipe="delayed", meta=meta), np.float32)
+    assert not np.all(np.isfinite(y[5])) and np.all(np.isfinite(np.delete(y, 5, axis=0)))
+    _, (dw, meta) = step(bad, w, meta)
+    assert float(meta.x[0]) == np.inf and not np.all(np.isfinite(np.asarray(dw, np.float32)))
+    y = np.asarray(fp8_matmul(x, w, recipe="delayed", meta=meta), np.float32)
+    assert np.all(np.isfinite(y))
+
+
 def test_delayed_step_has_no_amax_pass_over_a_tensor():
     # The amaxes come from histories (rank 1) and the kernel's records: no reduction over a
     # whole operand (all its dimensions), which "tensor" has for x, w and dy.

@@ -212,6 +212,19 @@ def test_given_amax_scales_and_is_recorded(rng, dtype, transpose):
     assert np.all(np.isfinite(q)) and np.abs(q).max() == catalog.FP8_MAX[dtype]
 
 
+@pytest.mark.parametrize("dtype", FP8)
+def test_given_amax_keeps_an_inf_non_finite(dtype):
+    # Under a given amax an Inf is NaN in q and q_t, not the fp8 maximum a saturating cast
+    # gives it; a finite value far beyond the amax (its product past float32) still saturates.
+    x = np.ones((4, 256), np.float32)
+    x[1, 7], x[2, 9], x[3, 11] = np.inf, -np.inf, 1e36
+    out = quantize_fp8(jnp.asarray(x), dtype=dtype, amax=1e-30, transpose=True)
+    q, q_t = np.asarray(out.q, np.float32), np.asarray(out.q_t, np.float32)
+    assert np.isnan(q[1, 7]) and np.isnan(q[2, 9]) and np.isnan(q_t[7, 1])
+    assert q[3, 11] == catalog.FP8_MAX[dtype] and q_t[11, 3] == catalog.FP8_MAX[dtype]
+    assert np.isfinite(q).sum() == q.size - 2 and float(out.amax) == np.inf
+
+
 def test_given_amax_records_nan_and_zero():
     x = np.ones((2, 256), np.float32)
     x[1, 7] = np.nan

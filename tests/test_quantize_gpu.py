@@ -129,9 +129,15 @@ def test_given_amax_matches_reference_bit_for_bit(rng, in_dtype, dtype, shape):
 
 
 def test_given_amax_records_non_finite(rng):
+    # (_check: the kernel's bytes are the reference's, an Inf NaN in q: kernel `scaled`.)
     x = _x(rng, (256, 384), "float32")
     x[100, 300] = np.inf
-    assert float(_check(x, amax=np.float32(2.0)).amax) == np.inf
+    x[7, 8] = 1e36  # far beyond the amax: saturates, finite
+    out = _check(x, amax=np.float32(2.0), transpose=True)
+    assert float(out.amax) == np.inf
+    assert np.isnan(np.asarray(out.q, np.float32)[100, 300])
+    assert np.isnan(np.asarray(out.q_t, np.float32)[300, 100])
+    assert np.isfinite(np.asarray(out.q, np.float32)[7, 8])
     x[5, 5] = np.nan
     assert np.isnan(float(_check(x, amax=np.float32(2.0), transpose=True).amax))
 

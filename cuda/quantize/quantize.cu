@@ -96,9 +96,18 @@ __device__ __forceinline__ Scale make_scale(float amax) {
   return {a * kInvMax, kMax * (1.0f / a)};
 }
 
+// x * mul, but NaN for an infinite x: satfinite turns an Inf into the fp8 maximum, which under a
+// given amax (its mul finite) would bring an Inf back finite. (With the tile's own amax an Inf
+// makes mul 0 and the product NaN already.) The test is on x, not the product: a finite x far
+// beyond a given amax may overflow the product, and that saturates.
+__device__ __forceinline__ float scaled(float x, float mul) {
+  return isinf(x) ? __int_as_float(0x7fffffff) : x * mul;
+}
+
 template <__nv_fp8_interpretation_t kFmt>
 __device__ __forceinline__ uint16_t cvt2(float lo, float hi, float mul) {
-  return __nv_cvt_float2_to_fp8x2(make_float2(lo * mul, hi * mul), __NV_SATFINITE, kFmt);
+  return __nv_cvt_float2_to_fp8x2(make_float2(scaled(lo, mul), scaled(hi, mul)), __NV_SATFINITE,
+                                  kFmt);
 }
 
 template <typename TIn, __nv_fp8_interpretation_t kFmt>

@@ -123,9 +123,11 @@ def check_meta(fn: str, recipe: str, meta, experts: int | None = None) -> None:
 
 
 def history_amax(history, dtype):
-    """The amax a history scales by: its largest entry, or fp8_max (a scale of 1) while it
-    holds nothing but zeros. NaN stays (taken over the bit patterns, as abs_max does)."""
-    amax = abs_max(history, axis=None)
+    """The amax a history scales by: its largest finite entry, or fp8_max (a scale of 1) while
+    it holds nothing else but zeros. A NaN or Inf recorded by one step (its own product NaN:
+    quantize_fp8 keeps them non-finite) is skipped, as Transformer Engine keeps the last scale
+    for a non-finite amax, so the steps after it are not poisoned."""
+    amax = abs_max(jnp.where(jnp.isfinite(history), history, 0), axis=None)
     return jnp.where(amax == 0, np.float32(catalog.FP8_MAX[jnp.dtype(dtype).name]), amax)
 
 

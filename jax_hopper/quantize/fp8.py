@@ -255,7 +255,8 @@ def _quantize_copy(x, mode, amax, dtype):
         if mode == "tile":
             mul = jnp.repeat(mul, _BLOCK, axis=1)[:, :r]
     fp8_max = catalog.FP8_MAX[dtype.name]
-    q = jnp.clip(x * mul, -fp8_max, fp8_max).astype(dtype)
+    # An Inf is NaN in q (the kernel's `scaled`): saturated it would come back finite.
+    q = jnp.where(jnp.isinf(x), jnp.nan, jnp.clip(x * mul, -fp8_max, fp8_max)).astype(dtype)
     return q, scale if mode != "tensor" else jnp.zeros((b, 0, 0), jnp.float32)
 
 
