@@ -52,7 +52,7 @@ from jax_hopper.gemm.fp8_matmul import RECIPES, check_meta, history_amax, next_m
 from jax_hopper.gemm.ragged import check_group_sizes
 from jax_hopper.gemm.ragged_tiles import int32_sizes
 from jax_hopper.gemm.sharding import spec_of
-from jax_hopper.gemm.typed_reshape import explicitly_sharded
+from jax_hopper.gemm.typed_reshape import explicitly_sharded, resharded
 from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_dot
 from jax_hopper.gemm.ragged_fp8_contract import hopper_ragged_fp8_contract
 from jax_hopper.quantize.fp8 import (INPUT_DTYPES, Fp8Array, as_bits, check_quantized_weight,
@@ -143,8 +143,7 @@ def _weights(rhs, meta, r):
     amax = (None if meta is None else
             jax.vmap(lambda h: history_amax(h, r["fwd"]))(meta.w))
     if amax is not None and explicitly_sharded(rhs):  # vmapped together: split alike
-        amax = jax.sharding.reshard(amax, jax.typeof(rhs).sharding.update(
-            spec=PartitionSpec(spec_of(jax.typeof(rhs))[0])))
+        amax = resharded(amax, PartitionSpec(spec_of(jax.typeof(rhs))[0]), on=rhs)
 
     def one(w, a):
         return quantize_fp8(w, dtype=r["fwd"], scaling="tensor", transpose=True, amax=a)

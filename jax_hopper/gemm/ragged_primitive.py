@@ -34,7 +34,7 @@ from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
 from jax_hopper.gemm.sharding import mesh_axes, spec_of
 from jax_hopper.gemm.primitive import (_KERNELS, _pad_columns, call_attrs, cuda_reference,
                                        explicit_placement, freeze, gemm_target)
-from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape
+from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape, resharded
 
 hopper_ragged_p = Primitive("hopper_ragged_dot")
 _F32 = jnp.dtype(jnp.float32)
@@ -91,14 +91,9 @@ def per_row(values, group_sizes, rows_like):
         # The result typed as rows_like (values are one row per group: resharding moves little).
         like = spec_of(jax.typeof(rows_like))
         src = rows_like if explicitly_sharded(rows_like) else values
-        values = _resharded(values, src, PartitionSpec(None, *like[1:]))
-        rows = _resharded(rows, src, PartitionSpec(like[0]))
+        values = resharded(values, PartitionSpec(None, *like[1:]), on=src)
+        rows = resharded(rows, PartitionSpec(like[0]), on=src)
     return _per_row(values, rows)
-
-
-def _resharded(x, src, spec):
-    """x resharded to `spec` on the mesh of `src`'s type (explicitly sharded)."""
-    return jax.sharding.reshard(x, jax.typeof(src).sharding.update(spec=spec))
 
 
 def group_sums(x, rows, like):
@@ -120,8 +115,8 @@ def group_sums(x, rows, like):
     sums = jax.shard_map(local, mesh=jax.typeof(x).sharding.mesh,
                          in_specs=(PartitionSpec(*x_spec), PartitionSpec(x_spec[0])),
                          out_specs=PartitionSpec(None, *x_spec[1:]))(
-        x, _resharded(rows, x, PartitionSpec(x_spec[0])))
-    return _resharded(sums.astype(like.dtype), x, PartitionSpec(*spec_of(jax.typeof(like))))
+        x, resharded(rows, PartitionSpec(x_spec[0]), on=x))
+    return resharded(sums.astype(like.dtype), PartitionSpec(*spec_of(jax.typeof(like))), on=x)
 
 
 @jax.custom_vjp

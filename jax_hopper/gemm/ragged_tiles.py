@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
-from jax_hopper.gemm.typed_reshape import explicitly_sharded
+from jax_hopper.gemm.typed_reshape import explicitly_sharded, resharded
 from jax_hopper.kernels.catalog import GROUP_TILE_FIELDS
 
 
@@ -44,8 +44,7 @@ def int32_sizes(group_sizes, m: int):
     split typed on them (explicit sharding) is gathered here, G integers."""
     sizes = jnp.clip(group_sizes, 0, m).astype(jnp.int32)
     if explicitly_sharded(sizes):
-        sizes = jax.sharding.reshard(sizes, jax.typeof(sizes).sharding.update(
-            spec=PartitionSpec()))
+        sizes = resharded(sizes, PartitionSpec())
     return sizes
 
 

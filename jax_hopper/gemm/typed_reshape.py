@@ -28,6 +28,11 @@ def explicitly_sharded(x) -> bool:
     return spec is not None and any(p is not None for p in spec)
 
 
+def resharded(x, spec: PartitionSpec, *, on=None):
+    """x resharded to `spec` on the mesh of `on`'s type (default x's; explicitly sharded)."""
+    return jax.sharding.reshard(x, jax.typeof(x if on is None else on).sharding.update(spec=spec))
+
+
 def reshape(x, shape, *, warn: bool = True):
     """x.reshape(shape), with the result's sharding named where x's type carries one. warn
     False: a lost split is not reported, for a reshape traced only for the result's type (the
