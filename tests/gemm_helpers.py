@@ -453,14 +453,15 @@ def check_fp8_ragged_dot(rng, m, k, n, sizes, recipe, dtype=jnp.bfloat16, jit=Fa
         w_amax = np.abs(np.asarray(w, np.float32)).max(axis=(1, 2))
         amaxes = [amax_of(x), w_amax, amax_of(g)]
         meta = jax_hopper.Fp8Meta(*(jnp.asarray(np.stack([a, a / 2, a / 4], -1), jnp.float32)
-                                    for a in amaxes))
+                                    for a in amaxes), uses=jnp.float32(1))
         f = lambda x, w, meta: jax_hopper.fp8_ragged_dot(  # noqa: E731
             x, w, gs, recipe=recipe, meta=meta)
         y, vjp = jax.vjp(jax.jit(f) if jit else f, x, w, meta)
         dx, dw, new_meta = vjp(g)
-        for got, a, old in zip(new_meta, amaxes, meta, strict=True):  # pushed on by the amax
+        for got, a, old in zip(new_meta[:3], amaxes, meta[:3], strict=True):  # pushed on
             np.testing.assert_array_equal(got, np.concatenate([np.asarray(a)[..., None],
                                                                np.asarray(old)[..., :-1]], -1))
+        assert float(new_meta.uses) == 1.0  # one call's gradient counts one use
     else:
         f = lambda x, w: jax_hopper.fp8_ragged_dot(x, w, gs, recipe=recipe)  # noqa: E731
         y, vjp = jax.vjp(jax.jit(f) if jit else f, x, w)
@@ -504,13 +505,15 @@ def check_fp8_matmul(rng, lead, k, n, recipe, dtype=jnp.bfloat16, jit=False, epi
                  residual=jnp.asarray(rng.standard_normal((*lead, n)), dtype)) if epilogue else {}
     if recipe == "delayed":
         amaxes = [amax_of(a) for a in (x, w, g)]
-        meta = jax_hopper.Fp8Meta(*(jnp.asarray([a, a / 2, a / 4], jnp.float32) for a in amaxes))
+        meta = jax_hopper.Fp8Meta(*(jnp.asarray([a, a / 2, a / 4], jnp.float32) for a in amaxes),
+                                  uses=jnp.float32(1))
         f = lambda x, w, extra, meta: jax_hopper.fp8_matmul(  # noqa: E731
             x, w, recipe=recipe, meta=meta, **extra)
         y, vjp = jax.vjp(jax.jit(f) if jit else f, x, w, extra, meta)
         dx, dw, dextra, new_meta = vjp(g)
-        for got, a, old in zip(new_meta, amaxes, meta, strict=True):
+        for got, a, old in zip(new_meta[:3], amaxes, meta[:3], strict=True):
             np.testing.assert_array_equal(got, np.concatenate([[a], old[:-1]]))
+        assert float(new_meta.uses) == 1.0
     else:
         f = lambda x, w, extra: jax_hopper.fp8_matmul(x, w, recipe=recipe, **extra)  # noqa: E731
         y, vjp = jax.vjp(jax.jit(f) if jit else f, x, w, extra)

@@ -14,6 +14,7 @@ from gemm_helpers import FP8_MATMUL_BOUND as BOUND, amax_of, check_fp8_matmul, r
 
 from jax_hopper import (Fp8Array, Fp8Meta, fp8_dot_general, fp8_matmul, fp8_meta, quantize_fp8,
                         quantize_weight)
+from jax_hopper.gemm.fp8_matmul import read_histories
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
 from jax_hopper.gemm import dot_general as dg
 
@@ -76,6 +77,11 @@ def test_empty():
      "one length"),
     (jnp.ones((4, 8)), jnp.ones((8, 4)),
      dict(recipe="delayed", meta=Fp8Meta(*[jnp.zeros(4, jnp.int32)] * 3)), "float32"),
+    (jnp.ones((4, 8)), jnp.ones((8, 4)),
+     dict(recipe="delayed", meta=Fp8Meta(*[jnp.zeros(4)] * 3)), r"meta.uses .* got None"),
+    (jnp.ones((4, 8)), jnp.ones((8, 4)),
+     dict(recipe="delayed", meta=Fp8Meta(*[jnp.zeros(4)] * 3, jnp.ones(2))),
+     r"meta.uses must be a float32 scalar"),
     (jnp.ones((4, 8)), jnp.ones((8, 4)), dict(out_dtype=jnp.int32), "out_dtype"),
     (jnp.ones((4, 8)), jnp.ones((8, 4)), dict(bias=jnp.ones(8)), r"bias must be .* \(4,\)"),
     (jnp.ones((4, 8)), jnp.ones((8, 4)), dict(bias=jnp.ones(4, jnp.int32)), "bias must be"),
@@ -175,7 +181,8 @@ def test_delayed_with_current_amaxes_is_the_tensor_recipe(rng):
     # Histories whose largest entries are this step's amaxes scale as "tensor" does: the same
     # bits forward and backward.
     x, w, g = _operands(rng)
-    meta = Fp8Meta(*(jnp.asarray([amax_of(a) / 3, amax_of(a), 0.0]) for a in (x, w, g)))
+    meta = Fp8Meta(*(jnp.asarray([amax_of(a) / 3, amax_of(a), 0.0]) for a in (x, w, g)),
+                   uses=jnp.float32(1))
     y_d, vjp_d = jax.vjp(lambda x, w: fp8_matmul(x, w, recipe="delayed", meta=meta), x, w)
     y_t, vjp_t = jax.vjp(lambda x, w: fp8_matmul(x, w, recipe="tensor"), x, w)
     for got, want in zip((y_d, *vjp_d(g)), (y_t, *vjp_t(g))):
@@ -219,7 +226,7 @@ def test_delayed_training_fills_the_histories(rng):
 def test_delayed_stale_history_saturates(rng):
     # An amax history far below the data: every value saturates to fp8 max, finite.
     x, w, _ = _operands(rng)
-    meta = Fp8Meta(*(jnp.full((2,), 1e-3, jnp.float32),) * 3)
+    meta = Fp8Meta(*(jnp.full((2,), 1e-3, jnp.float32),) * 3, uses=jnp.float32(1))
     y = np.asarray(fp8_matmul(x, w, recipe="delayed", meta=meta), np.float32)
     assert np.all(np.isfinite(y))
 
@@ -229,7 +236,7 @@ def test_delayed_inf_stays_non_finite_and_does_not_poison_later_steps(rng):
     # one is not (quantize_fp8 keeps an Inf NaN), the Inf is recorded, and the next step,
     # whose history holds it, scales by the finite entries: finite again, as the float one.
     x, w, _ = _operands(rng)
-    meta = Fp8Meta(*(jnp.full((3,), 4.0, jnp.float32),) * 3)
+    meta = Fp8Meta(*(jnp.full((3,), 4.0, jnp.float32),) * 3, uses=jnp.float32(1))
     step = jax.jit(jax.value_and_grad(
         lambda x, w, m: fp8_matmul(x, w, recipe="delayed", meta=m).astype(jnp.float32).sum(),
         argnums=(1, 2)))
@@ -258,6 +265,82 @@ def test_delayed_step_has_no_amax_pass_over_a_tensor():
     assert whole_reductions("delayed", fp8_meta()) == 0
 
 
+def _scan_loss(x, target):
+    """The loss of a lax.scan over x's micro-batches (leading axis), every step reading one
+    meta (and w): autodiff adds the steps' pushed histories up as meta's gradient."""
+    def loss(w, meta):
+        def body(total, batch):
+            xb, tb = batch
+            y = fp8_matmul(xb, w, recipe="delayed", meta=meta).astype(jnp.float32)
+            return total + jnp.mean((y - tb) ** 2), None
+        return jax.lax.scan(body, jnp.float32(0), (x, target))[0]
+    return loss
+
+
+def test_delayed_meta_read_by_several_calls_in_one_gradient(rng):
+    # Four micro-batches reading one meta, step after step: its gradient counts 4 uses, each
+    # call reads the histories as they were (the older entries exact), the newest entry is the
+    # sum of the 4 amaxes (an upper bound on their largest), and the gradients stay within the
+    # recipe's bound. Without the count the summed histories grew 4x a step (L = 16) and the
+    # weight gradient was exactly 0 from step 11.
+    scales = np.asarray([1.0, 2.0, 3.0, 0.5])
+    x = jnp.asarray(rng.standard_normal((4, 32, 64)) * scales[:, None, None], jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((64, 48)) / 8, jnp.float32)
+    target = jnp.asarray(rng.standard_normal((4, 32, 48)), jnp.float32)
+    step = jax.jit(jax.grad(_scan_loss(x, target), argnums=(0, 1)))
+    want = jax.grad(lambda w: sum(jnp.mean((x[i].astype(jnp.float32) @ w - target[i]) ** 2)
+                                  for i in range(4)))(w)
+    meta = fp8_meta()
+    for i in range(14):
+        gw, new = step(w, meta)
+        read, before = read_histories(new), read_histories(meta)
+        assert float(new.uses) == 4.0
+        for got, old in zip(read[:3], before[:3]):
+            np.testing.assert_allclose(got[1:], old[:-1], rtol=1e-6)
+        np.testing.assert_allclose(read.x[0], sum(amax_of(x[i]) for i in range(4)), rtol=1e-6)
+        np.testing.assert_allclose(read.w[0], 4 * amax_of(w), rtol=1e-6)
+        if i > 0:  # the first step's fresh histories scale by 1 (module docstring)
+            assert rel_frob(gw, want) < BOUND["delayed"]["dw"], i
+        meta = new
+
+
+def test_delayed_meta_of_a_layer_applied_twice_and_of_summed_gradients(rng):
+    # One call site applied twice counts two uses (x's newest entry: both inputs' amaxes
+    # summed); two gradients added up, as a training loop accumulating them does, count as
+    # many as their calls: read, their older entries are the history either call read.
+    x, w, _ = _operands(rng, k=96)
+    w = w[:, :96]
+    meta = _calibrated(x, w)
+
+    def twice(x, w, meta):
+        h = fp8_matmul(x, w, recipe="delayed", meta=meta)
+        return fp8_matmul(h, w, recipe="delayed", meta=meta).astype(jnp.float32).sum()
+    h = fp8_matmul(x, w, recipe="delayed", meta=meta)
+    dmeta = jax.grad(twice, argnums=2)(x, w, meta)
+    assert float(dmeta.uses) == 2.0
+    np.testing.assert_allclose(read_histories(dmeta).x, [amax_of(x) + amax_of(h), amax_of(x)],
+                               rtol=1e-6)
+
+    once = jax.grad(lambda x, meta: fp8_matmul(x, w, recipe="delayed", meta=meta)
+                    .astype(jnp.float32).sum(), argnums=1)
+    summed = jax.tree.map(jnp.add, once(x, meta), once(2 * x, meta))
+    assert float(summed.uses) == 2.0
+    np.testing.assert_allclose(read_histories(summed).x, [3 * amax_of(x), amax_of(x)], rtol=1e-6)
+    np.testing.assert_array_equal(read_histories(summed).w[1:], meta.w[:1])
+
+
+def test_delayed_meta_no_call_reached_is_fresh(rng):
+    # A meta whose call does not reach the loss gets a zero gradient (uses 0): read, a fresh
+    # history, scaling by 1.
+    x, w, _ = _operands(rng)
+    dmeta = jax.grad(lambda meta: jnp.sum(x.astype(jnp.float32)) +
+                     0 * jnp.sum(meta.x), allow_int=True)(fp8_meta(2))
+    assert float(dmeta.uses) == 0.0
+    y = fp8_matmul(x, w, recipe="delayed", meta=dmeta)
+    np.testing.assert_array_equal(np.asarray(y, np.float32), np.asarray(
+        fp8_matmul(x, w, recipe="delayed", meta=fp8_meta(2)), np.float32))
+
+
 def test_fp8_meta_length():
     assert fp8_meta(5).x.shape == (5,)
     with pytest.raises(ValueError, match="length=0"):
@@ -275,7 +358,8 @@ def _vmapped_step(meta_axis, w_axis=None):
 
 
 def _calibrated(x, w):
-    return Fp8Meta(*(jnp.asarray([amax_of(a), 0.0], jnp.float32) for a in (x, w, x)))
+    return Fp8Meta(*(jnp.asarray([amax_of(a), 0.0], jnp.float32) for a in (x, w, x)),
+                   uses=jnp.float32(1))
 
 
 def _entries(rng, scales=(1.0, 4.0, 0.5)):
@@ -328,7 +412,7 @@ def test_delayed_vmap_over_w_and_a_partly_mapped_meta(rng):
     ws = jnp.asarray(rng.standard_normal((2, 64, 48)) * np.asarray([0.1, 0.2])[:, None, None],
                      jnp.bfloat16)
     meta = Fp8Meta(jnp.stack([_calibrated(x[i], ws[i]).x for i in range(2)]),
-                   _calibrated(x, ws).w, _calibrated(x, ws).grad)
+                   _calibrated(x, ws).w, _calibrated(x, ws).grad, jnp.float32(1))
     step = _vmapped_step(Fp8Meta(0, None, None), w_axis=0)
     _, (_, _, dmeta) = step(x, ws, meta)
     assert dmeta.x.shape == (2, 2) and dmeta.w.shape == (2,)

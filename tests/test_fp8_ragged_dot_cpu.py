@@ -12,6 +12,7 @@ from gemm_helpers import check_fp8_ragged_dot
 
 from jax_hopper import (Fp8Array, fp8_meta, fp8_ragged_dot, hopper_ragged_fp8_dot,
                         quantize_experts, quantize_fp8)
+from jax_hopper.gemm.fp8_matmul import read_histories
 
 
 @pytest.fixture(autouse=True)
@@ -116,6 +117,35 @@ def test_delayed_training_steps_replace_meta_by_its_gradient(rng):
         np.testing.assert_array_equal(np.asarray(meta.w)[:, 0], seen)
         assert np.count_nonzero(np.asarray(meta.x)) == i + 1
     assert meta.w.shape == (3, 4) and meta.grad.shape == (4,)
+
+
+def test_delayed_meta_read_by_two_calls(rng):
+    """Two calls reading one meta in one gradient (two micro-batches): it counts two uses, and
+    read, each history is as those calls read it but for the newest entry, the sum of their
+    amaxes (w's, per expert, twice its own)."""
+    x = jnp.asarray(rng.standard_normal((2, 96, 64)) * np.asarray([1.0, 3.0])[:, None, None],
+                    jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((3, 64, 32)) * np.asarray([1.0, 4.0, 0.25])[:, None, None],
+                    jnp.bfloat16)
+    gs = jnp.asarray([30, 40, 26], jnp.int32)
+    meta = fp8_meta(3, experts=3)
+
+    def loss(w, meta):
+        return sum(fp8_ragged_dot(x[i], w, gs, recipe="delayed", meta=meta).astype(
+            jnp.float32).sum() for i in range(2))
+    for _ in range(2):
+        before = read_histories(meta)
+        meta = jax.jit(jax.grad(loss, argnums=1))(w, meta)
+        read = read_histories(meta)
+        assert float(meta.uses) == 2.0
+        for got, old in zip(read[:3], before[:3]):
+            np.testing.assert_allclose(np.asarray(got)[..., 1:], np.asarray(old)[..., :-1],
+                                       rtol=1e-6)
+        np.testing.assert_allclose(read.w[:, 0], 2 * np.abs(np.asarray(w, np.float32)).max(
+            axis=(1, 2)), rtol=1e-6)
+        np.testing.assert_allclose(read.x[0], float(np.abs(np.asarray(x[0], np.float32)).max() +
+                                                    np.abs(np.asarray(x[1], np.float32)).max()),
+                                   rtol=1e-6)
 
 
 @pytest.mark.parametrize("recipe", ["tensor", "block"])

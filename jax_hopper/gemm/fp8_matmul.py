@@ -29,7 +29,9 @@ Recipes:
   chain a gradient flows through (a dy recorded behind an uncalibrated one is wrong; see
   examples/transformer_layer.py, with_calibrated_metas). Values beyond a history's maximum
   saturate. A call whose result does not reach the loss (or that multiplies nothing) gives its
-  meta a zero gradient: a fresh history. Under jax.vmap a meta shared by the entries (not
+  meta a zero gradient: a fresh history. A meta read by several calls in one gradient (a scan
+  over micro-batches, a layer applied twice), or gradients added up, counts them in meta.uses:
+  each call reads the histories as they were (read_histories). Under jax.vmap a meta shared by the entries (not
   mapped) scales them all alike and records the largest amax over them (not the sum of the
   entries' pushed histories, which vmap makes of an unmapped argument's gradient); a mapped
   meta keeps one history per entry.
@@ -57,13 +59,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import custom_batching
+from jax.sharding import PartitionSpec
 
 from jax_hopper import manual_axes
 from jax_hopper.gemm.api import SUPPORTED_OUTPUTS, parse_dtype
 from jax_hopper.gemm.dot_general import fallback
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
 from jax_hopper.gemm.pitch import pitch_pad
-from jax_hopper.gemm.typed_reshape import reshape
+from jax_hopper.gemm.sharding import spec_of
+from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape, resharded
 from jax_hopper.kernels import catalog
 from jax_hopper.quantize.fp8 import (INPUT_DTYPES, Fp8Array, abs_max, as_bits,
                                      check_quantized_weight, from_bits, quantize_fp8)
@@ -79,10 +83,12 @@ RECIPES = {
 class Fp8Meta(NamedTuple):
     """The amax histories of one fp8_matmul call site under recipe "delayed", newest first,
     float32 (L,): x's, w's and the gradient dy's (module docstring). fp8_ragged_dot's keeps one
-    history per expert for w: (G, L)."""
+    history per expert for w: (G, L). uses, float32 (): how many calls' pushed histories they
+    sum (1 in fp8_meta()'s and in the gradient of one call; read_histories)."""
     x: jax.Array
     w: jax.Array
     grad: jax.Array
+    uses: jax.Array | None = None
 
 
 def fp8_meta(length: int = 16, *, experts: int | None = None) -> Fp8Meta:
@@ -95,7 +101,7 @@ def fp8_meta(length: int = 16, *, experts: int | None = None) -> Fp8Meta:
     length, experts = int(length), None if experts is None else int(experts)
     zeros = jnp.zeros((length,), jnp.float32)
     w = zeros if experts is None else jnp.zeros((experts, length), jnp.float32)
-    return Fp8Meta(zeros, w, zeros)
+    return Fp8Meta(zeros, w, zeros, jnp.ones((), jnp.float32))
 
 
 def check_meta(fn: str, recipe: str, meta, experts: int | None = None) -> None:
@@ -111,15 +117,21 @@ def check_meta(fn: str, recipe: str, meta, experts: int | None = None) -> None:
     if not isinstance(meta, Fp8Meta):
         raise ValueError(f"{fn}: recipe='delayed' needs meta=jax_hopper.{made} (this call "
                          f"site's amax histories), got {type(meta).__name__}")
-    shapes = [jnp.shape(h) for h in meta]
+    histories = meta[:3]
+    shapes = [jnp.shape(h) for h in histories]
     length = shapes[0][-1] if shapes[0] else 0
     w_shape = (length,) if experts is None else (experts, length)
     if (shapes != [(length,), w_shape, (length,)] or length < 1
-            or any(jnp.result_type(h) != jnp.float32 for h in meta)):
+            or any(jnp.result_type(h) != jnp.float32 for h in histories)):
         w_rule = "(L,)" if experts is None else f"(G, L) = ({experts}, L)"
         raise ValueError(f"{fn}: meta's histories must be float32 x (L,), w {w_rule} and grad "
                          f"(L,), of one length L >= 1 (jax_hopper.{made}); got "
-                         f"{[(s, jnp.result_type(h).name) for s, h in zip(shapes, meta)]}")
+                         f"{[(s, jnp.result_type(h).name) for s, h in zip(shapes, histories)]}")
+    if (meta.uses is None or jnp.shape(meta.uses) != ()
+            or jnp.result_type(meta.uses) != jnp.float32):
+        got = None if meta.uses is None else (jnp.shape(meta.uses), jnp.result_type(meta.uses).name)
+        raise ValueError(f"{fn}: meta.uses must be a float32 scalar, the count of calls whose "
+                         f"pushed histories meta sums (jax_hopper.{made} makes it 1); got {got}")
 
 
 def history_amax(history, dtype):
@@ -131,19 +143,39 @@ def history_amax(history, dtype):
     return jnp.where(amax == 0, np.float32(catalog.FP8_MAX[jnp.dtype(dtype).name]), amax)
 
 
+def read_histories(meta):
+    """meta as one call reads it. Autodiff adds the cotangents of an argument that several calls
+    read (a lax.scan over micro-batches, a layer applied twice), and so the gradient of a meta
+    that n calls read holds n times each older entry, the sum of the n newest amaxes, and
+    uses = n (each call's gradient counting 1). The older entries divided by uses are the
+    histories those calls read, exactly (to a rounding); the sum stays as the newest entry, an
+    upper bound on the calls' largest amax, at most n times it, so a scale from it errs toward
+    not saturating. A meta no call's result reached (a zero gradient, uses 0) is fresh."""
+    n = jnp.maximum(meta.uses, 1)
+
+    def one(history):
+        return jnp.concatenate([history[..., :1], history[..., 1:] / n], axis=-1)
+    return Fp8Meta(one(meta.x), one(meta.w), one(meta.grad), meta.uses)
+
+
 def _pushed(history, amax):
     """The history (..., L) one step on: the newest amax (...) first, the oldest dropped. Inside
     shard_map an amax of each device's shard pushes a history all devices hold alike by their
-    largest (manual_axes.max_like)."""
+    largest (manual_axes.max_like). Under explicit sharding the amax takes the history's
+    split (w's per-expert amaxes come split as the experts' weights, a history replicated)."""
     amax = manual_axes.max_like(amax.astype(jnp.float32), history)
+    if explicitly_sharded(amax) or explicitly_sharded(history):
+        amax = resharded(amax, PartitionSpec(*spec_of(jax.typeof(history))[:-1]),
+                         on=history if explicitly_sharded(history) else amax)
     return jnp.concatenate([amax[..., None], history[..., :-1]], axis=-1)
 
 
 @custom_batching.custom_vmap
 def next_meta(meta, x_amax, w_amax, grad_amax):
-    """meta's gradient (module docstring): each history pushed on by the amax just recorded."""
+    """meta's gradient (module docstring): each history (as read: read_histories) pushed on by
+    the amax just recorded, counted as one use."""
     return Fp8Meta(_pushed(meta.x, x_amax), _pushed(meta.w, w_amax),
-                   _pushed(meta.grad, grad_amax))
+                   _pushed(meta.grad, grad_amax), jnp.ones_like(meta.uses))
 
 
 @next_meta.def_vmap
@@ -159,7 +191,7 @@ def _next_meta_vmap(axis_size, in_batched, meta, *amaxes):
             histories.append(jax.vmap(_pushed)(history, amax))
         else:
             histories.append(_pushed(history, jnp.max(amax, axis=0) if amax_is_mapped else amax))
-    return Fp8Meta(*histories), meta_mapped
+    return Fp8Meta(*histories, jnp.ones_like(meta.uses)), meta_mapped
 
 
 def fp8_matmul(x, w, *, recipe="tensor", out_dtype=None, meta=None, bias=None, residual=None):
@@ -281,6 +313,7 @@ def _epilogue_operands(bias, residual, out_shape):
 def _fp8_matmul(x, w, meta, bias, residual, recipe, out_dtype, grad_dtypes):
     # Not differentiated (inference): x's transposed copy, needed only for dw, is not written.
     del grad_dtypes
+    meta = None if meta is None else read_histories(meta)
     xq, wq = _operands(x, w, meta, RECIPES[recipe], transpose_x=False)
     return hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype, bias=bias,
                              residual=residual)
@@ -323,10 +356,11 @@ def _forward(x, w, meta, bias, residual, recipe, out_dtype, grad_dtypes):
     """y and the residuals: x's and w's quantized copies and meta (grad_dtypes: those of dx,
     dw, d bias and d residual, None where there is none)."""
     del grad_dtypes
-    xq, wq = _operands(x, w, meta, RECIPES[recipe], transpose_x=True)
+    read = None if meta is None else read_histories(meta)
+    xq, wq = _operands(x, w, read, RECIPES[recipe], transpose_x=True)
     y = hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype, bias=bias,
                           residual=residual)
-    return y, (as_bits((xq, wq)), meta, manual_axes.types((x, w, meta, bias, residual)))
+    return y, (as_bits((xq, wq)), read, manual_axes.types((x, w, meta, bias, residual)))
 
 
 def _backward(recipe, out_dtype, grad_dtypes, res, dy):

@@ -48,7 +48,8 @@ from jax.sharding import PartitionSpec
 
 from jax_hopper import manual_axes
 from jax_hopper.gemm.api import SUPPORTED_OUTPUTS, parse_dtype
-from jax_hopper.gemm.fp8_matmul import RECIPES, check_meta, history_amax, next_meta
+from jax_hopper.gemm.fp8_matmul import (RECIPES, check_meta, history_amax, next_meta,
+                                        read_histories)
 from jax_hopper.gemm.ragged import check_group_sizes
 from jax_hopper.gemm.ragged_tiles import int32_sizes
 from jax_hopper.gemm.sharding import spec_of
@@ -179,6 +180,7 @@ def _served_jvp(recipe, out_dtype, primals, tangents):
 def _fp8_ragged(lhs, rhs, gs, meta, recipe, out_dtype, grad_dtypes):
     del grad_dtypes
     r = RECIPES[recipe]
+    meta = None if meta is None else read_histories(meta)
     wq = _weights(rhs, meta, r)
     return _product(lhs, wq.q_t, wq.scale_t, gs, meta, r, out_dtype)[0]
 
@@ -190,9 +192,10 @@ def _forward(lhs, rhs, gs, meta, recipe, out_dtype, grad_dtypes):
     (grad_dtypes: lhs's and rhs's, the gradients' dtypes)."""
     del grad_dtypes
     r = RECIPES[recipe]
-    wq = _weights(rhs, meta, r)
-    y, xq = _product(lhs, wq.q_t, wq.scale_t, gs, meta, r, out_dtype, transpose=True)
-    seen = None if meta is None else (meta, xq.amax, wq.amax)
+    read = None if meta is None else read_histories(meta)
+    wq = _weights(rhs, read, r)
+    y, xq = _product(lhs, wq.q_t, wq.scale_t, gs, read, r, out_dtype, transpose=True)
+    seen = None if meta is None else (read, xq.amax, wq.amax)
     return y, (as_bits((xq.q_t, wq.q)), xq.scale_t, wq.scale, gs, seen,
                manual_axes.types((lhs, rhs, gs, meta)))
 
