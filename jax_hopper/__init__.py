@@ -27,8 +27,8 @@ from jax_hopper.gemm.api import hopper_matmul
 from jax_hopper.gemm.config import GemmConfig
 from jax_hopper.gemm.dot_general import dot_general
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
-from jax_hopper.gemm.fp8_matmul import (Fp8Meta, fp8_dot_general, fp8_matmul, fp8_meta,
-                                        quantize_weight, read_histories)
+from jax_hopper.gemm.fp8_matmul import fp8_dot_general, fp8_matmul, quantize_weight
+from jax_hopper.gemm.fp8_meta import Fp8Meta, fp8_meta, read_histories
 from jax_hopper.gemm.fp8_ragged_dot import fp8_ragged_dot, quantize_experts
 from jax_hopper.gemm.glu import hopper_glu
 from jax_hopper.gemm.ragged import hopper_ragged_dot, ragged_dot

@@ -14,7 +14,7 @@ from gemm_helpers import FP8_MATMUL_BOUND as BOUND, amax_of, check_fp8_matmul, r
 
 from jax_hopper import (Fp8Array, Fp8Meta, fp8_dot_general, fp8_matmul, fp8_meta, quantize_fp8,
                         quantize_weight)
-from jax_hopper.gemm.fp8_matmul import read_histories
+from jax_hopper.gemm.fp8_meta import read_histories
 from jax_hopper.gemm.fp8 import hopper_fp8_matmul
 from jax_hopper.gemm import dot_general as dg
 

@@ -12,7 +12,7 @@ from gemm_helpers import check_fp8_ragged_dot
 
 from jax_hopper import (Fp8Array, fp8_meta, fp8_ragged_dot, hopper_ragged_fp8_dot,
                         quantize_experts, quantize_fp8)
-from jax_hopper.gemm.fp8_matmul import read_histories
+from jax_hopper.gemm.fp8_meta import read_histories
 
 
 @pytest.fixture(autouse=True)

@@ -48,8 +48,8 @@ from jax.sharding import PartitionSpec
 
 from jax_hopper import manual_axes
 from jax_hopper.gemm.api import SUPPORTED_OUTPUTS, parse_dtype
-from jax_hopper.gemm.fp8_matmul import (RECIPES, check_meta, history_amax, next_meta,
-                                        read_histories)
+from jax_hopper.gemm.fp8_matmul import RECIPES
+from jax_hopper.gemm.fp8_meta import check_meta, history_amax, next_meta, read_histories
 from jax_hopper.gemm.ragged import check_group_sizes
 from jax_hopper.gemm.ragged_tiles import int32_sizes
 from jax_hopper.gemm.sharding import spec_of
