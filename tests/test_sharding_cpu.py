@@ -41,6 +41,13 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "explicit_result_types"]
 
 
+def _full_spec(x) -> tuple:
+    """x's PartitionSpec with an entry for every dimension (None: whole), however it is
+    spelled (P(None, 'x') and P(None, 'x', None) alike)."""
+    spec = tuple(x.sharding.spec)
+    return spec + (None,) * (x.ndim - len(spec))
+
+
 def run_cases(env: dict, timeout: int = 600) -> dict:
     """Runs every case in a child process; returns {case: "ok" | error text}."""
     proc = subprocess.run([sys.executable, os.path.abspath(__file__)], env={**os.environ, **env},
@@ -442,7 +449,7 @@ def _cases():
         got = _compare(lambda x, y: hopper_ragged_contract(x, y, sizes, out_dtype=f32),
                        (_rand(rng, (rows, k)), _rand(rng, (rows, n))),
                        (named(None, "x"), None), all_reduce=False)
-        assert tuple(got.sharding.spec) == (None, "x"), got.sharding.spec
+        assert _full_spec(got) == (None, "x", None), got.sharding.spec
 
     def ragged_rows():
         # Data parallelism: each device its shard of the rows, the sizes cut to it; no
@@ -663,7 +670,7 @@ def _cases():
 
     def contract_fp8_columns():
         got = contract_fp8(named("x"), None, False)
-        assert tuple(got.sharding.spec) == (None, "x"), got.sharding.spec
+        assert _full_spec(got) == (None, "x", None), got.sharding.spec
 
     def contract_fp8_block_columns():
         # Block scales: x^T's rows (P) split with x_scale's, nothing else; no communication.
@@ -674,7 +681,7 @@ def _cases():
                        (_rand(rng, (k, rows), e4m3), _rand(rng, (n, rows), e4m3),
                         jnp.ones((k, mb), f32) * 0.5, jnp.ones((-(-n // 128), mb), f32)),
                        (named("x"), None, named("x"), None), all_reduce=False, bound=fp8_order)
-        assert tuple(got.sharding.spec) == (None, "x"), got.sharding.spec
+        assert _full_spec(got) == (None, "x", None), got.sharding.spec
 
     def quantize_rows_tensor():
         # Per-tensor scaling: the amax is one all-reduce (max); each device quantizes its rows
@@ -1088,7 +1095,8 @@ def _cases():
         # gradients make the collectives jnp's program makes, no gather.
         if n_dev % 2:
             return "skip: needs an even device count"
-        from jax_hopper import fp8_matmul, hopper_ragged_dot, hopper_ragged_glu
+        from jax_hopper import (fp8_matmul, hopper_ragged_contract, hopper_ragged_dot,
+                                hopper_ragged_glu)
         grid = jax.make_mesh((2, n_dev // 2), ("data", "model"),
                              axis_types=(jax.sharding.AxisType.Explicit,) * 2)
         a, b = _rand(rng, (4, 32, k)), _rand(rng, (k, 8 * n_dev))
@@ -1120,6 +1128,18 @@ def _cases():
                 *placed)
             assert got.out_info.sharding.spec == want.out_info.sharding.spec, (
                 got.out_info.sharding, want.out_info.sharding)
+            # The grouped contraction (the experts' weight gradient): P and Q as x's and y's
+            # columns; untyped it was replicated, and its gradient gathered it.
+            placed = (jax.device_put(_rand(rng, (32, 8 * n_dev)), P(None, "model")),
+                      jax.device_put(_rand(rng, (32, 16)), P()))
+            got = jax.jit(lambda x, y: hopper_ragged_contract(x, y, gs)).trace(*placed)
+            want = jax.jit(lambda x, y: jnp.stack([x[:20].T @ y[:20], x[20:].T @ y[20:]])).trace(
+                *placed)
+            assert got.out_info.sharding.spec == want.out_info.sharding.spec, (
+                got.out_info.sharding, want.out_info.sharding)
+            loss = jax.jit(jax.grad(lambda x, y: (hopper_ragged_contract(x, y, gs).astype(f32)
+                                                  ** 2).sum(), (0, 1)))
+            assert "all-gather" not in loss.lower(*placed).compile().as_text()
 
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,

@@ -34,6 +34,7 @@ from jax_hopper.gemm.primitive import call_attrs, freeze, gemm_target
 from jax_hopper.gemm.ragged_primitive import register, vmapped_per_entry
 from jax_hopper.gemm.ragged_sharding import gathered_operands, shard_sizes, split_rows
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
+from jax_hopper.gemm.typed_reshape import explicitly_sharded
 from jax_hopper.kernels import catalog
 
 hopper_ragged_contract_p = Primitive("hopper_ragged_contract")
@@ -144,16 +145,9 @@ def contraction_partition(op, launch_fn, x_factors, y_factors, params, mesh, arg
     factors scale_factors gives its dimensions (None: replicated); with scale_blocks, a scale
     dimension of m or q counts 128-wide blocks, so those split only into whole blocks."""
     x, y, gs, *scales = arg_shapes
-    sx, sy, out = spec_of(x), spec_of(y), spec_of(result_shape)
-    mx, my = x_factors.index("m"), y_factors.index("m")
-    axes, spec = assign_factors(mesh, {"m": [sx[mx], sy[my]],
-                                       "p": [sx[x_factors.index("p")], out[1]],
-                                       "q": [sy[y_factors.index("q")], out[2]], "k": []}, 0)
-    if scale_blocks:
-        for factor, extent in (("m", x.shape[mx]), ("q", y.shape[y_factors.index("q")])):
-            devices = math.prod(mesh.shape[a] for a in axes[factor])
-            if axes[factor] and extent % (devices * catalog.FP8_SCALE_BLOCK):
-                axes[factor] = ()
+    mx = x_factors.index("m")
+    axes, spec = _assign(mesh, (spec_of(x), x.shape), (spec_of(y), y.shape), x_factors,
+                         y_factors, spec_of(result_shape), scale_blocks)
     rows = x.shape[mx]
     m_axes = split_rows(mesh, axes, rows)
     gathered = gathered_operands(axes, (("x", x, x_factors), ("y", y, y_factors),
@@ -176,6 +170,39 @@ def contraction_partition(op, launch_fn, x_factors, y_factors, params, mesh, arg
     return (mesh, lower_fn, spec(None, "p", "q"),
             (spec(*x_factors), spec(*y_factors), spec(None),
              *(spec(*factors) for factors in scale_factors)))
+
+
+def _assign(mesh, x, y, x_factors, y_factors, out, scale_blocks):
+    """contraction_partition's mesh axes per factor (m, p, q) and its spec function, for x and
+    y of those factors ((spec, shape) each) and the result's spec `out`: a split of x's or y's
+    dimension first, then the result's; with scale_blocks m and q only in whole 128-wide
+    blocks."""
+    (sx, x_shape), (sy, y_shape) = x, y
+    mx, my, q = x_factors.index("m"), y_factors.index("m"), y_factors.index("q")
+    axes, spec = assign_factors(mesh, {"m": [sx[mx], sy[my]],
+                                       "p": [sx[x_factors.index("p")], out[1]],
+                                       "q": [sy[q], out[2]], "k": []}, 0)
+    if scale_blocks:
+        for factor, extent in (("m", x_shape[mx]), ("q", y_shape[q])):
+            devices = math.prod(mesh.shape[a] for a in axes[factor])
+            if axes[factor] and extent % (devices * catalog.FP8_SCALE_BLOCK):
+                axes[factor] = ()
+    return axes, spec
+
+
+def contraction_placement(x3, y3, x_factors, y_factors, scale_blocks=False):
+    """(Of the abstract values of x3 and y3 as a contraction primitive binds them: a leading 1,
+    then x's and y's dimensions of x_factors and y_factors.) Under explicit sharding (an
+    operand's type carries a split), the result's (G, P, Q) sharding where
+    contraction_partition places it: P and Q split as x's and y's columns are, the groups
+    whole, a split of the rows summed away; so the result needs no reshard after the call (an
+    untyped one was replicated, gathering a weight-sized gradient). None without a split."""
+    typed = [v for v in (x3, y3) if explicitly_sharded(v)]
+    if not typed:
+        return None
+    _, spec = _assign(typed[0].sharding.mesh, *((spec_of(v)[1:], v.shape[1:]) for v in (x3, y3)),
+                      x_factors, y_factors, (None,) * 3, scale_blocks)
+    return spec(None, "p", "q")
 
 
 def_partition(_partitioned, _partition, _rule)
@@ -208,7 +235,8 @@ differentiable = _contract
 
 def _abstract_eval(x3, y3, ends, *, out_dtype, config):
     del config
-    return jax.core.ShapedArray((ends.shape[0], x3.shape[2], y3.shape[2]), out_dtype)
+    return jax.core.ShapedArray((ends.shape[0], x3.shape[2], y3.shape[2]), out_dtype,
+                                sharding=contraction_placement(x3, y3, _X, _Y))
 
 
 def reference(x3, y3, ends, *, out_dtype, config=None):

@@ -45,6 +45,7 @@ from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged import check_group_sizes
 from jax_hopper.gemm.ragged_contract import (contraction_lowering, contraction_partition,
+                                             contraction_placement,
                                              contraction_reference, contraction_rule)
 from jax_hopper.gemm.ragged_fp8 import block_scale, expand_blocks, scaling_of, tensor_scale
 from jax_hopper.gemm.ragged_primitive import (FP8_DIFFERENTIABLE, forward_only, register,
@@ -181,8 +182,10 @@ def launch(xt, yt, group_sizes, x_scale, y_scale, *, family, out_dtype, config):
 
 
 def _abstract_eval(xt3, yt3, ends, x_scale, y_scale, *, family, out_dtype, config):
-    del x_scale, y_scale, family, config
-    return jax.core.ShapedArray((ends.shape[0], xt3.shape[1], yt3.shape[1]), out_dtype)
+    del x_scale, y_scale, config
+    placed = contraction_placement(xt3, yt3, _X, _Y, scale_blocks=family == _FAMILIES["block"])
+    return jax.core.ShapedArray((ends.shape[0], xt3.shape[1], yt3.shape[1]), out_dtype,
+                                sharding=placed)
 
 
 def reference(xt3, yt3, ends, x_scale, y_scale, *, family, out_dtype, config=None):
