@@ -881,6 +881,14 @@ def _cases():
                                 argnums=2))(x, w, fp8_meta(4))
         assert float(meta.x[0]) == 40.0, meta.x
         assert float(meta.w[0]) == float(jnp.abs(w.astype(f32)).max()), meta.w
+        assert float(meta.uses) == 1.0, meta.uses  # one call, however many devices ran it
+        # Read by two calls on each device: two uses, each history the devices' largest.
+        twice = jax.shard_map(lambda x, w, m: fp8_matmul(x, w, recipe="delayed", meta=m) +
+                              fp8_matmul(2 * x, w, recipe="delayed", meta=m),
+                              mesh=auto_axes, in_specs=(P("x"), P(), P()), out_specs=P("x"))
+        meta = jax.jit(jax.grad(lambda x, w, m: twice(x, w, m).astype(f32).sum(),
+                                argnums=2))(x, w, fp8_meta(4))
+        assert float(meta.uses) == 2.0 and float(meta.x[0]) == 120.0, (meta.uses, meta.x)
 
     def quantize_blocks_fewer_than_devices():
         # A block-scaled dimension of fewer whole 128-blocks than the devices splitting it (two
