@@ -13,7 +13,7 @@ from jax.test_util import check_grads
 
 from gemm_helpers import (REL_FROB_BOUND, random_operand, reference64, rel_frob,
                           run_in_command_buffer, to64)
-from jax_hopper import _ffi, hopper_matmul
+from jax_hopper import _ffi, hopper_glu, hopper_matmul
 
 ON_GPU = pytest.param("gpu", marks=pytest.mark.gpu)
 PLATFORMS = ["cpu", ON_GPU]
@@ -159,6 +159,47 @@ def test_grad_of_batched_call_against_shared_weight_under_vmap(rng, platform):
         a, b, bias, res, w)
     for g, ref in zip(got, want):
         assert g.shape == ref.shape
+        assert rel_frob(g, to64(ref)) < GRAD_BOUND
+
+
+def _loops(jaxpr) -> int:
+    """scan and while loops anywhere in a (closed) jaxpr, sub-jaxprs included."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += eqn.primitive.name in ("scan", "while")
+        for sub in jax_core.jaxprs_in_params(eqn.params):
+            count += _loops(sub)
+    return count
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_glu_gradients_under_vmap_fold_the_entries(rng, platform):
+    """vmap(grad) and grad(vmap) of hopper_glu against a shared weight: the gated products
+    fold the entries into one launch each (the product and d x into the batch, d w as the
+    kernel's batch: no loop over entries), and equal the jnp unit's gradients; a mapped
+    weight still launches per entry."""
+    x = random_operand(rng, (3, 2, 40, 48), "bfloat16")
+    w = random_operand(rng, (48, 2, 64), "bfloat16")
+    x, w = _put(platform, x, w)
+
+    def ours(x, w):
+        return jnp.sum(hopper_glu(x, w, activation="silu").astype(jnp.float32) ** 2)
+
+    def theirs(x, w):
+        x32, w32 = x.astype(jnp.float32), w.astype(jnp.float32)
+        g, u = (jnp.einsum("bmk,kf->bmf", x32, w32[:, i], precision="highest") for i in (0, 1))
+        return jnp.sum((jax.nn.silu(g) * u) ** 2)
+
+    for f in (lambda loss: jax.vmap(jax.grad(loss, (0, 1)), in_axes=(0, None)),
+              lambda loss: jax.grad(lambda x, w: jax.vmap(loss, (0, None))(x, w).sum(), (0, 1))):
+        assert _loops(jax.make_jaxpr(f(ours))(x, w).jaxpr) == 0
+        got, want = jax.jit(f(ours))(x, w), jax.jit(f(theirs))(x, w)
+        for g, ref in zip(got, want):
+            assert g.shape == ref.shape and rel_frob(g, to64(ref)) < GRAD_BOUND
+    ws = jnp.stack([w, 2 * w, -w])
+    mapped = jax.vmap(jax.grad(ours, (0, 1)))
+    got, want = jax.jit(mapped)(x, ws), jax.jit(jax.vmap(jax.grad(theirs, (0, 1))))(x, ws)
+    for g, ref in zip(got, want):
         assert rel_frob(g, to64(ref)) < GRAD_BOUND
 
 

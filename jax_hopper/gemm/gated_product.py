@@ -24,8 +24,9 @@ p (gate or up) and g (the experts) are never split; the rows (b, m) and F (n) on
 device's group sizes are cut to its rows (ragged_sharding.shard_sizes), so the grouped product
 and d x stay local under a row split and d w sums its partials, as the dense d w does.
 Operands split any other way are gathered (a warning says which, as the GEMMs' partitioning
-does). vmap launches once per entry (custom_partitioning has no batching rule); inside
-shard_map each call is the plain local launch.
+does). custom_partitioning has no batching rule: under vmap the product and d x of entries
+sharing the weight fold the entries into the batch (one launch), the rest launches once per
+entry; inside shard_map each call is the plain local launch.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_batching import custom_vmap
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import PartitionSpec
 
@@ -46,10 +48,10 @@ from jax_hopper import manual_axes
 from jax_hopper.gemm import primitive, ragged_primitive
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged_contract import launch as contraction
-from jax_hopper.gemm.ragged_primitive import vmapped_per_entry
+from jax_hopper.gemm.ragged_primitive import per_entry
 from jax_hopper.gemm.ragged_sharding import gathered_operands, no_epilogue, shard_sizes
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
-from jax_hopper.gemm.typed_reshape import explicitly_sharded
+from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape
 
 _F32 = jnp.dtype(jnp.float32)
 
@@ -87,7 +89,7 @@ class _Kind:
 
 # The contracted factors a split of which leaves partial sums (p, contracted in d x, is never
 # split: Shardy takes it as a factor to replicate).
-_REDUCED = {"product": ("k",), "dx": ("n",), "dw": ("b", "m")}
+_REDUCED = {"product": ("k",), "dx": ("n",), "dw": ("b", "m"), "dw_entries": ("b", "m")}
 
 # Each product's VJP in the other two, cotangent g: of z = product(x, w), d x = dx(g, w) and
 # d w = dw(x, g); of dx(dz, w) = dz . w^T, d dz = product(g, w) and d w = dw(g, dz); of
@@ -149,6 +151,11 @@ def _dense(role: str, x, y, sizes, out_dtype, alpha: float, sharding):
         z = gemm(_merged(x, (b, m, gates * f)), _merged(y, (1, y.shape[0], gates * f)), False,
                  False)
         return _merged(z, z.shape, sharding)
+    if role == "dw_entries":  # x (E, B, M, K), dz (E, B, M, 2, F): each entry's x^T . dz
+        e, b, m, k = x.shape
+        gates, f = y.shape[3:]
+        z = gemm(_merged(x, (e, b * m, k)), _merged(y, (e, b * m, gates * f)), True, True)
+        return _merged(z, (e, k, gates, f), sharding)
     # dw: x (B, M, K), dz (B, M, 2, F): x^T . dz over (B, M)
     b, m, k = x.shape
     gates, f = y.shape[2:]
@@ -188,6 +195,8 @@ _DENSE = _Kind("hopper_glu", {
     "product": (("b", "m", "k"), ("k", "p", "n"), ("b", "m", "p", "n")),
     "dx": (("b", "m", "p", "n"), ("k", "p", "n"), ("b", "m", "k")),
     "dw": (("b", "m", "k"), ("b", "m", "p", "n"), ("k", "p", "n")),
+    # dw under vmap (_vmappable): the entries e as the kernel's batch
+    "dw_entries": (("e", "b", "m", "k"), ("e", "b", "m", "p", "n"), ("e", "k", "p", "n")),
 }, _dense, grouped=False)
 _GROUPED = _Kind("hopper_ragged_glu", {
     "product": (("m", "k"), ("g", "k", "p", "n"), ("m", "p", "n")),
@@ -220,7 +229,7 @@ def _assignment(kind: _Kind, role: str, mesh, x, y, result):
     rows (b, m) or of F (n) that the merges cannot take whole is dropped (gathered), as XLA
     would pad it with values the sums would take in; p and g stay whole."""
     x_factors, y_factors, out_factors = kind.factors[role]
-    candidates = {f: [] for f in "bmkn"}
+    candidates = {f: [] for f in "ebmkn"}
     for factors, spec in ((x_factors, spec_of(x)), (y_factors, spec_of(y)),
                           (out_factors, () if result is None else spec_of(result))):
         for f, entry in zip(factors, spec):
@@ -228,7 +237,7 @@ def _assignment(kind: _Kind, role: str, mesh, x, y, result):
                 candidates[f].append(entry)
     axes, spec = assign_factors(mesh, candidates, _extent(kind, role, "k", x, y))
     axes.update(p=(), g=())
-    for factor in "bmn":
+    for factor in "ebmn":
         if axes[factor] and _extent(kind, role, factor, x, y) % math.prod(
                 mesh.shape[a] for a in axes[factor]):
             axes[factor] = ()
@@ -287,4 +296,38 @@ def _local(kind: _Kind, role: str, params: tuple):
                 (spec(*x_factors), spec(*y_factors), *(spec(None) for _ in sizes)))
 
     def_partition(partitioned, partition, rule)
-    return vmapped_per_entry(partitioned)
+    return _vmappable(kind, role, params, partitioned)
+
+
+def _vmappable(kind: _Kind, role: str, params: tuple, partitioned):
+    """partitioned with a vmap rule of one launch, as hopper_matmul's vmap folds its entries:
+    where the role's result has the batch b and only operands that carry b are mapped (the
+    product and d x of entries sharing the weight), the entries folded into b; the dense d w
+    of mapped x and d z, the entries as the kernel's batch (dw_entries: each entry's own sum
+    over its rows). Else (the grouped kind, whose group sizes place the rows; a mapped weight)
+    one launch per entry."""
+    x_factors, y_factors, out_factors = kind.factors[role]
+    carries_b = ("b" in x_factors, "b" in y_factors)
+    fn = custom_vmap(partitioned)
+
+    def rule(axis_size, in_batched, *args):
+        if any(in_batched[2:]) or any(m and not b for m, b in zip(in_batched, carries_b)):
+            return per_entry(fn, in_batched, args), True
+        if "b" in out_factors:
+            out = fn(*[_entries_folded(a, axis_size, m) if b else a
+                       for a, m, b in zip(args, in_batched, carries_b)])
+            return reshape(out, (axis_size, out.shape[0] // axis_size, *out.shape[1:])), True
+        if role == "dw" and "dw_entries" in kind.factors:
+            return _local(kind, "dw_entries", params)(*[
+                a if m else jnp.broadcast_to(a, (axis_size, *a.shape))
+                for a, m in zip(args, in_batched)]), True
+        return per_entry(fn, in_batched, args), True
+
+    fn.def_vmap(rule)
+    return fn
+
+
+def _entries_folded(a, entries: int, mapped: bool):
+    """a (entries, B, ...) as (entries B, ...); an unmapped a (B, ...) repeated for each."""
+    a = a if mapped else jnp.broadcast_to(a, (entries, *a.shape))
+    return reshape(a, (entries * a.shape[1], *a.shape[2:]))
