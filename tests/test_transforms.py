@@ -42,6 +42,16 @@ def _kernel_calls(jaxpr) -> int:
     return count
 
 
+def _loops(jaxpr) -> int:
+    """scan and while loops anywhere in a (closed) jaxpr, sub-jaxprs included."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += eqn.primitive.name in ("scan", "while")
+        for sub in jax_core.jaxprs_in_params(eqn.params):
+            count += _loops(sub)
+    return count
+
+
 # ---------------------------------------------------------------- vmap
 
 VMAPS = {
@@ -149,27 +159,19 @@ def test_grad_matches_jnp(rng, platform, activation, transpose_a, transpose_b):
 
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_grad_of_batched_call_against_shared_weight_under_vmap(rng, platform):
-    """jit(vmap(grad)): per-example gradients; the weight is shared by the inner batch."""
+    """jit(vmap(grad)): per-example gradients; the weight is shared by the inner batch, and
+    its per-example gradients are one launch (no loop over the examples)."""
     a, b, bias, res, w = _put(platform, *_grad_operands(rng, 40, 64, 48, False, False,
                                                         batch=(3, 2)))
     ours, theirs = _loss_pair(False, False, "gelu_tanh")
-    got = jax.jit(jax.vmap(jax.grad(ours, argnums=(0, 1)), in_axes=(0, None, None, 0, 0)))(
-        a, b, bias, res, w)
+    per_example = jax.vmap(jax.grad(ours, argnums=(0, 1)), in_axes=(0, None, None, 0, 0))
+    assert _loops(jax.make_jaxpr(per_example)(a, b, bias, res, w).jaxpr) == 0
+    got = jax.jit(per_example)(a, b, bias, res, w)
     want = jax.jit(jax.vmap(jax.grad(theirs, argnums=(0, 1)), in_axes=(0, None, None, 0, 0)))(
         a, b, bias, res, w)
     for g, ref in zip(got, want):
         assert g.shape == ref.shape
         assert rel_frob(g, to64(ref)) < GRAD_BOUND
-
-
-def _loops(jaxpr) -> int:
-    """scan and while loops anywhere in a (closed) jaxpr, sub-jaxprs included."""
-    count = 0
-    for eqn in jaxpr.eqns:
-        count += eqn.primitive.name in ("scan", "while")
-        for sub in jax_core.jaxprs_in_params(eqn.params):
-            count += _loops(sub)
-    return count
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
