@@ -38,7 +38,7 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "shard_map_delayed_meta", "quantize_blocks_fewer_than_devices",
          "fp8_block_two_axes", "glu_grad_f_split", "ragged_glu_grad_f_split",
          "sequence_split_grad", "explicit_grad_types", "fp8_block_few_rows_warned",
-         "explicit_result_types"]
+         "explicit_result_types", "glu_vmap_grad"]
 
 
 def _full_spec(x) -> tuple:
@@ -1149,6 +1149,32 @@ def _cases():
                                                   ** 2).sum(), (0, 1)))
             assert "all-gather" not in loss.lower(*placed).compile().as_text()
 
+    def glu_vmap_grad():
+        # hopper_glu's per-example gradients of a shared weight (vmap(grad)) on explicit axes:
+        # the entries split, the products fold them into their batch (one launch each); the
+        # batch split instead, folding would gather it, so the product and d x run per entry
+        # (d w, the entries as the kernel's batch, still one launch). No gather either way.
+        if n_dev % 2:
+            return "skip: needs an even device count"
+        from gemm_helpers import rel_frob, to64
+        from test_transforms import _loops
+        grid = jax.make_mesh((2, n_dev // 2), ("data", "model"),
+                             axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+        x, w = _rand(rng, (4, 2, 16, k)), _rand(rng, (k, 2, n))
+
+        def loss(x, w):
+            return (hopper_glu(x, w, activation="silu").astype(f32) ** 2).sum()
+        f = jax.vmap(jax.grad(loss, (0, 1)), in_axes=(0, None))
+        want = jax.jit(f)(x, w)
+        for spec, loops in ((P("data"), 0), (P(None, "data"), 2)):
+            with jax.set_mesh(grid):
+                placed = jax.device_put(x, spec)
+                assert _loops(jax.make_jaxpr(f)(placed, w).jaxpr) == loops, spec
+                got = jax.jit(f)(placed, w)
+                assert "all-gather" not in jax.jit(f).lower(placed, w).compile().as_text()
+            for g, v in zip(got, want):
+                assert rel_frob(g, to64(v)) < 1e-2, (spec, rel_frob(g, to64(v)))
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
@@ -1171,7 +1197,7 @@ def _cases():
                             quantize_blocks_fewer_than_devices, fp8_block_two_axes,
                             glu_grad_f_split, ragged_glu_grad_f_split, sequence_split_grad,
                             explicit_grad_types, fp8_block_few_rows_warned,
-                            explicit_result_types]))
+                            explicit_result_types, glu_vmap_grad]))
 
 
 def main():

@@ -51,7 +51,7 @@ from jax_hopper.gemm.ragged_contract import launch as contraction
 from jax_hopper.gemm.ragged_primitive import per_entry
 from jax_hopper.gemm.ragged_sharding import gathered_operands, no_epilogue, shard_sizes
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
-from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape
+from jax_hopper.gemm.typed_reshape import explicitly_sharded, keeps_splits, reshape
 
 _F32 = jnp.dtype(jnp.float32)
 
@@ -313,7 +313,9 @@ def _vmappable(kind: _Kind, role: str, params: tuple, partitioned):
     def rule(axis_size, in_batched, *args):
         if any(in_batched[2:]) or any(m and not b for m, b in zip(in_batched, carries_b)):
             return per_entry(fn, in_batched, args), True
-        if "b" in out_factors:
+        # (Not folded where the fold would gather a split of the batch b: explicit axes.)
+        if "b" in out_factors and all(keeps_splits(a, (-1, *a.shape[2:]))
+                                      for a, m in zip(args, in_batched) if m):
             out = fn(*[_entries_folded(a, axis_size, m) if b else a
                        for a, m, b in zip(args, in_batched, carries_b)])
             return reshape(out, (axis_size, out.shape[0] // axis_size, *out.shape[1:])), True
