@@ -9,6 +9,7 @@
 #   SUITE_JOBS=6 bash scripts/gpu_suite.sh    # tests in 6 pytest processes side by side
 #   SUITE_ARCHIVE=1 bash scripts/gpu_suite.sh # the logs as one file, gpu_suite_logs.tgz
 #   SUITE_TEST_LIMIT=380 bash scripts/gpu_suite.sh  # stop each test process after 380 s
+#   SUITE_JOBS=8 SUITE_PART=1/2 bash scripts/gpu_suite.sh  # half the test files (then 2/2)
 # SUITE_JOBS > 1 splits the test files into that many groups of about equal running time (the
 # times recorded in scripts/suite_durations.json: scripts/suite_groups.py) and runs them at once,
 # each GPU process allocating as it goes (XLA_PYTHON_CLIENT_PREALLOCATE=false): six processes ran
@@ -21,6 +22,10 @@
 # SUITE_TEST_LIMIT (seconds) interrupts each pytest process past it as Ctrl-C would, so that it
 # still prints its summary and writes its junit XML (what passed, and where it stopped); the
 # test files' times are then not recorded, a cut group's being partial.
+# SUITE_PART=i/n splits the test files into n x SUITE_JOBS groups of about equal recorded time
+# and runs part i's SUITE_JOBS of them (i = 1..n): the suite over n calls of a device lent by
+# the call, each within its limit (eight groups of the whole suite took over 380 s each on
+# 2026-12-05, a call's 600 s less the build's minute).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS="${OUT:-gpu_suite_logs}"
@@ -51,15 +56,23 @@ if [ $build_rc -ne 0 ]; then tail -40 "$LOGS/build.log"; exit 1; fi
 echo "== tests"
 # Run from a neutral directory so the installed package (with its extension) is imported.
 JOBS="${SUITE_JOBS:-1}"
-if [ "$JOBS" -le 1 ]; then
+PART="${SUITE_PART:-}"
+if [ -n "$PART" ] && ! [[ "$PART" =~ ^([1-9][0-9]*)/([1-9][0-9]*)$ && \
+                          ${BASH_REMATCH[1]} -le ${BASH_REMATCH[2]} ]]; then
+  echo "SUITE_PART=$PART: want i/n with 1 <= i <= n (part i of n)"; exit 2
+fi
+if [ "$JOBS" -le 1 ] && [ -z "$PART" ]; then
   ( cd tests && limited $PY -m pytest -q -ra -p no:cacheprovider --junitxml="$LOGS/junit.xml" \
       ${SUITE_PYTEST_ARGS:-} . ) > "$LOGS/tests.log" 2>&1
   test_rc=$?
   [ $test_rc -ne 124 ] || echo "tests: stopped by SUITE_TEST_LIMIT (${LIMIT} s)"
 else
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
-  # One line of test files per group, of about equal recorded time (scripts/suite_groups.py).
-  mapfile -t groups < <($PY scripts/suite_groups.py "$JOBS")
+  # One line of test files per group, of about equal recorded time (scripts/suite_groups.py);
+  # with SUITE_PART=i/n, part i's JOBS of n x JOBS groups.
+  part=${PART%/*}; parts=${PART#*/}; part=${part:-1}; parts=${parts:-1}
+  mapfile -t all_groups < <($PY scripts/suite_groups.py $((JOBS * parts)))
+  groups=("${all_groups[@]:$(( (part - 1) * JOBS )):$JOBS}")
   pids=()
   for i in "${!groups[@]}"; do
     # shellcheck disable=SC2086

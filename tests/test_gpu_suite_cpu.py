@@ -1,7 +1,8 @@
 """CPU tests of scripts/gpu_suite.sh's time limit and archive, with a stand-in Python whose
 build succeeds at once and whose pytest runs until it is interrupted: a test process past
-SUITE_TEST_LIMIT is stopped and said to be, and SUITE_ARCHIVE=1 writes its archive however the
-script ends (a signal from an outer time limit included)."""
+SUITE_TEST_LIMIT is stopped and said to be, SUITE_ARCHIVE=1 writes its archive however the
+script ends (a signal from an outer time limit included), and SUITE_PART's parts run every
+test file once between them."""
 
 import os
 import signal
@@ -13,12 +14,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "gpu_suite.sh")
 
-# pip: done; pytest: a run that waits (printing a line first) until a signal ends it, as a
-# long test file would; anything else (scripts/suite_groups.py): the real interpreter.
+# pip: done; pytest: a run that waits (printing its test files first) until a signal ends it,
+# as a long test file would; anything else (scripts/suite_groups.py): the real interpreter.
 STAND_IN = f"""#!/usr/bin/env bash
 if [ "$1 $2" = "-m pip" ]; then exit 0; fi
 if [ "$1 $2" = "-m pytest" ]; then
-  exec {sys.executable} -c 'import time; print("..", flush=True); time.sleep(120)'
+  exec {sys.executable} -c 'import sys, time
+print("files:", *[a for a in sys.argv[1:] if a.endswith(".py")], flush=True)
+time.sleep(120)' "$@"
 fi
 exec {sys.executable} "$@"
 """
@@ -57,3 +60,31 @@ def test_the_archive_is_written_when_a_signal_ends_the_script(tmp_path):
     os.killpg(proc.pid, signal.SIGTERM)  # as an outer `timeout` signals its process group
     proc.communicate(timeout=60)
     assert "tests.log" in _archived(out)
+
+
+def _part_files(tmp_path, part):
+    proc, out = _suite(tmp_path / part.replace("/", "_"), SUITE_JOBS="2",
+                       SUITE_TEST_LIMIT="2", SUITE_PART=part)
+    text, _ = proc.communicate(timeout=90)
+    assert text.count("stopped by SUITE_TEST_LIMIT, 2 s") == 2, text  # two groups a part
+    with tarfile.open(out / "gpu_suite_logs.tgz") as tar:
+        logs = [tar.extractfile(m).read().decode() for m in tar.getmembers()
+                if os.path.basename(m.name).startswith("tests_")]
+    return [f for log in logs for line in log.splitlines() if line.startswith("files:")
+            for f in line.split()[1:]]
+
+
+def test_suite_parts_run_every_test_file_once(tmp_path):
+    for sub in ("1_2", "2_2"):
+        (tmp_path / sub).mkdir()
+    first, second = _part_files(tmp_path, "1/2"), _part_files(tmp_path, "2/2")
+    every = sorted(f for f in os.listdir(os.path.join(ROOT, "tests"))
+                   if f.startswith("test_") and f.endswith(".py"))
+    assert first and second and not set(first) & set(second)
+    assert sorted(first + second) == every
+
+
+def test_a_bad_suite_part_is_refused(tmp_path):
+    proc, _ = _suite(tmp_path, SUITE_JOBS="2", SUITE_PART="3/2")
+    text, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "SUITE_PART=3/2: want i/n" in text, text
