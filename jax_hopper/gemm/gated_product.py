@@ -51,7 +51,7 @@ from jax_hopper.gemm.ragged_contract import launch as contraction
 from jax_hopper.gemm.ragged_primitive import per_entry
 from jax_hopper.gemm.ragged_sharding import gathered_operands, no_epilogue, shard_sizes
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
-from jax_hopper.gemm.typed_reshape import explicitly_sharded, keeps_splits, reshape
+from jax_hopper.gemm.typed_reshape import explicitly_sharded
 
 _F32 = jnp.dtype(jnp.float32)
 
@@ -89,7 +89,8 @@ class _Kind:
 
 # The contracted factors a split of which leaves partial sums (p, contracted in d x, is never
 # split: Shardy takes it as a factor to replicate).
-_REDUCED = {"product": ("k",), "dx": ("n",), "dw": ("b", "m"), "dw_entries": ("b", "m")}
+_REDUCED = {"product": ("k",), "dx": ("n",), "dw": ("b", "m"), "product_entries": ("k",),
+            "dx_entries": ("n",), "dw_entries": ("b", "m")}
 
 # Each product's VJP in the other two, cotangent g: of z = product(x, w), d x = dx(g, w) and
 # d w = dw(x, g); of dx(dz, w) = dz . w^T, d dz = product(g, w) and d w = dw(g, dz); of
@@ -151,6 +152,11 @@ def _dense(role: str, x, y, sizes, out_dtype, alpha: float, sharding):
         z = gemm(_merged(x, (b, m, gates * f)), _merged(y, (1, y.shape[0], gates * f)), False,
                  False)
         return _merged(z, z.shape, sharding)
+    if role in ("product_entries", "dx_entries"):  # (E, B, ...): E B as the batch
+        e, b = x.shape[:2]
+        z = _dense(role[:-len("_entries")], _merged(x, (e * b, *x.shape[2:])), y, (),
+                   out_dtype, alpha, None)
+        return _merged(z, (e, b, *z.shape[1:]), sharding)
     if role == "dw_entries":  # x (E, B, M, K), dz (E, B, M, 2, F): each entry's x^T . dz
         e, b, m, k = x.shape
         gates, f = y.shape[3:]
@@ -195,9 +201,13 @@ _DENSE = _Kind("hopper_glu", {
     "product": (("b", "m", "k"), ("k", "p", "n"), ("b", "m", "p", "n")),
     "dx": (("b", "m", "p", "n"), ("k", "p", "n"), ("b", "m", "k")),
     "dw": (("b", "m", "k"), ("b", "m", "p", "n"), ("k", "p", "n")),
-    # dw under vmap (_vmappable): the entries e as the kernel's batch
+    # Under vmap against a shared weight (_vmappable): the entries e merged into the batch on
+    # each device's shards (product, d x), or the kernel's batch (d w: each entry's own sum).
+    "product_entries": (("e", "b", "m", "k"), ("k", "p", "n"), ("e", "b", "m", "p", "n")),
+    "dx_entries": (("e", "b", "m", "p", "n"), ("k", "p", "n"), ("e", "b", "m", "k")),
     "dw_entries": (("e", "b", "m", "k"), ("e", "b", "m", "p", "n"), ("e", "k", "p", "n")),
 }, _dense, grouped=False)
+_ENTRIES = {"product": "product_entries", "dx": "dx_entries", "dw": "dw_entries"}
 _GROUPED = _Kind("hopper_ragged_glu", {
     "product": (("m", "k"), ("g", "k", "p", "n"), ("m", "p", "n")),
     "dx": (("m", "p", "n"), ("g", "k", "p", "n"), ("m", "k")),
@@ -301,35 +311,21 @@ def _local(kind: _Kind, role: str, params: tuple):
 
 def _vmappable(kind: _Kind, role: str, params: tuple, partitioned):
     """partitioned with a vmap rule of one launch, as hopper_matmul's vmap folds its entries:
-    where the role's result has the batch b and only operands that carry b are mapped (the
-    product and d x of entries sharing the weight), the entries folded into b; the dense d w
-    of mapped x and d z, the entries as the kernel's batch (dw_entries: each entry's own sum
-    over its rows). Else (the grouped kind, whose group sizes place the rows; a mapped weight)
-    one launch per entry."""
-    x_factors, y_factors, out_factors = kind.factors[role]
+    against a shared weight (only operands that carry the batch b mapped, an unmapped one of
+    them repeated), the role's _ENTRIES form, whose factor e keeps the entries apart until each
+    device's shards merge them (so a split of b is never gathered). Else (the grouped kind,
+    whose group sizes place the rows; a mapped weight) one launch per entry."""
+    x_factors, y_factors, _ = kind.factors[role]
     carries_b = ("b" in x_factors, "b" in y_factors)
     fn = custom_vmap(partitioned)
 
     def rule(axis_size, in_batched, *args):
-        if any(in_batched[2:]) or any(m and not b for m, b in zip(in_batched, carries_b)):
+        if (role not in _ENTRIES or _ENTRIES[role] not in kind.factors or any(in_batched[2:])
+                or any(m and not b for m, b in zip(in_batched, carries_b))):
             return per_entry(fn, in_batched, args), True
-        # (Not folded where the fold would gather a split of the batch b: explicit axes.)
-        if "b" in out_factors and all(keeps_splits(a, (-1, *a.shape[2:]))
-                                      for a, m in zip(args, in_batched) if m):
-            out = fn(*[_entries_folded(a, axis_size, m) if b else a
-                       for a, m, b in zip(args, in_batched, carries_b)])
-            return reshape(out, (axis_size, out.shape[0] // axis_size, *out.shape[1:])), True
-        if role == "dw" and "dw_entries" in kind.factors:
-            return _local(kind, "dw_entries", params)(*[
-                a if m else jnp.broadcast_to(a, (axis_size, *a.shape))
-                for a, m in zip(args, in_batched)]), True
-        return per_entry(fn, in_batched, args), True
+        return _local(kind, _ENTRIES[role], params)(*[
+            a if m or not b else jnp.broadcast_to(a, (axis_size, *a.shape))
+            for a, m, b in zip(args, in_batched, carries_b)]), True
 
     fn.def_vmap(rule)
     return fn
-
-
-def _entries_folded(a, entries: int, mapped: bool):
-    """a (entries, B, ...) as (entries B, ...); an unmapped a (B, ...) repeated for each."""
-    a = a if mapped else jnp.broadcast_to(a, (entries, *a.shape))
-    return reshape(a, (entries * a.shape[1], *a.shape[2:]))

@@ -33,12 +33,6 @@ def resharded(x, spec: PartitionSpec, *, on=None):
     return jax.sharding.reshard(x, jax.typeof(x if on is None else on).sharding.update(spec=spec))
 
 
-def keeps_splits(x, shape) -> bool:
-    """Whether x.reshape(shape) keeps every split of x's type (always, where it has none): a
-    reshape that would gather (a merged minor dimension's split) is False."""
-    return not explicitly_sharded(x) or not _plan(x, _resolved(x.shape, tuple(shape)))[2]
-
-
 def reshape(x, shape, *, warn: bool = True):
     """x.reshape(shape), with the result's sharding named where x's type carries one. warn
     False: a lost split is not reported, for a reshape traced only for the result's type (the
