@@ -57,9 +57,14 @@ echo "== tests"
 # Run from a neutral directory so the installed package (with its extension) is imported.
 JOBS="${SUITE_JOBS:-1}"
 PART="${SUITE_PART:-}"
-if [ -n "$PART" ] && ! [[ "$PART" =~ ^([1-9][0-9]*)/([1-9][0-9]*)$ && \
-                          ${BASH_REMATCH[1]} -le ${BASH_REMATCH[2]} ]]; then
-  echo "SUITE_PART=$PART: want i/n with 1 <= i <= n (part i of n)"; exit 2
+part=1; parts=1
+if [ -n "$PART" ]; then
+  if [[ "$PART" =~ ^([1-9][0-9]*)/([1-9][0-9]*)$ ]] && \
+     [ "${BASH_REMATCH[1]}" -le "${BASH_REMATCH[2]}" ]; then
+    part=${BASH_REMATCH[1]}; parts=${BASH_REMATCH[2]}
+  else
+    echo "SUITE_PART=$PART: want i/n with 1 <= i <= n (part i of n)"; exit 2
+  fi
 fi
 if [ "$JOBS" -le 1 ] && [ -z "$PART" ]; then
   ( cd tests && limited $PY -m pytest -q -ra -p no:cacheprovider --junitxml="$LOGS/junit.xml" \
@@ -70,7 +75,6 @@ else
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
   # One line of test files per group, of about equal recorded time (scripts/suite_groups.py);
   # with SUITE_PART=i/n, part i's JOBS of n x JOBS groups.
-  part=${PART%/*}; parts=${PART#*/}; part=${part:-1}; parts=${parts:-1}
   mapfile -t all_groups < <($PY scripts/suite_groups.py $((JOBS * parts)))
   groups=("${all_groups[@]:$(( (part - 1) * JOBS )):$JOBS}")
   pids=()

@@ -12,6 +12,7 @@ from unittest import mock
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend import core as jax_core
 
 import jax_hopper
 
@@ -638,3 +639,11 @@ def check_ragged_fp8(rng, m, n, k, sizes, pair=("float8_e4m3fn", "float8_e4m3fn"
     err = rel_frob(out, want)
     bound = (REL_FROB_BOUND_FP8_BLOCK if block else REL_FROB_BOUND_FP8)[out_dtype]
     assert err < bound, (err, m, n, k, sizes, config)
+
+
+def count_eqns(jaxpr, names) -> int:
+    """The equations of a (closed) jaxpr whose primitive is one of `names`, sub-jaxprs
+    included (kernel calls: "hopper_gemm"; loops: "scan", "while")."""
+    return sum((eqn.primitive.name in names) +
+               sum(count_eqns(sub, names) for sub in jax_core.jaxprs_in_params(eqn.params))
+               for eqn in jaxpr.eqns)

@@ -8,10 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.extend import core as jax_core
 from jax.test_util import check_grads
 
-from gemm_helpers import (REL_FROB_BOUND, random_operand, reference64, rel_frob,
+from gemm_helpers import (REL_FROB_BOUND, count_eqns, random_operand, reference64, rel_frob,
                           run_in_command_buffer, to64)
 from jax_hopper import _ffi, hopper_glu, hopper_matmul
 
@@ -22,6 +21,7 @@ ACTIVATIONS = [None, "relu", "gelu_tanh", "gelu", "silu"]
 # Gradients: dz = dy * act'(z) is rounded to bf16 to feed the kernel (as XLA rounds a bf16
 # dot's operands), so the bound is bf16 rounding of the cotangent, not fp32 accumulation.
 GRAD_BOUND = 1.5e-2
+LOOPS = ("scan", "while")  # a vmap answered one entry at a time
 
 
 def _device(platform):
@@ -30,26 +30,6 @@ def _device(platform):
 
 def _put(platform, *xs):
     return [jax.device_put(x, _device(platform)) for x in xs]
-
-
-def _kernel_calls(jaxpr) -> int:
-    """hopper_gemm primitives anywhere in a (closed) jaxpr, sub-jaxprs included."""
-    count = 0
-    for eqn in jaxpr.eqns:
-        count += eqn.primitive.name == "hopper_gemm"
-        for sub in jax_core.jaxprs_in_params(eqn.params):
-            count += _kernel_calls(sub)
-    return count
-
-
-def _loops(jaxpr) -> int:
-    """scan and while loops anywhere in a (closed) jaxpr, sub-jaxprs included."""
-    count = 0
-    for eqn in jaxpr.eqns:
-        count += eqn.primitive.name in ("scan", "while")
-        for sub in jax_core.jaxprs_in_params(eqn.params):
-            count += _loops(sub)
-    return count
 
 
 # ---------------------------------------------------------------- vmap
@@ -90,7 +70,7 @@ def test_vmap_is_one_batched_kernel_call(rng, platform, case):
     a, b = _put(platform, random_operand(rng, a_shape, "bfloat16"),
                 random_operand(rng, b_shape, "bfloat16"))
     f = _vmapped(lambda a, b: hopper_matmul(a, b, out_dtype=jnp.float32), levels)
-    assert _kernel_calls(jax.make_jaxpr(f)(a, b).jaxpr) == 1
+    assert count_eqns(jax.make_jaxpr(f)(a, b).jaxpr, ("hopper_gemm",)) == 1
     got = jax.jit(f)(a, b)
     want = _vmap_reference(to64(a), to64(b), levels)
     assert rel_frob(got, want) < REL_FROB_BOUND["float32"]
@@ -165,7 +145,7 @@ def test_grad_of_batched_call_against_shared_weight_under_vmap(rng, platform):
                                                         batch=(3, 2)))
     ours, theirs = _loss_pair(False, False, "gelu_tanh")
     per_example = jax.vmap(jax.grad(ours, argnums=(0, 1)), in_axes=(0, None, None, 0, 0))
-    assert _loops(jax.make_jaxpr(per_example)(a, b, bias, res, w).jaxpr) == 0
+    assert count_eqns(jax.make_jaxpr(per_example)(a, b, bias, res, w).jaxpr, LOOPS) == 0
     got = jax.jit(per_example)(a, b, bias, res, w)
     want = jax.jit(jax.vmap(jax.grad(theirs, argnums=(0, 1)), in_axes=(0, None, None, 0, 0)))(
         a, b, bias, res, w)
@@ -194,7 +174,7 @@ def test_glu_gradients_under_vmap_fold_the_entries(rng, platform):
 
     for f in (lambda loss: jax.vmap(jax.grad(loss, (0, 1)), in_axes=(0, None)),
               lambda loss: jax.grad(lambda x, w: jax.vmap(loss, (0, None))(x, w).sum(), (0, 1))):
-        assert _loops(jax.make_jaxpr(f(ours))(x, w).jaxpr) == 0
+        assert count_eqns(jax.make_jaxpr(f(ours))(x, w).jaxpr, LOOPS) == 0
         got, want = jax.jit(f(ours))(x, w), jax.jit(f(theirs))(x, w)
         for g, ref in zip(got, want):
             assert g.shape == ref.shape and rel_frob(g, to64(ref)) < GRAD_BOUND

@@ -194,7 +194,7 @@ def _epilogue_operands(bias, residual, out_shape):
 def _fp8_matmul(x, w, meta, bias, residual, recipe, out_dtype, grad_dtypes):
     # Not differentiated (inference): x's transposed copy, needed only for dw, is not written.
     del grad_dtypes
-    meta = None if meta is None else read_histories(meta)
+    meta = read_histories(meta)
     xq, wq = _operands(x, w, meta, RECIPES[recipe], transpose_x=False)
     return hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype, bias=bias,
                              residual=residual)
@@ -237,7 +237,7 @@ def _forward(x, w, meta, bias, residual, recipe, out_dtype, grad_dtypes):
     """y and the residuals: x's and w's quantized copies and meta (grad_dtypes: those of dx,
     dw, d bias and d residual, None where there is none)."""
     del grad_dtypes
-    read = None if meta is None else read_histories(meta)
+    read = read_histories(meta)
     xq, wq = _operands(x, w, read, RECIPES[recipe], transpose_x=True)
     y = hopper_fp8_matmul(xq.q, wq.q_t, xq.scale, wq.scale_t, out_dtype=out_dtype, bias=bias,
                           residual=residual)

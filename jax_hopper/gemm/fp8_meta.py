@@ -92,7 +92,10 @@ def read_histories(meta):
     uses = n (each call's gradient counting 1). The older entries divided by uses are the
     histories those calls read, exactly (to a rounding); the sum stays as the newest entry, an
     upper bound on the calls' largest amax, at most n times it, so a scale from it errs toward
-    not saturating. A meta no call's result reached (a zero gradient, uses 0) is fresh."""
+    not saturating. A meta no call's result reached (a zero gradient, uses 0) is fresh. None
+    (a recipe without histories) stays None."""
+    if meta is None:
+        return None
     n = jnp.maximum(meta.uses, 1)
 
     def one(history):

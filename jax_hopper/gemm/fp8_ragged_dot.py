@@ -180,7 +180,7 @@ def _served_jvp(recipe, out_dtype, primals, tangents):
 def _fp8_ragged(lhs, rhs, gs, meta, recipe, out_dtype, grad_dtypes):
     del grad_dtypes
     r = RECIPES[recipe]
-    meta = None if meta is None else read_histories(meta)
+    meta = read_histories(meta)
     wq = _weights(rhs, meta, r)
     return _product(lhs, wq.q_t, wq.scale_t, gs, meta, r, out_dtype)[0]
 
@@ -192,7 +192,7 @@ def _forward(lhs, rhs, gs, meta, recipe, out_dtype, grad_dtypes):
     (grad_dtypes: lhs's and rhs's, the gradients' dtypes)."""
     del grad_dtypes
     r = RECIPES[recipe]
-    read = None if meta is None else read_histories(meta)
+    read = read_histories(meta)
     wq = _weights(rhs, read, r)
     y, xq = _product(lhs, wq.q_t, wq.scale_t, gs, read, r, out_dtype, transpose=True)
     seen = None if meta is None else (read, xq.amax, wq.amax)

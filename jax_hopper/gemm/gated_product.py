@@ -24,9 +24,10 @@ p (gate or up) and g (the experts) are never split; the rows (b, m) and F (n) on
 device's group sizes are cut to its rows (ragged_sharding.shard_sizes), so the grouped product
 and d x stay local under a row split and d w sums its partials, as the dense d w does.
 Operands split any other way are gathered (a warning says which, as the GEMMs' partitioning
-does). custom_partitioning has no batching rule: under vmap the product and d x of entries
-sharing the weight fold the entries into the batch (one launch), the rest launches once per
-entry; inside shard_map each call is the plain local launch.
+does). custom_partitioning has no batching rule: under vmap against a shared weight each
+dense product is one launch (_vmappable: the entries merged into the batch, or d w's kernel
+batch, on each device's shards), the grouped ones and a mapped weight launch once per entry;
+inside shard_map each call is the plain local launch.
 """
 
 from __future__ import annotations
@@ -154,8 +155,8 @@ def _dense(role: str, x, y, sizes, out_dtype, alpha: float, sharding):
         return _merged(z, z.shape, sharding)
     if role in ("product_entries", "dx_entries"):  # (E, B, ...): E B as the batch
         e, b = x.shape[:2]
-        z = _dense(role[:-len("_entries")], _merged(x, (e * b, *x.shape[2:])), y, (),
-                   out_dtype, alpha, None)
+        base = "product" if role == "product_entries" else "dx"
+        z = _dense(base, _merged(x, (e * b, *x.shape[2:])), y, (), out_dtype, alpha, None)
         return _merged(z, (e, b, *z.shape[1:]), sharding)
     if role == "dw_entries":  # x (E, B, M, K), dz (E, B, M, 2, F): each entry's x^T . dz
         e, b, m, k = x.shape
