@@ -35,6 +35,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import math
 import sys
 
 import jax
@@ -425,7 +426,8 @@ def _problem_of(eqn) -> Problem | None:
                        bool(prm["b_mn_major"]), batch, m, 2 * n if prm["family"] == "glu" else n,
                        k)
     if prim in (hopper_ragged_p, hopper_ragged_fp8_p):  # lhs (1, M, K), the sizes (G,)
-        groups = eqn.invars[2].aval.shape[0]
+        # (or (E, G): entries stacked, ragged_primitive.launch, tiled as E G groups)
+        groups = math.prod(eqn.invars[2].aval.shape)
         family = prm["family"]
         n = out.shape[2] * (2 if family == "grouped_glu" else 1)
         return Problem(family, a.dtype.name, False, bool(prm.get("b_mn_major", False)), groups,

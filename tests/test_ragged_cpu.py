@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged_grads, random_operand,
-                          rel_frob, to64)
+from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged_grads, count_eqns,
+                          random_operand, rel_frob, to64)
 from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.heuristics import choose_grouped_config
@@ -80,6 +80,28 @@ def test_tile_table_matches_model(rng, kind, block_m, paired):
         fields = table[1:].reshape(slots, catalog.GROUP_TILE_FIELDS)
         assert [tuple(f) for f in fields[:table[0]]] == want, (sizes, m, block_m)
         assert np.all(fields[table[0]:] == 0)
+
+
+@pytest.mark.parametrize("paired", [False, True], ids=["plain", "paired"])
+@pytest.mark.parametrize("rhs_per_entry", [False, True], ids=["shared", "per_entry"])
+def test_entries_table_tiles_each_entry_apart(rng, paired, rhs_per_entry):
+    """vmap's one launch over E entries (ragged_primitive.launch): the table over
+    entry_sizes' groups, named by entry_groups, holds each entry's own tiles (its model's,
+    rows moved by e M), its group g read as rhs[e G + g] or rhs[g], its rows past every
+    group as -1."""
+    for _ in range(6):
+        entries, groups, m = int(rng.integers(1, 6)), int(rng.integers(1, 12)), \
+            int(rng.integers(1, 400))
+        kinds = rng.choice(["random", "uniform", "huge", "one_group"], entries)
+        sizes = np.stack([_sizes(rng, kind, groups, m) for kind in kinds])
+        flat = ragged_tiles.entry_sizes(jnp.asarray(sizes, jnp.int32), m)
+        table = np.asarray(ragged_tiles.entry_groups(
+            tile_table(flat, entries * m, 64, paired), groups, rhs_per_entry))
+        want = [(e * m + row, rows, -1 if g < 0 else e * groups * rhs_per_entry + g)
+                for e in range(entries) for row, rows, g in tiles_model(sizes[e], m, 64, paired)]
+        fields = table[1:].reshape(-1, catalog.GROUP_TILE_FIELDS)
+        assert table[0] == len(want), (sizes, m)
+        assert [tuple(f) for f in fields[:table[0]]] == want, (sizes, m)
 
 
 def test_tile_slots_bound_is_reached():
@@ -278,12 +300,66 @@ def test_vmap_over_tokens_and_over_weights(rng):
     def ours(lhs, rhs, sizes):
         return hopper_ragged_dot(lhs, rhs, sizes, out_dtype=jnp.float32)
 
-    over_tokens = jax.jit(jax.vmap(ours, in_axes=(0, None, 0)))(lhs, rhs[0], sizes)
-    want = np.stack([lax_entry(lhs[i], rhs[0], sizes[i]) for i in range(3)])
-    np.testing.assert_array_equal(np.asarray(over_tokens), want)
-    over_weights = jax.vmap(ours, in_axes=(None, 0, None))(lhs[0], rhs, sizes[0])
-    want = np.stack([lax_entry(lhs[0], rhs[i], sizes[0]) for i in range(3)])
-    np.testing.assert_array_equal(np.asarray(over_weights), want)
+    for in_axes, args, want in [
+            ((0, None, 0), (lhs, rhs[0], sizes), [(lhs[i], rhs[0], sizes[i]) for i in range(3)]),
+            ((None, 0, None), (lhs[0], rhs, sizes[0]),
+             [(lhs[0], rhs[i], sizes[0]) for i in range(3)]),
+            ((0, 0, 0), (lhs, rhs, sizes), [(lhs[i], rhs[i], sizes[i]) for i in range(3)])]:
+        fn = jax.vmap(ours, in_axes=in_axes)
+        np.testing.assert_array_equal(np.asarray(jax.jit(fn)(*args)),
+                                      np.stack([lax_entry(*a) for a in want]))
+        # one launch over every entry (ragged_primitive.fold_entries), no loop
+        jaxpr = jax.make_jaxpr(fn)(*args)
+        assert count_eqns(jaxpr.jaxpr, ("hopper_ragged_dot",)) == 1
+        assert count_eqns(jaxpr.jaxpr, ("scan", "while")) == 0
+
+
+def test_vmap_of_vmap_and_of_the_gradient_fold_the_entries(rng):
+    """Nested vmaps fold into one launch of every entry; under vmap of jax.grad the forward
+    product and d lhs are one launch each (d rhs, the grouped contraction, runs per entry);
+    both equal the products entry by entry."""
+    m, k, n, g = 60, 32, 24, 3
+    lhs = random_operand(rng, (2, 3, m, k), "bfloat16")
+    rhs = random_operand(rng, (g, k, n), "bfloat16")
+    bias = random_operand(rng, (g, n), "float32")
+    sizes = jnp.asarray(rng.integers(-2, 30, (2, 3, g)), jnp.int32)
+
+    def ours(lhs, sizes):
+        return hopper_ragged_dot(lhs, rhs, sizes, bias=bias, activation="silu",
+                                 out_dtype=jnp.float32)
+
+    nested = jax.vmap(jax.vmap(ours))
+    assert count_eqns(jax.make_jaxpr(nested)(lhs, sizes).jaxpr, ("hopper_ragged_dot",)) == 1
+    np.testing.assert_array_equal(
+        np.asarray(jax.jit(nested)(lhs, sizes)),
+        np.stack([[ours(lhs[i, j], sizes[i, j]) for j in range(3)] for i in range(2)]))
+
+    def grads(lhs, sizes):
+        return jax.grad(lambda x: jnp.sum(jnp.sin(ours(x, sizes))))(lhs)
+
+    batched = jax.vmap(grads)
+    jaxpr = jax.make_jaxpr(batched)(lhs[0], sizes[0]).jaxpr
+    assert count_eqns(jaxpr, ("hopper_ragged_dot",)) == 3  # forward, its recompute, d lhs
+    np.testing.assert_allclose(np.asarray(jax.jit(batched)(lhs[0], sizes[0])),
+                               np.stack([grads(lhs[0, i], sizes[0, i]) for i in range(3)]),
+                               rtol=2e-2, atol=2e-2)
+
+
+def test_vmap_of_a_bias_over_shared_weights_runs_per_entry(rng):
+    """A mapped bias over shared weights would need the weights once per entry: each entry
+    launches on its own (ragged_primitive.fold_entries' None), with the same result."""
+    lhs = random_operand(rng, (3, 50, 16), "bfloat16")
+    rhs = random_operand(rng, (2, 16, 8), "bfloat16")
+    bias = random_operand(rng, (3, 2, 8), "float32")
+    sizes = jnp.asarray([20, 25], jnp.int32)
+
+    def ours(lhs, bias):
+        return hopper_ragged_dot(lhs, rhs, sizes, bias=bias, out_dtype=jnp.float32)
+
+    fn = jax.vmap(ours)
+    assert count_eqns(jax.make_jaxpr(fn)(lhs, bias).jaxpr, ("scan", "while")) == 1
+    np.testing.assert_array_equal(np.asarray(jax.jit(fn)(lhs, bias)),
+                                  np.stack([ours(lhs[i], bias[i]) for i in range(3)]))
 
 
 def test_drop_in_falls_back_to_lax_where_the_kernel_does_not_apply(rng):

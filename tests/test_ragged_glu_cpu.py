@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import REL_FROB_BOUND, ragged_glu_reference64, random_operand, rel_frob, to64
+from gemm_helpers import (REL_FROB_BOUND, count_eqns, ragged_glu_reference64, random_operand,
+                          rel_frob, to64)
 from jax_hopper import GemmConfig, hopper_ragged_glu
 from jax_hopper.gemm.heuristics import choose_grouped_glu_config
 from jax_hopper.kernels import catalog
@@ -82,14 +83,21 @@ def test_grads_equal_the_jnp_unit(rng, alpha):
         assert rel_frob(a, to64(b)) < 1e-2
 
 
-def test_vmap_over_tokens(rng):
+@pytest.mark.parametrize("mapped_w", [False, True], ids=["shared_w", "w_per_entry"])
+def test_vmap_over_tokens(rng, mapped_w):
+    """One launch over every entry (ragged_primitive.fold_entries), no loop; the weights
+    shared or one per entry."""
     x = random_operand(rng, (2, 60, 16), "bfloat16")
-    w = random_operand(rng, (3, 16, 2, 8), "bfloat16")
+    w = random_operand(rng, (2, 3, 16, 2, 8) if mapped_w else (3, 16, 2, 8), "bfloat16")
     sizes = np.array([[20, 20, 20], [0, 60, 0]])
-    out = jax.vmap(lambda x, s: hopper_ragged_glu(x, w, s, out_dtype=jnp.float32))(
-        x, jnp.asarray(sizes, jnp.int32))
+    fn = jax.vmap(lambda x, w, s: hopper_ragged_glu(x, w, s, out_dtype=jnp.float32),
+                  in_axes=(0, 0 if mapped_w else None, 0))
+    jaxpr = jax.make_jaxpr(fn)(x, w, jnp.asarray(sizes, jnp.int32)).jaxpr
+    assert count_eqns(jaxpr, ("hopper_ragged_dot", "scan", "while")) == 1
+    out = fn(x, w, jnp.asarray(sizes, jnp.int32))
     for i in range(2):
-        assert rel_frob(out[i], ragged_glu_reference64(x[i], w, sizes[i])) < 1e-4
+        assert rel_frob(out[i], ragged_glu_reference64(x[i], w[i] if mapped_w else w,
+                                                       sizes[i])) < 1e-4
 
 
 @pytest.mark.parametrize("m,k,f,groups", [(0, 8, 8, 2), (8, 0, 8, 2), (8, 8, 0, 2), (8, 8, 8, 0)])

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (REL_FROB_BOUND, check_ragged_glu, random_operand, rel_frob,
-                          run_in_command_buffer, to64)
+from gemm_helpers import (REL_FROB_BOUND, check_ragged_glu, ragged_glu_reference64,
+                          random_operand, rel_frob, run_in_command_buffer, to64)
 from jax_hopper import GemmConfig, hopper_ragged_glu
 from jax_hopper.kernels import catalog
 
@@ -63,6 +63,22 @@ def test_unaddressable_pitches_run_on_the_kernel(rng, m, k, f):
     sizes = rng.multinomial(m - 5, np.ones(4) / 4)
     check_ragged_glu(rng, m, k, f, list(sizes), bias=True, residual=True,
                      activation="gelu_tanh")
+
+
+def test_vmap_folds_the_entries_into_one_launch(rng):
+    """vmap over entries with their own sizes and weights: one launch over every entry
+    (ragged_primitive.fold_entries), each entry against float64."""
+    e, m, k, f, g = 3, 500, 256, 192, 4
+    x = random_operand(rng, (e, m, k), "bfloat16")
+    w = random_operand(rng, (e, g, k, 2, f), "bfloat16")
+    bias = random_operand(rng, (g, 2, f), "float32")
+    sizes = [[-3, 200, 100, 2**31 - 1], [0, 0, 0, 0], [100, 100, 100, 100]]
+    fn = jax.vmap(lambda x, w, s: hopper_ragged_glu(x, w, s, bias=bias, activation="silu",
+                                                    out_dtype=jnp.float32))
+    out = jax.jit(fn)(x, w, jnp.asarray(sizes, jnp.int32))
+    for i in range(e):
+        want = ragged_glu_reference64(x[i], w[i], sizes[i], bias=bias)
+        assert rel_frob(out[i], want) < REL_FROB_BOUND["float32"], f"entry {i}"
 
 
 def test_grads_against_float64(rng):

@@ -38,7 +38,7 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "shard_map_delayed_meta", "quantize_blocks_fewer_than_devices",
          "fp8_block_two_axes", "glu_grad_f_split", "ragged_glu_grad_f_split",
          "sequence_split_grad", "explicit_grad_types", "fp8_block_few_rows_warned",
-         "explicit_result_types", "glu_vmap_grad"]
+         "explicit_result_types", "glu_vmap_grad", "ragged_vmap_entries"]
 
 
 def _full_spec(x) -> tuple:
@@ -1176,6 +1176,37 @@ def _cases():
                 for g, v in zip(got, want):
                     assert rel_frob(g, to64(v)) < 1e-2, (spec, rel_frob(g, to64(v)))
 
+    def ragged_vmap_entries():
+        # hopper_ragged_dot under vmap over entries with their own group sizes: one launch of
+        # every entry (no loop), the entries split over one mesh axis and the experts'
+        # columns over the other, with the weights shared or one per entry: each device
+        # multiplies its entries by its columns (no all-gather, no all-reduce), on automatic
+        # and explicit axes.
+        if n_dev % 2:
+            return "skip: needs an even device count"
+        from gemm_helpers import count_eqns, rel_frob, to64
+        x, bias = _rand(rng, (n_dev, 40, k)), _rand(rng, (groups, n), f32)
+        gs = jnp.asarray(rng.integers(-2, 12, (n_dev, groups)), jnp.int32)
+        for w_shape in ((groups, k, n), (n_dev, groups, k, n)):
+            w = _rand(rng, w_shape)
+            f = jax.vmap(lambda x, s, w: hopper_ragged_dot(x, w, s, bias=bias, out_dtype=f32),
+                         in_axes=(0, 0, 0 if len(w_shape) == 4 else None))
+            want = jax.jit(f)(x, gs, w)
+            for axis_type in (jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto):
+                grid = jax.make_mesh((2, n_dev // 2), ("data", "model"),
+                                     axis_types=(axis_type,) * 2)
+                w_spec = ("data",) * (len(w_shape) == 4) + (None, None, "model")
+                with jax.set_mesh(grid):
+                    args = [jax.device_put(a, NamedSharding(grid, P(*spec))) for a, spec in
+                            ((x, ("data",)), (gs, ("data",)), (w, w_spec))]
+                    loops = count_eqns(jax.make_jaxpr(f)(*args).jaxpr, ("scan", "while"))
+                    assert loops == 0, (w_shape, axis_type)
+                    got = jax.jit(f)(*args)
+                    hlo = jax.jit(f).lower(*args).compile().as_text()
+                    assert "all-gather" not in hlo and "all-reduce" not in hlo, \
+                        (w_shape, axis_type)
+                assert rel_frob(got, to64(want)) < 1e-5, (w_shape, axis_type)
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
@@ -1198,7 +1229,7 @@ def _cases():
                             quantize_blocks_fewer_than_devices, fp8_block_two_axes,
                             glu_grad_f_split, ragged_glu_grad_f_split, sequence_split_grad,
                             explicit_grad_types, fp8_block_few_rows_warned,
-                            explicit_result_types, glu_vmap_grad]))
+                            explicit_result_types, glu_vmap_grad, ragged_vmap_entries]))
 
 
 def main():

@@ -26,8 +26,9 @@ and d x stay local under a row split and d w sums its partials, as the dense d w
 Operands split any other way are gathered (a warning says which, as the GEMMs' partitioning
 does). custom_partitioning has no batching rule: under vmap against a shared weight each
 dense product is one launch (_vmappable: the entries merged into the batch, or d w's kernel
-batch, on each device's shards), the grouped ones and a mapped weight launch once per entry;
-inside shard_map each call is the plain local launch.
+batch, on each device's shards), the grouped ones (hopper_ragged_glu's gradients) and a mapped
+weight launch once per entry (hopper_ragged_glu's forward without a gradient folds its entries:
+ragged_primitive.fold_entries); inside shard_map each call is the plain local launch.
 """
 
 from __future__ import annotations

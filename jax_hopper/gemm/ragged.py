@@ -16,10 +16,12 @@ NOTES:
   d rhs[g] = lhs_g^T dP_g, a GEMM whose groups split the contraction, is the grouped
   contraction kernel (ragged_contract.py). d bias is a segment sum, d residual beta * d out. An
   activation's pre-activation is recomputed by one more launch (float32 out), as hopper_matmul does.
-- vmap: one launch per batch entry (ragged_primitive.per_entry, answered above
-  custom_partitioning in ragged_sharding and on the primitive for the backward launches); the
-  weights, when not mapped, are shared. A single launch over every entry (the groups of all entries
-  in one tile table) would serve small entries better.
+- vmap: one launch over every entry (ragged_primitive.fold_entries, answered above
+  custom_partitioning in ragged_sharding): the entries' rows stacked, each entry's groups tiled
+  apart in one table (ragged_tiles.entry_sizes, entry_groups), the weights shared or one per
+  entry as they are mapped; the entries split over devices run locally. d lhs folds the same
+  way; d rhs, the grouped contraction, runs once per entry, and so does a mapped bias over
+  shared weights (folding it would copy the weights).
 - Sharding (ragged_sharding.py): rhs split along N and lhs's rows split evenly run without
   communication, K split on both operands sums partials (psum); groups split are gathered, with
   a warning; experts split over devices is shard_map's. The backward launches are partitioned

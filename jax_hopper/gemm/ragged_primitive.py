@@ -57,8 +57,13 @@ def _abstract_eval(lhs, rhs, group_sizes, tiles, bias, residual, *, b_mn_major, 
 
 def reference(lhs, rhs, group_sizes, tiles, bias, residual, *, b_mn_major, out_dtype,
               activation, alpha, beta, family="grouped", config=None):
-    """What the kernel computes, in jnp: fp32 accumulation, epilogue in fp32, one rounding."""
+    """What the kernel computes, in jnp: fp32 accumulation, epilogue in fp32, one rounding.
+    Entries (group_sizes (E, G), launch's stacked operands): each entry's product."""
     del tiles, config
+    if group_sizes.ndim == 2:
+        return _entries_reference(lhs, rhs, group_sizes, bias, residual, b_mn_major=b_mn_major,
+                                  out_dtype=out_dtype, activation=activation, alpha=alpha,
+                                  beta=beta, family=family)
     groups, k = group_sizes.shape[0], lhs.shape[2]
     rhs_kn = (rhs.reshape(groups, k, -1) if family == "grouped_glu" else
               rhs if b_mn_major else jnp.swapaxes(rhs, 1, 2))
@@ -68,10 +73,43 @@ def reference(lhs, rhs, group_sizes, tiles, bias, residual, *, b_mn_major, out_d
                     out_dtype=out_dtype, family=family)
 
 
+def _entries_reference(lhs, rhs, group_sizes, bias, residual, **params):
+    """reference over the entries of launch's stacked operands (lhs (1, E M, K), rhs and bias
+    stacked (E G, ...) or shared, residual (1, E M, N) or empty), as (1, E M, N)."""
+    entries, groups = group_sizes.shape
+    m, k = lhs.shape[1] // entries, lhs.shape[2]
+    per_entry = rhs.shape[0] != groups * (k if params["family"] == "grouped_glu" else 1)
+
+    def entry(x):  # (E X, ...) -> (E, X, ...)
+        return x.reshape(entries, -1, *x.shape[1:])
+
+    mapped = (per_entry, per_entry and bias.size > 0, residual.size > 0)
+
+    def one(xs):  # jax.lax.ragged_dot has no batching rule over a mapped rhs: a loop
+        lhs, gs, *rest = xs
+        it = iter(rest)
+        rhs_, bias_, res_ = (next(it) if m_ else x for m_, x in zip(mapped, (rhs, bias,
+                                                                           residual)))
+        return reference(lhs[None], rhs_, gs, None, bias_,
+                         res_[None] if mapped[2] else res_, **params)[0]
+
+    xs = [entry(lhs[0]), group_sizes] + [entry(x[0] if x is residual else x)
+                                         for m_, x in zip(mapped, (rhs, bias, residual)) if m_]
+    return jax.lax.map(one, xs).reshape(1, entries * m, -1)
+
+
 def epilogue(x, group_sizes, bias, residual, *, activation, beta, out_dtype, family="grouped"):
     """act(x + bias[group of the row]) + beta * residual on an fp32 (M, N) x (gated: (M, 2N)
     [gate | up] and act(gate) * up), one rounding to out_dtype; rows past every group get no
-    bias. Returns (1, M, N)."""
+    bias. Returns (1, M, N). Entries (group_sizes (E, G), launch's): x (E, M, N), bias shared
+    or one per entry (E, G, ...), residual (E, M, N) or empty; returns (E, M, N)."""
+    if group_sizes.ndim == 2:
+        def one(x, gs, b, r):
+            return epilogue(x, gs, b, r[None] if r.ndim == 2 else r, activation=activation,
+                            beta=beta, out_dtype=out_dtype, family=family)[0]
+        bias_axis = 0 if bias.ndim == (3 if family == "grouped_glu" else 2) + 1 else None
+        return jax.vmap(one, in_axes=(0, 0, bias_axis, 0 if residual.size else None))(
+            x, group_sizes, bias, residual)
     if bias.size:
         x = x + per_row(bias.reshape(bias.shape[0], -1), group_sizes, x)
     x = (apply_gated(x, activation) if family == "grouped_glu"
@@ -152,9 +190,20 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
       sliced off the result.
     config None (none asked for) is chosen here for the problem the kernel runs, K and N as
     padded (tuned.grouped_config: the config tuned for its rows, product columns, K and groups,
-    else the heuristic's; tune.problems_of reads the same shapes off the bound operands)."""
+    else the heuristic's; tune.problems_of reads the same shapes off the bound operands).
+    Entries (vmap's fold, ragged_sharding): lhs (E, M, K) with group_sizes (E, G) are E
+    products in one launch, rhs and bias shared ((G, ...)) or one per entry ((E, G, ...)),
+    the residual (E, M, N) or empty; the result (E, M, N). Their rows are stacked (E M) and
+    each entry's groups are tiled apart (ragged_tiles.entry_sizes, entry_groups)."""
     b_mn_major, family = params["b_mn_major"], params["family"]
     gated = family == "grouped_glu"
+    entries, rows = (group_sizes.shape[0], lhs.shape[1]) if group_sizes.ndim == 2 else (0, 0)
+    if entries:
+        per_entry = rhs.ndim == (4 if gated else 3) + 1
+        lhs, rhs, bias, res = _stacked(lhs, rhs, bias, res, per_entry)
+        if explicitly_sharded(group_sizes):  # typed operands: ragged_sharding's trace for
+            # the result type, never run (each device's launch has its own entries' sizes)
+            group_sizes = resharded(group_sizes, PartitionSpec())
     if k_pad := pitch_pad(lhs.shape[2], lhs.dtype):
         k_axis = 1 if gated or b_mn_major else 2  # (G, K, [2,] N) or (G, N, K)
         lhs = jnp.pad(lhs, ((0, 0), (0, 0), (0, k_pad)))
@@ -168,17 +217,38 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
     if params["config"] is None:
         cols = (n + pad) * (2 if gated else 1)  # product columns
         params = {**params, "config": grouped_config(family, lhs.dtype.name, False, b_mn_major,
-                                                     rhs.shape[0], lhs.shape[1], cols,
+                                                     group_sizes.size, lhs.shape[1], cols,
                                                      lhs.shape[2])}
     if gated:  # (G, K, 2, N) -> (G K, 2, N), whatever a sharding typed on rhs splits: typed
         # operands reach here only in ragged_sharding's trace for the result type, whose
         # partitioner keeps a split of K (no warning of a gather that does not happen)
         rhs = reshape(rhs, (rhs.shape[0] * rhs.shape[1], 2, rhs.shape[-1]), warn=False)
     config = params["config"]
-    tiles = build_tile_table(group_sizes, lhs.shape[1], config.block_m,
-                             paired=config.cluster_m == 2)
+    paired = config.cluster_m == 2
+    if entries:
+        tiles = ragged_tiles.entry_groups(
+            build_tile_table(ragged_tiles.entry_sizes(group_sizes, rows), lhs.shape[1],
+                             config.block_m, paired=paired),
+            group_sizes.shape[1], per_entry)
+    else:
+        tiles = build_tile_table(group_sizes, lhs.shape[1], config.block_m, paired=paired)
     out = hopper_ragged_p.bind(lhs, rhs, group_sizes, tiles, bias, res, **params)
-    return out[..., :n] if pad else out
+    out = out[..., :n] if pad else out
+    return reshape(out, (entries, rows, n), warn=False) if entries else out
+
+
+def _stacked(lhs, rhs, bias, res, per_entry: bool):
+    """launch's entries as one product's operands: the rows stacked ((E, M, ...) -> (1, E M,
+    ...)), and a per-entry rhs and bias stacked along the groups ((E, G, ...) -> (E G, ...));
+    a bias is per entry where rhs is."""
+    def rows(x):
+        return reshape(x, (1, x.shape[0] * x.shape[1], *x.shape[2:]), warn=False)
+
+    def groups(x):
+        return reshape(x, (x.shape[0] * x.shape[1], *x.shape[2:]), warn=False)
+
+    return (rows(lhs), groups(rhs) if per_entry else rhs,
+            groups(bias) if per_entry and bias.size else bias, rows(res) if res.size else res)
 
 
 def _cuda_lowering(ctx, lhs, rhs, group_sizes, tiles, bias, residual, *, b_mn_major, out_dtype,
@@ -213,6 +283,46 @@ def per_entry(fn, batched, args):
         return fn(*[next(entry) if is_batched else a for a, is_batched in zip(args, batched)])
 
     return jax.lax.map(one, xs)
+
+
+def fold_entries(family: str, axis_size: int, batched, lhs, rhs, gs, bias, res):
+    """launch's operands under vmap (a leading axis of axis_size V on the `batched` ones) as
+    one launch of V E entries (E: the call's own, launch's entries; 1 without them), each
+    entry's rows, group sizes and residual its own and the weights shared or one per entry as
+    they are mapped. None where that would copy a weight: a mapped rhs shared by E > 1
+    entries, a per-entry rhs shared by the V mapped ones, or a bias mapped over a shared rhs
+    (per_entry then launches once per entry instead). Activations, sizes, residuals and a
+    bias beside a per-entry rhs are broadcast where not mapped."""
+    lhs_b, rhs_b, gs_b, bias_b, res_b = batched
+    gated = family == "grouped_glu"
+    entries = lhs.shape[1] if lhs_b else lhs.shape[0]
+    rhs_entries = rhs.ndim - rhs_b == (4 if gated else 3) + 1
+    bias_entries = bias.ndim - bias_b == (3 if gated else 2) + 1
+    if (rhs_b and not rhs_entries and entries != 1) or (rhs_entries and not rhs_b):
+        return None
+    per_entry_rhs = rhs_b or rhs_entries
+
+    def mapped(x, is_batched):  # (V, ...)
+        return x if is_batched else jnp.broadcast_to(x, (axis_size, *x.shape))
+
+    def merged(x):  # (V, E, ...) -> (V E, ...)
+        return reshape(x, (x.shape[0] * x.shape[1], *x.shape[2:]))
+
+    def with_entries(x, has_entries: bool):  # (V, [E,] ...) -> (V, E, ...)
+        return x if has_entries else jnp.broadcast_to(
+            x[:, None], (x.shape[0], entries, *x.shape[1:]))
+
+    if per_entry_rhs:
+        rhs = merged(with_entries(mapped(rhs, rhs_b), rhs_entries))
+        if bias.size:
+            bias = merged(with_entries(mapped(bias, bias_b), bias_entries))
+    elif bias.size and (bias_b or bias_entries):
+        return None
+    if not bias.size:
+        bias = jnp.zeros((0,), bias.dtype)
+    res = (merged(mapped(res, res_b)) if res.size else jnp.zeros((0, 0, 0), res.dtype))
+    gs = merged(with_entries(mapped(gs, gs_b), gs.ndim - gs_b == 2))
+    return merged(mapped(lhs, lhs_b)), rhs, gs, bias, res
 
 
 def vmapped_per_entry(one):

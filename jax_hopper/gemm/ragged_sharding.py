@@ -29,19 +29,22 @@ import warnings
 
 import jax
 import jax.numpy as jnp
-
+from jax.custom_batching import custom_vmap
 from jax.experimental.custom_partitioning import custom_partitioning
 
-from jax_hopper.gemm.ragged_primitive import epilogue, launch, vmapped_per_entry
+from jax_hopper.gemm.ragged_primitive import epilogue, fold_entries, launch, per_entry
 from jax_hopper.gemm.ragged_tiles import local_sizes
 from jax_hopper.gemm.sharding import (assign_factors, def_partition, mesh_axes,
                                       partial_dtype, spec_of, sum_partials)
+from jax_hopper.gemm.typed_reshape import reshape
 
 
 def partitioned(params: tuple, lhs3, rhs, gs, bias, res):
     """launch(lhs3, rhs, gs, bias, res, **dict(params)), run on local shards under a sharded
-    jit; under vmap once per entry (custom_partitioning has no batching rule of its own, so
-    vmap is answered above it)."""
+    jit; under vmap one launch over every entry (ragged_primitive.fold_entries: the entries
+    as launch's, which the sharding rule splits as a batch), or once per entry where folding
+    would copy a weight (custom_partitioning has no batching rule of its own, so vmap is
+    answered above it)."""
     return _vmappable(params)(lhs3, rhs, gs, bias, res)
 
 
@@ -51,7 +54,17 @@ def _vmappable(params):
         shapes = tuple(tuple(x.shape) for x in (lhs3, rhs, gs, bias, res))
         return _partitioned(params, shapes, lhs3, rhs, gs, bias, res)
 
-    return vmapped_per_entry(one)
+    fn = custom_vmap(one)
+
+    def rule(axis_size, in_batched, *args):
+        folded = fold_entries(dict(params)["family"], axis_size, in_batched, *args)
+        if folded is None:
+            return per_entry(fn, in_batched, args), True
+        out = fn(*folded)
+        return reshape(out, (axis_size, out.shape[0] // axis_size, *out.shape[1:])), True
+
+    fn.def_vmap(rule)
+    return fn
 
 
 @functools.partial(custom_partitioning, static_argnums=(0, 1))
@@ -65,17 +78,26 @@ def _rhs_dims(p: dict, ndim: int) -> tuple[int, int]:
     return (ndim - 1, 1) if p["b_mn_major"] else (1, 2)
 
 
+def _per_entry(p: dict, rhs_shape) -> bool:
+    """Whether rhs (and a bias) holds one weight per entry ((E, G, ...): launch's entries)."""
+    return len(rhs_shape) == (4 if p["family"] == "grouped_glu" else 3) + 1
+
+
 def _rule(params, shapes, mesh, value_types, result_types):
     del mesh, value_types, result_types
-    *_, bias_shape, res_shape = shapes
+    _, rhs_shape, gs_shape, bias_shape, res_shape = shapes
     p = dict(params)
     gated = p["family"] == "grouped_glu"
-    rhs = "g k h n" if gated else "g k n" if p["b_mn_major"] else "g n k"
-    bias = ("g h n" if gated else "g n") if bias_shape[0] else "z"
+    entries = len(gs_shape) == 2
+    o = "o " if _per_entry(p, rhs_shape) else ""
+    rhs = o + ("g k h n" if gated else "g k n" if p["b_mn_major"] else "g n k")
+    bias = o + ("g h n" if gated else "g n") if bias_shape[0] else "z"
     res = "o m n" if res_shape[0] else "r1 r2 r3"
-    return (f"o m k, {rhs}, g, {bias}, {res} -> o m n",
+    # o: the entries (launch's), split over devices as any batch; 1 without them
+    return (f"o m k, {rhs}, {'o g' if entries else 'g'}, {bias}, {res} -> o m n",
             {"reduction_factors": ("k",),
-             "need_replication_factors": ("o", "g") + (("h",) if gated else ())})
+             "need_replication_factors": (() if entries else ("o",)) + ("g",) +
+                                         (("h",) if gated else ())})
 
 
 def split_rows(mesh, axes: dict, rows: int) -> tuple:
@@ -105,37 +127,52 @@ def summed_over_k(p: dict, k_axes: tuple, gs, bias, res, partial):
     no activation, no residual), summed over K's mesh axes, then p's epilogue with the bias
     per group and the residual."""
     q = {**p, "out_dtype": partial_dtype(p["out_dtype"]), "activation": 0, "beta": 0.0}
-    z = sum_partials(partial(q), k_axes, None)[0]
+    z = sum_partials(partial(q), k_axes, None)
+    z = z if gs.ndim == 2 else z[0]  # entries' (E, M, N) stay whole
     return epilogue(z, gs, bias, res, activation=p["activation"], beta=p["beta"],
                     out_dtype=p["out_dtype"], family=p["family"])
 
 
 def shard_sizes(gs, m_axes, rows: int, local_rows: int):
-    """The group sizes of this device's rows (inside the partitioned function)."""
+    """The group sizes of this device's rows (inside the partitioned function); each entry's
+    for entries' sizes (E, G)."""
     if not m_axes:
         return gs
     offset = jax.lax.axis_index(m_axes) * local_rows
+    if gs.ndim == 2:
+        return jax.vmap(lambda sizes: local_sizes(sizes, rows, offset, local_rows))(gs)
     return local_sizes(gs, rows, offset, local_rows)
 
 
 def _partition(params, shapes, mesh, arg_shapes, result_shape):
     p = dict(params)
     lhs, rhs, gs, bias, res = arg_shapes
-    rhs_n, rhs_k = _rhs_dims(p, len(rhs.shape))
-    s_lhs, s_rhs, s_out = spec_of(lhs), spec_of(rhs), spec_of(result_shape)
-    axes, spec = assign_factors(mesh, {"m": [s_lhs[1], s_out[1]], "n": [s_rhs[rhs_n], s_out[2]],
+    entries, per_entry = len(gs.shape) == 2, _per_entry(p, rhs.shape)
+    o = int(per_entry)  # rhs's and bias's dimensions follow the entries'
+    rhs_n, rhs_k = (d + o for d in _rhs_dims(p, len(rhs.shape) - o))
+    s_lhs, s_rhs, s_gs, s_out = spec_of(lhs), spec_of(rhs), spec_of(gs), spec_of(result_shape)
+    split_entries = [s_lhs[0], s_out[0], *(s_gs[:1] if entries else ()),
+                     *(s_rhs[:1] if per_entry else ())]
+    axes, spec = assign_factors(mesh, {"o": split_entries if entries else [],
+                                       "m": [s_lhs[1], s_out[1]], "n": [s_rhs[rhs_n], s_out[2]],
                                        "k": [s_lhs[2], s_rhs[rhs_k]]}, lhs.shape[2])
+    if axes["o"] and lhs.shape[0] % math.prod(mesh.shape[name] for name in axes["o"]):
+        axes["o"] = ()  # an uneven split of the entries is gathered
     rows = lhs.shape[1]
     m_axes, k_axes = split_rows(mesh, axes, rows), axes["k"]
-    rhs_factors = [{rhs_n: "n", rhs_k: "k"}.get(i) for i in range(len(rhs.shape))]
-    gathered = gathered_operands(axes, (("lhs", lhs, (None, "m", "k")),
-                                        ("rhs", rhs, rhs_factors), ("group_sizes", gs, (None,))))
+    rhs_factors = [{0: "o" if per_entry else None, rhs_n: "n", rhs_k: "k"}.get(i)
+                   for i in range(len(rhs.shape))]
+    gs_factors = ("o", None) if entries else (None,)
+    gathered = gathered_operands(axes, (("lhs", lhs, ("o", "m", "k")),
+                                        ("rhs", rhs, rhs_factors),
+                                        ("group_sizes", gs, gs_factors)))
     if gathered:
         warnings.warn(f"hopper_ragged_dot: {', '.join(gathered)} gathered to every device (rows "
                       "split evenly, rhs's N, and K on both operands are split without "
                       "gathering; shard experts with shard_map)", stacklevel=2)
-    bias_sh = (spec(*[None] * (len(bias.shape) - 1), "n") if bias.shape[0] else spec(None))
-    res_sh = spec(None, "m", "n") if res.shape[0] else spec(None, None, None)
+    bias_sh = (spec(*["o"] * o, *[None] * (len(bias.shape) - 1 - o), "n") if bias.shape[0]
+               else spec(None))
+    res_sh = spec("o", "m", "n") if res.shape[0] else spec(None, None, None)
 
     def lower_fn(lhs, rhs, gs, bias, res):
         gs = shard_sizes(gs, m_axes, rows, lhs.shape[1])
@@ -143,12 +180,12 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
             return launch(lhs, rhs, gs, bias, res, **p)
         # The plain grouped product (gated: of the [gate | up] columns).
         if p["family"] == "grouped_glu":
-            rhs = rhs.reshape(rhs.shape[0], rhs.shape[1], -1)
+            rhs = rhs.reshape(*rhs.shape[:o + 2], -1)
         return summed_over_k(p, k_axes, gs, bias, res, lambda q: launch(
             lhs, rhs, gs, *no_epilogue(q), **{**q, "family": "grouped"}))
 
-    return (mesh, lower_fn, spec(None, "m", "n"),
-            (spec(None, "m", "k"), spec(*rhs_factors), spec(None), bias_sh, res_sh))
+    return (mesh, lower_fn, spec("o", "m", "n"),
+            (spec("o", "m", "k"), spec(*rhs_factors), spec(*gs_factors), bias_sh, res_sh))
 
 
 def_partition(_partitioned, _partition, _rule)

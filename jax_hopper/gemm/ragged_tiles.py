@@ -81,6 +81,28 @@ def local_sizes(group_sizes, m: int, offset, rows: int):
     return ends - _starts(ends)
 
 
+def entry_sizes(group_sizes, m: int):
+    """(E (G + 1),) int32 for the (E, G) sizes of E entries of m rows each (one launch over
+    the entries' E m rows): each entry's sizes made valid, then its rows past every group as
+    one more group (G >= 1: a launch has groups). These consecutive groups fill the E m rows exactly, so tile_table cuts
+    them into tiles that never straddle two entries; entry_groups then names each tile's
+    group as the kernel reads rhs."""
+    ends = jax.vmap(lambda sizes: group_ends(sizes, m))(group_sizes)
+    starts = jnp.concatenate([jnp.zeros((ends.shape[0], 1), jnp.int32), ends[:, :-1]], axis=1)
+    return jnp.concatenate([ends - starts, m - ends[:, -1:]], axis=1).reshape(-1)
+
+
+def entry_groups(table, groups: int, rhs_per_entry: bool):
+    """A tile table over entry_sizes' groups with each tile's group as the kernel reads rhs
+    and bias: entry e's group g is e G + g of the entries' stacked (E G, ...) rhs
+    (rhs_per_entry), else g of the rhs they share; its rows past every group -1 (a zero
+    product)."""
+    fields = table[1:].reshape(-1, GROUP_TILE_FIELDS)
+    entry, g = fields[:, 2] // (groups + 1), fields[:, 2] % (groups + 1)
+    group = jnp.where(g == groups, -1, entry * groups + g if rhs_per_entry else g)
+    return jnp.concatenate([table[:1], fields.at[:, 2].set(group).reshape(-1)])
+
+
 def row_groups(group_sizes, m: int):
     """(M,) int32: each row's group, G for the rows past every group."""
     return _searchsorted_right(group_ends(group_sizes, m), jnp.arange(m, dtype=jnp.int32))
