@@ -18,7 +18,9 @@ XLA's fp8 dot per tensor, the dequantise-then-bf16 dot per block), the quantizat
 --quantize-cases (RxC:MODE, a bench_quantize.py mode: quantize_fp8 of a bf16 (R, C) array
 against the same in jnp; the rate is GB/s of bench_quantize's traffic, not TFLOP/s), and the
 vmapped products named by --vmap-cases (VxMxNxK: jax.vmap over V entries of (M, K) against one
-shared (K, N) weight, e.g. a decode step per sequence).
+shared (K, N) weight, e.g. a decode step per sequence) and the vmapped grouped products named by
+--grouped-vmap-cases (ExMxGxKxN: hopper_ragged_dot over E entries, each routing its M rows to
+the G experts they share).
 Per case base and new are timed interleaved (timing.time_interleaved), then the peer (xla)
 alone: a peer between them would favour whichever runs right after it where the peer draws
 little power (XLA's ragged_dot; timing.time_interleaved's NOTES). Inputs rotate over sets
@@ -39,6 +41,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import bench_epilogue
 import bench_fp8
@@ -189,6 +192,32 @@ def vmap_case(case, key):
     return (v * m, n, k), timing.rotation(sets, n_calls), variants, jax.vmap(dot32, (0, None))
 
 
+def grouped_vmap_case(case, key):
+    """(shape, pairs, {variant: f(a, s)}, reference) of jax.vmap over E entries a (E, M, K),
+    each with its own group sizes s (E, G) (uniform routing), against G experts (K, N) they
+    share (each entry routes its rows apart: per-sequence routing); shape is the (E*M, N, K)
+    product it amounts to. XLA's entries run in a loop (lax.map: jax.lax.ragged_dot has no
+    batching rule for a shared rhs)."""
+    e, m, g, k, n = case
+    keys = jax.random.split(key, 2)
+    rhs = (jax.random.normal(keys[0], (g, k, n), jnp.float32) / k ** 0.5).astype(jnp.bfloat16)
+    n_calls, n_sets = timing.call_plan(e * m, n, k)
+    rng = np.random.default_rng(int(jax.random.randint(keys[1], (), 0, 1 << 30)))
+    sets = [(a.reshape(e, m, k),
+             jnp.asarray(rng.multinomial(m, np.ones(g) / g, size=e), jnp.int32))
+            for a, _ in timing.rotating_sets(keys[1], e * m, n, k, n_sets)]
+
+    def xla(**kw):
+        return lambda a, s: jax.lax.map(
+            lambda xs: jax.lax.ragged_dot(xs[0], rhs, xs[1], **kw), (a, s))
+
+    variants = {"xla": xla(),
+                "base": jax.vmap(lambda a, s: jax_hopper_base.hopper_ragged_dot(a, rhs, s)),
+                "new": jax.vmap(lambda a, s: jax_hopper.hopper_ragged_dot(a, rhs, s))}
+    return (e * m, n, k), timing.rotation(sets, n_calls), variants, \
+        xla(preferred_element_type=jnp.float32)
+
+
 def parse_quantize_case(text: str):
     """'RxC:MODE' -> ((R, C), MODE)."""
     shape, _, mode = text.partition(":")
@@ -240,6 +269,9 @@ def main():
                         help="RxC:MODE quantizations (bench_quantize.py's modes)")
     parser.add_argument("--vmap-cases", nargs="*", type=timing.dims_parser("VxMxNxK"), default=[],
                         help="VxMxNxK: jax.vmap over V (M, K) entries against one (K, N)")
+    parser.add_argument("--grouped-vmap-cases", nargs="*", type=timing.dims_parser("ExMxGxKxN"),
+                        default=[], help="ExMxGxKxN: jax.vmap of hopper_ragged_dot over E "
+                        "entries of M rows, each routed apart to G shared experts (K -> N)")
     parser.add_argument("--device-time", action="store_true",
                         help="also base's and new's device time per call (timing.device_times: "
                              "one trace, the two in shuffled rounds) and their ratio")
@@ -272,6 +304,9 @@ def main():
     for i, case in enumerate(args.vmap_cases):
         plans.append((f"vmap_{'x'.join(map(str, case))}",
                       *vmap_case(case, jax.random.fold_in(key, 4000 + i))))
+    for i, case in enumerate(args.grouped_vmap_cases):
+        plans.append((f"grouped_vmap_{'x'.join(map(str, case))}",
+                      *grouped_vmap_case(case, jax.random.fold_in(key, 7000 + i))))
     # A plan: (name, shape, pairs, variants, reference[, check, bytes moved]); without the last
     # two, a product checked by its relative Frobenius error and rated in TFLOP/s (bytes None:
     # rated in TFLOP/s too).

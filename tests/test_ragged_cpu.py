@@ -87,8 +87,9 @@ def test_tile_table_matches_model(rng, kind, block_m, paired):
 def test_entries_table_tiles_each_entry_apart(rng, paired, rhs_per_entry):
     """vmap's one launch over E entries (ragged_primitive.launch): the table over
     entry_sizes' groups, named by entry_groups, holds each entry's own tiles (its model's,
-    rows moved by e M), its group g read as rhs[e G + g] or rhs[g], its rows past every
-    group as -1."""
+    rows moved by e M), its group g read as rhs[e G + g] in entry order, or, the experts
+    shared, rhs[g] expert by expert (each entry's tiles of an expert together, in entry
+    order); its rows past every group as -1 (first, where sorted)."""
     for _ in range(6):
         entries, groups, m = int(rng.integers(1, 6)), int(rng.integers(1, 12)), \
             int(rng.integers(1, 400))
@@ -99,6 +100,8 @@ def test_entries_table_tiles_each_entry_apart(rng, paired, rhs_per_entry):
             tile_table(flat, entries * m, 64, paired), groups, rhs_per_entry))
         want = [(e * m + row, rows, -1 if g < 0 else e * groups * rhs_per_entry + g)
                 for e in range(entries) for row, rows, g in tiles_model(sizes[e], m, 64, paired)]
+        if not rhs_per_entry:
+            want.sort(key=lambda tile: tile[2])  # stable: entry order within an expert
         fields = table[1:].reshape(-1, catalog.GROUP_TILE_FIELDS)
         assert table[0] == len(want), (sizes, m)
         assert [tuple(f) for f in fields[:table[0]]] == want, (sizes, m)

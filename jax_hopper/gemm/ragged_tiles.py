@@ -96,11 +96,18 @@ def entry_groups(table, groups: int, rhs_per_entry: bool):
     """A tile table over entry_sizes' groups with each tile's group as the kernel reads rhs
     and bias: entry e's group g is e G + g of the entries' stacked (E G, ...) rhs
     (rhs_per_entry), else g of the rhs they share; its rows past every group -1 (a zero
-    product)."""
+    product). Entries sharing the rhs have their tiles ordered expert by expert (every
+    entry's tiles of expert 0, then of expert 1, ...; the rows past the groups first), so
+    that the CTAs running at once read one expert's weights, as a single entry's do; each
+    entry's tiles of one expert stay together, so a paired table's pairs stay pairs."""
     fields = table[1:].reshape(-1, GROUP_TILE_FIELDS)
     entry, g = fields[:, 2] // (groups + 1), fields[:, 2] % (groups + 1)
     group = jnp.where(g == groups, -1, entry * groups + g if rhs_per_entry else g)
-    return jnp.concatenate([table[:1], fields.at[:, 2].set(group).reshape(-1)])
+    fields = fields.at[:, 2].set(group)
+    if not rhs_per_entry:
+        slot = jnp.arange(fields.shape[0], dtype=jnp.int32)
+        fields = fields[jnp.argsort(jnp.where(slot < table[0], group, groups), stable=True)]
+    return jnp.concatenate([table[:1], fields.reshape(-1)])
 
 
 def row_groups(group_sizes, m: int):
