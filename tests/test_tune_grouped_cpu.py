@@ -61,6 +61,17 @@ def test_a_moe_step_runs_a_grouped_product_its_transpose_and_a_contraction():
                      tune.Problem("grouped_contraction", "bfloat16", True, True, G, K, N, M)]
 
 
+def test_a_vmapped_grouped_product_is_tuned_as_its_one_launch():
+    """vmap over E entries with their own sizes: one launch of E M rows over E G groups (each
+    entry's groups tiled apart: ragged_primitive.fold_entries), the problem its config is
+    looked up for."""
+    x, w = jnp.ones((3, M, K), jnp.bfloat16), jnp.ones((G, K, N), jnp.bfloat16)
+    sizes = jnp.stack([SIZES] * 3)
+    fn = jax.vmap(lambda x, s: ragged_dot(x, w, s))
+    assert tune.problems_of(fn, x, sizes) == [
+        tune.Problem("grouped", "bfloat16", False, True, 3 * G, 3 * M, N, K)]
+
+
 def test_the_fp8_moe_step_runs_the_fp8_grouped_families():
     x, w = jnp.ones((M, 256), jnp.bfloat16), jnp.ones((G, 256, 128), jnp.bfloat16)
     for recipe, suffix in (("tensor", ""), ("block", "_block")):
