@@ -7,7 +7,8 @@
 //
 // The tile table (jax_hopper/gemm/ragged_tiles.py builds it on the device from the group sizes,
 // in the same stream, before the launch; the launch stays the same whatever the sizes, which is
-// what CUDA graphs need) lists those M tiles ("slots"), in row order:
+// what CUDA graphs need) lists those M tiles ("slots"), in row order (or, for vmap's entries
+// sharing their experts, expert by expert: ragged_tiles.entry_groups; the order is free):
 //   tiles[0]                  the number of slots in use;
 //   tiles[1 + kGroupTileFields * s + {0, 1, 2}]  slot s: its first row, its rows (1..BM), its
 //                             group (-1: past every group).
