@@ -9,6 +9,10 @@ Each row names the rule that picks today's config (heuristics.heuristic_choice),
 summary scores each rule over its problems: where the time left on the table is.
 
     python benchmarks/heuristic_regret.py benchmarks/results/tune_h200_20261202_random_worst.json
+    python benchmarks/heuristic_regret.py REPORT... --set SPLIT_PIECE_KBLOCKS=3 LONG_K_BLOCKS=96
+
+--set scores the rules with some of their constants changed (set_constant): a refit weighed
+on every problem the reports hold, before the A/B that decides it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,29 @@ import math
 from jax_hopper import tune
 from jax_hopper.gemm import tuned
 from jax_hopper.gemm.config import GemmConfig
+from jax_hopper.gemm.heuristics import dense, grouped, plan, swap
+
+# The modules whose rules read the constants set_constant sets (each reads its own globals).
+_RULE_MODULES = (dense, swap, grouped, plan)
+
+
+def set_constant(assignment: str) -> None:
+    """'NAME=VALUE': the heuristics' constant NAME (a module-level int or float of the rules'
+    modules) set to VALUE for this process, where the rules read it. ValueError naming the
+    rule for anything else."""
+    name, sep, text = assignment.partition("=")
+    module = next((mod for mod in _RULE_MODULES if name.isupper() and
+                   type(getattr(mod, name, None)) in (int, float)), None)
+    if not sep or module is None:
+        raise ValueError(f"--set {assignment!r}: want NAME=VALUE, NAME an int or float "
+                         "constant of jax_hopper.gemm.heuristics' rules (e.g. "
+                         "SPLIT_PIECE_KBLOCKS=3)")
+    kind = type(getattr(module, name))
+    try:
+        value = kind(text)
+    except ValueError:
+        raise ValueError(f"--set {assignment!r}: {name} is {kind.__name__}") from None
+    setattr(module, name, value)
 
 
 def score(report: dict) -> list[dict]:
@@ -67,7 +94,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("reports", nargs="+", help="JSON files of python -m jax_hopper.tune --report")
+    parser.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE",
+                        help="score with these constants of the rules changed")
     args = parser.parse_args(argv)
+    for assignment in args.set:
+        try:
+            set_constant(assignment)
+        except ValueError as e:
+            parser.error(str(e))
     rows = []
     for path in args.reports:
         with open(path) as f:
