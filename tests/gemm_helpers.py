@@ -398,6 +398,51 @@ def check_ragged_grads(rng, m, k, n, group_sizes, bound):
         assert rel_frob(got64, want) < bound, f"d {name}"
 
 
+def emulate_grouped_kernel(monkeypatch) -> None:
+    """The grouped primitive (hopper_ragged_dot, hopper_ragged_glu) bound as the grouped
+    kernel reads its operands and tile table (cuda/gemm/scheduler/grouped.cuh), in numpy:
+    each slot in use stores the epilogue of alpha * its rows @ rhs[group] (+ bias[group];
+    gated: act(gate) * up of the (G K, 2, N) weights' halves) over its rows, a zero product
+    for group -1, whatever order the slots come in; rows no slot stores are NaN. On a CPU the
+    primitive's own lowering is the reference, which never reads the table."""
+    from jax_hopper.gemm import ragged_primitive
+    from jax_hopper.kernels import catalog
+
+    def bind(lhs, rhs, gs, tiles, bias, res, *, b_mn_major, out_dtype, alpha, beta, activation,
+             family, **_):
+        gated = family == "grouped_glu"
+        act = catalog.ACTIVATIONS[activation][0] if activation else None
+
+        def run(lhs, rhs, tiles, bias, res):
+            lhs, rhs, tiles, bias, res = map(np.asarray, (lhs, rhs, tiles, bias, res))
+            x = lhs[0].astype(np.float64)
+            if gated:  # (G K, 2, N) -> (G, K, 2 N): [gate | up]
+                w = rhs.astype(np.float64).reshape(-1, x.shape[1], 2 * rhs.shape[2])
+            else:
+                w = rhs.astype(np.float64)
+                w = w if b_mn_major else np.swapaxes(w, 1, 2)
+            b = bias.reshape(bias.shape[0], -1) if bias.size else bias
+            out = np.full((x.shape[0], w.shape[2] // (2 if gated else 1)), np.nan)
+            for row0, rows, g in tiles[1:].reshape(-1, catalog.GROUP_TILE_FIELDS)[:tiles[0]]:
+                z = alpha * x[row0:row0 + rows] @ w[g] if g >= 0 else \
+                    np.zeros((rows, w.shape[2]))
+                if b.size and g >= 0:
+                    z = z + b[g]
+                if gated:
+                    half = z.shape[1] // 2
+                    z = act64(z[:, :half], act) * z[:, half:]
+                else:
+                    z = act64(z, act)
+                out[row0:row0 + rows] = z + (beta * res[0, row0:row0 + rows] if res.size else 0)
+            return out[None].astype(out_dtype)
+
+        cols = rhs.shape[2] if gated or b_mn_major else rhs.shape[1]
+        shape = jax.ShapeDtypeStruct((1, lhs.shape[1], cols), out_dtype)
+        return jax.pure_callback(run, shape, lhs, rhs, tiles, bias, res)
+
+    monkeypatch.setattr(ragged_primitive.hopper_ragged_p, "bind", bind, raising=False)
+
+
 # Group sizes that stress the grouped kernels' bookkeeping, for 700 rows.
 ADVERSARIAL_SIZES = {"empty_groups": [0, 0, 350, 0, 350, 0],
                      "one_group_all_rows": [0, 0, 700, 0],

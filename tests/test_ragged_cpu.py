@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged_grads, count_eqns,
-                          ragged_reference64, random_operand, rel_frob, to64)
+                          emulate_grouped_kernel, ragged_reference64, random_operand, rel_frob,
+                          to64)
 from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.heuristics import choose_grouped_config
@@ -317,37 +318,15 @@ def test_vmap_over_tokens_and_over_weights(rng):
         assert count_eqns(jaxpr.jaxpr, ("scan", "while")) == 0
 
 
-def _kernel_emulated(lhs, rhs, gs, tiles, bias, res, *, b_mn_major, out_dtype, alpha, beta,
-                     **_):
-    """What the grouped kernel does with its table (cuda/gemm/scheduler/grouped.cuh), in
-    numpy: each slot in use stores alpha * its rows @ rhs[group] + bias[group] (a zero
-    product for group -1) + beta * residual on its rows, whatever order the slots come in."""
-    def run(lhs, rhs, tiles, bias, res):
-        lhs, rhs, tiles, bias, res = map(np.asarray, (lhs, rhs, tiles, bias, res))
-        x, w = lhs[0].astype(np.float64), rhs.astype(np.float64)
-        w = w if b_mn_major else np.swapaxes(w, 1, 2)
-        out = np.full((x.shape[0], w.shape[2]), np.nan)
-        for row0, rows, g in tiles[1:].reshape(-1, catalog.GROUP_TILE_FIELDS)[:tiles[0]]:
-            y = alpha * x[row0:row0 + rows] @ w[g] if g >= 0 else np.zeros((rows, w.shape[2]))
-            if bias.size and g >= 0:
-                y = y + bias[g]
-            out[row0:row0 + rows] = y + (beta * res[0, row0:row0 + rows] if res.size else 0)
-        return out[None].astype(out_dtype)
-
-    shape = jax.ShapeDtypeStruct((1, lhs.shape[1], rhs.shape[2 if b_mn_major else 1]), out_dtype)
-    return jax.pure_callback(run, shape, lhs, rhs, tiles, bias, res)
-
-
 @pytest.mark.parametrize("case", ["shared_paired", "shared", "per_entry"])
 def test_vmap_feeds_the_kernel_each_entrys_tiles(rng, monkeypatch, case):
     """The folded launch's operands and table as the kernel reads them (emulated:
-    _kernel_emulated, the table built by its reference lowering) give each entry's product:
+    gemm_helpers.emulate_grouped_kernel, the table built by its reference lowering) give each
+    entry's product:
     adversarial sizes per entry, the experts shared (their tiles reordered expert by expert,
     pairs kept for 2-CTA clusters) or one per entry, bias, residual and alpha. Every row is
     stored by one tile (NaN where none)."""
-    from jax_hopper.gemm import ragged_primitive
-    monkeypatch.setattr(ragged_primitive.hopper_ragged_p, "bind", _kernel_emulated,
-                        raising=False)
+    emulate_grouped_kernel(monkeypatch)
     sizes = [[-5, 30, -2**31, 40, 7], [50, 2**31 - 1, 2**31 - 1, 9, 0], [0, 0, 70, 0, 0],
              [1, 1, 1, 1, 66], [10, 0, 25, 0, 0], [0, 0, 0, 0, 0]]
     e, m, k, n, g = len(sizes), 70, 32, 24, 5

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (REL_FROB_BOUND, count_eqns, ragged_glu_reference64, random_operand,
-                          rel_frob, to64)
+from gemm_helpers import (REL_FROB_BOUND, count_eqns, emulate_grouped_kernel,
+                          ragged_glu_reference64, random_operand, rel_frob, to64)
 from jax_hopper import GemmConfig, hopper_ragged_glu
 from jax_hopper.gemm.heuristics import choose_grouped_glu_config
 from jax_hopper.kernels import catalog
@@ -98,6 +98,26 @@ def test_vmap_over_tokens(rng, mapped_w):
     for i in range(2):
         assert rel_frob(out[i], ragged_glu_reference64(x[i], w[i] if mapped_w else w,
                                                        sizes[i])) < 1e-4
+
+
+@pytest.mark.parametrize("mapped_w", [False, True], ids=["shared_w", "w_per_entry"])
+def test_vmap_feeds_the_kernel_each_entrys_tiles(rng, monkeypatch, mapped_w):
+    """The folded launch's operands and table as the gated grouped kernel reads them
+    (gemm_helpers.emulate_grouped_kernel): the weights stacked per entry ((E G K, 2, F) as
+    the kernel's view) or shared, each entry's unit against float64."""
+    emulate_grouped_kernel(monkeypatch)
+    sizes = np.array([[-3, 40, 2**31 - 1], [0, 0, 0], [10, 20, 30]])
+    e, m, k, f, g = 3, 60, 32, 16, 3
+    x = random_operand(rng, (e, m, k), "bfloat16")
+    w = random_operand(rng, (e, g, k, 2, f) if mapped_w else (g, k, 2, f), "bfloat16")
+    bias = random_operand(rng, (g, 2, f), "float32")
+    fn = jax.vmap(lambda x, w, s: hopper_ragged_glu(x, w, s, bias=bias, activation="silu",
+                                                    out_dtype=jnp.float32),
+                  in_axes=(0, 0 if mapped_w else None, 0))
+    out = jax.jit(fn)(x, w, jnp.asarray(sizes, jnp.int32))
+    for i in range(e):
+        want = ragged_glu_reference64(x[i], w[i] if mapped_w else w, sizes[i], bias=bias)
+        assert rel_frob(out[i], want) < 1e-6, f"entry {i}"
 
 
 @pytest.mark.parametrize("m,k,f,groups", [(0, 8, 8, 2), (8, 0, 8, 2), (8, 8, 0, 2), (8, 8, 8, 0)])
