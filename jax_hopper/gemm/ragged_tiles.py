@@ -84,9 +84,9 @@ def local_sizes(group_sizes, m: int, offset, rows: int):
 def entry_sizes(group_sizes, m: int):
     """(E (G + 1),) int32 for the (E, G) sizes of E entries of m rows each (one launch over
     the entries' E m rows): each entry's sizes made valid, then its rows past every group as
-    one more group (G >= 1: a launch has groups). These consecutive groups fill the E m rows exactly, so tile_table cuts
-    them into tiles that never straddle two entries; entry_groups then names each tile's
-    group as the kernel reads rhs."""
+    one more group (G >= 1: a launch has groups). These consecutive groups fill the E m rows
+    exactly, so tile_table cuts them into tiles that never straddle two entries;
+    entry_groups then names each tile's group as the kernel reads rhs."""
     ends = jax.vmap(lambda sizes: group_ends(sizes, m))(group_sizes)
     starts = jnp.concatenate([jnp.zeros((ends.shape[0], 1), jnp.int32), ends[:, :-1]], axis=1)
     return jnp.concatenate([ends - starts, m - ends[:, -1:]], axis=1).reshape(-1)
