@@ -10,7 +10,8 @@ product (0, plus beta * residual).
 
 Layers: hopper_ragged_glu checks its arguments -> _glu (custom VJP) ->
 ragged_sharding.partitioned (sharded jit: F split locally, gate and up columns together;
-vmap one launch over every entry) -> ragged_primitive.launch (family "grouped_glu") -> hopper_ragged_p.
+vmap one launch over every entry) -> ragged_primitive.launch (family "grouped_glu") ->
+hopper_ragged_p.
 
 NOTES:
 - Autodiff, as hopper_glu: the backward needs gate and up, and recomputing them costs the whole
