@@ -203,8 +203,8 @@ def grouped_vmap_case(case, key):
     rhs = (jax.random.normal(keys[0], (g, k, n), jnp.float32) / k ** 0.5).astype(jnp.bfloat16)
     n_calls, n_sets = timing.call_plan(e * m, n, k)
     rng = np.random.default_rng(int(jax.random.randint(keys[1], (), 0, 1 << 30)))
-    sets = [(a.reshape(e, m, k),
-             jnp.asarray(rng.multinomial(m, np.ones(g) / g, size=e), jnp.int32))
+    sets = [(a.reshape(e, m, k), jnp.asarray(np.stack(
+        [bench_grouped.group_sizes(rng, m, g, "uniform") for _ in range(e)]), jnp.int32))
             for a, _ in timing.rotating_sets(keys[1], e * m, n, k, n_sets)]
 
     def xla(**kw):

@@ -15,6 +15,7 @@ import numpy as np
 from jax.extend import core as jax_core
 
 import jax_hopper
+from jax_hopper.kernels import catalog
 
 # Relative Frobenius error bounds per out dtype. Inputs are exact in their dtype and the
 # reference uses those exact values in float64, so the error is fp32 accumulation plus one
@@ -398,6 +399,48 @@ def check_ragged_grads(rng, m, k, n, group_sizes, bound):
         assert rel_frob(got64, want) < bound, f"d {name}"
 
 
+def entry_sizes(m: int) -> list:
+    """One set of 5 group sizes per vmap entry over m rows, the adversarial ones of
+    ADVERSARIAL_SIZES scaled to m: negative, past int32's reach, one group holding every
+    row, single rows, a sum below m, all empty."""
+    return [[-5, 3 * m // 7, -2**31, 4 * m // 7, 7], [5 * m // 7, 2**31 - 1, 2**31 - 1, 9, 0],
+            [0, 0, m, 0, 0], [1, 1, 1, 1, m - 4], [m // 7, 0, 5 * m // 14, 0, 0], [0] * 5]
+
+
+def check_ragged_entries(rng, m, k, n, case, bound, launch=("hopper_ragged_dot",)):
+    """jax.vmap of hopper_ragged_dot over entries with their own sizes (entry_sizes): one
+    launch over every entry's rows (ragged_primitive.fold_entries), no loop, each entry within
+    `bound` of float64, with the bias, residual, gelu_tanh and alpha fused. case: "shared"
+    experts, "per_entry" (one set an entry, stored (G, N, K)), or "paired" (shared, in 2-CTA
+    pairs along M: a paired table per entry, reordered expert by expert). launch: the
+    primitive that binds a launch (emulate_grouped_kernel's is a pure_callback)."""
+    sizes = entry_sizes(m)
+    e, g = len(sizes), len(sizes[0])
+    per_entry = case == "per_entry"
+    lhs = random_operand(rng, (e, m, k), "bfloat16")
+    rhs = random_operand(rng, (e, g, n, k) if per_entry else (g, k, n), "bfloat16")
+    bias = random_operand(rng, (g, n), "float32")
+    res = random_operand(rng, (e, m, n), "float32")
+    tile = catalog.FAMILIES["grouped"].tiles[0]
+    config = (jax_hopper.GemmConfig.for_tile(tile, stream_k=False, cluster_m=2)
+              if case == "paired" else None)
+    epi = dict(bias=bias, activation="gelu_tanh", alpha=0.5)
+
+    def one(lhs, rhs, sizes, res):
+        return jax_hopper.hopper_ragged_dot(lhs, rhs, sizes, residual=res,
+                                            transpose_rhs=per_entry, out_dtype=jnp.float32,
+                                            config=config, **epi)
+
+    fn = jax.vmap(one, in_axes=(0, 0 if per_entry else None, 0, 0))
+    args = (lhs, rhs, jnp.asarray(sizes, jnp.int32), res)
+    assert count_eqns(jax.make_jaxpr(fn)(*args).jaxpr, (*launch, "scan", "while")) == 1
+    out = jax.jit(fn)(*args)
+    for i in range(e):
+        want = ragged_reference64(lhs[i], rhs[i] if per_entry else rhs, sizes[i],
+                                  transpose_rhs=per_entry, residual=res[i], **epi)
+        assert rel_frob(out[i], want) < bound, f"entry {i}"
+
+
 def emulate_grouped_kernel(monkeypatch) -> None:
     """The grouped primitive (hopper_ragged_dot, hopper_ragged_glu) bound as the grouped
     kernel reads its operands and tile table (cuda/gemm/scheduler/grouped.cuh), in numpy:
@@ -406,7 +449,6 @@ def emulate_grouped_kernel(monkeypatch) -> None:
     for group -1, whatever order the slots come in; rows no slot stores are NaN. On a CPU the
     primitive's own lowering is the reference, which never reads the table."""
     from jax_hopper.gemm import ragged_primitive
-    from jax_hopper.kernels import catalog
 
     def bind(lhs, rhs, gs, tiles, bias, res, *, b_mn_major, out_dtype, alpha, beta, activation,
              family, **_):

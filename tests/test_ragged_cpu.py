@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged_grads, count_eqns,
-                          emulate_grouped_kernel, ragged_reference64, random_operand, rel_frob,
-                          to64)
+from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged_entries,
+                          check_ragged_grads, count_eqns, emulate_grouped_kernel, random_operand,
+                          rel_frob, to64)
 from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.heuristics import choose_grouped_config
@@ -318,37 +318,15 @@ def test_vmap_over_tokens_and_over_weights(rng):
         assert count_eqns(jaxpr.jaxpr, ("scan", "while")) == 0
 
 
-@pytest.mark.parametrize("case", ["shared_paired", "shared", "per_entry"])
+@pytest.mark.parametrize("case", ["paired", "shared", "per_entry"])
 def test_vmap_feeds_the_kernel_each_entrys_tiles(rng, monkeypatch, case):
     """The folded launch's operands and table as the kernel reads them (emulated:
     gemm_helpers.emulate_grouped_kernel, the table built by its reference lowering) give each
-    entry's product:
-    adversarial sizes per entry, the experts shared (their tiles reordered expert by expert,
-    pairs kept for 2-CTA clusters) or one per entry, bias, residual and alpha. Every row is
-    stored by one tile (NaN where none)."""
+    entry's product (gemm_helpers.check_ragged_entries: adversarial sizes per entry, the
+    experts shared, their tiles reordered expert by expert, pairs kept for 2-CTA clusters, or
+    one per entry). Every row is stored by a tile (NaN where none)."""
     emulate_grouped_kernel(monkeypatch)
-    sizes = [[-5, 30, -2**31, 40, 7], [50, 2**31 - 1, 2**31 - 1, 9, 0], [0, 0, 70, 0, 0],
-             [1, 1, 1, 1, 66], [10, 0, 25, 0, 0], [0, 0, 0, 0, 0]]
-    e, m, k, n, g = len(sizes), 70, 32, 24, 5
-    per_entry = case == "per_entry"
-    lhs = random_operand(rng, (e, m, k), "bfloat16")
-    rhs = random_operand(rng, (e, g, k, n) if per_entry else (g, k, n), "bfloat16")
-    bias = random_operand(rng, (g, n), "float32")
-    res = random_operand(rng, (e, m, n), "float32")
-    tile = catalog.FAMILIES["grouped"].tiles[0]
-    config = GemmConfig.for_tile(tile, stream_k=False,
-                                 cluster_m=2 if case == "shared_paired" else 1)
-
-    def one(lhs, rhs, sizes, res):
-        return hopper_ragged_dot(lhs, rhs, sizes, bias=bias, residual=res, alpha=0.5,
-                                 out_dtype=jnp.float32, config=config)
-
-    out = jax.jit(jax.vmap(one, in_axes=(0, 0 if per_entry else None, 0, 0)))(
-        lhs, rhs, jnp.asarray(sizes, jnp.int32), res)
-    for i in range(e):
-        want = ragged_reference64(lhs[i], rhs[i] if per_entry else rhs, sizes[i], bias=bias,
-                                  residual=res[i], alpha=0.5)
-        assert rel_frob(out[i], want) < 1e-6, f"entry {i}"
+    check_ragged_entries(rng, 70, 32, 24, case, 1e-6, launch=("pure_callback",))
 
 
 def test_vmap_of_vmap_and_of_the_gradient_fold_the_entries(rng):

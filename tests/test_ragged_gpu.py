@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged, check_ragged_grads,
-                          count_eqns, ragged_grads64, ragged_reference64, random_operand,
-                          rel_frob, run_in_command_buffer, to64)
+from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged, check_ragged_entries,
+                          check_ragged_grads, entry_sizes, ragged_grads64, ragged_reference64,
+                          random_operand, rel_frob, run_in_command_buffer, to64)
 from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.ragged_primitive import build_tile_table
@@ -240,48 +240,19 @@ def test_bitwise_repeatable(rng):
         assert np.array_equal(np.asarray(fn(lhs, rhs, gs).astype(jnp.float32)), first)
 
 
-# One set of 5 group sizes over 700 rows per entry: the adversarial ones of gemm_helpers.
-ENTRY_SIZES = [[-5, 300, -2**31, 400, 7], [500, 2**31 - 1, 2**31 - 1, 9, 0], [0, 0, 700, 0, 0],
-               [1, 1, 1, 1, 696], [100, 0, 250, 0, 0], [0, 0, 0, 0, 0]]
-
-
 @pytest.mark.parametrize("case", ["shared", "per_entry", "paired"])
 def test_vmap_folds_the_entries_into_one_launch(rng, case):
-    """vmap over entries, each with its own group sizes (adversarial ones): one launch over
-    every entry's rows (ragged_primitive.fold_entries), each entry against float64: weights
-    shared (with the residual, activation and alpha fused), one per entry (stored (G, N, K),
-    the bias shared), or shared in 2-CTA pairs along M (a paired table per entry)."""
-    e, m, k, n, g = len(ENTRY_SIZES), 700, 136, 192, 5
-    per_entry = case == "per_entry"
-    lhs = random_operand(rng, (e, m, k), "bfloat16")
-    rhs = random_operand(rng, (e, g, n, k) if per_entry else (g, k, n), "bfloat16")
-    bias = random_operand(rng, (g, n), "float32")
-    res = random_operand(rng, (e, m, n), "float32")
-    sizes = jnp.asarray(ENTRY_SIZES, jnp.int32)
-    config = GemmConfig.for_tile(TILES[0], stream_k=False, cluster_m=2) \
-        if case == "paired" else None
-    epi = {} if per_entry else dict(residual=res, activation="gelu_tanh", alpha=0.5)
-
-    def one(lhs, rhs, sizes, res):
-        kw = {**epi, "residual": res} if epi else {}
-        return hopper_ragged_dot(lhs, rhs, sizes, bias=bias, transpose_rhs=per_entry,
-                                 out_dtype=jnp.float32, config=config, **kw)
-
-    fn = jax.vmap(one, in_axes=(0, 0 if per_entry else None, 0, 0))
-    assert count_eqns(jax.make_jaxpr(fn)(lhs, rhs, sizes, res).jaxpr,
-                      ("hopper_ragged_dot", "scan", "while")) == 1
-    out = jax.jit(fn)(lhs, rhs, sizes, res)
-    for i in range(e):
-        want = ragged_reference64(lhs[i], rhs[i] if per_entry else rhs, ENTRY_SIZES[i],
-                                  transpose_rhs=per_entry, bias=bias,
-                                  **({**epi, "residual": res[i]} if epi else {}))
-        assert rel_frob(out[i], want) < REL_FROB_BOUND["float32"], f"entry {i}"
+    """vmap over entries, each with its own (adversarial) group sizes: one launch over every
+    entry's rows, each entry against float64 (gemm_helpers.check_ragged_entries: experts
+    shared, one set per entry stored (G, N, K), or shared in 2-CTA pairs along M)."""
+    check_ragged_entries(rng, 700, 136, 192, case, REL_FROB_BOUND["float32"])
 
 
 def test_vmap_of_the_gradient_folds_the_products(rng):
     """vmap of jax.grad over entries with their own sizes: the forward product and d lhs one
     launch each over every entry, d rhs per entry; each entry's gradients against float64."""
-    e, m, k, n, g = len(ENTRY_SIZES), 700, 128, 256, 5
+    sizes = entry_sizes(700)
+    e, m, k, n, g = len(sizes), 700, 128, 256, 5
     lhs = random_operand(rng, (e, m, k), "bfloat16")
     rhs = (random_operand(rng, (g, k, n), "bfloat16").astype(jnp.float32) / np.sqrt(k)
            ).astype(jnp.bfloat16)
@@ -295,9 +266,9 @@ def test_vmap_of_the_gradient_folds_the_products(rng):
             return jnp.sum(y * dout)
         return jax.grad(loss, (0, 1, 2))(lhs, rhs, bias)
 
-    got = jax.jit(jax.vmap(grads))(lhs, jnp.asarray(ENTRY_SIZES, jnp.int32), dout)
+    got = jax.jit(jax.vmap(grads))(lhs, jnp.asarray(sizes, jnp.int32), dout)
     for i in range(e):
-        want = ragged_grads64(lhs[i], rhs, bias, dout[i], ENTRY_SIZES[i])
+        want = ragged_grads64(lhs[i], rhs, bias, dout[i], sizes[i])
         for name, a, w in zip(("lhs", "rhs", "bias"), got, want):
             assert rel_frob(to64(a[i]), w) < REL_FROB_BOUND["bfloat16"], f"entry {i}: d {name}"
 

@@ -45,6 +45,14 @@ def out_cols(rhs_shape, b_mn_major: bool, family: str) -> int:
     return rhs_shape[-1] if family == "grouped_glu" or b_mn_major else rhs_shape[1]
 
 
+def holds_entries(family: str, operand: str, ndim: int) -> bool:
+    """Whether an `operand` ("rhs" or "bias") of `ndim` dimensions holds one set per entry of
+    launch's entries ((E, G, ...)) rather than the (G, ...) they share: one more dimension
+    than the family's (G, K, N) / (G, N) weights, gated (G, K, 2, N) / (G, 2, N)."""
+    own = {"rhs": 3, "bias": 2}[operand] + (family == "grouped_glu")
+    return ndim == own + 1
+
+
 def _abstract_eval(lhs, rhs, group_sizes, tiles, bias, residual, *, b_mn_major, out_dtype,
                    family, **_):
     # Typed as placed under explicit sharding: rows as lhs's, columns as rhs's (the gated
@@ -107,7 +115,7 @@ def epilogue(x, group_sizes, bias, residual, *, activation, beta, out_dtype, fam
         def one(x, gs, b, r):
             return epilogue(x, gs, b, r[None] if r.ndim == 2 else r, activation=activation,
                             beta=beta, out_dtype=out_dtype, family=family)[0]
-        bias_axis = 0 if bias.ndim == (3 if family == "grouped_glu" else 2) + 1 else None
+        bias_axis = 0 if holds_entries(family, "bias", bias.ndim) else None
         return jax.vmap(one, in_axes=(0, 0, bias_axis, 0 if residual.size else None))(
             x, group_sizes, bias, residual)
     if bias.size:
@@ -199,7 +207,7 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
     gated = family == "grouped_glu"
     entries, rows = (group_sizes.shape[0], lhs.shape[1]) if group_sizes.ndim == 2 else (0, 0)
     if entries:
-        per_entry = rhs.ndim == (4 if gated else 3) + 1
+        per_entry = holds_entries(family, "rhs", rhs.ndim)
         lhs, rhs, bias, res = _stacked(lhs, rhs, bias, res, per_entry)
         if explicitly_sharded(group_sizes):  # typed operands: ragged_sharding's trace for
             # the result type, never run (each device's launch has its own entries' sizes)
@@ -294,10 +302,9 @@ def fold_entries(family: str, axis_size: int, batched, lhs, rhs, gs, bias, res):
     (per_entry then launches once per entry instead). Activations, sizes, residuals and a
     bias beside a per-entry rhs are broadcast where not mapped."""
     lhs_b, rhs_b, gs_b, bias_b, res_b = batched
-    gated = family == "grouped_glu"
     entries = lhs.shape[1] if lhs_b else lhs.shape[0]
-    rhs_entries = rhs.ndim - rhs_b == (4 if gated else 3) + 1
-    bias_entries = bias.ndim - bias_b == (3 if gated else 2) + 1
+    rhs_entries = holds_entries(family, "rhs", rhs.ndim - rhs_b)
+    bias_entries = holds_entries(family, "bias", bias.ndim - bias_b)
     if (rhs_b and not rhs_entries and entries != 1) or (rhs_entries and not rhs_b):
         return None
     per_entry_rhs = rhs_b or rhs_entries

@@ -32,7 +32,8 @@ import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 from jax.experimental.custom_partitioning import custom_partitioning
 
-from jax_hopper.gemm.ragged_primitive import epilogue, fold_entries, launch, per_entry
+from jax_hopper.gemm.ragged_primitive import (epilogue, fold_entries, holds_entries, launch,
+                                              per_entry)
 from jax_hopper.gemm.ragged_tiles import local_sizes
 from jax_hopper.gemm.sharding import (assign_factors, def_partition, mesh_axes,
                                       partial_dtype, spec_of, sum_partials)
@@ -78,18 +79,13 @@ def _rhs_dims(p: dict, ndim: int) -> tuple[int, int]:
     return (ndim - 1, 1) if p["b_mn_major"] else (1, 2)
 
 
-def _per_entry(p: dict, rhs_shape) -> bool:
-    """Whether rhs (and a bias) holds one weight per entry ((E, G, ...): launch's entries)."""
-    return len(rhs_shape) == (4 if p["family"] == "grouped_glu" else 3) + 1
-
-
 def _rule(params, shapes, mesh, value_types, result_types):
     del mesh, value_types, result_types
     _, rhs_shape, gs_shape, bias_shape, res_shape = shapes
     p = dict(params)
     gated = p["family"] == "grouped_glu"
     entries = len(gs_shape) == 2
-    o = "o " if _per_entry(p, rhs_shape) else ""
+    o = "o " if holds_entries(p["family"], "rhs", len(rhs_shape)) else ""
     rhs = o + ("g k h n" if gated else "g k n" if p["b_mn_major"] else "g n k")
     bias = o + ("g h n" if gated else "g n") if bias_shape[0] else "z"
     res = "o m n" if res_shape[0] else "r1 r2 r3"
@@ -147,7 +143,8 @@ def shard_sizes(gs, m_axes, rows: int, local_rows: int):
 def _partition(params, shapes, mesh, arg_shapes, result_shape):
     p = dict(params)
     lhs, rhs, gs, bias, res = arg_shapes
-    entries, per_entry = len(gs.shape) == 2, _per_entry(p, rhs.shape)
+    entries = len(gs.shape) == 2
+    per_entry = holds_entries(p["family"], "rhs", len(rhs.shape))
     o = int(per_entry)  # rhs's and bias's dimensions follow the entries'
     rhs_n, rhs_k = (d + o for d in _rhs_dims(p, len(rhs.shape) - o))
     s_lhs, s_rhs, s_gs, s_out = spec_of(lhs), spec_of(rhs), spec_of(gs), spec_of(result_shape)
