@@ -193,27 +193,34 @@ def vmap_case(case, key):
 
 
 def grouped_vmap_case(case, key):
-    """(shape, pairs, {variant: f(a, s)}, reference) of jax.vmap over E entries a (E, M, K),
-    each with its own group sizes s (E, G) (uniform routing), against G experts (K, N) they
-    share (each entry routes its rows apart: per-sequence routing); shape is the (E*M, N, K)
-    product it amounts to. XLA's entries run in a loop (lax.map: jax.lax.ragged_dot has no
-    batching rule for a shared rhs)."""
+    """(shape, pairs, {variant: f(a, rhs)}, reference) of jax.vmap over E entries: a is
+    (lhs (E, M, K), sizes (E, G)) (uniform routing, each entry its own), rhs the G experts
+    (K, N) they share (each entry routes its rows apart: per-sequence routing); shape is the
+    (E*M, N, K) product it amounts to. Sets rotate the experts too (past the L2, as timing's
+    sets), and rhs is an argument: closed over, a constant of hundreds of MB in the HLO outgrew
+    the 2 GB protobuf limit (H100, 2026-12-06). XLA's entries run in a loop (lax.map:
+    jax.lax.ragged_dot has no batching rule for a shared rhs)."""
     e, m, g, k, n = case
-    keys = jax.random.split(key, 2)
-    rhs = (jax.random.normal(keys[0], (g, k, n), jnp.float32) / k ** 0.5).astype(jnp.bfloat16)
-    n_calls, n_sets = timing.call_plan(e * m, n, k)
-    rng = np.random.default_rng(int(jax.random.randint(keys[1], (), 0, 1 << 30)))
-    sets = [(a.reshape(e, m, k), jnp.asarray(np.stack(
-        [bench_grouped.group_sizes(rng, m, g, "uniform") for _ in range(e)]), jnp.int32))
-            for a, _ in timing.rotating_sets(keys[1], e * m, n, k, n_sets)]
+    n_calls, n_sets = timing.call_plan(e * m, n, k, set_bytes=2 * (e * m * k + g * k * n))
+    rng = np.random.default_rng(int(jax.random.randint(key, (), 0, 1 << 30)))
+    sets = []
+    for kk in jax.random.split(key, n_sets):
+        ka, kb = jax.random.split(kk)
+        sizes = np.stack([bench_grouped.group_sizes(rng, m, g, "uniform") for _ in range(e)])
+        sets.append(((jax.random.normal(ka, (e, m, k), jnp.float32).astype(jnp.bfloat16),
+                      jnp.asarray(sizes, jnp.int32)),
+                     (jax.random.normal(kb, (g, k, n), jnp.float32)
+                      / k ** 0.5).astype(jnp.bfloat16)))
+    jax.block_until_ready(sets)
 
     def xla(**kw):
-        return lambda a, s: jax.lax.map(
-            lambda xs: jax.lax.ragged_dot(xs[0], rhs, xs[1], **kw), (a, s))
+        return lambda a, r: jax.lax.map(
+            lambda xs: jax.lax.ragged_dot(xs[0], r, xs[1], **kw), a)
 
-    variants = {"xla": xla(),
-                "base": jax.vmap(lambda a, s: jax_hopper_base.hopper_ragged_dot(a, rhs, s)),
-                "new": jax.vmap(lambda a, s: jax_hopper.hopper_ragged_dot(a, rhs, s))}
+    def hopper(module):
+        return lambda a, r: jax.vmap(module.hopper_ragged_dot, in_axes=(0, None, 0))(a[0], r, a[1])
+
+    variants = {"xla": xla(), "base": hopper(jax_hopper_base), "new": hopper(jax_hopper)}
     return (e * m, n, k), timing.rotation(sets, n_calls), variants, \
         xla(preferred_element_type=jnp.float32)
 

@@ -1,8 +1,9 @@
 """vmap of vmap around the grouped, fp8 and quantize ops: each entry of the nested result is
 the op on that entry alone. On the CPU (reference lowering, always) and on an sm_90 GPU (the
-kernels, marker `gpu`). The grouped ops' vmap rule launches once per entry (lax.map), whose
-body an outer vmap maps again; the fp8 product's per-tensor scales become one per entry of
-the merged batch at each level."""
+kernels, marker `gpu`). The grouped products' vmap rule folds each level's entries into one
+launch (ragged_primitive.fold_entries) where it can, else launches once per entry (lax.map,
+whose body an outer vmap maps again); the fp8 product's per-tensor scales become one per entry
+of the merged batch at each level."""
 
 import jax
 import jax.numpy as jnp
