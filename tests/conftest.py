@@ -3,6 +3,7 @@ the `extension` marker where the package was built without its compiled extensio
 
 import zlib
 
+import jax
 import numpy as np
 import pytest
 
@@ -36,3 +37,13 @@ def rng(request):
     """Fresh random inputs per test, seeded from the test's name so failures reproduce."""
     seed = zlib.crc32(request.node.nodeid.encode())
     return np.random.default_rng(seed)
+
+
+@pytest.fixture
+def kernel_emulation(monkeypatch):
+    """The monkeypatch of gemm_helpers' emulate_* (a primitive bound as a numpy emulation of
+    its kernel), with jax's trace caches cleared before the test, so that its calls are traced
+    anew with the emulation, and after it, so that no later test reuses those traces."""
+    jax.clear_caches()
+    yield monkeypatch
+    jax.clear_caches()

@@ -442,7 +442,8 @@ def check_ragged_entries(rng, m, k, n, case, bound, launch=("hopper_ragged_dot",
 
 
 def emulate_grouped_kernel(monkeypatch) -> None:
-    """The grouped primitive (hopper_ragged_dot, hopper_ragged_glu) bound as the grouped
+    """(monkeypatch: conftest's kernel_emulation fixture, which clears jax's trace caches.)
+    The grouped primitive (hopper_ragged_dot, hopper_ragged_glu) bound as the grouped
     kernel reads its operands and tile table (cuda/gemm/scheduler/grouped.cuh), in numpy:
     each slot in use stores the epilogue of alpha * its rows @ rhs[group] (+ bias[group];
     gated: act(gate) * up of the (G K, 2, N) weights' halves) over its rows, a zero product
@@ -483,6 +484,68 @@ def emulate_grouped_kernel(monkeypatch) -> None:
         return jax.pure_callback(run, shape, lhs, rhs, tiles, bias, res)
 
     monkeypatch.setattr(ragged_primitive.hopper_ragged_p, "bind", bind, raising=False)
+
+
+def emulate_contraction_kernel(monkeypatch) -> None:
+    """(monkeypatch: conftest's kernel_emulation fixture, which clears jax's trace caches.)
+    The grouped contraction primitive (hopper_ragged_contract) bound as the kernel reads
+    its operands (cuda/gemm/scheduler/grouped_contraction.cuh), in numpy: group g owns rows
+    [ends[g - 1], ends[g]), or [starts[g], ends[g]) given the bounds (2, G), each clamped to
+    the rows and every end to at least its start. On a CPU the primitive's own lowering is
+    the reference, which assumes ordered, disjoint bounds; this reads them one by one."""
+    from jax_hopper.gemm import ragged_contract
+
+    def bind(x3, y3, ends, *, out_dtype, config):
+        del config
+
+        def run(x3, y3, ends):
+            x, y, ends = (np.asarray(a) for a in (x3[0], y3[0], ends))
+            x, y = x.astype(np.float64), y.astype(np.float64)
+            rows = x.shape[0]
+            if ends.ndim == 2:
+                starts, ends = ends
+            else:
+                starts = np.concatenate([[0], ends[:-1]])
+            out = np.empty((ends.shape[0], x.shape[1], y.shape[1]))
+            for g, (start, end) in enumerate(zip(starts, ends)):
+                first = min(max(int(start), 0), rows)
+                last = min(max(int(end), first), rows)
+                out[g] = x[first:last].T @ y[first:last]
+            return out.astype(out_dtype)
+
+        shape = jax.ShapeDtypeStruct((ends.shape[-1], x3.shape[2], y3.shape[2]), out_dtype)
+        return jax.pure_callback(run, shape, x3, y3, ends)
+
+    monkeypatch.setattr(ragged_contract.hopper_ragged_contract_p, "bind", bind, raising=False)
+
+
+def check_contract_entries(rng, m, p, q, bound, config=None,
+                           launch=("hopper_ragged_contract",)):
+    """jax.vmap of hopper_ragged_contract over entries with their own sizes (entry_sizes): one
+    launch over every entry's rows (ragged_contract.fold_entries), no loop, each entry within
+    `bound` of float64 and its empty groups exactly zero; x per entry, y shared by them
+    (broadcast), and a vmap of that vmap (nested: still one launch). launch: the primitive
+    that binds a launch (emulate_contraction_kernel's is a pure_callback)."""
+    sizes = entry_sizes(m)
+    e = len(sizes)
+    x = random_operand(rng, (2, e, m, p), "bfloat16")
+    y = (random_operand(rng, (m, q), "bfloat16").astype(jnp.float32) / np.sqrt(m)
+         ).astype(jnp.bfloat16)
+    gs = jnp.asarray(sizes, jnp.int32)
+
+    def one(x, sizes):
+        return jax_hopper.hopper_ragged_contract(x, y, sizes, out_dtype=jnp.float32,
+                                                 config=config)
+
+    for fn, args in ((jax.vmap(one), (x[0], gs)),
+                     (jax.vmap(jax.vmap(one), in_axes=(0, None)), (x, gs))):
+        assert count_eqns(jax.make_jaxpr(fn)(*args).jaxpr, (*launch, "scan", "while")) == 1
+        out = np.asarray(jax.jit(fn)(*args)).reshape(-1, len(sizes[0]), p, q)
+        for i, xi in enumerate(np.asarray(args[0]).reshape(-1, m, p)):
+            want = contract_reference64(xi, y, sizes[i % e])
+            assert rel_frob(out[i], want) < bound, f"entry {i}"
+            assert not out[i][~want.reshape(len(want), -1).any(axis=1)].any(), \
+                f"entry {i}: an empty group is not zero"
 
 
 # Group sizes that stress the grouped kernels' bookkeeping, for 700 rows.

@@ -8,9 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (REL_FROB_BOUND, contract_grads64, contract_reference64,
-                          random_operand, rel_frob, to64)
+from gemm_helpers import (REL_FROB_BOUND, check_contract_entries, contract_grads64,
+                          contract_reference64, count_eqns, emulate_contraction_kernel,
+                          entry_sizes, random_operand, rel_frob, sizes64, to64)
 from jax_hopper import GemmConfig, hopper_ragged_contract, hopper_ragged_dot
+from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.heuristics import choose_contraction_config
 from jax_hopper.kernels import catalog
 
@@ -71,6 +73,33 @@ def test_vmap_shares_unmapped_operands(rng):
         assert rel_frob(out[i], contract_reference64(x[i], y, sizes[i])) < 1e-4
 
 
+def test_vmap_folds_the_entries_into_one_launch(rng):
+    """The reference lowering of the folded launch (stacked rows, each group's bounds)."""
+    check_contract_entries(rng, 70, 24, 40, 1e-4)
+
+
+def test_vmap_feeds_the_kernel_each_entrys_rows(rng, kernel_emulation):
+    """The folded launch's operands and bounds read as the kernel reads them
+    (gemm_helpers.emulate_contraction_kernel): each entry's groups take its own rows only,
+    never its rows past every group or another entry's, whatever its sizes say."""
+    emulate_contraction_kernel(kernel_emulation)
+    check_contract_entries(rng, 70, 24, 40, 1e-6, launch=("pure_callback",))
+
+
+@pytest.mark.parametrize("m", [1, 7, 64])
+def test_entry_bounds_against_the_sizes(m):
+    """ragged_tiles.entry_bounds: entry e's group g spans e m + [start, end) of its own sizes
+    made valid (gemm_helpers.sizes64); an entry's bounds stay within its rows."""
+    sizes = entry_sizes(m)
+    bounds = np.asarray(ragged_tiles.entry_bounds(jnp.asarray(sizes, jnp.int32), m))
+    for e, entry in enumerate(sizes):
+        valid = sizes64(entry, m)
+        ends = e * m + np.cumsum(valid)
+        np.testing.assert_array_equal(bounds[1, e * len(entry):(e + 1) * len(entry)], ends)
+        np.testing.assert_array_equal(bounds[0, e * len(entry):(e + 1) * len(entry)],
+                                      ends - valid)
+
+
 @pytest.mark.parametrize("m,p,q,groups", [(0, 8, 8, 2), (8, 0, 8, 2), (8, 8, 8, 0)])
 def test_empty_problems(rng, m, p, q, groups):
     out = hopper_ragged_contract(random_operand(rng, (m, p), "bfloat16"),
@@ -119,7 +148,12 @@ def test_grad_under_vmap_equals_lax(rng):
     def loss(ragged):
         return lambda x, w, s: jnp.sum(ragged(x, w, s, preferred_element_type=jnp.float32) ** 2)
 
-    got = jax.jit(jax.vmap(jax.grad(loss(hopper_ragged_dot), (0, 1)), (0, None, 0)))(x, w, sizes)
+    fn = jax.vmap(jax.grad(loss(hopper_ragged_dot), (0, 1)), (0, None, 0))
+    # Every entry's weight gradient in one contraction, no loop.
+    jaxpr = jax.make_jaxpr(fn)(x, w, sizes).jaxpr
+    assert count_eqns(jaxpr, ("hopper_ragged_contract",)) == 1
+    assert count_eqns(jaxpr, ("scan", "while")) == 0
+    got = jax.jit(fn)(x, w, sizes)
     for i in range(3):
         want = jax.grad(loss(jax.lax.ragged_dot), (0, 1))(x[i], w, jnp.maximum(sizes[i], 0))
         assert rel_frob(got[0][i], to64(want[0])) < 1e-2

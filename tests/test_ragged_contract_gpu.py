@@ -2,15 +2,16 @@
 gradient) on an sm_90 GPU against float64: every compiled tile, cluster and dtype, group
 boundaries at every row offset of a k-block (the zeroed tail), adversarial sizes (empty groups,
 one group holding every row, negative, sums above and below M), unaligned P and Q, G = 1024,
-gradients of both ops, CUDA graphs and repeatability."""
+vmap's entries in one launch (groups given their starts), gradients of both ops, CUDA graphs
+and repeatability."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, contract_grads64,
-                          contract_reference64, poisoned_call, random_operand,
+from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_contract_entries,
+                          contract_grads64, contract_reference64, poisoned_call, random_operand,
                           rel_frob, run_in_command_buffer, to64)
 from jax_hopper import GemmConfig, hopper_ragged_contract, hopper_ragged_dot
 from jax_hopper.kernels import catalog
@@ -64,6 +65,18 @@ def test_boundary_at_every_offset(rng, tile):
 def test_adversarial_sizes(rng, case):
     sizes = ADVERSARIAL_SIZES[case]
     _check(rng, 700, 256, 384, sizes)
+
+
+@pytest.mark.parametrize("cluster", FAMILY.clusters, ids=lambda c: f"c{c[0]}x{c[1]}")
+@pytest.mark.parametrize("tile", FAMILY.tiles, ids=lambda t: t.tag)
+def test_vmap_folds_the_entries_into_one_launch(rng, tile, cluster):
+    """vmap over entries, each with its own adversarial sizes (rows past its groups, all in
+    one group, none): one launch whose groups start where their bounds say (not where the
+    group before ends), each entry against float64, empty groups zero, nested vmap too
+    (gemm_helpers.check_contract_entries)."""
+    check_contract_entries(rng, 700, 136, 192, REL_FROB_BOUND["float32"],
+                           config=GemmConfig.for_tile(tile, stream_k=False, cluster_m=cluster[0],
+                                                      cluster_n=cluster[1]))
 
 
 @pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)

@@ -319,20 +319,20 @@ def test_vmap_over_tokens_and_over_weights(rng):
 
 
 @pytest.mark.parametrize("case", ["paired", "shared", "per_entry"])
-def test_vmap_feeds_the_kernel_each_entrys_tiles(rng, monkeypatch, case):
+def test_vmap_feeds_the_kernel_each_entrys_tiles(rng, kernel_emulation, case):
     """The folded launch's operands and table as the kernel reads them (emulated:
     gemm_helpers.emulate_grouped_kernel, the table built by its reference lowering) give each
     entry's product (gemm_helpers.check_ragged_entries: adversarial sizes per entry, the
     experts shared, their tiles reordered expert by expert, pairs kept for 2-CTA clusters, or
     one per entry). Every row is stored by a tile (NaN where none)."""
-    emulate_grouped_kernel(monkeypatch)
+    emulate_grouped_kernel(kernel_emulation)
     check_ragged_entries(rng, 70, 32, 24, case, 1e-6, launch=("pure_callback",))
 
 
 def test_vmap_of_vmap_and_of_the_gradient_fold_the_entries(rng):
     """Nested vmaps fold into one launch of every entry; under vmap of jax.grad the forward
-    product and d lhs are one launch each (d rhs, the grouped contraction, runs per entry);
-    both equal the products entry by entry."""
+    product, d lhs and d rhs (the grouped contraction) are one launch each, no loop; all equal
+    the products entry by entry."""
     m, k, n, g = 60, 32, 24, 3
     lhs = random_operand(rng, (2, 3, m, k), "bfloat16")
     rhs = random_operand(rng, (g, k, n), "bfloat16")
@@ -350,14 +350,20 @@ def test_vmap_of_vmap_and_of_the_gradient_fold_the_entries(rng):
         np.stack([[ours(lhs[i, j], sizes[i, j]) for j in range(3)] for i in range(2)]))
 
     def grads(lhs, sizes):
-        return jax.grad(lambda x: jnp.sum(jnp.sin(ours(x, sizes))))(lhs)
+        return jax.grad(lambda x, w: jnp.sum(jnp.sin(hopper_ragged_dot(
+            x, w, sizes, bias=bias, activation="silu", out_dtype=jnp.float32))), (0, 1))(
+                lhs, rhs)
 
     batched = jax.vmap(grads)
     jaxpr = jax.make_jaxpr(batched)(lhs[0], sizes[0]).jaxpr
     assert count_eqns(jaxpr, ("hopper_ragged_dot",)) == 3  # forward, its recompute, d lhs
-    np.testing.assert_allclose(np.asarray(jax.jit(batched)(lhs[0], sizes[0])),
-                               np.stack([grads(lhs[0, i], sizes[0, i]) for i in range(3)]),
-                               rtol=2e-2, atol=2e-2)
+    assert count_eqns(jaxpr, ("hopper_ragged_contract",)) == 1  # d rhs
+    assert count_eqns(jaxpr, ("scan", "while")) == 0
+    got = jax.jit(batched)(lhs[0], sizes[0])
+    for i in range(3):
+        for a, want in zip(got, grads(lhs[0, i], sizes[0, i])):
+            np.testing.assert_allclose(np.asarray(a[i]), np.asarray(want), rtol=2e-2,
+                                       atol=2e-2)
 
 
 def test_vmap_of_a_bias_over_shared_weights_runs_per_entry(rng):

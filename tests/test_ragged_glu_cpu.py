@@ -101,11 +101,11 @@ def test_vmap_over_tokens(rng, mapped_w):
 
 
 @pytest.mark.parametrize("mapped_w", [False, True], ids=["shared_w", "w_per_entry"])
-def test_vmap_feeds_the_kernel_each_entrys_tiles(rng, monkeypatch, mapped_w):
+def test_vmap_feeds_the_kernel_each_entrys_tiles(rng, kernel_emulation, mapped_w):
     """The folded launch's operands and table as the gated grouped kernel reads them
     (gemm_helpers.emulate_grouped_kernel): the weights stacked per entry ((E G K, 2, F) as
     the kernel's view) or shared, each entry's unit against float64."""
-    emulate_grouped_kernel(monkeypatch)
+    emulate_grouped_kernel(kernel_emulation)
     sizes = np.array([[-3, 40, 2**31 - 1], [0, 0, 0], [10, 20, 30]])
     e, m, k, f, g = 3, 60, 32, 16, 3
     x = random_operand(rng, (e, m, k), "bfloat16")

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged, check_ragged_entries,
-                          check_ragged_grads, entry_sizes, ragged_grads64, ragged_reference64,
-                          random_operand, rel_frob, run_in_command_buffer, to64)
+                          check_ragged_grads, count_eqns, entry_sizes, ragged_grads64,
+                          ragged_reference64, random_operand, rel_frob, run_in_command_buffer,
+                          to64)
 from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.ragged_primitive import build_tile_table
@@ -249,8 +250,9 @@ def test_vmap_folds_the_entries_into_one_launch(rng, case):
 
 
 def test_vmap_of_the_gradient_folds_the_products(rng):
-    """vmap of jax.grad over entries with their own sizes: the forward product and d lhs one
-    launch each over every entry, d rhs per entry; each entry's gradients against float64."""
+    """vmap of jax.grad over entries with their own sizes: the forward product, d lhs and d rhs
+    (the grouped contraction, its groups bounded per entry) one launch each over every entry,
+    no loop; each entry's gradients against float64."""
     sizes = entry_sizes(700)
     e, m, k, n, g = len(sizes), 700, 128, 256, 5
     lhs = random_operand(rng, (e, m, k), "bfloat16")
@@ -266,7 +268,11 @@ def test_vmap_of_the_gradient_folds_the_products(rng):
             return jnp.sum(y * dout)
         return jax.grad(loss, (0, 1, 2))(lhs, rhs, bias)
 
-    got = jax.jit(jax.vmap(grads))(lhs, jnp.asarray(sizes, jnp.int32), dout)
+    args = (lhs, jnp.asarray(sizes, jnp.int32), dout)
+    jaxpr = jax.make_jaxpr(jax.vmap(grads))(*args).jaxpr
+    assert count_eqns(jaxpr, ("scan", "while")) == 0
+    assert count_eqns(jaxpr, ("hopper_ragged_contract",)) == 1
+    got = jax.jit(jax.vmap(grads))(*args)
     for i in range(e):
         want = ragged_grads64(lhs[i], rhs, bias, dout[i], sizes[i])
         for name, a, w in zip(("lhs", "rhs", "bias"), got, want):

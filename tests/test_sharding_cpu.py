@@ -38,7 +38,8 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "shard_map_delayed_meta", "quantize_blocks_fewer_than_devices",
          "fp8_block_two_axes", "glu_grad_f_split", "ragged_glu_grad_f_split",
          "sequence_split_grad", "explicit_grad_types", "fp8_block_few_rows_warned",
-         "explicit_result_types", "glu_vmap_grad", "ragged_vmap_entries"]
+         "explicit_result_types", "glu_vmap_grad", "ragged_vmap_entries",
+         "contract_vmap_entries"]
 
 
 def _full_spec(x) -> tuple:
@@ -1207,6 +1208,32 @@ def _cases():
                         (w_shape, axis_type)
                 assert rel_frob(got, to64(want)) < 1e-5, (w_shape, axis_type)
 
+    def contract_vmap_entries():
+        # hopper_ragged_contract under vmap (the weight gradients of vmap(grad)): one launch
+        # of every entry (no loop), the entries split over one mesh axis and y's columns
+        # over the other: each device contracts its entries' rows into its columns (no
+        # all-gather, no all-reduce), on automatic and explicit axes; as the per-entry
+        # contractions whole.
+        if n_dev % 2:
+            return "skip: needs an even device count"
+        from gemm_helpers import count_eqns, rel_frob, to64
+        from jax_hopper import hopper_ragged_contract
+        x, y = _rand(rng, (n_dev, 40, k)), _rand(rng, (n_dev, 40, n))
+        gs = jnp.asarray(rng.integers(-2, 12, (n_dev, groups)), jnp.int32)
+        f = jax.vmap(lambda x, y, s: hopper_ragged_contract(x, y, s, out_dtype=f32))
+        want = jax.jit(f)(x, y, gs)
+        for axis_type in (jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto):
+            grid = jax.make_mesh((2, n_dev // 2), ("data", "model"), axis_types=(axis_type,) * 2)
+            with jax.set_mesh(grid):
+                args = [jax.device_put(a, NamedSharding(grid, P(*spec))) for a, spec in
+                        ((x, ("data",)), (y, ("data", None, "model")), (gs, ("data",)))]
+                assert count_eqns(jax.make_jaxpr(f)(*args).jaxpr, ("scan", "while")) == 0
+                got = jax.jit(f)(*args)
+                hlo = jax.jit(f).lower(*args).compile().as_text()
+                assert "all-gather" not in hlo and "all-reduce" not in hlo, axis_type
+            assert _full_spec(got) == ("data", None, None, "model"), (axis_type, got.sharding)
+            assert rel_frob(got, to64(want)) < 1e-5, axis_type
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
@@ -1229,7 +1256,8 @@ def _cases():
                             quantize_blocks_fewer_than_devices, fp8_block_two_axes,
                             glu_grad_f_split, ragged_glu_grad_f_split, sequence_split_grad,
                             explicit_grad_types, fp8_block_few_rows_warned,
-                            explicit_result_types, glu_vmap_grad, ragged_vmap_entries]))
+                            explicit_result_types, glu_vmap_grad, ragged_vmap_entries,
+                            contract_vmap_entries]))
 
 
 def main():

@@ -72,6 +72,16 @@ def test_a_vmapped_grouped_product_is_tuned_as_its_one_launch():
         tune.Problem("grouped", "bfloat16", False, True, 3 * G, 3 * M, N, K)]
 
 
+def test_a_vmapped_weight_gradient_is_tuned_as_its_one_contraction():
+    """vmap of the weight gradient over E entries: one contraction of E G groups over E M
+    rows (ragged_contract.fold_entries; each group bounded by its own rows)."""
+    x, dy = jnp.ones((3, M, K), jnp.bfloat16), jnp.ones((3, M, N), jnp.bfloat16)
+    sizes = jnp.stack([SIZES] * 3)
+    fn = jax.vmap(lambda x, dy, s: hopper_ragged_contract(x, dy, s))
+    assert tune.problems_of(fn, x, dy, sizes) == [
+        tune.Problem("grouped_contraction", "bfloat16", True, True, 3 * G, K, N, 3 * M)]
+
+
 def test_the_fp8_moe_step_runs_the_fp8_grouped_families():
     x, w = jnp.ones((M, 256), jnp.bfloat16), jnp.ones((G, 256, 128), jnp.bfloat16)
     for recipe, suffix in (("tensor", ""), ("block", "_block")):

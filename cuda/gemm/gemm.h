@@ -48,8 +48,10 @@ struct GemmArgs {
   const int32_t* group_tiles;
   int32_t tile_slots;
   // The grouped contraction: where each group's rows end (prefix sums, (batch,) int32;
-  // cuda/gemm/scheduler/grouped_contraction.cuh).
+  // cuda/gemm/scheduler/grouped_contraction.cuh), and where they start ((batch,) int32), or
+  // nullptr where each starts at the end of the one before.
   const int32_t* group_ends;
+  const int32_t* group_starts;
   // The fp8 families' float32 scales in device memory: per tensor, (1, 1, 1) each or (batch, 1,
   // 1) for one per batch entry; per block
   // (fp8_block), a (Ba, M, ceil(K/128)) and b (Bb, ceil(N/128), ceil(K/128)), Ba and Bb 1

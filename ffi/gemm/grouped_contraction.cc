@@ -1,7 +1,7 @@
 // XLA FFI handlers of hopper_ragged_contract (the grouped_contraction kernel family) and
 // hopper_ragged_fp8_contract (grouped_contraction_fp8, _fp8_block): out[g] = x_g^T y_g, where
-// group g owns rows [ends[g - 1], ends[g]) of x (R, P) and y (R, Q)
-// (cuda/gemm/scheduler/grouped_contraction.cuh). The weight gradients of hopper_ragged_dot and
+// group g owns rows [ends[g - 1], ends[g]) of x (R, P) and y (R, Q), or [starts[g], ends[g])
+// given the group bounds (cuda/gemm/scheduler/grouped_contraction.cuh). The weight gradients of hopper_ragged_dot and
 // fp8_ragged_dot.
 #include <cstdint>
 #include <string>
@@ -30,15 +30,19 @@ ffi::Error contraction_shapes(const GemmKernelInfo& kernel, const GemmArgs& g, G
   return ffi::Error::Success();
 }
 
-// The group ends (G,) int32, one per output entry, into `preset`.
+// The group ends (G,) int32, one per output entry, or the bounds (2, G) int32 (the starts,
+// then the ends), into `preset`.
 ffi::Error read_ends(const char* op, const ffi::AnyBuffer& ends, ffi::Result<ffi::AnyBuffer>& out,
                      GemmArgs* preset) {
-  const auto od = out->dimensions();
-  if (ends.element_type() != ffi::DataType::S32 || ends.dimensions().size() != 1 ||
-      od.size() != 3 || static_cast<int64_t>(ends.element_count()) != od[0])
-    return invalid(std::string(op) + ": the group ends must be int32 (G,), one per output "
-                   "entry");
-  preset->group_ends = static_cast<const int32_t*>(ends.untyped_data());
+  const auto od = out->dimensions(), ed = ends.dimensions();
+  const bool bounds = ed.size() == 2 && ed[0] == 2;
+  if (ends.element_type() != ffi::DataType::S32 || (ed.size() != 1 && !bounds) ||
+      od.size() != 3 || ed[ed.size() - 1] != od[0])
+    return invalid(std::string(op) + ": the group ends must be int32 (G,), or the bounds "
+                   "int32 (2, G) (starts, then ends), one per output entry");
+  const auto* data = static_cast<const int32_t*>(ends.untyped_data());
+  preset->group_starts = bounds ? data : nullptr;
+  preset->group_ends = bounds ? data + od[0] : data;
   return ffi::Error::Success();
 }
 

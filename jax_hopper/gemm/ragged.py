@@ -20,8 +20,9 @@ NOTES:
   custom_partitioning in ragged_sharding): the entries' rows stacked, each entry's groups tiled
   apart in one table (ragged_tiles.entry_sizes, entry_groups), the weights shared or one per
   entry as they are mapped; the entries split over devices run locally. d lhs folds the same
-  way; d rhs, the grouped contraction, runs once per entry, and so does a mapped bias over
-  shared weights (folding it would copy the weights).
+  way, and so does d rhs, the grouped contraction (ragged_contract.fold_entries: each group
+  bounded by its own first row and end); a mapped bias over shared weights runs once per entry
+  (folding it would copy the weights).
 - Sharding (ragged_sharding.py): rhs split along N and lhs's rows split evenly run without
   communication, K split on both operands sums partials (psum); groups split are gathered, with
   a warning; experts split over devices is shard_map's. The backward launches are partitioned

@@ -10,7 +10,8 @@ empty group's entry is zero.
 
 Layers: hopper_ragged_contract checks its arguments -> _contract (custom VJP: both cotangents
 are grouped GEMMs, hopper_ragged_dot) -> partitioned (sharded jit: the columns of x and y split
-run locally; vmap one launch per entry) -> launch -> hopper_ragged_contract_p.
+run locally; vmap one launch over every entry, each group bounded by its own rows) -> launch ->
+hopper_ragged_contract_p.
 """
 
 from __future__ import annotations
@@ -22,26 +23,30 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_batching import custom_vmap
 from jax.extend.core import Primitive
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.interpreters import mlir
+from jax.sharding import PartitionSpec
 
 from jax_hopper import _ffi, manual_axes
 from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.primitive import call_attrs, freeze, gemm_target
-from jax_hopper.gemm.ragged_primitive import register, vmapped_per_entry
+from jax_hopper.gemm.ragged_primitive import register
 from jax_hopper.gemm.ragged_sharding import gathered_operands, shard_sizes, split_rows
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
-from jax_hopper.gemm.typed_reshape import explicitly_sharded
+from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape, resharded
 from jax_hopper.kernels import catalog
 
 hopper_ragged_contract_p = Primitive("hopper_ragged_contract")
 _F32 = jnp.dtype(jnp.float32)
 _FAMILY = "grouped_contraction"
-# The factors of x's and y's dimensions: the contracted rows m, the output's p and q.
+# The factors of x's and y's dimensions: the contracted rows m, the output's p and q; with
+# launch's entries (vmap's fold) a leading o.
 _X, _Y = ("m", "p"), ("m", "q")
+_EX, _EY = ("o", *_X), ("o", *_Y)
 
 
 def hopper_ragged_contract(x, y, group_sizes, *, preferred_element_type=None, out_dtype=None,
@@ -77,7 +82,21 @@ def launch(x, y, group_sizes, *, out_dtype, config):
     pitch is whole 16-byte chunks, and stores outputs likewise: P and Q are padded with zero
     columns where they are not (a copy of that operand), and the padding sliced off. config
     None (none asked for): tuned.grouped_config of the problem the kernel runs (G, P, Q over M
-    rows, P and Q as padded), else choose_contraction_config's."""
+    rows, P and Q as padded), else choose_contraction_config's.
+    Entries (vmap's fold, _vmappable): x (E, M, P), y (E, M, Q) with group_sizes (E, G) are E
+    contractions in one launch, the result (E, G, P, Q). Their rows are stacked (E M) and the
+    kernel reads each group's first row as well as its end (ragged_tiles.entry_bounds), so an
+    entry's rows past its groups, and other entries' rows, count for none of its groups."""
+    entries, rows = (group_sizes.shape[0], x.shape[1]) if group_sizes.ndim == 2 else (0, 0)
+    # Typed operands (explicit sharding) come only in the trace for the result type, never
+    # run: each device's launch has its own entries' rows and sizes. There the result is typed
+    # split over the entries as x's are (the partitioner's placement).
+    typed = explicitly_sharded(x) and entries
+    o_spec = spec_of(jax.typeof(x))[0] if typed else None
+    if entries:
+        x, y = (reshape(a, (entries * rows, a.shape[2]), warn=False) for a in (x, y))
+        if explicitly_sharded(group_sizes):
+            group_sizes = resharded(group_sizes, PartitionSpec())
     (m, p), q = x.shape, y.shape[1]
     pad_p = -p % 8
     pad_q = -q % max(8, 16 // np.dtype(out_dtype).itemsize)
@@ -85,12 +104,17 @@ def launch(x, y, group_sizes, *, out_dtype, config):
         x = jnp.pad(x, ((0, 0), (0, pad_p)))
     if pad_q:
         y = jnp.pad(y, ((0, 0), (0, pad_q)))
-    config = config or grouped_config(_FAMILY, x.dtype.name, True, True, group_sizes.shape[0],
+    config = config or grouped_config(_FAMILY, x.dtype.name, True, True, group_sizes.size,
                                       x.shape[1], y.shape[1], m)
-    ends = ragged_tiles.group_ends(group_sizes, m)
+    ends = (ragged_tiles.entry_bounds(group_sizes, rows) if entries
+            else ragged_tiles.group_ends(group_sizes, m))
     out = hopper_ragged_contract_p.bind(x[None], y[None], ends, out_dtype=out_dtype,
-                                        config=config)
-    return out[:, :p, :q]
+                                        config=config)[:, :p, :q]
+    if not entries:
+        return out
+    out = reshape(out, (entries, -1, p, q), warn=False)
+    return resharded(out, PartitionSpec(o_spec, None, *spec_of(jax.typeof(out))[2:]),
+                     on=out) if typed else out
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -100,58 +124,89 @@ def _contract(x, y, gs, params):
 
 def partitioned(params: tuple, x, y, gs):
     """launch(x, y, gs, **dict(params)) on local shards under a sharded jit
-    (contraction_partition); under vmap once per entry."""
+    (contraction_partition); under vmap one launch over every entry (fold_entries: the
+    entries as launch's, which the sharding rule splits as a batch; custom_partitioning has no
+    batching rule of its own, so vmap is answered above it)."""
     return _vmappable(params)(x, y, gs)
 
 
 @functools.lru_cache(maxsize=None)
 def _vmappable(params):
-    return vmapped_per_entry(functools.partial(_partitioned, params))
+    fn = custom_vmap(lambda x, y, gs: _partitioned(params, gs.ndim == 2, x, y, gs))
+
+    def rule(axis_size, in_batched, x, y, gs):
+        entries = gs.ndim - in_batched[2] == 2  # the call's own (an inner vmap's fold)
+        out = fn(*fold_entries(axis_size, in_batched, entries, x, y, gs))
+        return (reshape(out, (axis_size, -1, *out.shape[1:])) if entries else out), True
+
+    fn.def_vmap(rule)
+    return fn
 
 
-@functools.partial(custom_partitioning, static_argnums=(0,))
-def _partitioned(params, x, y, gs):
+def fold_entries(axis_size: int, batched, entries: bool, *operands):
+    """The contraction's operands (x, y, group sizes) under vmap (a leading axis of axis_size
+    V on the `batched` ones) as launch's V E entries (E: the call's own where `entries`, else
+    none): each entry's rows and sizes its own; an operand not mapped is broadcast (rows are
+    activations and gradients, never a weight)."""
+    def folded(a, is_batched):
+        a = a if is_batched else jnp.broadcast_to(a, (axis_size, *a.shape))
+        return reshape(a, (a.shape[0] * a.shape[1], *a.shape[2:])) if entries else a
+
+    return [folded(a, b) for a, b in zip(operands, batched)]
+
+
+@functools.partial(custom_partitioning, static_argnums=(0, 1))
+def _partitioned(params, entries, x, y, gs):
+    del entries  # the sharding rule's
     return launch(x, y, gs, **dict(params))
 
 
-def _rule(params, mesh, value_types, result_types):
+def _rule(params, entries, mesh, value_types, result_types):
     del params, mesh, value_types, result_types
-    return contraction_rule(_X, _Y)
+    return contraction_rule(*((_EX, _EY) if entries else (_X, _Y)), entries=entries)
 
 
-def _partition(params, mesh, arg_shapes, result_shape):
-    return contraction_partition("hopper_ragged_contract", launch, _X, _Y, params, mesh,
-                                 arg_shapes, result_shape)
+def _partition(params, entries, mesh, arg_shapes, result_shape):
+    return contraction_partition("hopper_ragged_contract", launch,
+                                 *((_EX, _EY) if entries else (_X, _Y)), params, mesh,
+                                 arg_shapes, result_shape, entries=entries)
 
 
-def contraction_rule(x_factors, y_factors, scale_factors=()):
+def contraction_rule(x_factors, y_factors, scale_factors=(), entries=False):
     """The Shardy rule of a grouped contraction of x and y (their factors by dimension) and
     scale operands (theirs, None for a factor of the scale's own): m contracted (a reduction),
-    the groups replicated."""
-    operands = [" ".join(x_factors), " ".join(y_factors), "g"]
+    the groups replicated; with launch's entries (factor o of x and y) the sizes and result
+    lead with them too."""
+    o = "o " if entries else ""
+    operands = [" ".join(x_factors), " ".join(y_factors), f"{o}g"]
     operands += [" ".join(f or f"s{i}_{d}" for d, f in enumerate(factors))
                  for i, factors in enumerate(scale_factors)]
-    return f"{', '.join(operands)} -> g p q", {"reduction_factors": ("m",),
-                                               "need_replication_factors": ("g",)}
+    return f"{', '.join(operands)} -> {o}g p q", {"reduction_factors": ("m",),
+                                                 "need_replication_factors": ("g",)}
 
 
 def contraction_partition(op, launch_fn, x_factors, y_factors, params, mesh, arg_shapes,
-                          result_shape, scale_factors=(), scale_blocks=False):
+                          result_shape, scale_factors=(), scale_blocks=False, entries=False):
     """custom_partitioning of a grouped contraction launch_fn(x, y, gs, *scales, **params): the
     columns of x and y (p, q) split run locally, the output split the same way; the rows (m)
     split evenly contract each device's shard of every group (the sizes cut to it) and sum the
     partial results in float32 (psum: data parallelism's gradient all-reduce), one rounding;
     groups split, or rows unevenly, are gathered first, with a warning. A scale splits with the
     factors scale_factors gives its dimensions (None: replicated); with scale_blocks, a scale
-    dimension of m or q counts 128-wide blocks, so those split only into whole blocks."""
+    dimension of m or q counts 128-wide blocks, so those split only into whole blocks. With
+    launch's entries (factor o of x, y, the sizes and the result) a split of them runs each
+    device's own entries; an uneven one is gathered."""
     x, y, gs, *scales = arg_shapes
     mx = x_factors.index("m")
     axes, spec = _assign(mesh, (spec_of(x), x.shape), (spec_of(y), y.shape), x_factors,
                          y_factors, spec_of(result_shape), scale_blocks)
+    if axes["o"] and x.shape[0] % math.prod(mesh.shape[name] for name in axes["o"]):
+        axes["o"] = ()
     rows = x.shape[mx]
     m_axes = split_rows(mesh, axes, rows)
+    o = ("o",) if entries else ()
     gathered = gathered_operands(axes, (("x", x, x_factors), ("y", y, y_factors),
-                                        ("group_sizes", gs, (None,)),
+                                        ("group_sizes", gs, (*o, None)),
                                         *((f"scale {i}", s, factors) for i, (s, factors)
                                           in enumerate(zip(scales, scale_factors)))))
     if gathered:
@@ -167,19 +222,23 @@ def contraction_partition(op, launch_fn, x_factors, y_factors, params, mesh, arg
         partial = launch_fn(x, y, gs, *scales, **{**p, "out_dtype": _F32})
         return jax.lax.psum(partial, m_axes).astype(p["out_dtype"])
 
-    return (mesh, lower_fn, spec(None, "p", "q"),
-            (spec(*x_factors), spec(*y_factors), spec(None),
+    return (mesh, lower_fn, spec(*o, None, "p", "q"),
+            (spec(*x_factors), spec(*y_factors), spec(*o, None),
              *(spec(*factors) for factors in scale_factors)))
 
 
 def _assign(mesh, x, y, x_factors, y_factors, out, scale_blocks):
-    """contraction_partition's mesh axes per factor (m, p, q) and its spec function, for x and
-    y of those factors ((spec, shape) each) and the result's spec `out`: a split of x's or y's
+    """contraction_partition's mesh axes per factor (o, m, p, q) and its spec function, for x
+    and y of those factors ((spec, shape) each) and the result's spec `out` ((G, P, Q), or
+    (E, G, P, Q) where x and y lead with launch's entries, factor o): a split of x's or y's
     dimension first, then the result's; with scale_blocks m and q only in whole 128-wide
     blocks."""
     (sx, x_shape), (sy, y_shape) = x, y
     mx, my, q = x_factors.index("m"), y_factors.index("m"), y_factors.index("q")
-    axes, spec = assign_factors(mesh, {"m": [sx[mx], sy[my]],
+    entries = "o" in x_factors
+    out = out[1:] if entries else out
+    axes, spec = assign_factors(mesh, {"o": [sx[0], sy[0], out[0]] if entries else [],
+                                       "m": [sx[mx], sy[my]],
                                        "p": [sx[x_factors.index("p")], out[1]],
                                        "q": [sy[q], out[2]], "k": []}, 0)
     if scale_blocks:
@@ -235,7 +294,7 @@ differentiable = _contract
 
 def _abstract_eval(x3, y3, ends, *, out_dtype, config):
     del config
-    return jax.core.ShapedArray((ends.shape[0], x3.shape[2], y3.shape[2]), out_dtype,
+    return jax.core.ShapedArray((ends.shape[-1], x3.shape[2], y3.shape[2]), out_dtype,
                                 sharding=contraction_placement(x3, y3, _X, _Y))
 
 
@@ -247,7 +306,13 @@ def reference(x3, y3, ends, *, out_dtype, config=None):
 
 def contraction_reference(x, y, ends):
     """out[g] = x_g^T y_g in float32 for x (M, P), y (M, Q) float32 and the group ends (G,):
-    jax.lax.ragged_dot's transpose (rows past the last end in no group)."""
+    jax.lax.ragged_dot's transpose (rows past the last end in no group). Bounds (2, G) (the
+    starts, then the ends, ordered and disjoint as launch's entries make them): the rows
+    between a group's start and the end before it are a group of their own, whose entry is
+    dropped."""
+    if ends.ndim == 2:
+        # The ends of gap 0, group 0, gap 1, group 1, ...
+        return contraction_reference(x, y, ends.T.reshape(-1))[1::2]
     groups, p, q = ends.shape[0], x.shape[1], y.shape[1]
     sizes = ends - jnp.concatenate([jnp.zeros((1,), jnp.int32), ends[:-1]])
     # The primal varies as x and y do inside shard_map, so that the transpose sums nothing

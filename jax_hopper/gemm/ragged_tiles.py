@@ -81,15 +81,32 @@ def local_sizes(group_sizes, m: int, offset, rows: int):
     return ends - _starts(ends)
 
 
+def _entry_ranges(group_sizes, m: int):
+    """(starts, ends), each (E, G) int32: every entry's group_ends and their starts within its
+    own m rows."""
+    ends = jax.vmap(lambda sizes: group_ends(sizes, m))(group_sizes)
+    return jax.vmap(_starts)(ends), ends
+
+
 def entry_sizes(group_sizes, m: int):
     """(E (G + 1),) int32 for the (E, G) sizes of E entries of m rows each (one launch over
     the entries' E m rows): each entry's sizes made valid, then its rows past every group as
     one more group (G >= 1: a launch has groups). These consecutive groups fill the E m rows
     exactly, so tile_table cuts them into tiles that never straddle two entries;
     entry_groups then names each tile's group as the kernel reads rhs."""
-    ends = jax.vmap(lambda sizes: group_ends(sizes, m))(group_sizes)
-    starts = jnp.concatenate([jnp.zeros((ends.shape[0], 1), jnp.int32), ends[:, :-1]], axis=1)
+    starts, ends = _entry_ranges(group_sizes, m)
     return jnp.concatenate([ends - starts, m - ends[:, -1:]], axis=1).reshape(-1)
+
+
+def entry_bounds(group_sizes, m: int):
+    """(2, E G) int32 for the (E, G) sizes of E entries of m rows each, stacked (E m rows):
+    the first row of each entry's groups, then the row after each (entry e's group g is
+    e G + g), the sizes made valid per entry. An entry's rows past its groups lie between
+    its last end and the next entry's first start: in no group. The grouped contraction
+    reads these bounds (cuda/gemm/scheduler/grouped_contraction.cuh)."""
+    starts, ends = _entry_ranges(group_sizes, m)
+    offsets = m * jnp.arange(ends.shape[0], dtype=jnp.int32)[:, None]
+    return jnp.stack([(starts + offsets).reshape(-1), (ends + offsets).reshape(-1)])
 
 
 def entry_groups(table, groups: int, rhs_per_entry: bool):

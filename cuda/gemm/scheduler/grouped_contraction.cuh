@@ -2,7 +2,9 @@
 // of hopper_ragged_dot): out[g] = A_g B_g, where the groups split the contracted dimension:
 // A is (K, M) and B (K, N), MN-major, K their shared rows sorted by group, and group g owns rows
 // [ends[g - 1], ends[g]) (ends: (G,) int32 device array, prefix sums of the group sizes that the
-// wrapper computes on the device before the launch). The output is (G, M, N).
+// wrapper computes on the device before the launch), or [starts[g], ends[g]) where the wrapper
+// passes the starts too: vmap's entries stacked in one launch, whose rows past an entry's
+// groups belong to no group (hopper_ragged_contract's launch). The output is (G, M, N).
 //
 // Tiles are PersistentScheduler's over G batch entries (a group's tiles run together, sharing
 // its rows of A and B in L2); the unit of tile (g, ...) covers the group's rows, so its k-blocks
@@ -12,8 +14,9 @@
 // With the k rows as the outer coordinate (16-bit operands, MN-major) that is any row (1);
 // with them innermost (fp8, K-major) only whole 16 bytes (16 one-byte elements: an
 // unaligned innermost coordinate is an illegal instruction on sm_90).
-// An empty group has no k-blocks: its tiles store zeros. Ends are clamped to [0, K] and made
-// non-decreasing here, so whatever the array holds no access leaves the operands.
+// An empty group has no k-blocks: its tiles store zeros. Starts and ends are clamped to [0, K],
+// and each end to at least its start, here, so whatever the arrays hold no access leaves the
+// operands.
 #pragma once
 
 #include <cstdint>
@@ -34,13 +37,15 @@ struct GroupedContractionScheduler : PersistentScheduler<BM, BN> {
 
   struct Params : Base::Params {
     const int32_t* ends;
-    int32_t rows;  // K: the contracted rows of A and B
+    const int32_t* starts;  // nullptr: each group starts where the one before it ends
+    int32_t rows;           // K: the contracted rows of A and B
   };
 
   static std::string host_params(const GemmArgs& g, int64_t product_cols, int block_k,
                                  Params* p) {
     if (g.group_ends == nullptr) return "the grouped contraction needs the group ends";
     p->ends = g.group_ends;
+    p->starts = g.group_starts;
     p->rows = g.k;
     return Base::host_params(g, product_cols, block_k, p);
   }
@@ -51,7 +56,8 @@ struct GroupedContractionScheduler : PersistentScheduler<BM, BN> {
     __device__ bool next(const Params& p, WorkUnit* u) {
       if (!list.next(p.plan, u)) return false;
       const int32_t g = u->tile / (p.order.ctiles_m * p.order.ctiles_n);
-      const int32_t first = g > 0 ? min(max(__ldg(p.ends + g - 1), 0), p.rows) : 0;
+      const int32_t after = p.starts ? __ldg(p.starts + g) : g > 0 ? __ldg(p.ends + g - 1) : 0;
+      const int32_t first = min(max(after, 0), p.rows);
       const int32_t rows = min(max(__ldg(p.ends + g), first), p.rows) - first;
       const int32_t start = first / K_ALIGN * K_ALIGN, span = first - start + rows;
       u->k_offset = start;
