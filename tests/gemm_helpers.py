@@ -301,6 +301,53 @@ def ragged_glu_reference64(x, w, group_sizes, *, activation="silu", bias=None, r
     return out if residual is None else out + beta * np.asarray(residual).astype(np.float64)
 
 
+def ragged_glu_grads64(x, w, group_sizes, dy):
+    """The float64 gradients in x and w of sum(hopper_ragged_glu(x, w, ..., activation=None)
+    * dy), the bilinear unit: per group d gate = dy * up, d up = dy * gate; rows past every
+    group get none. Host arrays only."""
+    x64, w64, d64 = to64(x), to64(w), to64(dy)
+    dx, dw, row = np.zeros(x64.shape), np.zeros(w64.shape), 0
+    for g, size in enumerate(sizes64(group_sizes, x64.shape[0])):
+        rows = slice(row, row + size)
+        gate, up = x64[rows] @ w64[g, :, 0], x64[rows] @ w64[g, :, 1]
+        dgate, dup = d64[rows] * up, d64[rows] * gate
+        dx[rows] = dgate @ w64[g, :, 0].T + dup @ w64[g, :, 1].T
+        dw[g, :, 0], dw[g, :, 1] = x64[rows].T @ dgate, x64[rows].T @ dup
+        row += size
+    return dx, dw
+
+
+def check_ragged_glu_entry_grads(rng, m, k, f, bound, launches=None):
+    """jax.vmap of jax.grad of hopper_ragged_glu (bilinear) over entries with their own sizes
+    (entry_sizes), the weights shared: the gated product, d x and d w (the grouped contraction)
+    one launch each over every entry (gated_product's _entries roles), no loop; each entry's
+    gradients in x and w within `bound` of float64. launches: the launch primitives' names and
+    how many of each (default 2 hopper_ragged_dot, 1 hopper_ragged_contract)."""
+    sizes = entry_sizes(m)
+    e, g = len(sizes), len(sizes[0])
+    x = random_operand(rng, (e, m, k), "bfloat16")
+    w = (random_operand(rng, (g, k, 2, f), "bfloat16").astype(jnp.float32) / np.sqrt(k)
+         ).astype(jnp.bfloat16)
+    dy = random_operand(rng, (e, m, f), "float32")
+
+    def grads(x, sizes, dy):
+        return jax.grad(lambda x, w: jnp.sum(jax_hopper.hopper_ragged_glu(
+            x, w, sizes, activation=None, out_dtype=jnp.float32) * dy), (0, 1))(x, w)
+
+    fn = jax.vmap(grads)
+    args = (x, jnp.asarray(sizes, jnp.int32), dy)
+    jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
+    assert count_eqns(jaxpr, ("scan", "while")) == 0
+    for name, count in (launches or {"hopper_ragged_dot": 2,
+                                     "hopper_ragged_contract": 1}).items():
+        assert count_eqns(jaxpr, (name,)) == count, name
+    got = jax.jit(fn)(*args)
+    for i in range(e):
+        want = ragged_glu_grads64(x[i], w, sizes[i], dy[i])
+        for name, a, wnt in zip(("x", "w"), got, want):
+            assert rel_frob(to64(a[i]), wnt) < bound, f"entry {i}: d {name}"
+
+
 def check_ragged_glu(rng, m, k, f, group_sizes, *, dtype="bfloat16", out_dtype=None,
                      config=None, bias=False, residual=False, activation="silu", alpha=1.0,
                      beta=1.0):

@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (REL_FROB_BOUND, count_eqns, emulate_grouped_kernel,
+from gemm_helpers import (REL_FROB_BOUND, check_ragged_glu_entry_grads, count_eqns,
+                          emulate_contraction_kernel, emulate_grouped_kernel,
                           ragged_glu_reference64, random_operand, rel_frob, to64)
 from jax_hopper import GemmConfig, hopper_ragged_glu
 from jax_hopper.gemm.heuristics import choose_grouped_glu_config
@@ -118,6 +119,20 @@ def test_vmap_feeds_the_kernel_each_entrys_tiles(rng, kernel_emulation, mapped_w
     for i in range(e):
         want = ragged_glu_reference64(x[i], w[i] if mapped_w else w, sizes[i], bias=bias)
         assert rel_frob(out[i], want) < 1e-6, f"entry {i}"
+
+
+def test_vmap_of_the_gradients_folds_the_products(rng):
+    """vmap of jax.grad, the weights shared: the gated product, d x and d w one launch each
+    over every entry, no loop (the reference lowering)."""
+    check_ragged_glu_entry_grads(rng, 70, 32, 24, 1e-2)
+
+
+def test_vmap_of_the_gradients_feeds_the_kernels_each_entrys_rows(rng, kernel_emulation):
+    """The same, the folded launches' operands, tile tables and bounds read as the grouped
+    and contraction kernels read them (gemm_helpers' emulations)."""
+    emulate_grouped_kernel(kernel_emulation)
+    emulate_contraction_kernel(kernel_emulation)
+    check_ragged_glu_entry_grads(rng, 70, 32, 24, 1e-2, launches={"pure_callback": 3})
 
 
 @pytest.mark.parametrize("m,k,f,groups", [(0, 8, 8, 2), (8, 0, 8, 2), (8, 8, 0, 2), (8, 8, 8, 0)])

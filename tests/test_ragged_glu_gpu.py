@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (REL_FROB_BOUND, check_ragged_glu, ragged_glu_reference64,
-                          random_operand, rel_frob, run_in_command_buffer, to64)
+from gemm_helpers import (REL_FROB_BOUND, check_ragged_glu, check_ragged_glu_entry_grads,
+                          ragged_glu_grads64, ragged_glu_reference64, random_operand, rel_frob,
+                          run_in_command_buffer)
 from jax_hopper import GemmConfig, hopper_ragged_glu
 from jax_hopper.kernels import catalog
 
@@ -91,17 +92,15 @@ def test_grads_against_float64(rng):
     dy = random_operand(rng, (m, f), "float32")
     got = jax.jit(jax.grad(lambda x, w: jnp.sum(
         hopper_ragged_glu(x, w, gs, activation=None, out_dtype=jnp.float32) * dy), (0, 1)))(x, w)
-    # The bilinear unit: d gate = dy * up, d up = dy * gate, per group.
-    x64, w64, d64 = to64(x), to64(w), to64(dy)
-    want_x, want_w, row = np.zeros((m, k)), np.zeros((g, k, 2, f)), 0
-    for e, s in enumerate(sizes):
-        rows = slice(row, row + s)
-        gate, up = x64[rows] @ w64[e, :, 0], x64[rows] @ w64[e, :, 1]
-        dgate, dup = d64[rows] * up, d64[rows] * gate
-        want_x[rows] = dgate @ w64[e, :, 0].T + dup @ w64[e, :, 1].T
-        want_w[e, :, 0], want_w[e, :, 1] = x64[rows].T @ dgate, x64[rows].T @ dup
-        row += s
+    want_x, want_w = ragged_glu_grads64(x, w, sizes, dy)
     assert rel_frob(got[0], want_x) < 2e-2 and rel_frob(got[1], want_w) < 2e-2
+
+
+def test_vmap_of_the_gradients_folds_the_products(rng):
+    """vmap of jax.grad over entries with their own adversarial sizes, the weights shared: the
+    gated product, d x and d w one launch each over every entry (no loop), each entry's
+    gradients against float64 (gemm_helpers.check_ragged_glu_entry_grads)."""
+    check_ragged_glu_entry_grads(rng, 600, 256, 192, 2e-2)
 
 
 _GRAPH_CHILD = r"""

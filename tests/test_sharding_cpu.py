@@ -39,7 +39,7 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "fp8_block_two_axes", "glu_grad_f_split", "ragged_glu_grad_f_split",
          "sequence_split_grad", "explicit_grad_types", "fp8_block_few_rows_warned",
          "explicit_result_types", "glu_vmap_grad", "ragged_vmap_entries",
-         "contract_vmap_entries"]
+         "contract_vmap_entries", "ragged_glu_vmap_grad"]
 
 
 def _full_spec(x) -> tuple:
@@ -1234,6 +1234,39 @@ def _cases():
             assert _full_spec(got) == ("data", None, None, "model"), (axis_type, got.sharding)
             assert rel_frob(got, to64(want)) < 1e-5, axis_type
 
+    def ragged_glu_vmap_grad():
+        # vmap of hopper_ragged_glu's gradient over entries with their own group sizes, the
+        # weights shared with F split: the gated product, d x and d w one launch each over
+        # every entry (no loop), the entries split over the other mesh axis; nothing gathered
+        # (d x sums over F's devices: an all-reduce), on automatic and explicit axes.
+        import warnings
+        from gemm_helpers import count_eqns, rel_frob, to64
+        from jax_hopper import hopper_ragged_glu
+        if n_dev % 2:
+            return "skip: needs an even device count"
+        x, w = _rand(rng, (n_dev, 40, k)), _rand(rng, (groups, k, 2, n)) * 0.1
+        gs = jnp.asarray(rng.integers(-2, 12, (n_dev, groups)), jnp.int32)
+
+        def grads(x, s):
+            return jax.grad(lambda x, w: (hopper_ragged_glu(
+                x, w, s, activation="silu", out_dtype=f32) ** 2).sum(), (0, 1))(x, w)
+
+        f = jax.vmap(grads)
+        want = jax.jit(f)(x, gs)
+        for axis_type in (jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto):
+            grid = jax.make_mesh((2, n_dev // 2), ("data", "model"), axis_types=(axis_type,) * 2)
+            with jax.set_mesh(grid), warnings.catch_warnings():
+                warnings.simplefilter("error")  # no operand gathered (warned)
+                # grads reads w when traced: now the split one
+                w = jax.device_put(w, NamedSharding(grid, P(None, None, None, "model")))
+                args = [jax.device_put(a, NamedSharding(grid, P("data"))) for a in (x, gs)]
+                assert count_eqns(jax.make_jaxpr(f)(*args).jaxpr, ("scan", "while")) == 0
+                got = jax.jit(f)(*args)
+                hlo = jax.jit(f).lower(*args).compile().as_text()
+                assert "all-gather" not in hlo, axis_type
+            for g, v in zip(got, want):
+                assert rel_frob(g, to64(v)) < 2e-2, (axis_type, rel_frob(g, to64(v)))
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
@@ -1257,7 +1290,7 @@ def _cases():
                             glu_grad_f_split, ragged_glu_grad_f_split, sequence_split_grad,
                             explicit_grad_types, fp8_block_few_rows_warned,
                             explicit_result_types, glu_vmap_grad, ragged_vmap_entries,
-                            contract_vmap_entries]))
+                            contract_vmap_entries, ragged_glu_vmap_grad]))
 
 
 def main():

@@ -25,10 +25,10 @@ device's group sizes are cut to its rows (ragged_sharding.shard_sizes), so the g
 and d x stay local under a row split and d w sums its partials, as the dense d w does.
 Operands split any other way are gathered (a warning says which, as the GEMMs' partitioning
 does). custom_partitioning has no batching rule: under vmap against a shared weight each
-dense product is one launch (_vmappable: the entries merged into the batch, or d w's kernel
-batch, on each device's shards), the grouped ones (hopper_ragged_glu's gradients) and a mapped
-weight launch once per entry (hopper_ragged_glu's forward without a gradient folds its entries:
-ragged_primitive.fold_entries); inside shard_map each call is the plain local launch.
+product is one launch (_vmappable: dense, the entries merged into the batch, or d w's kernel
+batch, on each device's shards; grouped, the grouped launches' entries, each with its own group
+sizes: ragged_primitive.launch's, ragged_contract.launch's), a mapped weight once per entry;
+inside shard_map each call is the plain local launch.
 """
 
 from __future__ import annotations
@@ -172,7 +172,11 @@ def _dense(role: str, x, y, sizes, out_dtype, alpha: float, sharding):
 
 
 def _grouped(role: str, x, y, sizes, out_dtype, alpha: float, sharding):
+    # An _entries role: x and y lead with E entries where they hold rows, the sizes (E, G),
+    # all the grouped launches' entries (each its own rows and sizes, the weight shared).
     (gs,) = sizes
+    role = role.removesuffix("_entries")
+    lead = x.shape[:1] if gs.ndim == 2 else (1,)
 
     def gemm(lhs, rhs, b_mn_major):  # the grouped kernel: alpha lhs_g . rhs[g] (or rhs[g]^T)
         return ragged_primitive.launch(
@@ -180,23 +184,23 @@ def _grouped(role: str, x, y, sizes, out_dtype, alpha: float, sharding):
             out_dtype=jnp.dtype(out_dtype), activation=0, alpha=alpha, beta=1.0, config=None,
             family="grouped")
 
-    if role == "product":  # x (M, K), w (G, K, 2, F): w[g] as the (K, 2F) matrix
+    if role == "product":  # x ([E,] M, K), w (G, K, 2, F): w[g] as the (K, 2F) matrix
         groups, k, _, f = y.shape
-        z = gemm(x[None], _merged(y, (groups, k, 2 * f)), True)
-        return _merged(z, (x.shape[0], 2, f), sharding)
-    if role == "dx":  # dz (M, 2, F), w (G, K, 2, F): dz_g . w[g]^T over (2, F)
-        m, _, f = x.shape
+        z = gemm(_merged(x, (*lead, *x.shape[-2:])), _merged(y, (groups, k, 2 * f)), True)
+        return _merged(z, (*x.shape[:-1], 2, f), sharding)
+    if role == "dx":  # dz ([E,] M, 2, F), w (G, K, 2, F): dz_g . w[g]^T over (2, F)
+        m, _, f = x.shape[-3:]
         groups, k = y.shape[:2]
-        z = gemm(_merged(x, (1, m, 2 * f)), _merged(y, (groups, k, 2 * f)), False)
-        return _merged(z, (m, k), sharding)
-    # dw: x (M, K), dz (M, 2, F): x_g^T . dz_g, the grouped contraction (which has no alpha:
-    # applied to its float32 result)
-    m, k = x.shape
-    f = y.shape[2]
-    z = contraction(x, _merged(y, (m, 2 * f)), gs, out_dtype=_F32 if alpha != 1.0 else
-                    jnp.dtype(out_dtype), config=None)
+        z = gemm(_merged(x, (*lead, m, 2 * f)), _merged(y, (groups, k, 2 * f)), False)
+        return _merged(z, (*x.shape[:-2], k), sharding)
+    # dw: x ([E,] M, K), dz ([E,] M, 2, F): x_g^T . dz_g, the grouped contraction (which has
+    # no alpha: applied to its float32 result)
+    m, k = x.shape[-2:]
+    f = y.shape[-1]
+    z = contraction(x, _merged(y, (*y.shape[:-2], 2 * f)), gs,
+                    out_dtype=_F32 if alpha != 1.0 else jnp.dtype(out_dtype), config=None)
     z = (alpha * z).astype(out_dtype) if alpha != 1.0 else z
-    return _merged(z, (gs.shape[0], k, 2, f), sharding)
+    return _merged(z, (*z.shape[:-1], 2, f), sharding)
 
 
 _DENSE = _Kind("hopper_glu", {
@@ -214,6 +218,11 @@ _GROUPED = _Kind("hopper_ragged_glu", {
     "product": (("m", "k"), ("g", "k", "p", "n"), ("m", "p", "n")),
     "dx": (("m", "p", "n"), ("g", "k", "p", "n"), ("m", "k")),
     "dw": (("m", "k"), ("m", "p", "n"), ("g", "k", "p", "n")),
+    # Under vmap against a shared weight (_vmappable): the grouped launches' entries e, each
+    # with its own rows and group sizes (E, G), split over devices as a batch.
+    "product_entries": (("e", "m", "k"), ("g", "k", "p", "n"), ("e", "m", "p", "n")),
+    "dx_entries": (("e", "m", "p", "n"), ("g", "k", "p", "n"), ("e", "m", "k")),
+    "dw_entries": (("e", "m", "k"), ("e", "m", "p", "n"), ("e", "g", "k", "p", "n")),
 }, _grouped, grouped=True)
 
 
@@ -277,9 +286,13 @@ def _local(kind: _Kind, role: str, params: tuple):
     def partitioned(x, y, *sizes):
         return _compute(kind, role, p, x, y, sizes, ())
 
+    # The group sizes' factors: (G,), or (E, G) with the entries.
+    sizes_factors = ("e", "g") if "e" in out_factors else ("g",)
+
     def rule(mesh, value_types, result_types):
         del mesh, value_types, result_types
-        operands = [" ".join(x_factors), " ".join(y_factors)] + (["g"] if kind.grouped else [])
+        operands = [" ".join(x_factors), " ".join(y_factors)] + (
+            [" ".join(sizes_factors)] if kind.grouped else [])
         # Shardy wants each list in the order the factors first appear.
         order = dict.fromkeys(x_factors + y_factors)
         return f"{', '.join(operands)} -> {' '.join(out_factors)}", {
@@ -290,7 +303,7 @@ def _local(kind: _Kind, role: str, params: tuple):
         x, y, *sizes = arg_shapes
         axes, spec = _assignment(kind, role, mesh, x, y, result_shape)
         gathered = gathered_operands(axes, (("x", x, x_factors), ("w", y, y_factors),
-                                            *(("group_sizes", s, ("g",)) for s in sizes)))
+                                            *(("group_sizes", s, sizes_factors) for s in sizes)))
         if gathered:
             warnings.warn(f"{kind.op} (its gradient's {role}): {', '.join(gathered)} gathered "
                           "to every device (even splits of the rows, K and F are kept)",
@@ -305,7 +318,8 @@ def _local(kind: _Kind, role: str, params: tuple):
             return _compute(kind, role, p, x, y, sizes, reduce_over)
 
         return (mesh, lower_fn, spec(*out_factors),
-                (spec(*x_factors), spec(*y_factors), *(spec(None) for _ in sizes)))
+                (spec(*x_factors), spec(*y_factors),
+                 *(spec(*(f if f == "e" else None for f in sizes_factors)) for _ in sizes)))
 
     def_partition(partitioned, partition, rule)
     return _vmappable(kind, role, params, partitioned)
@@ -313,21 +327,25 @@ def _local(kind: _Kind, role: str, params: tuple):
 
 def _vmappable(kind: _Kind, role: str, params: tuple, partitioned):
     """partitioned with a vmap rule of one launch, as hopper_matmul's vmap folds its entries:
-    against a shared weight (only operands that carry the batch b mapped, an unmapped one of
-    them repeated), the role's _ENTRIES form, whose factor e keeps the entries apart until each
-    device's shards merge them (so a split of b is never gathered). Else (the grouped kind,
-    whose group sizes place the rows; a mapped weight) one launch per entry."""
+    against a shared weight (only operands that carry the rows mapped: dense the batch b,
+    grouped m; an unmapped one of them, and unmapped group sizes, repeated), the role's
+    _ENTRIES form, whose factor e keeps the entries apart (dense: until each device's shards
+    merge them, so a split of b is never gathered; grouped: the launches' entries, each its own
+    group sizes). Else (a mapped weight; an _ENTRIES form under another vmap) one launch per
+    entry."""
     x_factors, y_factors, _ = kind.factors[role]
-    carries_b = ("b" in x_factors, "b" in y_factors)
+    rows = "m" if kind.grouped else "b"
+    carries = (rows in x_factors, rows in y_factors)
     fn = custom_vmap(partitioned)
 
     def rule(axis_size, in_batched, *args):
-        if (role not in _ENTRIES or _ENTRIES[role] not in kind.factors or any(in_batched[2:])
-                or any(m and not b for m, b in zip(in_batched, carries_b))):
+        if (role not in _ENTRIES or _ENTRIES[role] not in kind.factors
+                or any(m and not c for m, c in zip(in_batched, carries))):
             return per_entry(fn, in_batched, args), True
+        repeat = (*carries, *(True for _ in args[2:]))  # the sizes go with the rows
         return _local(kind, _ENTRIES[role], params)(*[
-            a if m or not b else jnp.broadcast_to(a, (axis_size, *a.shape))
-            for a, m, b in zip(args, in_batched, carries_b)]), True
+            a if m or not r else jnp.broadcast_to(a, (axis_size, *a.shape))
+            for a, m, r in zip(args, in_batched, repeat)]), True
 
     fn.def_vmap(rule)
     return fn
