@@ -196,12 +196,56 @@ def grouped_vmap_case(case, key):
     """(shape, pairs, {variant: f(a, rhs)}, reference) of jax.vmap over E entries: a is
     (lhs (E, M, K), sizes (E, G)) (uniform routing, each entry its own), rhs the G experts
     (K, N) they share (each entry routes its rows apart: per-sequence routing); shape is the
-    (E*M, N, K) product it amounts to. Sets rotate the experts too (past the L2, as timing's
-    sets), and rhs is an argument: closed over, a constant of hundreds of MB in the HLO outgrew
-    the 2 GB protobuf limit (H100, 2026-12-06). XLA's entries run in a loop (lax.map:
+    (E*M, N, K) product it amounts to. XLA's entries run in a loop (lax.map:
     jax.lax.ragged_dot has no batching rule for a shared rhs)."""
     e, m, g, k, n = case
-    n_calls, n_sets = timing.call_plan(e * m, n, k, set_bytes=2 * (e * m * k + g * k * n))
+
+    def xla(**kw):
+        return lambda a, r: jax.lax.map(
+            lambda xs: jax.lax.ragged_dot(xs[0], r, xs[1], **kw), a)
+
+    def hopper(module):
+        return lambda a, r: jax.vmap(module.hopper_ragged_dot, in_axes=(0, None, 0))(a[0], r, a[1])
+
+    variants = {"xla": xla(), "base": hopper(jax_hopper_base), "new": hopper(jax_hopper)}
+    return (e * m, n, k), grouped_vmap_pairs(case, key, 2 * e * m * n), variants, \
+        xla(preferred_element_type=jnp.float32)
+
+
+def grouped_vmap_grad_case(case, key):
+    """(shape, pairs, {variant: step(a, rhs)}, reference, check) of grouped_vmap_case's
+    training step: each entry's gradients in its rows and in the experts (per-entry weight
+    gradients, as per-example gradients are), jax.vmap of jax.grad; XLA's as lax.map of
+    jax.grad of jax.lax.ragged_dot. shape: the three products it amounts to."""
+    e, m, g, k, n = case
+    f32 = jnp.float32
+
+    def step(ragged, vmapped: bool):
+        def one(x, s, r):
+            return jax.grad(lambda x, r: jnp.sum(ragged(x, r, s).astype(f32)), (0, 1))(x, r)
+        if vmapped:
+            return lambda a, r: jax.vmap(one, (0, 0, None))(a[0], a[1], r)
+        return lambda a, r: jax.lax.map(lambda xs: one(xs[0], xs[1], r), a)
+
+    variants = {"xla": step(jax.lax.ragged_dot, False),
+                "base": step(jax_hopper_base.hopper_ragged_dot, True),
+                "new": step(jax_hopper.hopper_ragged_dot, True)}
+    reference = step(lambda x, r, s: jax.lax.ragged_dot(x, r, s, preferred_element_type=f32),
+                     False)
+    outputs = 2 * e * (m * k + g * k * n)  # d lhs and the per-entry d rhs, bf16
+    return (3 * e * m, n, k), grouped_vmap_pairs(case, key, outputs), variants, reference, \
+        worst_error
+
+
+def grouped_vmap_pairs(case, key, out_bytes: int):
+    """The rotated ((lhs (E, M, K), sizes (E, G)), rhs (G, K, N)) pairs of an ExMxGxKxN case,
+    as many calls as fill a timed run (outputs of out_bytes each kept till it ends). Sets
+    rotate the experts too (past the L2, as timing's sets), and rhs is an argument: closed
+    over, a constant of hundreds of MB in the HLO outgrew the 2 GB protobuf limit (H100,
+    2026-12-06)."""
+    e, m, g, k, n = case
+    n_calls, n_sets = timing.call_plan(e * m, n, k, set_bytes=2 * (e * m * k + g * k * n),
+                                       out_bytes=out_bytes)
     rng = np.random.default_rng(int(jax.random.randint(key, (), 0, 1 << 30)))
     sets = []
     for kk in jax.random.split(key, n_sets):
@@ -212,17 +256,7 @@ def grouped_vmap_case(case, key):
                      (jax.random.normal(kb, (g, k, n), jnp.float32)
                       / k ** 0.5).astype(jnp.bfloat16)))
     jax.block_until_ready(sets)
-
-    def xla(**kw):
-        return lambda a, r: jax.lax.map(
-            lambda xs: jax.lax.ragged_dot(xs[0], r, xs[1], **kw), a)
-
-    def hopper(module):
-        return lambda a, r: jax.vmap(module.hopper_ragged_dot, in_axes=(0, None, 0))(a[0], r, a[1])
-
-    variants = {"xla": xla(), "base": hopper(jax_hopper_base), "new": hopper(jax_hopper)}
-    return (e * m, n, k), timing.rotation(sets, n_calls), variants, \
-        xla(preferred_element_type=jnp.float32)
+    return timing.rotation(sets, n_calls)
 
 
 def parse_quantize_case(text: str):
@@ -279,6 +313,10 @@ def main():
     parser.add_argument("--grouped-vmap-cases", nargs="*", type=timing.dims_parser("ExMxGxKxN"),
                         default=[], help="ExMxGxKxN: jax.vmap of hopper_ragged_dot over E "
                         "entries of M rows, each routed apart to G shared experts (K -> N)")
+    parser.add_argument("--grouped-vmap-grad-cases", nargs="*",
+                        type=timing.dims_parser("ExMxGxKxN"), default=[],
+                        help="the training step of a --grouped-vmap-cases case (jax.vmap of "
+                        "jax.grad in each entry's rows and the shared experts)")
     parser.add_argument("--device-time", action="store_true",
                         help="also base's and new's device time per call (timing.device_times: "
                              "one trace, the two in shuffled rounds) and their ratio")
@@ -314,6 +352,9 @@ def main():
     for i, case in enumerate(args.grouped_vmap_cases):
         plans.append((f"grouped_vmap_{'x'.join(map(str, case))}",
                       *grouped_vmap_case(case, jax.random.fold_in(key, 7000 + i))))
+    for i, case in enumerate(args.grouped_vmap_grad_cases):
+        plans.append((f"grouped_vmap_grad_{'x'.join(map(str, case))}",
+                      *grouped_vmap_grad_case(case, jax.random.fold_in(key, 8000 + i)), None))
     # A plan: (name, shape, pairs, variants, reference[, check, bytes moved]); without the last
     # two, a product checked by its relative Frobenius error and rated in TFLOP/s (bytes None:
     # rated in TFLOP/s too).
