@@ -490,18 +490,40 @@ def check_ragged_entries(rng, m, k, n, case, bound, launch=("hopper_ragged_dot",
 
 def emulate_grouped_kernel(monkeypatch) -> None:
     """(monkeypatch: conftest's kernel_emulation fixture, which clears jax's trace caches.)
-    The grouped primitive (hopper_ragged_dot, hopper_ragged_glu) bound as the grouped
-    kernel reads its operands and tile table (cuda/gemm/scheduler/grouped.cuh), in numpy:
-    each slot in use stores the epilogue of alpha * its rows @ rhs[group] (+ bias[group];
-    gated: act(gate) * up of the (G K, 2, N) weights' halves) over its rows, a zero product
-    for group -1, whatever order the slots come in; rows no slot stores are NaN. On a CPU the
-    primitive's own lowering is the reference, which never reads the table."""
-    from jax_hopper.gemm import ragged_primitive
+    The grouped primitives (hopper_ragged_dot, hopper_ragged_glu, hopper_ragged_fp8_dot)
+    bound as the grouped kernels read their operands and tile table
+    (cuda/gemm/scheduler/grouped.cuh), in numpy: each slot in use stores the epilogue of
+    alpha * its rows @ rhs[group] (+ bias[group]; gated: act(gate) * up of the (G K, 2, N)
+    weights' halves; fp8: scaled per tensor, lhs_scale * rhs_scale[group], or the operands
+    dequantised per block) over its rows, a zero product for group -1, whatever order the
+    slots come in; rows no slot stores are NaN. On a CPU the primitives' own lowerings are the
+    reference, which never reads the table."""
+    from jax_hopper.gemm import ragged_fp8, ragged_primitive
+
+    def slots(x, weight, tiles, bias, res, *, out_dtype, alpha, beta, activation, gated,
+              group_scale=None):
+        """The output rows the slots store: x (R, K) and weight(g) (K, N) float64."""
+        act = catalog.ACTIVATIONS[activation][0] if activation else None
+        b = bias.reshape(bias.shape[0], -1) if bias.size else bias
+        out = np.full((x.shape[0], weight(0).shape[1] // (2 if gated else 1)), np.nan)
+        for row0, rows, g in tiles[1:].reshape(-1, catalog.GROUP_TILE_FIELDS)[:tiles[0]]:
+            w = weight(g if g >= 0 else 0)
+            z = alpha * x[row0:row0 + rows] @ w if g >= 0 else np.zeros((rows, w.shape[1]))
+            if group_scale is not None and g >= 0:
+                z = z * group_scale(g)
+            if b.size and g >= 0:
+                z = z + b[g]
+            if gated:
+                half = z.shape[1] // 2
+                z = act64(z[:, :half], act) * z[:, half:]
+            else:
+                z = act64(z, act)
+            out[row0:row0 + rows] = z + (beta * res[0, row0:row0 + rows] if res.size else 0)
+        return out[None].astype(out_dtype)
 
     def bind(lhs, rhs, gs, tiles, bias, res, *, b_mn_major, out_dtype, alpha, beta, activation,
              family, **_):
         gated = family == "grouped_glu"
-        act = catalog.ACTIVATIONS[activation][0] if activation else None
 
         def run(lhs, rhs, tiles, bias, res):
             lhs, rhs, tiles, bias, res = map(np.asarray, (lhs, rhs, tiles, bias, res))
@@ -511,26 +533,37 @@ def emulate_grouped_kernel(monkeypatch) -> None:
             else:
                 w = rhs.astype(np.float64)
                 w = w if b_mn_major else np.swapaxes(w, 1, 2)
-            b = bias.reshape(bias.shape[0], -1) if bias.size else bias
-            out = np.full((x.shape[0], w.shape[2] // (2 if gated else 1)), np.nan)
-            for row0, rows, g in tiles[1:].reshape(-1, catalog.GROUP_TILE_FIELDS)[:tiles[0]]:
-                z = alpha * x[row0:row0 + rows] @ w[g] if g >= 0 else \
-                    np.zeros((rows, w.shape[2]))
-                if b.size and g >= 0:
-                    z = z + b[g]
-                if gated:
-                    half = z.shape[1] // 2
-                    z = act64(z[:, :half], act) * z[:, half:]
-                else:
-                    z = act64(z, act)
-                out[row0:row0 + rows] = z + (beta * res[0, row0:row0 + rows] if res.size else 0)
-            return out[None].astype(out_dtype)
+            return slots(x, lambda g: w[g], tiles, bias, res, out_dtype=out_dtype, alpha=alpha,
+                         beta=beta, activation=activation, gated=gated)
 
         cols = rhs.shape[2] if gated or b_mn_major else rhs.shape[1]
         shape = jax.ShapeDtypeStruct((1, lhs.shape[1], cols), out_dtype)
         return jax.pure_callback(run, shape, lhs, rhs, tiles, bias, res)
 
+    def bind_fp8(lhs, rhs, gs, tiles, bias, res, lhs_scale, rhs_scale, *, family, out_dtype,
+                 alpha, beta, activation, **_):
+        block = family.endswith("_block")
+
+        def run(lhs, rhs, tiles, bias, res, lhs_scale, rhs_scale):
+            lhs, rhs, tiles, bias, res, ls, rs = map(
+                np.asarray, (lhs, rhs, tiles, bias, res, lhs_scale, rhs_scale))
+            if block:  # each operand dequantised per block: (R, K) and (G, N, K)
+                x = dequantize_blocks64(lhs[0], ls[0], rows_per_scale=1)
+                w = dequantize_blocks64(rhs, rs, rows_per_scale=128)
+                scale = None
+            else:
+                x, w = to64(lhs[0]), to64(rhs)
+                per_group = np.broadcast_to(rs.astype(np.float64), (w.shape[0],))
+                scale = lambda g: float(ls[0]) * per_group[g]  # noqa: E731
+            return slots(x, lambda g: w[g].T, tiles, bias, res, out_dtype=out_dtype,
+                         alpha=alpha, beta=beta, activation=activation, gated=False,
+                         group_scale=scale)
+
+        shape = jax.ShapeDtypeStruct((1, lhs.shape[1], rhs.shape[1]), out_dtype)
+        return jax.pure_callback(run, shape, lhs, rhs, tiles, bias, res, lhs_scale, rhs_scale)
+
     monkeypatch.setattr(ragged_primitive.hopper_ragged_p, "bind", bind, raising=False)
+    monkeypatch.setattr(ragged_fp8.hopper_ragged_fp8_p, "bind", bind_fp8, raising=False)
 
 
 def emulate_contraction_kernel(monkeypatch) -> None:
@@ -796,6 +829,46 @@ def ragged_fp8_reference64(lhs, rhs_nk, group_sizes, lhs_scale, rhs_scale, *, bi
     if residual is not None:
         y = y + beta * to64(residual)
     return y
+
+
+def check_ragged_fp8_entries(rng, m, n, k, block, bound, launch=("hopper_ragged_fp8_dot",),
+                             config=None):
+    """jax.vmap of hopper_ragged_fp8_dot over entries with their own sizes (entry_sizes): one
+    launch over every entry's rows (ragged_fp8._fold_entries), no loop, each entry within
+    `bound` of float64, with the bias, residual, gelu_tanh and alpha fused; the experts and
+    their scales shared; block (DeepSeek-V3's scales: each entry its own lhs block scales) or
+    per tensor (one lhs scale shared, one per expert). A per-tensor lhs scale per entry runs
+    one launch per entry (a loop), as the kernel takes one lhs scale a launch. launch: the
+    primitive that binds a launch (emulate_grouped_kernel's is a pure_callback)."""
+    sizes = entry_sizes(m)
+    e, g = len(sizes), len(sizes[0])
+    e4m3 = jnp.float8_e4m3fn
+    lhs, rhs = fp8_operand(rng, (e, m, k), e4m3), fp8_operand(rng, (g, n, k), e4m3)
+    if block:
+        ls = block_scales(rng, (e, m, -(-k // 128)))
+        rs = block_scales(rng, (g, -(-n // 128), -(-k // 128)))
+    else:
+        ls, rs = jnp.float32(0.5), jnp.asarray(rng.uniform(0.1, 2, g), jnp.float32)
+    bias = random_operand(rng, (g, n), "float32")
+    res = random_operand(rng, (e, m, n), "float32")
+    epi = dict(bias=bias, activation="gelu_tanh", alpha=0.5)
+
+    def one(lhs, sizes, res, ls):
+        return jax_hopper.hopper_ragged_fp8_dot(lhs, rhs, sizes, ls, rs, residual=res,
+                                                out_dtype=jnp.float32, config=config, **epi)
+
+    fn = jax.vmap(one, in_axes=(0, 0, 0, 0 if block else None))
+    args = (lhs, jnp.asarray(sizes, jnp.int32), res, ls)
+    assert count_eqns(jax.make_jaxpr(fn)(*args).jaxpr, (*launch, "scan", "while")) == 1
+    out = jax.jit(fn)(*args)
+    for i in range(e):
+        want = ragged_fp8_reference64(lhs[i], rhs, sizes[i], ls[i] if block else 0.5, rs,
+                                      residual=res[i], **epi)
+        assert rel_frob(out[i], want) < bound, f"entry {i}"
+    if not block:  # a per-tensor lhs scale per entry: a loop of launches
+        per_entry = jax.vmap(one, in_axes=(0, 0, 0, 0))
+        jaxpr = jax.make_jaxpr(per_entry)(*args[:3], jnp.full((e,), 0.5, jnp.float32)).jaxpr
+        assert count_eqns(jaxpr, ("scan", "while")) == 1
 
 
 def check_ragged_fp8(rng, m, n, k, sizes, pair=("float8_e4m3fn", "float8_e4m3fn"), config=None,

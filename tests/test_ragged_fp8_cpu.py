@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import block_scales, fp8_operand, ragged_fp8_reference64, rel_frob
+from gemm_helpers import (block_scales, check_ragged_fp8_entries, emulate_grouped_kernel,
+                          fp8_operand, ragged_fp8_reference64, rel_frob)
 from jax_hopper import hopper_ragged_fp8_dot
 from jax_hopper.kernels import catalog
 
@@ -62,6 +63,23 @@ def test_vmap_matches_the_loop():
         want = [f(lhs[i], gs[i], rs[i]) for i in range(2)]
     for i in range(2):
         assert np.array_equal(np.asarray(got[i]), np.asarray(want[i]))
+
+
+@pytest.mark.parametrize("block", [False, True], ids=["tensor", "block"])
+def test_vmap_folds_the_entries_into_one_launch(rng, block):
+    """The reference lowering of the folded launch (gemm_helpers.check_ragged_fp8_entries)."""
+    with jax.default_device(CPU):
+        check_ragged_fp8_entries(rng, 70, 48, 160, block, 1e-5)
+
+
+@pytest.mark.parametrize("block", [False, True], ids=["tensor", "block"])
+def test_vmap_feeds_the_kernel_each_entrys_tiles(rng, kernel_emulation, block):
+    """The folded launch's operands, table and scales read as the fp8 grouped kernel reads
+    them (gemm_helpers.emulate_grouped_kernel): each entry's rows, sizes and block scales its
+    own, the experts and theirs shared."""
+    emulate_grouped_kernel(kernel_emulation)
+    with jax.default_device(CPU):
+        check_ragged_fp8_entries(rng, 70, 48, 160, block, 1e-6, launch=("pure_callback",))
 
 
 @pytest.mark.parametrize("sizes", [[100, 0, 200, 11], [311, 0, 0, 0], [-5, 30, 2**20, 9],

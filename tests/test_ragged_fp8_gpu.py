@@ -1,12 +1,12 @@
 """hopper_ragged_fp8_dot's kernels on an sm_90 GPU against float64, into a poisoned output: the
 grouped_fp8 family (one scale per expert: every tile and dtype pair, clusters along N and M)
 and grouped_fp8_block (block scales: every tile), group boundaries anywhere, adversarial sizes,
-the epilogue, rhs stored (G, K, N)."""
+the epilogue, rhs stored (G, K, N), vmap's entries in one launch."""
 
 import numpy as np
 import pytest
 
-from gemm_helpers import check_ragged_fp8
+from gemm_helpers import REL_FROB_BOUND_FP8, check_ragged_fp8, check_ragged_fp8_entries
 from jax_hopper import GemmConfig
 from jax_hopper.kernels import catalog
 
@@ -67,3 +67,12 @@ def test_block_scales_epilogue_and_rhs_stored_kn():
     check_ragged_fp8(rng, 400, 384, 256, [100, 50, 250], out_dtype="bfloat16", with_bias=True,
                      with_residual=True, activation="gelu_tanh", alpha=0.5, beta=2.0,
                      transpose_rhs=False, block=True)
+
+
+@pytest.mark.parametrize("block", [False, True], ids=["tensor", "block"])
+def test_vmap_folds_the_entries_into_one_launch(block):
+    """vmap over entries, each with its own adversarial sizes (and block lhs scales): one
+    launch over every entry's rows, the experts and their scales shared, each entry against
+    float64 (gemm_helpers.check_ragged_fp8_entries)."""
+    check_ragged_fp8_entries(np.random.default_rng(), 700, 264, 384, block,
+                             REL_FROB_BOUND_FP8["float32"])

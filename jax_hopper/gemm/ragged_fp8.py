@@ -20,7 +20,10 @@ K split on both operands sums partial products; the scales split with their oper
 scales: N and K split in whole 128-wide blocks only); anything else is gathered with a
 warning that names it) -> launch (one device's call: the tile table,
 padding, the config) -> hopper_ragged_fp8_p. Forward only (fp8 operands carry no useful
-gradient); vmap runs one launch per entry (ragged_primitive.vmapped_per_entry).
+gradient). Under vmap the entries are one launch (_fold_entries: each entry's rows, sizes,
+residual and block scales its own, as hopper_ragged_dot's entries) where the experts, their
+scales and bias are shared and, per tensor, so is lhs_scale (the kernel scales a tile by
+lhs_scale * rhs_scale[group]: one lhs scale per launch); else one launch per entry.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_batching import custom_vmap
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend.core import Primitive
+from jax.sharding import PartitionSpec
 
 from jax_hopper import _ffi
 from jax_hopper.gemm import api, ragged_tiles
@@ -45,10 +50,11 @@ from jax_hopper.gemm.primitive import (_pad_columns, call_attrs, explicit_placem
                                        gemm_target)
 from jax_hopper.gemm.ragged import check_group_sizes, residual3
 from jax_hopper.gemm.ragged_primitive import (FP8_DIFFERENTIABLE, build_tile_table, epilogue,
-                                              forward_only, register, vmapped_per_entry)
+                                              forward_only, per_entry, register)
 from jax_hopper.gemm.ragged_sharding import (gathered_operands, no_epilogue, shard_sizes,
                                              split_rows, summed_over_k)
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
+from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape, resharded
 from jax_hopper.kernels import catalog
 from jax_hopper.quantize.transpose import transpose_fp8
 
@@ -118,7 +124,7 @@ def hopper_ragged_fp8_dot(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, out_dt
     if m == 0 or n == 0 or groups == 0 or k == 0:  # a zero product: nothing to launch
         return epilogue(jnp.zeros((m, n), _F32), gs, bias2, res3, activation=act, beta=beta,
                         out_dtype=out_dtype)[0]
-    return forward_only(_launch_per_entry(params), "hopper_ragged_fp8_dot", FP8_DIFFERENTIABLE)(
+    return forward_only(_vmappable(params), "hopper_ragged_fp8_dot", FP8_DIFFERENTIABLE)(
         lhs[None], rhs, gs, bias2, res3, *scales)[0]
 
 
@@ -156,13 +162,50 @@ def tensor_scale(fn, name, s, sizes):
 
 
 @functools.lru_cache(maxsize=None)
-def _launch_per_entry(params):
-    """The partitioned launch for these params, with a vmap rule of one launch per entry
-    (custom_partitioning has no batching rule of its own)."""
+def _vmappable(params):
+    """The partitioned launch for these params, with a vmap rule (custom_partitioning has no
+    batching rule of its own): one launch over every entry (_fold_entries), else one per
+    entry."""
     def one(*args):
         return _partitioned(params, tuple(tuple(x.shape) for x in args), *args)
 
-    return vmapped_per_entry(one)
+    fn = custom_vmap(one)
+    block = dict(params)["family"] == _FAMILIES["block"]
+
+    def rule(axis_size, in_batched, *args):
+        folded = _fold_entries(block, axis_size, in_batched, *args)
+        if folded is None:
+            return per_entry(fn, in_batched, args), True
+        out = fn(*folded)
+        return reshape(out, (axis_size, out.shape[0] // axis_size, *out.shape[1:])), True
+
+    fn.def_vmap(rule)
+    return fn
+
+
+def _fold_entries(block: bool, axis_size: int, batched, lhs, rhs, gs, bias, res, lhs_scale,
+                  rhs_scale):
+    """launch's operands under vmap (a leading axis of axis_size V on the `batched` ones) as
+    one launch of V E entries (E: the call's own, launch's entries, lhs's leading dimension;
+    1 without them): each entry's rows, group sizes, residual and block lhs scales its own,
+    broadcast where not mapped. None (one launch per entry) where the experts, their scales
+    or bias are mapped, or a per-tensor lhs_scale (one per launch)."""
+    lhs_b, rhs_b, gs_b, bias_b, res_b, ls_b, rs_b = batched
+    if rhs_b or bias_b or rs_b or (ls_b and not block):
+        return None
+    entries = lhs.shape[1] if lhs_b else lhs.shape[0]
+
+    def merged(x, is_batched, ndim):  # (V, [E,] ...) -> (V E, ...); ndim: without V and E
+        x = x if is_batched else jnp.broadcast_to(x, (axis_size, *x.shape))
+        if x.ndim == ndim + 1:
+            x = jnp.broadcast_to(x[:, None], (x.shape[0], entries, *x.shape[1:]))
+        return reshape(x, (x.shape[0] * x.shape[1], *x.shape[2:]))
+
+    lhs, gs = merged(lhs, lhs_b, 2), merged(gs, gs_b, 1)
+    res = merged(res, res_b, 2) if res.size else jnp.zeros((0, 0, 0), res.dtype)
+    if block:
+        lhs_scale = merged(lhs_scale, ls_b, 2)
+    return lhs, rhs, gs, bias, res, lhs_scale, rhs_scale
 
 
 @functools.partial(custom_partitioning, static_argnums=(0, 1))
@@ -173,15 +216,17 @@ def _partitioned(params, shapes, lhs3, rhs, gs, bias, res, lhs_scale, rhs_scale)
 
 def _rule(params, shapes, mesh, value_types, result_types):
     del mesh, value_types, result_types
-    (_, _, _), (groups, _, _), _, bias_shape, res_shape, _, rs_shape = shapes
+    (_, _, _), (groups, _, _), gs_shape, bias_shape, res_shape, _, rs_shape = shapes
+    entries = len(gs_shape) == 2  # o: launch's entries (vmap's fold), else 1
     bias = "g n" if bias_shape[0] else "z"
     res = "o m n" if res_shape[0] else "r1 r2 r3"
     if dict(params)["family"] == _FAMILIES["block"]:  # blocks of K and N: factors of their own
         scales = "o m kb, g nb kb"
     else:
-        scales = "l, " + ("g" if rs_shape[0] == groups else "s")
-    return (f"o m k, g n k, g, {bias}, {res}, {scales} -> o m n",
-            {"reduction_factors": ("k",), "need_replication_factors": ("o", "g")})
+        scales = "l, " + ("g" if rs_shape[-1] == groups else "s")
+    return (f"o m k, g n k, {'o g' if entries else 'g'}, {bias}, {res}, {scales} -> o m n",
+            {"reduction_factors": ("k",),
+             "need_replication_factors": (() if entries else ("o",)) + ("g",)})
 
 
 def _partition(params, shapes, mesh, arg_shapes, result_shape):
@@ -191,9 +236,14 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
     epilogue after the sum. Anything else is gathered with a warning that names it."""
     p = dict(params)
     lhs, rhs, gs, bias, res, ls, rs = arg_shapes
-    s_lhs, s_rhs, s_out = spec_of(lhs), spec_of(rhs), spec_of(result_shape)
-    axes, spec = assign_factors(mesh, {"m": [s_lhs[1], s_out[1]], "n": [s_rhs[1], s_out[2]],
+    entries = len(gs.shape) == 2
+    s_lhs, s_rhs, s_gs, s_out = spec_of(lhs), spec_of(rhs), spec_of(gs), spec_of(result_shape)
+    axes, spec = assign_factors(mesh, {"o": [s_lhs[0], s_out[0], s_gs[0]] if entries else [],
+                                       "m": [s_lhs[1], s_out[1]], "n": [s_rhs[1], s_out[2]],
                                        "k": [s_lhs[2], s_rhs[2]]}, lhs.shape[2])
+    if axes["o"] and lhs.shape[0] % math.prod(mesh.shape[name] for name in axes["o"]):
+        axes["o"] = ()  # an uneven split of the entries is gathered
+    o = "o" if entries else None
     rows = lhs.shape[1]
     m_axes = split_rows(mesh, axes, rows)
     block = p["family"] == _FAMILIES["block"]
@@ -202,10 +252,10 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
         if block and axes[factor] and extent % (devices * _BLOCK):  # whole scale blocks each
             axes[factor] = ()
     k_axes = axes["k"]
-    scale_factors = (((None, "m", "k"), (None, "n", "k")) if block else ((None,), (None,)))
-    gathered = gathered_operands(axes, (("lhs", lhs, (None, "m", "k")),
+    scale_factors = (((o, "m", "k"), (None, "n", "k")) if block else ((None,), (None,)))
+    gathered = gathered_operands(axes, (("lhs", lhs, (o, "m", "k")),
                                         ("rhs", rhs, (None, "n", "k")),
-                                        ("group_sizes", gs, (None,)),
+                                        ("group_sizes", gs, (o, None)[:len(gs.shape)]),
                                         ("lhs_scale", ls, scale_factors[0]),
                                         ("rhs_scale", rs, scale_factors[1])))
     if gathered:
@@ -215,7 +265,7 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
                       + ")",
                       stacklevel=2)
     bias_sh = spec(None, "n") if bias.shape[0] else spec(None)
-    res_sh = spec(None, "m", "n") if res.shape[0] else spec(None, None, None)
+    res_sh = spec(o, "m", "n") if res.shape[0] else spec(None, None, None)
 
     def lower_fn(lhs, rhs, gs, bias, res, lhs_scale, rhs_scale):
         gs = shard_sizes(gs, m_axes, rows, lhs.shape[1])
@@ -224,9 +274,9 @@ def _partition(params, shapes, mesh, arg_shapes, result_shape):
         return summed_over_k(p, k_axes, gs, bias, res, lambda q: launch(
             lhs, rhs, gs, *no_epilogue(q), lhs_scale, rhs_scale, **q))
 
-    return (mesh, lower_fn, spec(None, "m", "n"),
-            (spec(None, "m", "k"), spec(None, "n", "k"), spec(None), bias_sh, res_sh,
-             *(spec(*f) for f in scale_factors)))
+    return (mesh, lower_fn, spec(o, "m", "n"),
+            (spec(o, "m", "k"), spec(None, "n", "k"), spec(*(o, None)[:len(gs.shape)]),
+             bias_sh, res_sh, *(spec(*f) for f in scale_factors)))
 
 
 def_partition(_partitioned, _partition, _rule)
@@ -236,7 +286,23 @@ def launch(lhs, rhs, group_sizes, bias, res, lhs_scale, rhs_scale, **params):
     """One device's call: K not whole 16-byte rows pads lhs and rhs with zero columns (copies),
     N not whole rows of the output pads rhs with zero rows (and bias and residual with zero
     columns), sliced off the result; config None is chosen here for the problem the kernel
-    runs, K and N as padded (tuned.grouped_config)."""
+    runs, K and N as padded (tuned.grouped_config).
+    Entries (vmap's fold, _fold_entries): lhs (E, M, K) with group_sizes (E, G) are E products
+    in one launch, the experts, their scales and bias shared; the residual (E, M, N) or empty,
+    block lhs scales (E, M, ceil(K/128)); the result (E, M, N). Their rows are stacked (E M)
+    and each entry's groups tiled apart, as ragged_primitive.launch's entries."""
+    entries, rows = (group_sizes.shape[0], lhs.shape[1]) if group_sizes.ndim == 2 else (0, 0)
+    block = params["family"] == _FAMILIES["block"]
+    if entries:
+        def stacked(x):  # (E, M, ...) -> (1, E M, ...)
+            return reshape(x, (1, x.shape[0] * x.shape[1], *x.shape[2:]), warn=False)
+
+        lhs = stacked(lhs)
+        res = stacked(res) if res.size else res
+        lhs_scale = stacked(lhs_scale) if block else lhs_scale
+        if explicitly_sharded(group_sizes):  # typed operands: _partitioned's trace for the
+            # result type, never run (each device's launch has its own entries' sizes)
+            group_sizes = resharded(group_sizes, PartitionSpec())
     if k_pad := pitch_pad(lhs.shape[2], lhs.dtype):
         lhs = jnp.pad(lhs, ((0, 0), (0, 0), (0, k_pad)))
         rhs = jnp.pad(rhs, ((0, 0), (0, 0), (0, k_pad)))
@@ -245,15 +311,21 @@ def launch(lhs, rhs, group_sizes, bias, res, lhs_scale, rhs_scale, **params):
         rhs, bias, res = _pad_columns(rhs, bias, res, 1, pad)
     if params["config"] is None:
         params = {**params, "config": grouped_config(params["family"], lhs.dtype.name, False,
-                                                     False, rhs.shape[0], lhs.shape[1],
+                                                     False, group_sizes.size, lhs.shape[1],
                                                      rhs.shape[1], lhs.shape[2],
                                                      rhs.dtype.name)}
     config = params["config"]
-    tiles = build_tile_table(group_sizes, lhs.shape[1], config.block_m,
-                             paired=config.cluster_m == 2)
+    paired = config.cluster_m == 2
+    if entries:
+        tiles = ragged_tiles.entry_groups(
+            build_tile_table(ragged_tiles.entry_sizes(group_sizes, rows), lhs.shape[1],
+                             config.block_m, paired=paired), group_sizes.shape[1], False)
+    else:
+        tiles = build_tile_table(group_sizes, lhs.shape[1], config.block_m, paired=paired)
     out = hopper_ragged_fp8_p.bind(lhs, rhs, group_sizes, tiles, bias, res, lhs_scale,
                                    rhs_scale, **params)
-    return out[..., :n] if pad else out
+    out = out[..., :n] if pad else out
+    return reshape(out, (entries, rows, n), warn=False) if entries else out
 
 
 def _abstract_eval(lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale, rhs_scale, *,
@@ -269,6 +341,11 @@ def reference(lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale, rhs_scale
     kernel's per-k-block promotion equals up to fp32 rounding), then the epilogue in fp32 and
     one rounding."""
     del tiles, config
+    params = dict(family=family, out_dtype=out_dtype, activation=activation, alpha=alpha,
+                  beta=beta)
+    if group_sizes.ndim == 2:
+        return _entries_reference(lhs, rhs, group_sizes, bias, residual, lhs_scale, rhs_scale,
+                                  **params)
     sizes = ragged_tiles.valid_sizes(group_sizes, lhs.shape[1])
     if family == _FAMILIES["block"]:
         k, n = lhs.shape[2], rhs.shape[1]
@@ -285,6 +362,28 @@ def reference(lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale, rhs_scale
     x = x * (lhs_scale[0] * per_row[ragged_tiles.row_groups(group_sizes, x.shape[0])])[:, None]
     return epilogue(alpha * x, group_sizes, bias, residual, activation=activation, beta=beta,
                     out_dtype=out_dtype)
+
+
+def _entries_reference(lhs, rhs, group_sizes, bias, residual, lhs_scale, rhs_scale, **params):
+    """reference over the entries of launch's stacked operands (lhs (1, E M, K), block lhs
+    scales (1, E M, kb), residual (1, E M, N) or empty; the rest shared), as (1, E M, N): a
+    loop (jax.lax.ragged_dot has no batching rule over a shared rhs)."""
+    entries = group_sizes.shape[0]
+    block = params["family"] == _FAMILIES["block"]
+
+    def entry(x):  # (1, E X, ...) -> (E, 1, X, ...)
+        return x.reshape(entries, 1, -1, *x.shape[2:])
+
+    def one(xs):
+        lhs, gs, *rest = xs
+        rest = iter(rest)
+        ls = next(rest) if block else lhs_scale
+        res = next(rest) if residual.size else residual
+        return reference(lhs, rhs, gs, None, bias, res, ls, rhs_scale, **params)[0]
+
+    xs = [entry(lhs), group_sizes] + ([entry(lhs_scale)] if block else []) + (
+        [entry(residual)] if residual.size else [])
+    return jax.lax.map(one, xs).reshape(1, -1, rhs.shape[1])
 
 
 def expand_blocks(scales, axis, extent):
