@@ -35,7 +35,6 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.custom_batching import custom_vmap
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend.core import Primitive
 from jax.sharding import PartitionSpec
@@ -50,7 +49,7 @@ from jax_hopper.gemm.primitive import (_pad_columns, call_attrs, explicit_placem
                                        gemm_target)
 from jax_hopper.gemm.ragged import check_group_sizes, residual3
 from jax_hopper.gemm.ragged_primitive import (FP8_DIFFERENTIABLE, build_tile_table, epilogue,
-                                              forward_only, per_entry, register)
+                                              folded_vmap, forward_only, register)
 from jax_hopper.gemm.ragged_sharding import (gathered_operands, no_epilogue, shard_sizes,
                                              split_rows, summed_over_k)
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
@@ -169,18 +168,8 @@ def _vmappable(params):
     def one(*args):
         return _partitioned(params, tuple(tuple(x.shape) for x in args), *args)
 
-    fn = custom_vmap(one)
-    block = dict(params)["family"] == _FAMILIES["block"]
-
-    def rule(axis_size, in_batched, *args):
-        folded = _fold_entries(block, axis_size, in_batched, *args)
-        if folded is None:
-            return per_entry(fn, in_batched, args), True
-        out = fn(*folded)
-        return reshape(out, (axis_size, out.shape[0] // axis_size, *out.shape[1:])), True
-
-    fn.def_vmap(rule)
-    return fn
+    return folded_vmap(one, functools.partial(_fold_entries,
+                                              dict(params)["family"] == _FAMILIES["block"]))
 
 
 def _fold_entries(block: bool, axis_size: int, batched, lhs, rhs, gs, bias, res, lhs_scale,

@@ -332,6 +332,25 @@ def fold_entries(family: str, axis_size: int, batched, lhs, rhs, gs, bias, res):
     return merged(mapped(lhs, lhs_b)), rhs, gs, bias, res
 
 
+def folded_vmap(one, fold):
+    """`one` (a function of arrays, launch's operands) with a vmap rule of one launch over
+    every entry: fold(axis_size, in_batched, *args) gives the operands of V E entries (V
+    mapped, E the call's own) or None, where per_entry runs instead; the result (V E, ...) is
+    split back into (V, E, ...). For functions wrapped in custom_partitioning, which has no
+    batching rule of its own."""
+    fn = custom_vmap(one)
+
+    def rule(axis_size, in_batched, *args):
+        folded = fold(axis_size, in_batched, *args)
+        if folded is None:
+            return per_entry(fn, in_batched, args), True
+        out = fn(*folded)
+        return reshape(out, (axis_size, out.shape[0] // axis_size, *out.shape[1:])), True
+
+    fn.def_vmap(rule)
+    return fn
+
+
 def vmapped_per_entry(one):
     """`one` (a function of arrays) with per_entry as its vmap rule: for functions wrapped in
     custom_partitioning, which has no batching rule of its own. Each entry calls the rule's

@@ -29,15 +29,13 @@ import warnings
 
 import jax
 import jax.numpy as jnp
-from jax.custom_batching import custom_vmap
 from jax.experimental.custom_partitioning import custom_partitioning
 
-from jax_hopper.gemm.ragged_primitive import (epilogue, fold_entries, holds_entries, launch,
-                                              per_entry)
+from jax_hopper.gemm.ragged_primitive import (epilogue, fold_entries, folded_vmap,
+                                              holds_entries, launch)
 from jax_hopper.gemm.ragged_tiles import local_sizes
 from jax_hopper.gemm.sharding import (assign_factors, def_partition, mesh_axes,
                                       partial_dtype, spec_of, sum_partials)
-from jax_hopper.gemm.typed_reshape import reshape
 
 
 def partitioned(params: tuple, lhs3, rhs, gs, bias, res):
@@ -55,17 +53,7 @@ def _vmappable(params):
         shapes = tuple(tuple(x.shape) for x in (lhs3, rhs, gs, bias, res))
         return _partitioned(params, shapes, lhs3, rhs, gs, bias, res)
 
-    fn = custom_vmap(one)
-
-    def rule(axis_size, in_batched, *args):
-        folded = fold_entries(dict(params)["family"], axis_size, in_batched, *args)
-        if folded is None:
-            return per_entry(fn, in_batched, args), True
-        out = fn(*folded)
-        return reshape(out, (axis_size, out.shape[0] // axis_size, *out.shape[1:])), True
-
-    fn.def_vmap(rule)
-    return fn
+    return folded_vmap(one, functools.partial(fold_entries, dict(params)["family"]))
 
 
 @functools.partial(custom_partitioning, static_argnums=(0, 1))
