@@ -417,6 +417,12 @@ class RaggedCase:
     # with block_scaled, random scales per row and 128 of k, per expert's 128 x 128 block.
     fp8: bool = False
     block_scaled: bool = False
+    # hopper_ragged_contract under jax.vmap over this many entries (one launch: each group
+    # given its bounds), entry e's sizes `sizes` rotated by e places.
+    entries: int = 0
+
+    def entry_sizes(self) -> list:
+        return [list(np.roll(self.sizes, e)) for e in range(self.entries)]
 
     @property
     def config(self):
@@ -434,6 +440,7 @@ class RaggedCase:
               "glu" if self.glu else
               "fp8_block" if self.block_scaled else "fp8" if self.fp8 else
               "gnk" if self.transpose_rhs else "gkn")
+        op += f" vmap{self.entries}" if self.entries else ""
         return (f"ragged {self.dtype}->{self.out_dtype or self.dtype} {tile} cluster"
                 f"{self.cluster_m}x{self.cluster_n} {op} {self.m}x{self.n}x"
                 f"{self.k} G={len(self.sizes)} sizes={list(self.sizes)[:6]}"
@@ -470,6 +477,13 @@ def ragged_groups(quick: bool) -> list[list[RaggedCase]]:
         RaggedCase(257, 136, 72, (-1, 200), dtype="float16", activation="gelu", bias=True),
         RaggedCase(600, 64, 64, tuple(int(s) for s in rng.integers(0, 4, 300))),
     ])
+    # The grouped contraction under vmap: three entries, adversarial sizes rotated per entry
+    # (rows past an entry's groups, a size past int32, a negative one), every tile.
+    from jax_hopper.kernels import catalog
+    groups.append([RaggedCase(300, 264, 136, tuple(RAGGED_SIZES[name]), tile=tile,
+                              contract=True, entries=3)
+                   for tile in catalog.FAMILIES["grouped_contraction"].tiles
+                   for name in ("negative", "huge", "sum_below_m")])
     # The grouped GLU, and the grouped contraction (the weight gradient).
     return (groups + _family_groups(rng, quick, "grouped_glu", glu=True)
             + _family_groups(rng, quick, "grouped_contraction", contract=True)
@@ -500,6 +514,10 @@ def ragged_inputs(c: RaggedCase, rng) -> dict:
             arrays["rhs_scale"] = (2.0 ** rng.uniform(-2, 2, (-(-c.n // 128), mb))
                                    ).astype(np.float32)
         return arrays
+    if c.entries:  # the contraction's x (E, m, k), y (E, m, n), sizes (E, G)
+        return {"lhs": normal((c.entries, c.m, c.k), c.dtype),
+                "rhs": normal((c.entries, c.m, c.n), c.dtype),
+                "sizes": np.asarray(c.entry_sizes(), np.int32)}
     rhs_shape = ((c.m, c.n) if c.contract else (g, c.k, 2, c.n) if c.glu else
                  (g, c.n, c.k) if c.transpose_rhs or c.fp8 else (g, c.k, c.n))
     arrays = {"lhs": normal((c.m, c.k), c.dtype), "rhs": normal(rhs_shape, c.dtype),
@@ -518,8 +536,13 @@ def ragged_inputs(c: RaggedCase, rng) -> dict:
 
 
 def ragged_call(c: RaggedCase, arrays: dict):
+    import jax
     from jax_hopper import (hopper_ragged_contract, hopper_ragged_dot,
                             hopper_ragged_fp8_contract, hopper_ragged_fp8_dot, hopper_ragged_glu)
+    if c.entries:
+        return jax.vmap(lambda x, y, s: hopper_ragged_contract(
+            x, y, s, out_dtype=c.out_dtype, config=c.config))(
+                arrays["lhs"], arrays["rhs"], arrays["sizes"])
     if c.contract and c.fp8:
         return hopper_ragged_fp8_contract(arrays["lhs"], arrays["rhs"], arrays["sizes"],
                                           arrays.get("lhs_scale", 0.5),
@@ -560,6 +583,10 @@ def ragged_check(c: RaggedCase, arrays: dict, out) -> str | None:
     if c.glu:
         return matches64(out, ragged_glu_reference64(arrays["lhs"], arrays["rhs"], c.sizes),
                          c.out_dtype or c.dtype)
+    if c.entries:
+        return matches64(out, np.stack([
+            contract_reference64(x, y, sizes) for x, y, sizes in zip(
+                arrays["lhs"], arrays["rhs"], c.entry_sizes())]), c.out_dtype or c.dtype)
     if c.contract:
         return matches64(out, contract_reference64(arrays["lhs"], arrays["rhs"], c.sizes),
                          c.out_dtype or c.dtype)

@@ -79,6 +79,37 @@ def test_vmap_folds_the_entries_into_one_launch(rng, tile, cluster):
                                                       cluster_n=cluster[1]))
 
 
+@pytest.mark.parametrize("tile", FAMILY.tiles, ids=lambda t: t.tag)
+def test_group_bounds_read_as_given(rng, tile):
+    """The primitive's bounds (2, G) (starts, then ends) read as the kernel reads them,
+    whatever they hold: a start past its end, negative, past the rows or int32's reach,
+    groups overlapping and out of order. Group g contracts rows [first, last), first its start
+    clamped to [0, R] and last its end clamped to [first, R] (grouped_contraction.cuh), as a
+    numpy reading in float64 does; nothing past the operands is read (the result would show
+    it; scripts/sanitize.sh proves it). The wrapper only ever passes ordered, disjoint bounds
+    (ragged_tiles.entry_bounds), which the CPU reference assumes."""
+    from jax_hopper.gemm.ragged_contract import hopper_ragged_contract_p
+    r, p, q = 700, 136, 192
+    x = random_operand(rng, (r, p), "bfloat16")
+    y = (random_operand(rng, (r, q), "bfloat16").astype(jnp.float32) / np.sqrt(r)
+         ).astype(jnp.bfloat16)
+    starts = [0, 100, 650, -50, 300, 690, 2**31 - 1, 10, 333, 0]
+    ends = [100, 50, 800, 20, 600, 700, 5, 2**31 - 1, 334, -7]
+    config = GemmConfig.for_tile(tile, stream_k=False)
+    out = jax.jit(lambda x, y, b: hopper_ragged_contract_p.bind(
+        x[None], y[None], b, out_dtype=jnp.dtype(jnp.float32), config=config))(
+            x, y, jnp.asarray([starts, ends], jnp.int32))
+    x64, y64 = to64(x), to64(y)
+    for g, (start, end) in enumerate(zip(starts, ends)):
+        first = min(max(start, 0), r)
+        last = min(max(end, first), r)
+        want = x64[first:last].T @ y64[first:last]
+        if first == last:
+            assert np.all(to64(out[g]) == 0), f"group {g}: empty, not zero"
+        else:
+            assert rel_frob(out[g], want) < REL_FROB_BOUND["float32"], f"group {g}"
+
+
 @pytest.mark.parametrize("out_dtype", catalog.OUTPUT_DTYPES)
 def test_out_dtypes(rng, out_dtype):
     _check(rng, 640, 256, 264, [100, 0, 313, 227], out_dtype=out_dtype)
