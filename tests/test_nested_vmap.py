@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import rel_frob, to64
-from jax_hopper import (_ffi, fp8_matmul, fp8_ragged_dot, hopper_fp8_matmul,
+from gemm_helpers import count_eqns, rel_frob, to64
+from jax_hopper import (_ffi, fp8_matmul, fp8_ragged_dot, hopper_fp8_matmul, hopper_glu,
                         hopper_ragged_contract, hopper_ragged_dot, hopper_ragged_fp8_dot,
                         hopper_ragged_glu, quantize_experts, quantize_fp8, ragged_dot,
                         transpose_fp8)
@@ -59,6 +59,10 @@ def _cases(rng):
         "hopper_ragged_glu": (lambda x: hopper_ragged_glu(x, w_glu, gs), (x,)),
         "hopper_ragged_contract": (lambda x: hopper_ragged_contract(x, x, gs, out_dtype=F32),
                                    (x,)),
+        "hopper_ragged_glu_grad": (jax.grad(lambda x, w: hopper_ragged_glu(x, w, gs).astype(
+            F32).sum(), (0, 1)), (x, jnp.broadcast_to(w_glu, (V, B, *w_glu.shape)))),
+        "hopper_glu_grad": (jax.grad(lambda x, w: hopper_glu(x, w).astype(F32).sum(), (0, 1)),
+                            (x, jnp.broadcast_to(w_glu[0], (V, B, *w_glu.shape[1:])))),
         "fp8_ragged_dot": (lambda x: fp8_ragged_dot(x, w, gs), (x,)),
         "fp8_ragged_dot_grad": (jax.grad(lambda x: fp8_ragged_dot(x, w, gs).astype(F32).sum()),
                                 (x,)),
@@ -84,6 +88,28 @@ def test_nested_vmap_is_the_op_on_each_entry(rng, platform, case):
         f, args = _cases(rng)[case]
         got = jax.jit(jax.vmap(jax.vmap(f)))(*args)
         _same(got, _entrywise(f, *args), 1e-2)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("glu", [hopper_ragged_glu, hopper_glu], ids=["grouped", "dense"])
+def test_nested_vmap_of_the_glu_gradients_is_one_launch_each(rng, platform, glu):
+    """vmap of vmap of the gated unit's gradients against a shared weight: the inner vmap's
+    entries and the outer one's joined (gated_product._vmappable), so the product, d x and
+    d w are one launch each, no loop; each entry as computed alone."""
+    gs = jnp.asarray([13, 0, 20], jnp.int32)
+    w = _normal(rng, (G, K, 2, N) if glu is hopper_ragged_glu else (K, 2, N)) * 0.2
+    x = _normal(rng, (V, B, M, K))
+
+    def grads(x):
+        def loss(x, w):
+            y = glu(x, w, gs) if glu is hopper_ragged_glu else glu(x, w)
+            return y.astype(F32).sum()
+        return jax.grad(loss, (0, 1))(x, w)
+
+    nested = jax.vmap(jax.vmap(grads))
+    with jax.default_device(_device(platform)):
+        assert count_eqns(jax.make_jaxpr(nested)(x).jaxpr, ("scan", "while")) == 0
+        _same(jax.jit(nested)(x), _entrywise(grads, x), 1e-2)
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)

@@ -53,7 +53,7 @@ from jax_hopper.gemm.ragged_contract import launch as contraction
 from jax_hopper.gemm.ragged_primitive import per_entry
 from jax_hopper.gemm.ragged_sharding import gathered_operands, no_epilogue, shard_sizes
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
-from jax_hopper.gemm.typed_reshape import explicitly_sharded
+from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape
 
 _F32 = jnp.dtype(jnp.float32)
 
@@ -331,21 +331,26 @@ def _vmappable(kind: _Kind, role: str, params: tuple, partitioned):
     grouped m; an unmapped one of them, and unmapped group sizes, repeated), the role's
     _ENTRIES form, whose factor e keeps the entries apart (dense: until each device's shards
     merge them, so a split of b is never gathered; grouped: the launches' entries, each its own
-    group sizes). Else (a mapped weight; an _ENTRIES form under another vmap) one launch per
-    entry."""
+    group sizes); an _ENTRIES form under another vmap joins the outer entries to its own (V E).
+    Else (a mapped weight) one launch per entry."""
     x_factors, y_factors, _ = kind.factors[role]
-    rows = "m" if kind.grouped else "b"
+    entries = role in _ENTRIES.values()
+    rows = "e" if entries else "m" if kind.grouped else "b"
     carries = (rows in x_factors, rows in y_factors)
     fn = custom_vmap(partitioned)
 
     def rule(axis_size, in_batched, *args):
-        if (role not in _ENTRIES or _ENTRIES[role] not in kind.factors
+        if ((not entries and (role not in _ENTRIES or _ENTRIES[role] not in kind.factors))
                 or any(m and not c for m, c in zip(in_batched, carries))):
             return per_entry(fn, in_batched, args), True
         repeat = (*carries, *(True for _ in args[2:]))  # the sizes go with the rows
-        return _local(kind, _ENTRIES[role], params)(*[
-            a if m or not r else jnp.broadcast_to(a, (axis_size, *a.shape))
-            for a, m, r in zip(args, in_batched, repeat)]), True
+        args = [a if m or not r else jnp.broadcast_to(a, (axis_size, *a.shape))
+                for a, m, r in zip(args, in_batched, repeat)]
+        if not entries:
+            return _local(kind, _ENTRIES[role], params)(*args), True
+        out = fn(*[reshape(a, (a.shape[0] * a.shape[1], *a.shape[2:])) if r else a
+                   for a, r in zip(args, repeat)])
+        return reshape(out, (axis_size, -1, *out.shape[1:])), True
 
     fn.def_vmap(rule)
     return fn
