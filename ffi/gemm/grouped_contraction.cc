@@ -1,8 +1,8 @@
 // XLA FFI handlers of hopper_ragged_contract (the grouped_contraction kernel family) and
 // hopper_ragged_fp8_contract (grouped_contraction_fp8, _fp8_block): out[g] = x_g^T y_g, where
 // group g owns rows [ends[g - 1], ends[g]) of x (R, P) and y (R, Q), or [starts[g], ends[g])
-// given the group bounds (cuda/gemm/scheduler/grouped_contraction.cuh). The weight gradients of hopper_ragged_dot and
-// fp8_ragged_dot.
+// given the group bounds (cuda/gemm/scheduler/grouped_contraction.cuh). The weight gradients
+// of hopper_ragged_dot and fp8_ragged_dot.
 #include <cstdint>
 #include <string>
 
