@@ -91,6 +91,21 @@ def test_nested_vmap_is_the_op_on_each_entry(rng, platform, case):
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("case", CASES)
+def test_vmap_over_no_entries(rng, platform, case):
+    """vmap over an axis of size 0, outermost or nested inside another: the op's result for
+    none (a launch of no rows would be no problem at all), shaped as one entry's."""
+    with jax.default_device(_device(platform)):
+        f, args = _cases(rng)[case]
+        one = jax.eval_shape(f, *[a[0, 0] for a in args])
+        for fn, entries, lead in ((jax.vmap(f), [a[0, :0] for a in args], (0,)),
+                                  (jax.vmap(jax.vmap(f)), [a[:, :0] for a in args], (V, 0))):
+            got = jax.jit(fn)(*entries)
+            assert [g.shape for g in jax.tree.leaves(got)] == \
+                [(*lead, *o.shape) for o in jax.tree.leaves(one)]
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("glu", [hopper_ragged_glu, hopper_glu], ids=["grouped", "dense"])
 def test_nested_vmap_of_the_glu_gradients_is_one_launch_each(rng, platform, glu):
     """vmap of vmap of the gated unit's gradients against a shared weight: the inner vmap's

@@ -60,7 +60,8 @@ def _rule(launch, params, v, in_batched, a, b, bias, res, a_scale, b_scale):
     ma, mb, mbias, mres, msa, msb = in_batched
     block = dict(params)["scaling"] == "block"
     operands_mapped = ma or mb or (block and (msa or msb))
-    if mbias or (not operands_mapped and (msa or msb or mres)):
+    # No entries (v = 0): per_entry's loop of none.
+    if not v or mbias or (not operands_mapped and (msa or msb or mres)):
         args = (a, b, bias, res, a_scale, b_scale)
         return per_entry(functools.partial(gemm, launch, params), in_batched, args), True
     a4, b4 = as_4d(a, ma), as_4d(b, mb)

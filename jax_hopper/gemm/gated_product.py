@@ -340,7 +340,8 @@ def _vmappable(kind: _Kind, role: str, params: tuple, partitioned):
     fn = custom_vmap(partitioned)
 
     def rule(axis_size, in_batched, *args):
-        if ((not entries and (role not in _ENTRIES or _ENTRIES[role] not in kind.factors))
+        if (not axis_size  # no entries: per_entry's loop of none
+                or (not entries and (role not in _ENTRIES or _ENTRIES[role] not in kind.factors))
                 or any(m and not c for m, c in zip(in_batched, carries))):
             return per_entry(fn, in_batched, args), True
         repeat = (*carries, *(True for _ in args[2:]))  # the sizes go with the rows

@@ -34,7 +34,7 @@ from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.primitive import call_attrs, freeze, gemm_target
-from jax_hopper.gemm.ragged_primitive import register
+from jax_hopper.gemm.ragged_primitive import per_entry, register
 from jax_hopper.gemm.ragged_sharding import gathered_operands, shard_sizes, split_rows
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
 from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape, resharded
@@ -135,6 +135,8 @@ def _vmappable(params):
     fn = custom_vmap(lambda x, y, gs: _partitioned(params, gs.ndim == 2, x, y, gs))
 
     def rule(axis_size, in_batched, x, y, gs):
+        if not axis_size:  # no entries: per_entry's loop of none
+            return per_entry(fn, in_batched, (x, y, gs)), True
         entries = gs.ndim - in_batched[2] == 2  # the call's own (an inner vmap's fold)
         out = fn(*fold_entries(axis_size, in_batched, entries, x, y, gs))
         return (reshape(out, (axis_size, -1, *out.shape[1:])) if entries else out), True

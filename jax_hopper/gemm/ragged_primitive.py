@@ -341,7 +341,8 @@ def folded_vmap(one, fold):
     fn = custom_vmap(one)
 
     def rule(axis_size, in_batched, *args):
-        folded = fold(axis_size, in_batched, *args)
+        # No entries: per_entry's loop of none (a launch of none would have no rows)
+        folded = fold(axis_size, in_batched, *args) if axis_size else None
         if folded is None:
             return per_entry(fn, in_batched, args), True
         out = fn(*folded)
