@@ -34,7 +34,7 @@ from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.primitive import call_attrs, freeze, gemm_target
-from jax_hopper.gemm.ragged_primitive import per_entry, register
+from jax_hopper.gemm.ragged_primitive import entries_sizes, per_entry, register
 from jax_hopper.gemm.ragged_sharding import gathered_operands, shard_sizes, split_rows
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
 from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape, resharded
@@ -95,8 +95,7 @@ def launch(x, y, group_sizes, *, out_dtype, config):
     o_spec = spec_of(jax.typeof(x))[0] if typed else None
     if entries:
         x, y = (reshape(a, (entries * rows, a.shape[2]), warn=False) for a in (x, y))
-        if explicitly_sharded(group_sizes):
-            group_sizes = resharded(group_sizes, PartitionSpec())
+        group_sizes = entries_sizes(group_sizes)
     (m, p), q = x.shape, y.shape[1]
     pad_p = -p % 8
     pad_q = -q % max(8, 16 // np.dtype(out_dtype).itemsize)

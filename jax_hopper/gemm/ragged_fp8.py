@@ -37,7 +37,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend.core import Primitive
-from jax.sharding import PartitionSpec
 
 from jax_hopper import _ffi
 from jax_hopper.gemm import api, ragged_tiles
@@ -48,12 +47,13 @@ from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
 from jax_hopper.gemm.primitive import (_pad_columns, call_attrs, explicit_placement, freeze,
                                        gemm_target)
 from jax_hopper.gemm.ragged import check_group_sizes, residual3
-from jax_hopper.gemm.ragged_primitive import (FP8_DIFFERENTIABLE, build_tile_table, epilogue,
-                                              folded_vmap, forward_only, register)
+from jax_hopper.gemm.ragged_primitive import (FP8_DIFFERENTIABLE, entries_sizes, epilogue,
+                                              folded_vmap, forward_only, launch_tiles,
+                                              map_entries, register, stacked_rows)
 from jax_hopper.gemm.ragged_sharding import (gathered_operands, no_epilogue, shard_sizes,
                                              split_rows, summed_over_k)
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
-from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape, resharded
+from jax_hopper.gemm.typed_reshape import reshape
 from jax_hopper.kernels import catalog
 from jax_hopper.quantize.transpose import transpose_fp8
 
@@ -281,17 +281,12 @@ def launch(lhs, rhs, group_sizes, bias, res, lhs_scale, rhs_scale, **params):
     block lhs scales (E, M, ceil(K/128)); the result (E, M, N). Their rows are stacked (E M)
     and each entry's groups tiled apart, as ragged_primitive.launch's entries."""
     entries, rows = (group_sizes.shape[0], lhs.shape[1]) if group_sizes.ndim == 2 else (0, 0)
-    block = params["family"] == _FAMILIES["block"]
     if entries:
-        def stacked(x):  # (E, M, ...) -> (1, E M, ...)
-            return reshape(x, (1, x.shape[0] * x.shape[1], *x.shape[2:]), warn=False)
-
-        lhs = stacked(lhs)
-        res = stacked(res) if res.size else res
-        lhs_scale = stacked(lhs_scale) if block else lhs_scale
-        if explicitly_sharded(group_sizes):  # typed operands: _partitioned's trace for the
-            # result type, never run (each device's launch has its own entries' sizes)
-            group_sizes = resharded(group_sizes, PartitionSpec())
+        lhs = stacked_rows(lhs)
+        res = stacked_rows(res) if res.size else res
+        if params["family"] == _FAMILIES["block"]:
+            lhs_scale = stacked_rows(lhs_scale)
+        group_sizes = entries_sizes(group_sizes)
     if k_pad := pitch_pad(lhs.shape[2], lhs.dtype):
         lhs = jnp.pad(lhs, ((0, 0), (0, 0), (0, k_pad)))
         rhs = jnp.pad(rhs, ((0, 0), (0, 0), (0, k_pad)))
@@ -303,14 +298,7 @@ def launch(lhs, rhs, group_sizes, bias, res, lhs_scale, rhs_scale, **params):
                                                      False, group_sizes.size, lhs.shape[1],
                                                      rhs.shape[1], lhs.shape[2],
                                                      rhs.dtype.name)}
-    config = params["config"]
-    paired = config.cluster_m == 2
-    if entries:
-        tiles = ragged_tiles.entry_groups(
-            build_tile_table(ragged_tiles.entry_sizes(group_sizes, rows), lhs.shape[1],
-                             config.block_m, paired=paired), group_sizes.shape[1], False)
-    else:
-        tiles = build_tile_table(group_sizes, lhs.shape[1], config.block_m, paired=paired)
+    tiles = launch_tiles(group_sizes, lhs.shape[1], params["config"])
     out = hopper_ragged_fp8_p.bind(lhs, rhs, group_sizes, tiles, bias, res, lhs_scale,
                                    rhs_scale, **params)
     out = out[..., :n] if pad else out
@@ -355,24 +343,13 @@ def reference(lhs, rhs, group_sizes, tiles, bias, residual, lhs_scale, rhs_scale
 
 def _entries_reference(lhs, rhs, group_sizes, bias, residual, lhs_scale, rhs_scale, **params):
     """reference over the entries of launch's stacked operands (lhs (1, E M, K), block lhs
-    scales (1, E M, kb), residual (1, E M, N) or empty; the rest shared), as (1, E M, N): a
-    loop (jax.lax.ragged_dot has no batching rule over a shared rhs)."""
-    entries = group_sizes.shape[0]
-    block = params["family"] == _FAMILIES["block"]
-
-    def entry(x):  # (1, E X, ...) -> (E, 1, X, ...)
-        return x.reshape(entries, 1, -1, *x.shape[2:])
-
-    def one(xs):
-        lhs, gs, *rest = xs
-        rest = iter(rest)
-        ls = next(rest) if block else lhs_scale
-        res = next(rest) if residual.size else residual
-        return reference(lhs, rhs, gs, None, bias, res, ls, rhs_scale, **params)[0]
-
-    xs = [entry(lhs), group_sizes] + ([entry(lhs_scale)] if block else []) + (
-        [entry(residual)] if residual.size else [])
-    return jax.lax.map(one, xs).reshape(1, -1, rhs.shape[1])
+    scales (1, E M, kb), residual (1, E M, N) or empty; the rest shared), as (1, E M, N)."""
+    return map_entries(
+        lambda lhs, gs, res, ls: reference(lhs, rhs, gs, None, bias, res, ls, rhs_scale,
+                                           **params),
+        group_sizes.shape[0], (lhs, group_sizes, residual, lhs_scale),
+        ("rows", "entry", "rows" if residual.size else None,
+         "rows" if params["family"] == _FAMILIES["block"] else None))
 
 
 def expand_blocks(scales, axis, extent):

@@ -85,25 +85,36 @@ def _entries_reference(lhs, rhs, group_sizes, bias, residual, **params):
     """reference over the entries of launch's stacked operands (lhs (1, E M, K), rhs and bias
     stacked (E G, ...) or shared, residual (1, E M, N) or empty), as (1, E M, N)."""
     entries, groups = group_sizes.shape
-    m, k = lhs.shape[1] // entries, lhs.shape[2]
+    k = lhs.shape[2]
     per_entry = rhs.shape[0] != groups * (k if params["family"] == "grouped_glu" else 1)
+    return map_entries(
+        lambda lhs, rhs, gs, bias, res: reference(lhs, rhs, gs, None, bias, res, **params),
+        entries, (lhs, rhs, group_sizes, bias, residual),
+        ("rows", "groups" if per_entry else None, "entry",
+         "groups" if per_entry and bias.size else None, "rows" if residual.size else None))
 
-    def entry(x):  # (E X, ...) -> (E, X, ...)
-        return x.reshape(entries, -1, *x.shape[1:])
 
-    mapped = (per_entry, per_entry and bias.size > 0, residual.size > 0)
+def map_entries(fn, entries: int, operands, stacked):
+    """fn over launch's E entries of its stacked operands, a loop (lax.map: jax.lax.ragged_dot,
+    the references' product, has no batching rule over a shared rhs). Each operand is stacked
+    as `stacked` says: "rows" ((1, E X, ...): fn gets the entry's (1, X, ...)), "groups"
+    ((E G, ...): (G, ...)), "entry" ((E, ...): its row), None (shared: whole). fn returns an
+    entry's (1, X, N); the result is (1, E X, N)."""
+    def split(x, how):  # the entries leading
+        if how == "rows":
+            return jnp.moveaxis(x.reshape(1, entries, -1, *x.shape[2:]), 1, 0)
+        return x.reshape(entries, -1, *x.shape[1:]) if how == "groups" else x
 
-    def one(xs):  # jax.lax.ragged_dot has no batching rule over a mapped rhs: a loop
-        lhs, gs, *rest = xs
-        it = iter(rest)
-        rhs_, bias_, res_ = (next(it) if m_ else x for m_, x in zip(mapped, (rhs, bias,
-                                                                           residual)))
-        return reference(lhs[None], rhs_, gs, None, bias_,
-                         res_[None] if mapped[2] else res_, **params)[0]
+    mapped = [i for i, how in enumerate(stacked) if how]
 
-    xs = [entry(lhs[0]), group_sizes] + [entry(x[0] if x is residual else x)
-                                         for m_, x in zip(mapped, (rhs, bias, residual)) if m_]
-    return jax.lax.map(one, xs).reshape(1, entries * m, -1)
+    def one(xs):
+        args = list(operands)
+        for i, x in zip(mapped, xs):
+            args[i] = x
+        return fn(*args)[0]
+
+    out = jax.lax.map(one, [split(operands[i], stacked[i]) for i in mapped])
+    return out.reshape(1, -1, out.shape[-1])
 
 
 def epilogue(x, group_sizes, bias, residual, *, activation, beta, out_dtype, family="grouped"):
@@ -206,12 +217,10 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
     b_mn_major, family = params["b_mn_major"], params["family"]
     gated = family == "grouped_glu"
     entries, rows = (group_sizes.shape[0], lhs.shape[1]) if group_sizes.ndim == 2 else (0, 0)
+    per_entry = entries and holds_entries(family, "rhs", rhs.ndim)
     if entries:
-        per_entry = holds_entries(family, "rhs", rhs.ndim)
         lhs, rhs, bias, res = _stacked(lhs, rhs, bias, res, per_entry)
-        if explicitly_sharded(group_sizes):  # typed operands: ragged_sharding's trace for
-            # the result type, never run (each device's launch has its own entries' sizes)
-            group_sizes = resharded(group_sizes, PartitionSpec())
+        group_sizes = entries_sizes(group_sizes)
     if k_pad := pitch_pad(lhs.shape[2], lhs.dtype):
         k_axis = 1 if gated or b_mn_major else 2  # (G, K, [2,] N) or (G, N, K)
         lhs = jnp.pad(lhs, ((0, 0), (0, 0), (0, k_pad)))
@@ -231,32 +240,50 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
         # operands reach here only in ragged_sharding's trace for the result type, whose
         # partitioner keeps a split of K (no warning of a gather that does not happen)
         rhs = reshape(rhs, (rhs.shape[0] * rhs.shape[1], 2, rhs.shape[-1]), warn=False)
-    config = params["config"]
-    paired = config.cluster_m == 2
-    if entries:
-        tiles = ragged_tiles.entry_groups(
-            build_tile_table(ragged_tiles.entry_sizes(group_sizes, rows), lhs.shape[1],
-                             config.block_m, paired=paired),
-            group_sizes.shape[1], per_entry)
-    else:
-        tiles = build_tile_table(group_sizes, lhs.shape[1], config.block_m, paired=paired)
+    tiles = launch_tiles(group_sizes, lhs.shape[1], params["config"], per_entry)
     out = hopper_ragged_p.bind(lhs, rhs, group_sizes, tiles, bias, res, **params)
     out = out[..., :n] if pad else out
     return reshape(out, (entries, rows, n), warn=False) if entries else out
 
 
 def _stacked(lhs, rhs, bias, res, per_entry: bool):
-    """launch's entries as one product's operands: the rows stacked ((E, M, ...) -> (1, E M,
-    ...)), and a per-entry rhs and bias stacked along the groups ((E, G, ...) -> (E G, ...));
-    a bias is per entry where rhs is."""
-    def rows(x):
-        return reshape(x, (1, x.shape[0] * x.shape[1], *x.shape[2:]), warn=False)
-
+    """launch's entries as one product's operands: the rows stacked (stacked_rows), and a
+    per-entry rhs and bias stacked along the groups ((E, G, ...) -> (E G, ...)); a bias is per
+    entry where rhs is."""
     def groups(x):
         return reshape(x, (x.shape[0] * x.shape[1], *x.shape[2:]), warn=False)
 
-    return (rows(lhs), groups(rhs) if per_entry else rhs,
-            groups(bias) if per_entry and bias.size else bias, rows(res) if res.size else res)
+    return (stacked_rows(lhs), groups(rhs) if per_entry else rhs,
+            groups(bias) if per_entry and bias.size else bias,
+            stacked_rows(res) if res.size else res)
+
+
+def stacked_rows(x):
+    """The rows of launch's entries as one launch's: (E, M, ...) -> (1, E M, ...)."""
+    return reshape(x, (1, x.shape[0] * x.shape[1], *x.shape[2:]), warn=False)
+
+
+def entries_sizes(group_sizes):
+    """launch's entries' group sizes (E, G) as the launch reads them. Typed operands (explicit
+    sharding) reach a launch only in its partitioner's trace for the result type, never run
+    (each device's launch has its own entries' sizes): there a split typed on them is dropped,
+    the tile table and bounds being built from all of them."""
+    return resharded(group_sizes, PartitionSpec()) if explicitly_sharded(group_sizes) \
+        else group_sizes
+
+
+def launch_tiles(group_sizes, rows: int, config, rhs_per_entry: bool = False):
+    """The tile table of a grouped launch over `rows` rows in config's block_m tiles (paired
+    for 2-CTA clusters along M): of group_sizes (G,), or of launch's entries' (E, G), rows / E
+    rows each, every entry's groups tiled apart and named as the kernel reads rhs
+    (ragged_tiles.entry_sizes, entry_groups; rhs stacked per entry or shared)."""
+    paired = config.cluster_m == 2
+    if group_sizes.ndim == 1:
+        return build_tile_table(group_sizes, rows, config.block_m, paired=paired)
+    entries, groups = group_sizes.shape
+    return ragged_tiles.entry_groups(
+        build_tile_table(ragged_tiles.entry_sizes(group_sizes, rows // entries), rows,
+                         config.block_m, paired=paired), groups, rhs_per_entry)
 
 
 def _cuda_lowering(ctx, lhs, rhs, group_sizes, tiles, bias, residual, *, b_mn_major, out_dtype,
