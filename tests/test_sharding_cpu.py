@@ -39,7 +39,7 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "fp8_block_two_axes", "glu_grad_f_split", "ragged_glu_grad_f_split",
          "sequence_split_grad", "explicit_grad_types", "fp8_block_few_rows_warned",
          "explicit_result_types", "glu_vmap_grad", "ragged_vmap_entries",
-         "contract_vmap_entries", "ragged_glu_vmap_grad"]
+         "contract_vmap_entries", "ragged_glu_vmap_grad", "ragged_fp8_vmap_entries"]
 
 
 def _full_spec(x) -> tuple:
@@ -1267,6 +1267,36 @@ def _cases():
             for g, v in zip(got, want):
                 assert rel_frob(g, to64(v)) < 2e-2, (axis_type, rel_frob(g, to64(v)))
 
+    def ragged_fp8_vmap_entries():
+        # hopper_ragged_fp8_dot with block scales under vmap over entries with their own sizes
+        # and lhs scales: one launch of every entry (no loop), the entries split over one mesh
+        # axis and the experts' N (whole 128-wide scale blocks) over the other: each device
+        # its entries by its columns (no all-gather, no all-reduce), explicit and automatic.
+        if n_dev % 2:
+            return "skip: needs an even device count"
+        from gemm_helpers import count_eqns, rel_frob, to64
+        from jax_hopper import hopper_ragged_fp8_dot
+        nb = 256 * (n_dev // 2)
+        x = _rand(rng, (n_dev, 40, k), e4m3)
+        ls = jnp.abs(_rand(rng, (n_dev, 40, -(-k // 128)), f32))
+        w8 = _rand(rng, (groups, nb, k), e4m3)
+        rs = jnp.abs(_rand(rng, (groups, nb // 128, -(-k // 128)), f32))
+        gs = jnp.asarray(rng.integers(-2, 12, (n_dev, groups)), jnp.int32)
+        f = jax.vmap(lambda x, s, l, w, r: hopper_ragged_fp8_dot(x, w, s, l, r, out_dtype=f32),
+                     in_axes=(0, 0, 0, None, None))
+        want = jax.jit(f)(x, gs, ls, w8, rs)
+        for axis_type in (jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto):
+            grid = jax.make_mesh((2, n_dev // 2), ("data", "model"), axis_types=(axis_type,) * 2)
+            with jax.set_mesh(grid):
+                args = [jax.device_put(a, NamedSharding(grid, P(*spec))) for a, spec in
+                        ((x, ("data",)), (gs, ("data",)), (ls, ("data",)),
+                         (w8, (None, "model")), (rs, (None, "model")))]
+                assert count_eqns(jax.make_jaxpr(f)(*args).jaxpr, ("scan", "while")) == 0
+                got = jax.jit(f)(*args)
+                hlo = jax.jit(f).lower(*args).compile().as_text()
+                assert "all-gather" not in hlo and "all-reduce" not in hlo, axis_type
+            assert rel_frob(got, to64(want)) < 1e-5, axis_type
+
     return dict(zip(CASES, [batch, m_split, n_split, n_k_major_b, k_with_epilogue,
                             batch_and_n_2d, auto_mesh, output_sharding, grad_data_parallel,
                             vmap, shard_map, glu_rows, glu_f, glu_k, glu_grad, k_scatter_m,
@@ -1290,7 +1320,8 @@ def _cases():
                             glu_grad_f_split, ragged_glu_grad_f_split, sequence_split_grad,
                             explicit_grad_types, fp8_block_few_rows_warned,
                             explicit_result_types, glu_vmap_grad, ragged_vmap_entries,
-                            contract_vmap_entries, ragged_glu_vmap_grad]))
+                            contract_vmap_entries, ragged_glu_vmap_grad,
+                            ragged_fp8_vmap_entries]))
 
 
 def main():
