@@ -197,31 +197,34 @@ def test_plan_cost_counts_waves_k_blocks_and_pieces():
 
 
 @pytest.mark.extension  # plan_cost asks the C++ planner
-@pytest.mark.parametrize("m,n,k,token_tile,cluster_m", [
-    (792, 3000, 14336, 160, 2),   # 24 x 5 tiles of 160 tokens; unswapped 896 rows a CTA
-    (1025, 2048, 7168, 160, 2),   # 16 x 7 tiles; 128 tokens: 144 tiles
-    (640, 4096, 8192, 160, 2),    # 32 x 4 tiles; unswapped 128 x 192 in 110 tiles
-    (512, 4096, 4096, 128, 2),    # 32 x 4 whole tiles against 64 of 128 x 256 in two pieces
-    (765, 3200, 7616, 160, 1),    # 25 weight tiles: unpaired, 125 CTAs
-    (1619, 1408, 12288, 160, 1),  # 11 x 11: 121 CTAs
-    (1900, 1408, 12288, None, 0),  # 11 x 12 of 160 fill every SM unpaired; 192 ties
-    (1839, 1536, 16384, None, 0),  # 120 tiles of 192 tokens, unswapped 120 of 128 x 192
-    (3565, 768, 7168, None, 0),   # 114 of 192 tokens against 112 of 128 x 192 in pairs
-    (811, 6000, 4096, None, 0),   # over a wave on every token tile
-    (559, 3000, 3072, None, 0),   # 48 k-blocks (ping-pong's rule)
-    (192, 4096, 4096, None, 0),   # the wide token tiles' band (swap_wide_config)
+@pytest.mark.parametrize("m,n,k,token_tile,cluster", [
+    (792, 3000, 14336, 160, (2, 1)),   # 24 x 5 tiles of 160 tokens (odd): the tokens shared
+    (1025, 2048, 7168, 160, (2, 1)),   # 16 x 7 tiles; 128 tokens: 144 tiles
+    (640, 4096, 8192, 160, (1, 2)),    # 32 x 4 tiles, a 67 MB weight: the weight shared
+    (512, 4096, 4096, 128, (2, 1)),    # 32 x 4 tiles, a 34 MB weight (within the L2)
+    (900, 1408, 12288, 160, (1, 2)),   # 11 x 6 tiles: weight tiles odd, token tiles even
+    (765, 3200, 7616, 160, (1, 1)),    # 25 x 5 tiles: unpaired, 125 CTAs
+    (1619, 1408, 12288, 160, (1, 1)),  # 11 x 11: 121 CTAs
+    (1900, 1408, 12288, 160, (1, 2)),  # 11 x 12 of 160 on every SM, in token pairs
+    (1839, 1536, 16384, None, None),  # 120 tiles of 192 tokens, unswapped 120 of 128 x 192
+    (3565, 768, 7168, None, None),    # 114 of 192 tokens against 112 of 128 x 192 in pairs
+    (811, 6000, 4096, None, None),    # over a wave on every token tile
+    (559, 3000, 3072, None, None),    # 48 k-blocks (ping-pong's rule)
+    (192, 4096, 4096, None, None),    # the wide token tiles' band (swap_wide_config)
 ])
-def test_heuristic_takes_the_mid_token_tiles(m, n, k, token_tile, cluster_m):
+def test_heuristic_takes_the_mid_token_tiles(m, n, k, token_tile, cluster):
     """Past 192 rows (swap_mid_config) the swapped token tile of least plan cost, 128, 160 or
     192 tokens, in one wave, where it costs at most SWAP_MID_MAX_COST of the unswapped
-    config's: two weight tiles sharing the tokens over an even count of them, unclustered on
-    at most SWAP_MID_MAX_SHARE_UNPAIRED of the SMs over an odd one."""
+    config's: two token tiles sharing the weight (cluster_n = 2) over an even count of them
+    where the weight outgrows the L2 or its tiles are odd, else two weight tiles sharing the
+    tokens over an even count of them, else unclustered on at most
+    SWAP_MID_MAX_SHARE_UNPAIRED of the SMs."""
     cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k)
     if token_tile is None:
         assert not (cfg.swap_ab and cfg.tile in heuristics.MID_TOKEN_TILES), cfg
         return
     assert cfg.swap_ab and cfg.tile in heuristics.MID_TOKEN_TILES, cfg
-    assert (cfg.block_n, cfg.cluster_m, cfg.cluster_n) == (token_tile, cluster_m, 1), cfg
+    assert (cfg.block_n, (cfg.cluster_m, cfg.cluster_n)) == (token_tile, cluster), cfg
     # a's rows (the tokens) off a 32-byte sector keep the unswapped config; on one, not
     for a_off, swapped in ((80, False), (32, True), (16, False)):
         assert heuristics.heuristic_config("matmul", False, 1, m, n, k,

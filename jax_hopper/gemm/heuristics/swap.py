@@ -414,17 +414,44 @@ def pairs_weight_tiles(n: int, tile: catalog.TileShape) -> bool:
     return math.ceil(n / tile.block_m) % 2 == 0
 
 
-def mid_token_configs(family: str, n: int, widths=None) -> list[GemmConfig]:
+def pairs_token_tiles(m: int, tile: catalog.TileShape) -> bool:
+    """Whether a swapped product's m tokens make an even count of `tile`'s token tiles (its
+    columns), so that 2-CTA clusters along them (cluster_n = 2) pair every one."""
+    return math.ceil(m / tile.block_n) % 2 == 0
+
+
+# The widest token tile that swap_mid_config pairs along its tokens (the weight multicast);
+# wider ones, whose token rows outweigh the weight's in a k-block, pair along the weight.
+TOKEN_PAIR_MAX_TOKENS = 160
+# The H100's and H200's L2 (50 MB): past it a swapped weight streams from HBM again for each
+# token tile that reads it at another time, unless two token tiles take it together
+# (swap_mid_config).
+L2_BYTES = 50_000_000
+
+
+def mid_token_configs(family: str, n: int, widths=None, m: int | None = None,
+                      weight_streams: bool = False) -> list[GemmConfig]:
     """The swapped configs of `family`'s swapped family on its MID_TOKEN_TILES (those of
     `widths` tokens, where given) for n weight columns, which the mid-M rules weigh
     (swap_mid_config, swap_past_wave_config): the weight's columns are the swapped tile's rows,
-    the tokens its columns; over an even count of weight tiles two share each token tile in a
-    2-CTA cluster (cluster_m = 2: the tokens multicast; pairs_weight_tiles), else unclustered."""
+    the tokens its columns. Where m (the tokens) is given, a tile of at most
+    TOKEN_PAIR_MAX_TOKENS over an even count of token tiles runs two of them on each weight
+    tile in a 2-CTA cluster (cluster_n = 2: the weight multicast; pairs_token_tiles) where the
+    weight streams from HBM (weight_streams) or its tiles cannot pair; else, over an even
+    count of weight tiles, two share each token tile (cluster_m = 2: the tokens multicast;
+    pairs_weight_tiles); else unclustered."""
     fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]]
-    tiles = [t for t in fam.tiles
-             if t in MID_TOKEN_TILES and (widths is None or t.block_n in widths)]
-    paired = bool(tiles) and pairs_weight_tiles(n, tiles[0])
-    return [GemmConfig.for_tile(t, swap_ab=True, cluster_m=2 if paired else 1) for t in tiles]
+    configs = []
+    for t in fam.tiles:
+        if t not in MID_TOKEN_TILES or (widths is not None and t.block_n not in widths):
+            continue
+        along_weight = pairs_weight_tiles(n, t)
+        along_tokens = (m is not None and t.block_n <= TOKEN_PAIR_MAX_TOKENS
+                        and pairs_token_tiles(m, t) and (weight_streams or not along_weight))
+        configs.append(GemmConfig.for_tile(
+            t, swap_ab=True, cluster_m=2 if along_weight and not along_tokens else 1,
+            cluster_n=2 if along_tokens else 1))
+    return configs
 
 
 # The most of the unswapped plan's cost (plan_cost) at which the mid-M swap displaces it.
@@ -454,9 +481,12 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
     of those whose tiles fit one wave costs at most SWAP_MID_MAX_COST of the `unswapped`
     config's plan cost (plan_cost: the busiest SM's work): of those, the one of least cost, the
     larger of its plan cost and L2_REQUEST_COST x its L2 read requests (swap_l2_requests; the
-    narrower on a tie). Over an even count of weight tiles two share each token tile in a 2-CTA
-    cluster (cluster_m = 2: the tokens multicast, which halves their L2 reads); over an odd
-    count they run unclustered, then on at most SWAP_MID_MAX_SHARE_UNPAIRED of the SMs. None
+    narrower on a tie). The tiles run in 2-CTA clusters as mid_token_configs pairs them: over
+    an even count of token tiles of at most TOKEN_PAIR_MAX_TOKENS two share each weight tile
+    (cluster_n = 2: the weight multicast) where the weight is larger than the L2 (L2_BYTES)
+    or its tiles cannot pair, else over an even count of weight tiles two share each token
+    tile (cluster_m = 2: the tokens multicast; either halves one operand's L2 reads); else
+    unclustered, then on at most SWAP_MID_MAX_SHARE_UNPAIRED of the SMs. None
     where a's rows start off a 32-byte sector (off_line, pitch.rows_off_l2_line: the tokens,
     which the swapped tile reads once per weight tile; on a sector, as b's in pair_along_m,
     1000 x 1024 x 10000 below). Swapped, the token width sets the rows' padding and the tile
@@ -511,14 +541,35 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
     x 5144 x 10896 107.3 -> 73.6 us on 160, 713 x 1344 x 9984 1.31 and 580 x 1584 x 15840 1.31
     on 192, 353 x 4976 x 4560 1.00); the three it keeps 1.00x. Multicast is not counted: there
     2-CTA pairs ran 0.92-1.20x the unclustered tile's speed, 4-CTA clusters 0.79-1.19x the
-    pair's (catalog.CLUSTER_SHAPES' NOTES)."""
-    configs = mid_token_configs(family, n)
+    pair's (catalog.CLUSTER_SHAPES' NOTES).
+
+    Which operand the pair shares (H100, 2026-12-06): the tuner on 16 long-K mid-M problems
+    (tune_h100_20261206_long_k.json) had the heuristic's pairs along the weight (the tokens
+    multicast) 1.06-1.17x slower than the same tile paired along the tokens (the weight
+    multicast) on 540 x 2048 x 11008, 220 x 6600 x 5120, 856 x 1280 x 11008 and 512 x 4096 x 4096
+    (the H200 reports, where both were timed on such shapes: 1.03-1.16x on the 128-token tile,
+    0.92-1.08x on 160, 0.76-1.10x on 192). Token pairs wherever the token tiles are even
+    (128 and 160 tokens), against main 53cd17b, 5 reps, device time
+    (ab_h100_20261206_token_pairs.json): 1.02-1.23x on the 10 of 17 drawn shapes (seed 65)
+    whose weight is larger than the L2 or whose weight tiles are odd (292 x 6216 x 12032 96.6
+    -> 78.5 us, 861 x 2136 x 4096 1.20x, 855 x 2816 x 16384 1.13x on all 132 SMs), but 0.89-
+    0.93x on 5 of the 7 with an even count of weight tiles under 32 MB (825 / 645 / 657 x
+    2560 x 5120, 935 x 2048 x 5120, 1012 x 1024 x 12288; 855 x 1280 x 12288 1.15x, 893 x 1280
+    x 7168 1.03x): hence L2_BYTES. As kept, on 18 shapes drawn after it (seed 66) whose config it changes
+    (ab_h100_20261206_token_pairs_heldout.json): 0.964-1.207x, geomean 1.081, 17 faster (261 x
+    8192 x 12288 113.2 -> 93.8 us, 525 x 3584 x 8192 1.196x, 258 x 3704 x 11840 1.171x;
+    318 x 5192 x 5120 0.964x, unpaired before); two it keeps 0.998-0.999x. Still 0.72-1.01x
+    XLA there (geomean 0.88). Not measured on an H200.
+    """
+    configs = mid_token_configs(family, n, m=m,
+                                weight_streams=weight_bytes(family, batch, n, k) > L2_BYTES)
     if (m <= max(t.block_n for t in WIDE_TOKEN_TILES) or not configs
             or off_line[0] % catalog.L2_SECTOR_BYTES
             or math.ceil(k / configs[0].block_k) < LONG_K_BLOCKS or not can_plan()):
         return None
-    most = num_sms if configs[0].cluster_m == 2 else int(SWAP_MID_MAX_SHARE_UNPAIRED * num_sms)
-    configs = [c for c in configs if tile_count(n, m, batch, c.tile) <= most]
+    unpaired_most = int(SWAP_MID_MAX_SHARE_UNPAIRED * num_sms)
+    configs = [c for c in configs if tile_count(n, m, batch, c.tile)
+               <= (num_sms if c.cluster_m * c.cluster_n == 2 else unpaired_most)]
     if not configs:
         return None
     costs = [plan_cost(c, batch, m, n, k, num_sms, family) for c in configs]
