@@ -176,6 +176,22 @@ def test_long_k_split_tile_weighs_work_against_pieces(m, n, k, block_n):
             (128, block_n, "cooperative", True)
 
 
+@pytest.mark.parametrize("m,n,k,block_n,cluster_m", [
+    (256, 4096, 14336, 192, 1),    # 2 M tiles x 22: wider than 128, unpaired
+    (760, 2560, 6144, 256, 1),     # 6 M tiles x 10
+    (428, 1024, 14336, 128, 2),    # 128 x 128 keeps the single-wave long-K pair
+    (471, 1280, 14592, 128, 2)])   # odd M tiles under 16 never pair: 4 here
+def test_long_k_split_tiles_wider_than_128_run_unpaired(m, n, k, block_n, cluster_m):
+    """The split tile of long_k_split_tile takes pair_along_m's single-wave long-K pair only up
+    to SPLIT_PAIR_MAX_BLOCK_N columns; b's rows off the L2 line pair any tile as before."""
+    cfg = choose_config(m, n, k, long_k_split=True)
+    assert (cfg.block_n, cfg.cluster_m, cfg.cluster_n) == (block_n, cluster_m, 1), cfg
+    assert cfg.block_n == long_k_split_tile(m, n, k, 1, catalog.TILE_SHAPES,
+                                            DEFAULT_NUM_SMS).block_n
+    off = choose_config(m, n, k, long_k_split=True, off_line=B_OFF)
+    assert off.cluster_m == 2, off
+
+
 def test_rows_off_l2_line_asks_for_each_operand_how_far_its_rows_start_off_it():
     """a (M, K) @ b (K, N): a's rows are K elements long, b's N; a transposed operand's rows
     are its other dimension; a pitch the lowering pads is judged padded. The bytes past whole

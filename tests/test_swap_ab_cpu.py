@@ -205,7 +205,7 @@ def test_plan_cost_counts_waves_k_blocks_and_pieces():
     (900, 1408, 12288, 160, (1, 2)),   # 11 x 6 tiles: weight tiles odd, token tiles even
     (765, 3200, 7616, 160, (1, 1)),    # 25 x 5 tiles: unpaired, 125 CTAs
     (1619, 1408, 12288, 160, (1, 1)),  # 11 x 11: 121 CTAs
-    (1900, 1408, 12288, 160, (1, 2)),  # 11 x 12 of 160 on every SM, in token pairs
+    (1900, 1408, 12288, None, None),  # 11 x 12 of 160 fill every SM, the weight tiles odd
     (1839, 1536, 16384, None, None),  # 120 tiles of 192 tokens, unswapped 120 of 128 x 192
     (3565, 768, 7168, None, None),    # 114 of 192 tokens against 112 of 128 x 192 in pairs
     (811, 6000, 4096, None, None),    # over a wave on every token tile

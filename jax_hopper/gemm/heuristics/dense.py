@@ -160,6 +160,9 @@ SPLIT_PIECE_KBLOCKS = 5.0
 # The fewest pieces per tile for which long_k_split_tile weighs a tile: fewer leave some tiles
 # whole and others in two.
 SPLIT_MIN_PIECES = 2
+# The widest tile of long_k_split_tile that pair_along_m's single-wave long-K pairs still take
+# (dense_choice): wider split tiles run unpaired where b's rows are on the L2 line.
+SPLIT_PAIR_MAX_BLOCK_N = 128
 
 
 def long_k_split_tile(m: int, n: int, k: int, batch: int,
@@ -195,7 +198,17 @@ def long_k_split_tile(m: int, n: int, k: int, batch: int,
     split 128 x 192 25.6, 128 x 256 32.5): there the earlier rules stay. The 8 shapes of
     pingpong_mid_m's own data that this rule now splits (ab_h200_20261129_long_k_split_pingpong
     .json): 0.93-1.20x, geomean 1.037 (448 x 2816 x 14336 1.20, 640 x 2048 x 8192 1.14;
-    256 x 4096 x 14336 0.93, 512 x 3072 x 14336 0.95). Not measured on an H100."""
+    256 x 4096 x 14336 0.93, 512 x 3072 x 14336 0.95). On an H100 (2026-12-06, the tuner,
+    tune_h100_20261206_long_k.json) the split tiles of 192 and 256 columns ran 1.02-1.07x
+    faster unpaired than in pair_along_m's long-K pairs (241 x 6144 x 4096 29.7 vs 31.8 us,
+    512 x 3072 x 14336 76.5 vs 78.0), as on the H200 reports (1.01-1.04x); 128 x 128 split and
+    unpaired against 53cd17b (ab_h100_20261206_long_k_unpaired.json, 18 shapes drawn for it,
+    6 per tile, device time): 192 and 256 columns 1.015-1.061x on all 12 (760 x 2560 x 6144
+    1.061, 418 x 1536 x 12288 1.059, 962 x 1536 x 7936 1.054), 128 x 128 0.873-1.030x (the
+    five of 1024 columns 0.873-0.986: 428 x 1024 x 14336 32.7 -> 37.5 us): hence
+    SPLIT_PAIR_MAX_BLOCK_N. The tile choice itself still loses there on the H100 (241 x 6144
+    x 4096: unsplit ping-pong 128 x 128 25.2 us against the split 128 x 192's 29.7; 256 x
+    4096 x 14336: 128 x 128 51.2 against 128 x 192's 56.8), not yet acted on."""
     costs = {}
     for t in ranked_tiles(tiles):
         count = tile_count(m, n, batch, t)
@@ -350,7 +363,10 @@ def dense_choice(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_
     rule = "off_line_tile" if wide else "long_k_split_tile" if split else "wave_cost"
     tiles_m = math.ceil(m / tile.block_m)
     count = tile_count(m, n, batch, tile)
-    long_k = math.ceil(k / tile.block_k) >= LONG_K_BLOCKS
+    # A split tile wider than SPLIT_PAIR_MAX_BLOCK_N runs unpaired unless b's rows are off
+    # the L2 line (long_k_split_tile's NOTES).
+    long_k = (math.ceil(k / tile.block_k) >= LONG_K_BLOCKS
+              and (split is None or tile.block_n <= SPLIT_PAIR_MAX_BLOCK_N))
     cluster_m = 2 if multicast and pair_along_m(tiles_m, count, long_k, num_sms,
                                                 off_line) else 1
     stream_k = catalog.SCHEDULES[tile.schedule].stream_k and (

@@ -559,7 +559,11 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
     (ab_h100_20261206_token_pairs_heldout.json): 0.964-1.207x, geomean 1.081, 17 faster (261 x
     8192 x 12288 113.2 -> 93.8 us, 525 x 3584 x 8192 1.196x, 258 x 3704 x 11840 1.171x;
     318 x 5192 x 5120 0.964x, unpaired before); two it keeps 0.998-0.999x. Still 0.72-1.01x
-    XLA there (geomean 0.88). Not measured on an H200.
+    XLA there (geomean 0.88). Not measured on an H200. Token pairs over an odd count of weight
+    tiles filling 130-132 SMs (which the share had kept unswapped) ran 0.866-1.139x the
+    unswapped default on 4 shapes (ab_h100_20261206_long_k_unpaired.json: 1900 x 1408 x 12288
+    1.139, 1850 x 1408 x 8192 1.034, 1800 x 1408 x 16384 0.974, 1500 x 1664 x 10240 0.866):
+    every SM only where the weight's tiles pair too.
     """
     configs = mid_token_configs(family, n, m=m,
                                 weight_streams=weight_bytes(family, batch, n, k) > L2_BYTES)
@@ -567,9 +571,11 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
             or off_line[0] % catalog.L2_SECTOR_BYTES
             or math.ceil(k / configs[0].block_k) < LONG_K_BLOCKS or not can_plan()):
         return None
+    # Every SM only where the weight's tiles pair too (the token pairs over odd weight tiles on
+    # 130-132 CTAs ran 0.87-1.14x the unswapped default; NOTES)
     unpaired_most = int(SWAP_MID_MAX_SHARE_UNPAIRED * num_sms)
     configs = [c for c in configs if tile_count(n, m, batch, c.tile)
-               <= (num_sms if c.cluster_m * c.cluster_n == 2 else unpaired_most)]
+               <= (num_sms if pairs_weight_tiles(n, c.tile) else unpaired_most)]
     if not configs:
         return None
     costs = [plan_cost(c, batch, m, n, k, num_sms, family) for c in configs]
