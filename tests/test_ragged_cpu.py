@@ -83,6 +83,50 @@ def test_tile_table_matches_model(rng, kind, block_m, paired):
         assert np.all(fields[table[0]:] == 0)
 
 
+def test_expert_major_rows_place_every_entrys_rows_of_an_expert_together(rng):
+    """ragged_tiles.expert_major_rows (launch's entries sharing the experts, few rows an
+    expert): a permutation of the E M rows that puts every expert's rows together, expert by
+    expert, within one the entries in order and each entry's rows in order, the rows past
+    every group last in stacked order; the totals are the experts' valid rows over the
+    entries."""
+    for _ in range(8):
+        entries, groups, m = int(rng.integers(1, 6)), int(rng.integers(1, 12)), \
+            int(rng.integers(1, 300))
+        kinds = rng.choice(["random", "uniform", "huge", "one_group"], entries)
+        sizes = np.stack([_sizes(rng, kind, groups, m) for kind in kinds])
+        place, totals = map(np.asarray, ragged_tiles.expert_major_rows(
+            jnp.asarray(sizes, jnp.int32), m))
+        valid = np.stack([np.asarray(ragged_tiles.valid_sizes(jnp.asarray(s, jnp.int32), m))
+                          for s in sizes])
+        np.testing.assert_array_equal(totals, valid.sum(axis=0))
+        order = [(g, e, r) for g in range(groups) for e in range(entries)
+                 for r in range(valid[e, :g].sum(), valid[e, :g + 1].sum())]
+        order += [(groups, e, r) for e in range(entries) for r in range(valid[e].sum(), m)]
+        want = np.empty(entries * m, np.int64)
+        for row, (_, e, r) in enumerate(order):
+            want[e * m + r] = row
+        np.testing.assert_array_equal(place, want, err_msg=str(sizes))
+
+
+@pytest.mark.parametrize("m,expert_major", [(70, True), (400, False)])
+def test_vmap_over_shared_experts_runs_few_rows_expert_by_expert(rng, kernel_emulation, m,
+                                                                 expert_major):
+    """Entries sharing the experts that route EXPERT_MAJOR_MAX_ROWS_PER_GROUP rows or fewer
+    to an expert on average (70 rows over 5 experts) run as one product over their rows
+    placed expert by expert (ragged_primitive.runs_expert_major); more (400) run each
+    entry's tiles apart. Either way the kernel (emulated) gives each entry's product with
+    the epilogue and residual (check_ragged_entries: adversarial sizes per entry)."""
+    from jax_hopper.gemm import ragged_primitive
+    calls, real = [], ragged_primitive._expert_major
+    kernel_emulation.setattr(ragged_primitive, "_expert_major",
+                             lambda *a, **p: calls.append(1) or real(*a, **p))
+    emulate_grouped_kernel(kernel_emulation)
+    check_ragged_entries(rng, m, 32, 24, "shared", 1e-6, launch=("pure_callback",))
+    assert bool(calls) == expert_major
+    assert ragged_primitive.runs_expert_major(m, jnp.zeros((6, 5), jnp.int32),
+                                              jnp.zeros((6, m, 32))) == expert_major
+
+
 @pytest.mark.parametrize("paired", [False, True], ids=["plain", "paired"])
 @pytest.mark.parametrize("rhs_per_entry", [False, True], ids=["shared", "per_entry"])
 def test_entries_table_tiles_each_entry_apart(rng, paired, rhs_per_entry):
@@ -326,7 +370,9 @@ def test_vmap_feeds_the_kernel_each_entrys_tiles(rng, kernel_emulation, case):
     experts shared, their tiles reordered expert by expert, pairs kept for 2-CTA clusters, or
     one per entry). Every row is stored by a tile (NaN where none)."""
     emulate_grouped_kernel(kernel_emulation)
-    check_ragged_entries(rng, 70, 32, 24, case, 1e-6, launch=("pure_callback",))
+    # 400 rows over 5 experts: the shared experts' entries apart (runs_expert_major)
+    check_ragged_entries(rng, 70 if case == "per_entry" else 400, 32, 24, case, 1e-6,
+                         launch=("pure_callback",))
 
 
 def test_vmap_of_vmap_and_of_the_gradient_fold_the_entries(rng):

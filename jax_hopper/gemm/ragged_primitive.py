@@ -213,11 +213,15 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
     Entries (vmap's fold, ragged_sharding): lhs (E, M, K) with group_sizes (E, G) are E
     products in one launch, rhs and bias shared ((G, ...)) or one per entry ((E, G, ...)),
     the residual (E, M, N) or empty; the result (E, M, N). Their rows are stacked (E M) and
-    each entry's groups are tiled apart (ragged_tiles.entry_sizes, entry_groups)."""
+    each entry's groups are tiled apart (ragged_tiles.entry_sizes, entry_groups), or, where
+    entries sharing the experts route few rows to each (runs_expert_major), placed expert by
+    expert as one product's (_expert_major)."""
     b_mn_major, family = params["b_mn_major"], params["family"]
     gated = family == "grouped_glu"
     entries, rows = (group_sizes.shape[0], lhs.shape[1]) if group_sizes.ndim == 2 else (0, 0)
     per_entry = entries and holds_entries(family, "rhs", rhs.ndim)
+    if entries > 1 and not per_entry and runs_expert_major(rows, group_sizes, lhs):
+        return _expert_major(lhs, rhs, group_sizes, bias, res, **params)
     if entries:
         lhs, rhs, bias, res = _stacked(lhs, rhs, bias, res, per_entry)
         group_sizes = entries_sizes(group_sizes)
@@ -244,6 +248,39 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
     out = hopper_ragged_p.bind(lhs, rhs, group_sizes, tiles, bias, res, **params)
     out = out[..., :n] if pad else out
     return reshape(out, (entries, rows, n), warn=False) if entries else out
+
+
+# The most rows an entry routes to each expert it shares with the others (rows / G, on
+# average) for which launch places their rows expert by expert (runs_expert_major).
+EXPERT_MAJOR_MAX_ROWS_PER_GROUP = 64
+
+
+def runs_expert_major(rows: int, group_sizes, lhs) -> bool:
+    """Whether launch runs entries of `rows` rows that share the experts (group_sizes (E, G))
+    as one product over their rows placed expert by expert (_expert_major): where an entry
+    routes EXPERT_MAJOR_MAX_ROWS_PER_GROUP rows or fewer to an expert on average. Apart, each
+    entry's rows of an expert take tiles of their own (ragged_tiles.entry_sizes), so a few
+    rows a tile cost the tiles' whole work (16 rows of a 128-row tile: 1/8 of its MMAs used)
+    and every entry reads every expert's weights once more; together, an expert's rows of
+    every entry fill its tiles, for two row gathers (lhs in, the result out). Not for
+    operands typed by an explicit sharding: they reach launch only in its partitioner's trace
+    for the result type, which is the same either way."""
+    groups = group_sizes.shape[1]
+    return (rows <= EXPERT_MAJOR_MAX_ROWS_PER_GROUP * groups
+            and not explicitly_sharded(lhs) and not explicitly_sharded(group_sizes))
+
+
+def _expert_major(lhs, rhs, group_sizes, bias, res, **params):
+    """launch's entries (lhs (E, M, K), group_sizes (E, G)) sharing rhs and bias, as one
+    product over their E M rows placed expert by expert (ragged_tiles.expert_major_rows):
+    the rows (and a residual's) gathered into that order, the product's rows gathered back;
+    the result (E, M, N)."""
+    entries, rows = lhs.shape[:2]
+    place, totals = ragged_tiles.expert_major_rows(group_sizes, rows)
+    order = jnp.zeros_like(place).at[place].set(jnp.arange(place.shape[0], dtype=jnp.int32))
+    res = stacked_rows(res)[:, order] if res.size else res
+    out = launch(stacked_rows(lhs)[:, order], rhs, totals, bias, res, **params)
+    return reshape(out[:, place], (entries, rows, out.shape[-1]), warn=False)
 
 
 def _stacked(lhs, rhs, bias, res, per_entry: bool):

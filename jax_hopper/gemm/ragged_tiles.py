@@ -109,6 +109,31 @@ def entry_bounds(group_sizes, m: int):
     return jnp.stack([(starts + offsets).reshape(-1), (ends + offsets).reshape(-1)])
 
 
+def expert_major_rows(group_sizes, m: int):
+    """For the (E, G) sizes of E entries of m rows each (stacked, E m rows) that share G
+    experts: (place, totals). place (E m,) int32 is each stacked row's row once every
+    expert's rows of every entry lie together, expert by expert (within an expert the
+    entries in order, each entry's rows in order), the rows past every group of every entry
+    after them, in order: a permutation of the E m rows. totals (G,) int32 are the experts'
+    rows over the entries, the sizes made valid per entry: a single product over the rows so
+    placed, with these group sizes, is the entries' products."""
+    starts, ends = _entry_ranges(group_sizes, m)
+    groups = ends.shape[1]
+    sizes = ends - starts
+    totals = jnp.sum(sizes, axis=0)
+    first = jnp.cumsum(totals) - totals  # each expert's first row
+    before = jnp.cumsum(sizes, axis=0) - sizes  # (E, G): its rows of the entries before
+    rows = jnp.arange(m, dtype=jnp.int32)
+    group = jax.vmap(lambda entry_ends: _searchsorted_right(entry_ends, rows))(ends)  # (E, m)
+    grouped = group < groups
+    g = jnp.minimum(group, groups - 1)
+    placed = (first[g] + jnp.take_along_axis(before, g, axis=1) + rows
+              - jnp.take_along_axis(starts, g, axis=1))
+    past = ~grouped.reshape(-1)
+    tail = jnp.sum(totals) + jnp.cumsum(past, dtype=jnp.int32) - 1
+    return jnp.where(past, tail, placed.reshape(-1)).astype(jnp.int32), totals
+
+
 def entry_groups(table, groups: int, rhs_per_entry: bool):
     """A tile table over entry_sizes' groups with each tile's group as the kernel reads rhs
     and bias: entry e's group g is e G + g of the entries' stacked (E G, ...) rhs
