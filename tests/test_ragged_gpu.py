@@ -241,20 +241,25 @@ def test_bitwise_repeatable(rng):
         assert np.array_equal(np.asarray(fn(lhs, rhs, gs).astype(jnp.float32)), first)
 
 
+@pytest.mark.parametrize("m", [700, 200])
 @pytest.mark.parametrize("case", ["shared", "per_entry", "paired"])
-def test_vmap_folds_the_entries_into_one_launch(rng, case):
+def test_vmap_folds_the_entries_into_one_launch(rng, case, m):
     """vmap over entries, each with its own (adversarial) group sizes: one launch over every
     entry's rows, each entry against float64 (gemm_helpers.check_ragged_entries: experts
-    shared, one set per entry stored (G, N, K), or shared in 2-CTA pairs along M)."""
-    check_ragged_entries(rng, 700, 136, 192, case, REL_FROB_BOUND["float32"])
+    shared, one set per entry stored (G, N, K), or shared in 2-CTA pairs along M). Over 5
+    shared experts 700 rows an entry run each entry's tiles apart, 200 the entries' rows
+    placed expert by expert (ragged_primitive.runs_expert_major)."""
+    check_ragged_entries(rng, m, 136, 192, case, REL_FROB_BOUND["float32"])
 
 
-def test_vmap_of_the_gradient_folds_the_products(rng):
+@pytest.mark.parametrize("m", [700, 200])
+def test_vmap_of_the_gradient_folds_the_products(rng, m):
     """vmap of jax.grad over entries with their own sizes: the forward product, d lhs and d rhs
     (the grouped contraction, its groups bounded per entry) one launch each over every entry,
-    no loop; each entry's gradients against float64."""
-    sizes = entry_sizes(700)
-    e, m, k, n, g = len(sizes), 700, 128, 256, 5
+    no loop; each entry's gradients against float64 (200 rows over 5 experts: the forward
+    product and d lhs over the rows placed expert by expert)."""
+    sizes = entry_sizes(m)
+    e, k, n, g = len(sizes), 128, 256, 5
     lhs = random_operand(rng, (e, m, k), "bfloat16")
     rhs = (random_operand(rng, (g, k, n), "bfloat16").astype(jnp.float32) / np.sqrt(k)
            ).astype(jnp.bfloat16)
