@@ -72,14 +72,22 @@ def test_vmap_folds_the_entries_into_one_launch(rng, block):
         check_ragged_fp8_entries(rng, 70, 48, 160, block, 1e-5)
 
 
+@pytest.mark.parametrize("m,expert_major", [(70, True), (400, False)])
 @pytest.mark.parametrize("block", [False, True], ids=["tensor", "block"])
-def test_vmap_feeds_the_kernel_each_entrys_tiles(rng, kernel_emulation, block):
+def test_vmap_feeds_the_kernel_each_entrys_tiles(rng, kernel_emulation, block, m,
+                                                 expert_major):
     """The folded launch's operands, table and scales read as the fp8 grouped kernel reads
     them (gemm_helpers.emulate_grouped_kernel): each entry's rows, sizes and block scales its
-    own, the experts and theirs shared."""
+    own, the experts and theirs shared; 70 rows over 5 experts placed expert by expert, with
+    their block scales (ragged_primitive.runs_expert_major), 400 each entry's tiles apart."""
+    from jax_hopper.gemm import ragged_fp8
+    calls, real = [], ragged_fp8.expert_major
+    kernel_emulation.setattr(ragged_fp8, "expert_major",
+                             lambda *a: calls.append(1) or real(*a))
     emulate_grouped_kernel(kernel_emulation)
     with jax.default_device(CPU):
-        check_ragged_fp8_entries(rng, 70, 48, 160, block, 1e-6, launch=("pure_callback",))
+        check_ragged_fp8_entries(rng, m, 48, 160, block, 1e-6, launch=("pure_callback",))
+    assert bool(calls) == expert_major
 
 
 @pytest.mark.parametrize("sizes", [[100, 0, 200, 11], [311, 0, 0, 0], [-5, 30, 2**20, 9],

@@ -69,10 +69,12 @@ def test_block_scales_epilogue_and_rhs_stored_kn():
                      transpose_rhs=False, block=True)
 
 
+@pytest.mark.parametrize("m", [700, 200])
 @pytest.mark.parametrize("block", [False, True], ids=["tensor", "block"])
-def test_vmap_folds_the_entries_into_one_launch(block):
+def test_vmap_folds_the_entries_into_one_launch(block, m):
     """vmap over entries, each with its own adversarial sizes (and block lhs scales): one
     launch over every entry's rows, the experts and their scales shared, each entry against
-    float64 (gemm_helpers.check_ragged_fp8_entries)."""
-    check_ragged_fp8_entries(np.random.default_rng(), 700, 264, 384, block,
+    float64 (gemm_helpers.check_ragged_fp8_entries); 200 rows over 5 experts placed expert
+    by expert (ragged_primitive.runs_expert_major), 700 each entry's tiles apart."""
+    check_ragged_fp8_entries(np.random.default_rng(), m, 264, 384, block,
                              REL_FROB_BOUND_FP8["float32"])

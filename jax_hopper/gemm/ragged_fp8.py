@@ -48,8 +48,9 @@ from jax_hopper.gemm.primitive import (_pad_columns, call_attrs, explicit_placem
                                        gemm_target)
 from jax_hopper.gemm.ragged import check_group_sizes, residual3
 from jax_hopper.gemm.ragged_primitive import (FP8_DIFFERENTIABLE, entries_sizes, epilogue,
-                                              folded_vmap, forward_only, launch_tiles,
-                                              map_entries, register, stacked_rows)
+                                              expert_major, folded_vmap, forward_only,
+                                              launch_tiles, map_entries, register, rows_back,
+                                              rows_in, runs_expert_major, stacked_rows)
 from jax_hopper.gemm.ragged_sharding import (gathered_operands, no_epilogue, shard_sizes,
                                              split_rows, summed_over_k)
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
@@ -279,12 +280,20 @@ def launch(lhs, rhs, group_sizes, bias, res, lhs_scale, rhs_scale, **params):
     Entries (vmap's fold, _fold_entries): lhs (E, M, K) with group_sizes (E, G) are E products
     in one launch, the experts, their scales and bias shared; the residual (E, M, N) or empty,
     block lhs scales (E, M, ceil(K/128)); the result (E, M, N). Their rows are stacked (E M)
-    and each entry's groups tiled apart, as ragged_primitive.launch's entries."""
+    and each entry's groups tiled apart, or placed expert by expert (with their block scales)
+    where they route few rows to each expert, as ragged_primitive.launch's entries."""
     entries, rows = (group_sizes.shape[0], lhs.shape[1]) if group_sizes.ndim == 2 else (0, 0)
+    block = params["family"] == _FAMILIES["block"]
+    if entries > 1 and runs_expert_major(rows, group_sizes, lhs):
+        place, order, totals = expert_major(group_sizes, rows)
+        out = launch(rows_in(lhs, order), rhs, totals, bias,
+                     rows_in(res, order) if res.size else res,
+                     rows_in(lhs_scale, order) if block else lhs_scale, rhs_scale, **params)
+        return rows_back(out, place, entries)
     if entries:
         lhs = stacked_rows(lhs)
         res = stacked_rows(res) if res.size else res
-        if params["family"] == _FAMILIES["block"]:
+        if block:
             lhs_scale = stacked_rows(lhs_scale)
         group_sizes = entries_sizes(group_sizes)
     if k_pad := pitch_pad(lhs.shape[2], lhs.dtype):

@@ -270,17 +270,36 @@ def runs_expert_major(rows: int, group_sizes, lhs) -> bool:
             and not explicitly_sharded(lhs) and not explicitly_sharded(group_sizes))
 
 
-def _expert_major(lhs, rhs, group_sizes, bias, res, **params):
-    """launch's entries (lhs (E, M, K), group_sizes (E, G)) sharing rhs and bias, as one
-    product over their E M rows placed expert by expert (ragged_tiles.expert_major_rows):
-    the rows (and a residual's) gathered into that order, the product's rows gathered back;
-    the result (E, M, N)."""
-    entries, rows = lhs.shape[:2]
+def expert_major(group_sizes, rows: int):
+    """(place, order, totals) for launch's entries of `rows` rows placed expert by expert
+    (ragged_tiles.expert_major_rows): each stacked row's place, the stacked row at each place
+    (its inverse, one int32 scatter) and the experts' rows over the entries (the product's
+    group sizes)."""
     place, totals = ragged_tiles.expert_major_rows(group_sizes, rows)
     order = jnp.zeros_like(place).at[place].set(jnp.arange(place.shape[0], dtype=jnp.int32))
-    res = stacked_rows(res)[:, order] if res.size else res
-    out = launch(stacked_rows(lhs)[:, order], rhs, totals, bias, res, **params)
-    return reshape(out[:, place], (entries, rows, out.shape[-1]), warn=False)
+    return place, order, totals
+
+
+def rows_in(x, order):
+    """The rows of launch's entries x (E, M, ...), stacked (1, E M, ...), in `order`."""
+    return stacked_rows(x)[:, order]
+
+
+def rows_back(out, place, entries: int):
+    """A product's rows (1, E M, N) over rows placed expert by expert, back as the entries'
+    (E, M, N)."""
+    return reshape(out[:, place], (entries, out.shape[1] // entries, out.shape[-1]), warn=False)
+
+
+def _expert_major(lhs, rhs, group_sizes, bias, res, **params):
+    """launch's entries (lhs (E, M, K), group_sizes (E, G)) sharing rhs and bias, as one
+    product over their E M rows placed expert by expert (expert_major): the rows (and a
+    residual's) gathered into that order, the product's rows gathered back; the result
+    (E, M, N)."""
+    place, order, totals = expert_major(group_sizes, lhs.shape[1])
+    out = launch(rows_in(lhs, order), rhs, totals, bias,
+                 rows_in(res, order) if res.size else res, **params)
+    return rows_back(out, place, lhs.shape[0])
 
 
 def _stacked(lhs, rhs, bias, res, per_entry: bool):
