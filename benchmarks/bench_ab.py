@@ -20,7 +20,8 @@ against the same in jnp; the rate is GB/s of bench_quantize's traffic, not TFLOP
 vmapped products named by --vmap-cases (VxMxNxK: jax.vmap over V entries of (M, K) against one
 shared (K, N) weight, e.g. a decode step per sequence) and the vmapped grouped products named by
 --grouped-vmap-cases (ExMxGxKxN: hopper_ragged_dot over E entries, each routing its M rows to
-the G experts they share).
+the G experts they share), with their per-entry gradients (--grouped-vmap-grad-cases) or a
+model's step over them (--grouped-vmap-train-cases: one gradient of the shared experts).
 Per case base and new are timed interleaved (timing.time_interleaved), then the peer (xla)
 alone: a peer between them would favour whichever runs right after it where the peer draws
 little power (XLA's ragged_dot; timing.time_interleaved's NOTES). Inputs rotate over sets
@@ -212,17 +213,28 @@ def grouped_vmap_case(case, key):
         xla(preferred_element_type=jnp.float32)
 
 
-def grouped_vmap_grad_case(case, key):
+def grouped_vmap_grad_case(case, key, summed: bool = False):
     """(shape, pairs, {variant: step(a, rhs)}, reference, check) of grouped_vmap_case's
     training step: each entry's gradients in its rows and in the experts (per-entry weight
-    gradients, as per-example gradients are), jax.vmap of jax.grad; XLA's as lax.map of
-    jax.grad of jax.lax.ragged_dot. shape: the three products it amounts to."""
+    gradients, as per-example gradients are), jax.vmap of jax.grad; summed: a model's step
+    over the vmapped layer, jax.grad of the sum over the entries (one gradient of the shared
+    experts). XLA's entries run as lax.map of jax.grad of jax.lax.ragged_dot (summed: jax.grad
+    of the map). shape: the three products it amounts to."""
     e, m, g, k, n = case
     f32 = jnp.float32
 
     def step(ragged, vmapped: bool):
         def one(x, s, r):
             return jax.grad(lambda x, r: jnp.sum(ragged(x, r, s).astype(f32)), (0, 1))(x, r)
+
+        def entries(x, s, r):
+            if vmapped:
+                return jax.vmap(lambda x, s: ragged(x, r, s))(x, s)
+            return jax.lax.map(lambda xs: ragged(xs[0], r, xs[1]), (x, s))
+
+        if summed:
+            return lambda a, r: jax.grad(
+                lambda x, r: jnp.sum(entries(x, a[1], r).astype(f32)), (0, 1))(a[0], r)
         if vmapped:
             return lambda a, r: jax.vmap(one, (0, 0, None))(a[0], a[1], r)
         return lambda a, r: jax.lax.map(lambda xs: one(xs[0], xs[1], r), a)
@@ -232,7 +244,7 @@ def grouped_vmap_grad_case(case, key):
                 "new": step(jax_hopper.hopper_ragged_dot, True)}
     reference = step(lambda x, r, s: jax.lax.ragged_dot(x, r, s, preferred_element_type=f32),
                      False)
-    outputs = 2 * e * (m * k + g * k * n)  # d lhs and the per-entry d rhs, bf16
+    outputs = 2 * (e * m * k + (1 if summed else e) * g * k * n)  # d lhs and d rhs, bf16
     return (3 * e * m, n, k), grouped_vmap_pairs(case, key, outputs), variants, reference, \
         worst_error
 
@@ -313,6 +325,11 @@ def main():
     parser.add_argument("--grouped-vmap-cases", nargs="*", type=timing.dims_parser("ExMxGxKxN"),
                         default=[], help="ExMxGxKxN: jax.vmap of hopper_ragged_dot over E "
                         "entries of M rows, each routed apart to G shared experts (K -> N)")
+    parser.add_argument("--grouped-vmap-train-cases", nargs="*",
+                        type=timing.dims_parser("ExMxGxKxN"), default=[],
+                        help="a model's training step over a --grouped-vmap-cases layer "
+                        "(jax.grad of the sum over the entries: one gradient of the shared "
+                        "experts)")
     parser.add_argument("--grouped-vmap-grad-cases", nargs="*",
                         type=timing.dims_parser("ExMxGxKxN"), default=[],
                         help="the training step of a --grouped-vmap-cases case (jax.vmap of "
@@ -355,6 +372,10 @@ def main():
     for i, case in enumerate(args.grouped_vmap_grad_cases):
         plans.append((f"grouped_vmap_grad_{'x'.join(map(str, case))}",
                       *grouped_vmap_grad_case(case, jax.random.fold_in(key, 8000 + i)), None))
+    for i, case in enumerate(args.grouped_vmap_train_cases):
+        plans.append((f"grouped_vmap_train_{'x'.join(map(str, case))}",
+                      *grouped_vmap_grad_case(case, jax.random.fold_in(key, 8500 + i), True),
+                      None))
     # A plan: (name, shape, pairs, variants, reference[, check, bytes moved]); without the last
     # two, a product checked by its relative Frobenius error and rated in TFLOP/s (bytes None:
     # rated in TFLOP/s too).
