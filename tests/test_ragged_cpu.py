@@ -108,20 +108,22 @@ def test_expert_major_rows_place_every_entrys_rows_of_an_expert_together(rng):
         np.testing.assert_array_equal(place, want, err_msg=str(sizes))
 
 
+@pytest.mark.parametrize("case", ["shared", "paired"])
 @pytest.mark.parametrize("m,expert_major", [(70, True), (400, False)])
 def test_vmap_over_shared_experts_runs_few_rows_expert_by_expert(rng, kernel_emulation, m,
-                                                                 expert_major):
+                                                                 expert_major, case):
     """Entries sharing the experts that route EXPERT_MAJOR_MAX_ROWS_PER_GROUP rows or fewer
     to an expert on average (70 rows over 5 experts) run as one product over their rows
     placed expert by expert (ragged_primitive.runs_expert_major); more (400) run each
-    entry's tiles apart. Either way the kernel (emulated) gives each entry's product with
-    the epilogue and residual (check_ragged_entries: adversarial sizes per entry)."""
+    entry's tiles apart. Either way, unclustered or in 2-CTA pairs along M, the kernel
+    (emulated) gives each entry's product with the epilogue and residual
+    (check_ragged_entries: adversarial sizes per entry)."""
     from jax_hopper.gemm import ragged_primitive
     calls, real = [], ragged_primitive._expert_major
     kernel_emulation.setattr(ragged_primitive, "_expert_major",
                              lambda *a, **p: calls.append(1) or real(*a, **p))
     emulate_grouped_kernel(kernel_emulation)
-    check_ragged_entries(rng, m, 32, 24, "shared", 1e-6, launch=("pure_callback",))
+    check_ragged_entries(rng, m, 32, 24, case, 1e-6, launch=("pure_callback",))
     assert bool(calls) == expert_major
     assert ragged_primitive.runs_expert_major(m, jnp.zeros((6, 5), jnp.int32),
                                               jnp.zeros((6, m, 32))) == expert_major
