@@ -12,7 +12,7 @@ from gemm_helpers import launched_configs, use_tune_cache
 import jax_hopper.tune as tune
 from jax_hopper import (GemmConfig, fp8_ragged_dot, hopper_ragged_contract, hopper_ragged_dot,
                         ragged_dot)
-from jax_hopper.gemm import tuned
+from jax_hopper.gemm import ragged_primitive, tuned
 from jax_hopper.gemm.heuristics import grouped_heuristic_config
 from jax_hopper.kernels import catalog
 
@@ -61,15 +61,20 @@ def test_a_moe_step_runs_a_grouped_product_its_transpose_and_a_contraction():
                      tune.Problem("grouped_contraction", "bfloat16", True, True, G, K, N, M)]
 
 
-def test_a_vmapped_grouped_product_is_tuned_as_its_one_launch():
-    """vmap over E entries with their own sizes: one launch of E M rows over E G groups (each
-    entry's groups tiled apart: ragged_primitive.fold_entries), the problem its config is
-    looked up for."""
-    x, w = jnp.ones((3, M, K), jnp.bfloat16), jnp.ones((G, K, N), jnp.bfloat16)
+@pytest.mark.parametrize("m", [M, 7 * M])
+def test_a_vmapped_grouped_product_is_tuned_as_its_one_launch(m):
+    """vmap over E entries with their own sizes, sharing the experts: one launch of E M rows,
+    the problem its config is looked up for: over the G experts where an entry routes few
+    rows to each (96 rows over 3: the rows placed expert by expert,
+    ragged_primitive.runs_expert_major), else over E G groups (672 rows: each entry's groups
+    tiled apart, ragged_primitive.fold_entries)."""
+    x, w = jnp.ones((3, m, K), jnp.bfloat16), jnp.ones((G, K, N), jnp.bfloat16)
     sizes = jnp.stack([SIZES] * 3)
     fn = jax.vmap(lambda x, s: ragged_dot(x, w, s))
+    groups = G if m <= ragged_primitive.EXPERT_MAJOR_MAX_ROWS_PER_GROUP * G else 3 * G
+    assert groups == (G if m == M else 3 * G)
     assert tune.problems_of(fn, x, sizes) == [
-        tune.Problem("grouped", "bfloat16", False, True, 3 * G, 3 * M, N, K)]
+        tune.Problem("grouped", "bfloat16", False, True, groups, 3 * m, N, K)]
 
 
 def test_a_vmapped_weight_gradient_is_tuned_as_its_one_contraction():
