@@ -421,7 +421,8 @@ def pairs_token_tiles(m: int, tile: catalog.TileShape) -> bool:
 
 
 # The widest token tile that swap_mid_config pairs along its tokens (the weight multicast);
-# wider ones, whose token rows outweigh the weight's in a k-block, pair along the weight.
+# the 192-token tile pairs along the weight (along its tokens it ran 0.76-1.16x the weight
+# pair in the tuner's reports, H100 and H200: swap_mid_config's NOTES).
 TOKEN_PAIR_MAX_TOKENS = 160
 # The H100's and H200's L2 (50 MB): past it a swapped weight streams from HBM again for each
 # token tile that reads it at another time, unless two token tiles take it together
