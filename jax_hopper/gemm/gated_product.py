@@ -50,7 +50,7 @@ from jax_hopper import manual_axes
 from jax_hopper.gemm import primitive, ragged_primitive
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged_contract import launch as contraction
-from jax_hopper.gemm.ragged_primitive import per_entry
+from jax_hopper.gemm.ragged_primitive import entries_operand, per_entry
 from jax_hopper.gemm.ragged_sharding import gathered_operands, no_epilogue, shard_sizes
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
 from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape
@@ -345,13 +345,13 @@ def _vmappable(kind: _Kind, role: str, params: tuple, partitioned):
                 or any(m and not c for m, c in zip(in_batched, carries))):
             return per_entry(fn, in_batched, args), True
         repeat = (*carries, *(True for _ in args[2:]))  # the sizes go with the rows
-        args = [a if m or not r else jnp.broadcast_to(a, (axis_size, *a.shape))
-                for a, m, r in zip(args, in_batched, repeat)]
-        if not entries:
-            return _local(kind, _ENTRIES[role], params)(*args), True
-        out = fn(*[reshape(a, (a.shape[0] * a.shape[1], *a.shape[2:])) if r else a
-                   for a, r in zip(args, repeat)])
-        return reshape(out, (axis_size, -1, *out.shape[1:])), True
+        if entries:  # an _ENTRIES form's own entries joined by the mapped ones (V E)
+            out = fn(*[entries_operand(a, m, axis_size) if r else a
+                       for a, m, r in zip(args, in_batched, repeat)])
+            return reshape(out, (axis_size, -1, *out.shape[1:])), True
+        return _local(kind, _ENTRIES[role], params)(*[
+            a if m or not r else jnp.broadcast_to(a, (axis_size, *a.shape))
+            for a, m, r in zip(args, in_batched, repeat)]), True
 
     fn.def_vmap(rule)
     return fn

@@ -34,7 +34,8 @@ from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.primitive import call_attrs, freeze, gemm_target
-from jax_hopper.gemm.ragged_primitive import entries_sizes, per_entry, register
+from jax_hopper.gemm.ragged_primitive import (entries_operand, entries_sizes, per_entry,
+                                              register)
 from jax_hopper.gemm.ragged_sharding import gathered_operands, shard_sizes, split_rows
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
 from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape, resharded
@@ -149,11 +150,10 @@ def fold_entries(axis_size: int, batched, entries: bool, *operands):
     V on the `batched` ones) as launch's V E entries (E: the call's own where `entries`, else
     none): each entry's rows and sizes its own; an operand not mapped is broadcast (rows are
     activations and gradients, never a weight)."""
-    def folded(a, is_batched):
-        a = a if is_batched else jnp.broadcast_to(a, (axis_size, *a.shape))
-        return reshape(a, (a.shape[0] * a.shape[1], *a.shape[2:])) if entries else a
-
-    return [folded(a, b) for a, b in zip(operands, batched)]
+    if entries:
+        return [entries_operand(a, b, axis_size) for a, b in zip(operands, batched)]
+    return [a if b else jnp.broadcast_to(a, (axis_size, *a.shape))
+            for a, b in zip(operands, batched)]
 
 
 @functools.partial(custom_partitioning, static_argnums=(0, 1))

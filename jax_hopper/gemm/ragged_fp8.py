@@ -47,10 +47,11 @@ from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
 from jax_hopper.gemm.primitive import (_pad_columns, call_attrs, explicit_placement, freeze,
                                        gemm_target)
 from jax_hopper.gemm.ragged import check_group_sizes, residual3
-from jax_hopper.gemm.ragged_primitive import (FP8_DIFFERENTIABLE, entries_sizes, epilogue,
-                                              expert_major, folded_vmap, forward_only,
-                                              launch_tiles, map_entries, register, rows_back,
-                                              rows_in, runs_expert_major, stacked_rows)
+from jax_hopper.gemm.ragged_primitive import (FP8_DIFFERENTIABLE, entries_operand,
+                                              entries_sizes, epilogue, expert_major,
+                                              folded_vmap, forward_only, launch_tiles,
+                                              map_entries, register, rows_back, rows_in,
+                                              runs_expert_major, stacked_rows)
 from jax_hopper.gemm.ragged_sharding import (gathered_operands, no_epilogue, shard_sizes,
                                              split_rows, summed_over_k)
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
@@ -184,17 +185,12 @@ def _fold_entries(block: bool, axis_size: int, batched, lhs, rhs, gs, bias, res,
     if rhs_b or bias_b or rs_b or (ls_b and not block):
         return None
     entries = lhs.shape[1] if lhs_b else lhs.shape[0]
-
-    def merged(x, is_batched, ndim):  # (V, [E,] ...) -> (V E, ...); ndim: without V and E
-        x = x if is_batched else jnp.broadcast_to(x, (axis_size, *x.shape))
-        if x.ndim == ndim + 1:
-            x = jnp.broadcast_to(x[:, None], (x.shape[0], entries, *x.shape[1:]))
-        return reshape(x, (x.shape[0] * x.shape[1], *x.shape[2:]))
-
-    lhs, gs = merged(lhs, lhs_b, 2), merged(gs, gs_b, 1)
-    res = merged(res, res_b, 2) if res.size else jnp.zeros((0, 0, 0), res.dtype)
+    lhs = entries_operand(lhs, lhs_b, axis_size)
+    gs = entries_operand(gs, gs_b, axis_size, None if gs.ndim - gs_b == 2 else entries)
+    res = entries_operand(res, res_b, axis_size) if res.size else jnp.zeros((0, 0, 0),
+                                                                             res.dtype)
     if block:
-        lhs_scale = merged(lhs_scale, ls_b, 2)
+        lhs_scale = entries_operand(lhs_scale, ls_b, axis_size)
     return lhs, rhs, gs, bias, res, lhs_scale, rhs_scale
 
 

@@ -392,27 +392,31 @@ def fold_entries(family: str, axis_size: int, batched, lhs, rhs, gs, bias, res):
         return None
     per_entry_rhs = rhs_b or rhs_entries
 
-    def mapped(x, is_batched):  # (V, ...)
-        return x if is_batched else jnp.broadcast_to(x, (axis_size, *x.shape))
-
-    def merged(x):  # (V, E, ...) -> (V E, ...)
-        return reshape(x, (x.shape[0] * x.shape[1], *x.shape[2:]))
-
-    def with_entries(x, has_entries: bool):  # (V, [E,] ...) -> (V, E, ...)
-        return x if has_entries else jnp.broadcast_to(
-            x[:, None], (x.shape[0], entries, *x.shape[1:]))
+    def folded(x, is_batched, has_entries=True):
+        return entries_operand(x, is_batched, axis_size, None if has_entries else entries)
 
     if per_entry_rhs:
-        rhs = merged(with_entries(mapped(rhs, rhs_b), rhs_entries))
+        rhs = folded(rhs, rhs_b, rhs_entries)
         if bias.size:
-            bias = merged(with_entries(mapped(bias, bias_b), bias_entries))
+            bias = folded(bias, bias_b, bias_entries)
     elif bias.size and (bias_b or bias_entries):
         return None
     if not bias.size:
         bias = jnp.zeros((0,), bias.dtype)
-    res = (merged(mapped(res, res_b)) if res.size else jnp.zeros((0, 0, 0), res.dtype))
-    gs = merged(with_entries(mapped(gs, gs_b), gs.ndim - gs_b == 2))
-    return merged(mapped(lhs, lhs_b)), rhs, gs, bias, res
+    res = folded(res, res_b) if res.size else jnp.zeros((0, 0, 0), res.dtype)
+    gs = folded(gs, gs_b, gs.ndim - gs_b == 2)
+    return folded(lhs, lhs_b), rhs, gs, bias, res
+
+
+def entries_operand(x, is_batched: bool, axis_size: int, entries: int | None = None):
+    """An operand of a launch's entries under vmap, as the V E entries of one launch: x leads
+    with the V mapped entries where is_batched (else is broadcast to them), then with the
+    call's own E entries, or, where `entries` gives E, has none of its own and is broadcast to
+    them; (V, E, ...) -> (V E, ...)."""
+    x = x if is_batched else jnp.broadcast_to(x, (axis_size, *x.shape))
+    if entries is not None:
+        x = jnp.broadcast_to(x[:, None], (x.shape[0], entries, *x.shape[1:]))
+    return reshape(x, (x.shape[0] * x.shape[1], *x.shape[2:]))
 
 
 def folded_vmap(one, fold):

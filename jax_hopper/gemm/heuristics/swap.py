@@ -121,9 +121,9 @@ def odd_weight_config(family: str, batch: int, m: int, n: int, k: int,
 # The most rows, and the largest weight (bytes, every batch entry's together), for which a
 # product runs swapped past SWAP_MAX_M (swap_for_narrow_weight), and the largest for which a
 # swapped product may take more token tiles than its rows need (swap_token_tile; weight_fits_l2):
-# half the H100's 50 MB L2, so that the token tiles' rereads of the weight find it there.
+# half the L2, so that the token tiles' rereads of the weight find it there.
 SWAP_NARROW_MAX_M = 1024
-SWAP_NARROW_MAX_WEIGHT_BYTES = 25_000_000
+SWAP_NARROW_MAX_WEIGHT_BYTES = catalog.L2_BYTES // 2
 # The share of the SMs (one in this many) under which an unswapped plan's busy CTAs make a
 # product past SWAP_MAX_M run swapped (swap_for_narrow_weight): half, but an eighth for the
 # block-scaled product, whose swapped tile loses wherever the unswapped one fills more.
@@ -424,10 +424,6 @@ def pairs_token_tiles(m: int, tile: catalog.TileShape) -> bool:
 # the 192-token tile pairs along the weight (along its tokens it ran 0.76-1.16x the weight
 # pair in the tuner's reports, H100 and H200: swap_mid_config's NOTES).
 TOKEN_PAIR_MAX_TOKENS = 160
-# The H100's and H200's L2 (50 MB): past it a swapped weight streams from HBM again for each
-# token tile that reads it at another time, unless two token tiles take it together
-# (swap_mid_config).
-L2_BYTES = 50_000_000
 
 
 def mid_token_configs(family: str, n: int, widths=None, m: int | None = None,
@@ -484,7 +480,8 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
     larger of its plan cost and L2_REQUEST_COST x its L2 read requests (swap_l2_requests; the
     narrower on a tie). The tiles run in 2-CTA clusters as mid_token_configs pairs them: over
     an even count of token tiles of at most TOKEN_PAIR_MAX_TOKENS two share each weight tile
-    (cluster_n = 2: the weight multicast) where the weight is larger than the L2 (L2_BYTES)
+    (cluster_n = 2: the weight multicast) where the weight is larger than the L2
+    (catalog.L2_BYTES)
     or its tiles cannot pair, else over an even count of weight tiles two share each token
     tile (cluster_m = 2: the tokens multicast; either halves one operand's L2 reads); else
     unclustered, then on at most SWAP_MID_MAX_SHARE_UNPAIRED of the SMs. None
@@ -556,8 +553,9 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
     -> 78.5 us, 861 x 2136 x 4096 1.20x, 855 x 2816 x 16384 1.13x on all 132 SMs), but 0.89-
     0.93x on 5 of the 7 with an even count of weight tiles under 32 MB (825 / 645 / 657 x
     2560 x 5120, 935 x 2048 x 5120, 1012 x 1024 x 12288; 855 x 1280 x 12288 1.15x, 893 x 1280
-    x 7168 1.03x): hence L2_BYTES. As kept, on 18 shapes drawn after it (seed 66) whose config it changes
-    (ab_h100_20261206_token_pairs_heldout.json): 0.964-1.207x, geomean 1.081, 17 faster (261 x
+    x 7168 1.03x): hence catalog.L2_BYTES. As kept, on 18 shapes drawn after it (seed 66)
+    whose config it changes (ab_h100_20261206_token_pairs_heldout.json): 0.964-1.207x,
+    geomean 1.081, 17 faster (261 x
     8192 x 12288 113.2 -> 93.8 us, 525 x 3584 x 8192 1.196x, 258 x 3704 x 11840 1.171x;
     318 x 5192 x 5120 0.964x, unpaired before); two it keeps 0.998-0.999x. Still 0.72-1.01x
     XLA there (geomean 0.88). Not measured on an H200. Token pairs over an odd count of weight
@@ -566,8 +564,8 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
     1.139, 1850 x 1408 x 8192 1.034, 1800 x 1408 x 16384 0.974, 1500 x 1664 x 10240 0.866):
     every SM only where the weight's tiles pair too.
     """
-    configs = mid_token_configs(family, n, m=m,
-                                weight_streams=weight_bytes(family, batch, n, k) > L2_BYTES)
+    streams = weight_bytes(family, batch, n, k) > catalog.L2_BYTES
+    configs = mid_token_configs(family, n, m=m, weight_streams=streams)
     if (m <= max(t.block_n for t in WIDE_TOKEN_TILES) or not configs
             or off_line[0] % catalog.L2_SECTOR_BYTES
             or math.ceil(k / configs[0].block_k) < LONG_K_BLOCKS or not can_plan()):
