@@ -32,8 +32,10 @@ def _suite(tmp_path, **env):
     python.write_text(STAND_IN)
     python.chmod(0o755)
     out = tmp_path / "out"
-    full = dict(os.environ, PYTHON=str(python), OUT=str(out), SUITE_BENCH="0",
-                SUITE_ARCHIVE="1", **env)
+    # The caller's SUITE_* settings stay out: this file runs inside gpu_suite.sh itself, whose
+    # SUITE_PART=2/2 once turned the one-process run below into a part's groups (2026-12-06).
+    full = {k: v for k, v in os.environ.items() if not k.startswith("SUITE_")}
+    full.update(PYTHON=str(python), OUT=str(out), SUITE_BENCH="0", SUITE_ARCHIVE="1", **env)
     return subprocess.Popen(["bash", SCRIPT], env=full, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True), out
 

@@ -251,8 +251,11 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
 
 
 # The most rows an entry routes to each expert it shares with the others (rows / G, on
-# average) for which launch places their rows expert by expert (runs_expert_major).
-EXPERT_MAJOR_MAX_ROWS_PER_GROUP = 64
+# average) for which launch places their rows expert by expert (runs_expert_major). H100,
+# 2026-12-06, against the entries apart (device time): 2-48 rows an expert 1.06-3.37x, 64
+# rows 0.97x (ab_h100_20261206_expert_major*.json): the two row gathers outweigh the tiles
+# saved once an entry's rows of an expert fill half a 128-row tile.
+EXPERT_MAJOR_MAX_ROWS_PER_GROUP = 48
 
 
 def runs_expert_major(rows: int, group_sizes, lhs) -> bool:
