@@ -201,7 +201,8 @@ def test_plan_cost_counts_waves_k_blocks_and_pieces():
     (792, 3000, 14336, 160, (2, 1)),   # 24 x 5 tiles of 160 tokens (odd): the tokens shared
     (1025, 2048, 7168, 160, (2, 1)),   # 16 x 7 tiles; 128 tokens: 144 tiles
     (640, 4096, 8192, 160, (1, 2)),    # 32 x 4 tiles, a 67 MB weight: the weight shared
-    (512, 4096, 4096, 128, (2, 1)),    # 32 x 4 tiles, a 34 MB weight (within the L2)
+    (512, 4096, 4096, 128, (1, 2)),    # 32 x 4 tiles, a 34 MB weight: the weight shared
+    (935, 2048, 5120, 128, (2, 1)),    # 16 x 8 tiles, a 21 MB weight: the tokens shared
     (900, 1408, 12288, 160, (1, 2)),   # 11 x 6 tiles: weight tiles odd, token tiles even
     (765, 3200, 7616, 160, (1, 1)),    # 25 x 5 tiles: unpaired, 125 CTAs
     (1619, 1408, 12288, 160, (1, 1)),  # 11 x 11: 121 CTAs
@@ -216,8 +217,8 @@ def test_heuristic_takes_the_mid_token_tiles(m, n, k, token_tile, cluster):
     """Past 192 rows (swap_mid_config) the swapped token tile of least plan cost, 128, 160 or
     192 tokens, in one wave, where it costs at most SWAP_MID_MAX_COST of the unswapped
     config's: two token tiles sharing the weight (cluster_n = 2) over an even count of them
-    where the weight outgrows the L2 or its tiles are odd, else two weight tiles sharing the
-    tokens over an even count of them, else unclustered on at most
+    where the weight is past TOKEN_PAIR_MIN_WEIGHT_BYTES or its tiles are odd, else two weight
+    tiles sharing the tokens over an even count of them, else unclustered on at most
     SWAP_MID_MAX_SHARE_UNPAIRED of the SMs."""
     cfg = heuristics.heuristic_config("matmul", False, 1, m, n, k)
     if token_tile is None:

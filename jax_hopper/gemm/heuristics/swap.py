@@ -424,19 +424,25 @@ def pairs_token_tiles(m: int, tile: catalog.TileShape) -> bool:
 # the 192-token tile pairs along the weight (along its tokens it ran 0.76-1.16x the weight
 # pair in the tuner's reports, H100 and H200: swap_mid_config's NOTES).
 TOKEN_PAIR_MAX_TOKENS = 160
+# The weight's bytes past which swap_mid_config pairs the token tiles (the weight multicast)
+# even where the weight's tiles could pair (the tokens multicast): in the H100's A/B over
+# weights of 18-45 MB under the L2 (swap_mid_config's NOTES) every weight of 28.2 MB or more
+# ran 1.09-1.18x faster so and every one of 21.0-26.2 MB 0.89-0.93x. Smaller weights stay in
+# the L2 beside the tokens and the output, so fetching them once a pair saves little.
+TOKEN_PAIR_MIN_WEIGHT_BYTES = 27_000_000
 
 
 def mid_token_configs(family: str, n: int, widths=None, m: int | None = None,
-                      weight_streams: bool = False) -> list[GemmConfig]:
+                      large_weight: bool = False) -> list[GemmConfig]:
     """The swapped configs of `family`'s swapped family on its MID_TOKEN_TILES (those of
     `widths` tokens, where given) for n weight columns, which the mid-M rules weigh
     (swap_mid_config, swap_past_wave_config): the weight's columns are the swapped tile's rows,
     the tokens its columns. Where m (the tokens) is given, a tile of at most
     TOKEN_PAIR_MAX_TOKENS over an even count of token tiles runs two of them on each weight
     tile in a 2-CTA cluster (cluster_n = 2: the weight multicast; pairs_token_tiles) where the
-    weight streams from HBM (weight_streams) or its tiles cannot pair; else, over an even
-    count of weight tiles, two share each token tile (cluster_m = 2: the tokens multicast;
-    pairs_weight_tiles); else unclustered."""
+    weight is larger than TOKEN_PAIR_MIN_WEIGHT_BYTES (large_weight) or its tiles cannot pair;
+    else, over an even count of weight tiles, two share each token tile (cluster_m = 2: the
+    tokens multicast; pairs_weight_tiles); else unclustered."""
     fam = catalog.FAMILIES[catalog.SWAP_FAMILIES[family]]
     configs = []
     for t in fam.tiles:
@@ -444,7 +450,7 @@ def mid_token_configs(family: str, n: int, widths=None, m: int | None = None,
             continue
         along_weight = pairs_weight_tiles(n, t)
         along_tokens = (m is not None and t.block_n <= TOKEN_PAIR_MAX_TOKENS
-                        and pairs_token_tiles(m, t) and (weight_streams or not along_weight))
+                        and pairs_token_tiles(m, t) and (large_weight or not along_weight))
         configs.append(GemmConfig.for_tile(
             t, swap_ab=True, cluster_m=2 if along_weight and not along_tokens else 1,
             cluster_n=2 if along_tokens else 1))
@@ -480,10 +486,10 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
     larger of its plan cost and L2_REQUEST_COST x its L2 read requests (swap_l2_requests; the
     narrower on a tie). The tiles run in 2-CTA clusters as mid_token_configs pairs them: over
     an even count of token tiles of at most TOKEN_PAIR_MAX_TOKENS two share each weight tile
-    (cluster_n = 2: the weight multicast) where the weight is larger than the L2
-    (catalog.L2_BYTES)
-    or its tiles cannot pair, else over an even count of weight tiles two share each token
-    tile (cluster_m = 2: the tokens multicast; either halves one operand's L2 reads); else
+    (cluster_n = 2: the weight multicast) where the weight is larger than
+    TOKEN_PAIR_MIN_WEIGHT_BYTES or its tiles cannot pair, else over an even count of weight
+    tiles two share each token tile (cluster_m = 2: the tokens multicast; either halves one
+    operand's L2 reads); else
     unclustered, then on at most SWAP_MID_MAX_SHARE_UNPAIRED of the SMs. None
     where a's rows start off a 32-byte sector (off_line, pitch.rows_off_l2_line: the tokens,
     which the swapped tile reads once per weight tile; on a sector, as b's in pair_along_m,
@@ -562,10 +568,18 @@ def swap_mid_config(family: str, batch: int, m: int, n: int, k: int, unswapped: 
     tiles filling 130-132 SMs (which the share had kept unswapped) ran 0.866-1.139x the
     unswapped default on 4 shapes (ab_h100_20261206_long_k_unpaired.json: 1900 x 1408 x 12288
     1.139, 1850 x 1408 x 8192 1.034, 1800 x 1408 x 16384 0.974, 1500 x 1664 x 10240 0.866):
-    every SM only where the weight's tiles pair too.
+    every SM only where the weight's tiles pair too. The first form's data also split the
+    weights under the L2 (even weight tiles): 512 x 4096 x 4096 (33.6 MB) 1.088x, 540 x 2048
+    x 11008 (45.1) 1.179x, 856 x 1280 x 11008 (28.2) 1.155x, 855 x 1280 x 12288 (31.5) 1.145x,
+    against 0.885-0.932x at 21.0-26.2 MB (and 893 x 1280 x 7168, 18.4 MB, 1.029x); the tuner's
+    report agrees on the first three: hence TOKEN_PAIR_MIN_WEIGHT_BYTES. Against e493b34
+    on 16 shapes drawn after it (seed 69, weights of 28.7-48.9 MB, each one it changes;
+    ab_h100_20261206_token_pairs_27mb.json, device time): 0.926-1.261x, geomean 1.077, 14
+    faster (440 x 3520 x 5632 1.261, 482 x 3840 x 5440 1.207; 649 x 2752 x 5824 0.926, 587 x
+    1216 x 15040 0.936); 0.62-1.02x XLA there. Not measured on an H200.
     """
-    streams = weight_bytes(family, batch, n, k) > catalog.L2_BYTES
-    configs = mid_token_configs(family, n, m=m, weight_streams=streams)
+    large = weight_bytes(family, batch, n, k) > TOKEN_PAIR_MIN_WEIGHT_BYTES
+    configs = mid_token_configs(family, n, m=m, large_weight=large)
     if (m <= max(t.block_n for t in WIDE_TOKEN_TILES) or not configs
             or off_line[0] % catalog.L2_SECTOR_BYTES
             or math.ceil(k / configs[0].block_k) < LONG_K_BLOCKS or not can_plan()):
