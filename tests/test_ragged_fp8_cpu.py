@@ -80,9 +80,9 @@ def test_vmap_feeds_the_kernel_each_entrys_tiles(rng, kernel_emulation, block, m
     them (gemm_helpers.emulate_grouped_kernel): each entry's rows, sizes and block scales its
     own, the experts and theirs shared; 70 rows over 5 experts placed expert by expert, with
     their block scales (ragged_primitive.runs_expert_major), 400 each entry's tiles apart."""
-    from jax_hopper.gemm import ragged_fp8
-    calls, real = [], ragged_fp8.expert_major
-    kernel_emulation.setattr(ragged_fp8, "expert_major",
+    from jax_hopper.gemm import ragged_primitive
+    calls, real = [], ragged_primitive.expert_major
+    kernel_emulation.setattr(ragged_primitive, "expert_major",
                              lambda *a: calls.append(1) or real(*a))
     emulate_grouped_kernel(kernel_emulation)
     with jax.default_device(CPU):

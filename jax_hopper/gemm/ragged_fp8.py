@@ -48,10 +48,10 @@ from jax_hopper.gemm.primitive import (_pad_columns, call_attrs, explicit_placem
                                        gemm_target)
 from jax_hopper.gemm.ragged import check_group_sizes, residual3
 from jax_hopper.gemm.ragged_primitive import (FP8_DIFFERENTIABLE, entries_operand,
-                                              entries_sizes, epilogue, expert_major,
-                                              folded_vmap, forward_only, launch_tiles,
-                                              map_entries, register, rows_back, rows_in,
-                                              runs_expert_major, stacked_rows)
+                                              entries_sizes, epilogue, folded_vmap,
+                                              forward_only, in_expert_order, launch_tiles,
+                                              map_entries, register, runs_expert_major,
+                                              stacked_rows)
 from jax_hopper.gemm.ragged_sharding import (gathered_operands, no_epilogue, shard_sizes,
                                              split_rows, summed_over_k)
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
@@ -281,11 +281,10 @@ def launch(lhs, rhs, group_sizes, bias, res, lhs_scale, rhs_scale, **params):
     entries, rows = (group_sizes.shape[0], lhs.shape[1]) if group_sizes.ndim == 2 else (0, 0)
     block = params["family"] == _FAMILIES["block"]
     if entries > 1 and runs_expert_major(rows, group_sizes, lhs):
-        place, order, totals = expert_major(group_sizes, rows)
-        out = launch(rows_in(lhs, order), rhs, totals, bias,
-                     rows_in(res, order) if res.size else res,
-                     rows_in(lhs_scale, order) if block else lhs_scale, rhs_scale, **params)
-        return rows_back(out, place, entries)
+        # block lhs scales (E, M, ...) go with their rows; one per tensor stays as it is
+        rowed = (lhs, res, lhs_scale) if block else (lhs, res)
+        return in_expert_order(group_sizes, rowed, lambda t, x, r, ls=lhs_scale: launch(
+            x, rhs, t, bias, r, ls, rhs_scale, **params))
     if entries:
         lhs = stacked_rows(lhs)
         res = stacked_rows(res) if res.size else res

@@ -215,13 +215,14 @@ def launch(lhs, rhs, group_sizes, bias, res, **params):
     the residual (E, M, N) or empty; the result (E, M, N). Their rows are stacked (E M) and
     each entry's groups are tiled apart (ragged_tiles.entry_sizes, entry_groups), or, where
     entries sharing the experts route few rows to each (runs_expert_major), placed expert by
-    expert as one product's (_expert_major)."""
+    expert as one product's (in_expert_order)."""
     b_mn_major, family = params["b_mn_major"], params["family"]
     gated = family == "grouped_glu"
     entries, rows = (group_sizes.shape[0], lhs.shape[1]) if group_sizes.ndim == 2 else (0, 0)
     per_entry = entries and holds_entries(family, "rhs", rhs.ndim)
     if entries > 1 and not per_entry and runs_expert_major(rows, group_sizes, lhs):
-        return _expert_major(lhs, rhs, group_sizes, bias, res, **params)
+        return in_expert_order(group_sizes, (lhs, res), lambda totals, lhs, res: launch(
+            lhs, rhs, totals, bias, res, **params))
     if entries:
         lhs, rhs, bias, res = _stacked(lhs, rhs, bias, res, per_entry)
         group_sizes = entries_sizes(group_sizes)
@@ -260,7 +261,7 @@ EXPERT_MAJOR_MAX_ROWS_PER_GROUP = 48
 
 def runs_expert_major(rows: int, group_sizes, lhs) -> bool:
     """Whether launch runs entries of `rows` rows that share the experts (group_sizes (E, G))
-    as one product over their rows placed expert by expert (_expert_major): where an entry
+    as one product over their rows placed expert by expert (in_expert_order): where an entry
     routes EXPERT_MAJOR_MAX_ROWS_PER_GROUP rows or fewer to an expert on average. Apart, each
     entry's rows of an expert take tiles of their own (ragged_tiles.entry_sizes), so a few
     rows a tile cost the tiles' whole work (16 rows of a 128-row tile: 1/8 of its MMAs used)
@@ -288,21 +289,15 @@ def rows_in(x, order):
     return stacked_rows(x)[:, order]
 
 
-def rows_back(out, place, entries: int):
-    """A product's rows (1, E M, N) over rows placed expert by expert, back as the entries'
-    (E, M, N)."""
-    return reshape(out[:, place], (entries, out.shape[1] // entries, out.shape[-1]), warn=False)
-
-
-def _expert_major(lhs, rhs, group_sizes, bias, res, **params):
-    """launch's entries (lhs (E, M, K), group_sizes (E, G)) sharing rhs and bias, as one
-    product over their E M rows placed expert by expert (expert_major): the rows (and a
-    residual's) gathered into that order, the product's rows gathered back; the result
-    (E, M, N)."""
-    place, order, totals = expert_major(group_sizes, lhs.shape[1])
-    out = launch(rows_in(lhs, order), rhs, totals, bias,
-                 rows_in(res, order) if res.size else res, **params)
-    return rows_back(out, place, lhs.shape[0])
+def in_expert_order(group_sizes, rowed, product):
+    """A launch's entries (sizes (E, G), sharing the experts) as one product over their rows
+    placed expert by expert (expert_major): product(totals, *rowed) on the `rowed` operands
+    (E, M, ...; lhs, a residual, block lhs scales; an empty one passed as it is) gathered into
+    that order, its rows (1, E M, N) gathered back as the entries' (E, M, N)."""
+    entries, rows = group_sizes.shape[0], rowed[0].shape[1]
+    place, order, totals = expert_major(group_sizes, rows)
+    out = product(totals, *(rows_in(x, order) if x.size else x for x in rowed))
+    return reshape(out[:, place], (entries, rows, out.shape[-1]), warn=False)
 
 
 def _stacked(lhs, rhs, bias, res, per_entry: bool):

@@ -39,7 +39,7 @@ L2_LINE_BYTES = 128
 # (heuristics.pair_along_m).
 L2_SECTOR_BYTES = 32
 # The L2 of an H100 SXM or H200 (50 MB): a weight past it streams from HBM again for each tile
-# that rereads it at another time (heuristics.swap_mid_config, SWAP_NARROW_MAX_WEIGHT_BYTES).
+# that rereads it at another time (heuristics.SWAP_NARROW_MAX_WEIGHT_BYTES, its half).
 L2_BYTES = 50_000_000
 # H100 SXM and H200: the heuristic's SM count when no device is at hand (tracing on a CPU).
 DEFAULT_NUM_SMS = 132
