@@ -138,6 +138,18 @@ def glu_grad_case(shape, key):
     return (3 * m, n, k), timing.rotation(sets, n_calls), variants, reference, worst_error
 
 
+def grouped_grad_case(name: str, key):
+    """grouped_case's training step: hopper_ragged_dot's gradients in lhs and rhs (uniform
+    routing), against jax.grad of jax.lax.ragged_dot."""
+    (m, n, k), pairs, variants, reference = grouped_case(name, key)
+
+    def step(unit):  # a is (lhs, sizes): the gradients in lhs and rhs
+        return lambda a, r: training_step(lambda x, r: unit((x, a[1]), r))(a[0], r)
+
+    return ((3 * m, n, k), pairs, {v: step(f) for v, f in variants.items()}, step(reference),
+            worst_error)
+
+
 def grouped_glu_grad_case(name: str, key):
     """The same for hopper_ragged_glu on bench_grouped case `name` (its N the gate's and up's
     columns together), uniform routing, against swiglu on jax.lax.ragged_dot's."""
@@ -310,6 +322,9 @@ def main():
                         help="MxNxK of hopper_glu training steps (the gradients in x and w)")
     parser.add_argument("--grouped-cases", nargs="*", default=[],
                         choices=list(bench_grouped.CASES))
+    parser.add_argument("--grouped-grad-cases", nargs="*", default=[],
+                        choices=list(bench_grouped.CASES),
+                        help="bench_grouped cases as hopper_ragged_dot training steps")
     parser.add_argument("--grouped-glu-grad-cases", nargs="*", default=[],
                         choices=list(bench_grouped.CASES),
                         help="bench_grouped cases as hopper_ragged_glu training steps")
@@ -360,6 +375,9 @@ def main():
     for i, shape in enumerate(args.glu_grad_cases):
         plans.append((f"glu_grad_{bench_gemm.shape_name(shape)}",
                       *glu_grad_case(shape, jax.random.fold_in(key, 5000 + i)), None))
+    for i, name in enumerate(args.grouped_grad_cases):
+        plans.append((f"grouped_grad_{name}",
+                      *grouped_grad_case(name, jax.random.fold_in(key, 6500 + i)), None))
     for i, name in enumerate(args.grouped_glu_grad_cases):
         plans.append((f"grouped_glu_grad_{name}",
                       *grouped_glu_grad_case(name, jax.random.fold_in(key, 6000 + i)), None))

@@ -76,9 +76,14 @@ def types(primals):
     return jax.tree.map(empty, primals)
 
 
+def _aval(x):
+    return x if isinstance(x, jax.core.AbstractValue) else jax.typeof(x)
+
+
 def _spec(x) -> tuple:
-    """x's PartitionSpec entries, one per dimension (None: unsplit)."""
-    spec = tuple(getattr(getattr(jax.typeof(x), "sharding", None), "spec", None) or ())
+    """x's (an array's or abstract value's) PartitionSpec entries, one per dimension (None:
+    unsplit)."""
+    spec = tuple(getattr(getattr(_aval(x), "sharding", None), "spec", None) or ())
     return spec + (None,) * (jnp.ndim(x) - len(spec))
 
 
@@ -120,14 +125,21 @@ def like_primals(cotangents, primal_types):
     def cast(ct, primal):
         if ct is None or not jnp.issubdtype(ct.dtype, jnp.inexact):
             return ct
-        if (_explicit(ct) or _explicit(primal)) and ct.ndim == primal.ndim:
-            # Explicit sharding: a cotangent split otherwise than its primal (a K split's
-            # partial sums, a merged dimension's) is resharded to the primal's type.
-            mesh_of = primal if _explicit(primal) else ct  # a replicated primal's may be empty
-            return jax.sharding.reshard(ct, jax.typeof(mesh_of).sharding.update(
-                spec=jax.typeof(primal).sharding.spec))
-        have, want = varying(ct), varying(primal)
-        if have - want:
-            ct = jax.lax.psum(ct, tuple(sorted(have - want)))
-        return vary_like(ct, primal)
+        return like_aval(ct, primal)
     return jax.tree.map(cast, cotangents, primal_types, is_leaf=lambda x: x is None)
+
+
+def like_aval(ct, primal):
+    """A cotangent typed as its primal (an array, or the abstract value a primitive's
+    transpose rule is given): under explicit sharding resharded to the primal's split (a K
+    split's partial sums, a merged dimension's, are split otherwise); inside shard_map summed
+    over the manual axes it varies over and the primal does not, marked varying over those
+    the primal varies over and it does not."""
+    if (_explicit(ct) or _explicit(primal)) and ct.ndim == len(_aval(primal).shape):
+        mesh_of = primal if _explicit(primal) else ct  # a replicated primal's may be empty
+        return jax.sharding.reshard(ct, _aval(mesh_of).sharding.update(
+            spec=_aval(primal).sharding.spec))
+    have, want = varying(ct), varying(primal)
+    if have - want:
+        ct = jax.lax.psum(ct, tuple(sorted(have - want)))
+    return vary_like(ct, primal)

@@ -15,6 +15,7 @@ import numpy as np
 from jax.extend import core as jax_core
 
 import jax_hopper
+from jax_hopper.gemm import ragged_product
 from jax_hopper.kernels import catalog
 
 # Relative Frobenius error bounds per out dtype. Inputs are exact in their dtype and the
@@ -911,9 +912,21 @@ def check_ragged_fp8(rng, m, n, k, sizes, pair=("float8_e4m3fn", "float8_e4m3fn"
     assert err < bound, (err, m, n, k, sizes, config)
 
 
+def program_eqns(jaxpr):
+    """Every equation of a jaxpr, sub-jaxprs included, and the launch each grouped product
+    (ragged_product.grouped_product_p, a primitive lowered as the launch) lowers to."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        subs = list(jax_core.jaxprs_in_params(eqn.params))
+        if eqn.primitive is ragged_product.grouped_product_p:
+            subs.append(ragged_product.launch_jaxpr([v.aval for v in eqn.invars],
+                                                    eqn.params["params"]))
+        for sub in subs:
+            yield from program_eqns(sub)
+
+
 def count_eqns(jaxpr, names) -> int:
-    """The equations of a (closed) jaxpr whose primitive is one of `names`, sub-jaxprs
-    included (kernel calls: "hopper_gemm"; loops: "scan", "while")."""
-    return sum((eqn.primitive.name in names) +
-               sum(count_eqns(sub, names) for sub in jax_core.jaxprs_in_params(eqn.params))
-               for eqn in jaxpr.eqns)
+    """The equations of a (closed) jaxpr whose primitive is one of `names`, sub-jaxprs and
+    grouped products' launches included (kernel calls: "hopper_gemm"; loops: "scan",
+    "while")."""
+    return sum(eqn.primitive.name in names for eqn in program_eqns(jaxpr))

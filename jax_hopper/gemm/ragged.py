@@ -7,7 +7,8 @@ the launch is the same whatever they hold, so calls run in CUDA graphs and lax.s
 sizes count as 0, groups are cut at M, and rows past every group come out as the epilogue of a
 zero product (0 without bias/residual, as jax.lax.ragged_dot gives): ragged_tiles.py.
 
-Layers: hopper_ragged_dot checks its arguments -> _ragged (custom VJP) ->
+Layers: hopper_ragged_dot checks its arguments -> _ragged (custom VJP), or with nothing fused
+ragged_product.product (a primitive with JVP, transpose and vmap rules) ->
 ragged_sharding.partitioned (sharded jit: rhs's N split runs locally) ->
 ragged_primitive.launch -> hopper_ragged_p.
 
@@ -16,6 +17,10 @@ NOTES:
   d rhs[g] = lhs_g^T dP_g, a GEMM whose groups split the contraction, is the grouped
   contraction kernel (ragged_contract.py). d bias is a segment sum, d residual beta * d out. An
   activation's pre-activation is recomputed by one more launch (float32 out), as hopper_matmul does.
+  With nothing fused the same two launches are the transposes of ragged_product's primitive,
+  which also gives jax.jvp, and under jax.grad of a sum over vmapped calls sharing the
+  weights one contraction over every entry's rows (the fused path's custom VJP, batched by
+  jax, computes each entry's weight gradient and then sums them).
 - vmap: one launch over every entry (ragged_primitive.fold_entries, answered above
   custom_partitioning in ragged_sharding): the entries' rows stacked, each entry's groups tiled
   apart in one table (ragged_tiles.entry_sizes, entry_groups), the weights shared or one per
@@ -48,6 +53,7 @@ from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged_contract import differentiable as contract
 from jax_hopper.gemm.ragged_primitive import epilogue, group_sums
+from jax_hopper.gemm.ragged_product import product
 from jax_hopper.gemm.ragged_sharding import partitioned
 
 _F32 = jnp.dtype(jnp.float32)
@@ -101,6 +107,8 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
     if m == 0 or n == 0 or groups == 0 or k == 0:  # a zero product: nothing to launch
         out = epilogue(jnp.zeros((m, n), _F32), gs, bias2, res3, activation=act, beta=beta,
                        out_dtype=out_dtype)
+    elif not (act or bias2.size or res3.size or alpha != 1.0):  # nothing fused
+        out = product(lhs3, rhs, gs, params)
     else:
         out = _ragged(lhs3, rhs, gs, bias2, res3, params, res3.size > 0)
     return out[0]
