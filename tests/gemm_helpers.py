@@ -15,7 +15,7 @@ import numpy as np
 from jax.extend import core as jax_core
 
 import jax_hopper
-from jax_hopper.gemm import ragged_product
+from jax_hopper.gemm import ragged_product, ragged_tiles
 from jax_hopper.kernels import catalog
 
 # Relative Frobenius error bounds per out dtype. Inputs are exact in their dtype and the
@@ -487,6 +487,46 @@ def check_ragged_entries(rng, m, k, n, case, bound, launch=("hopper_ragged_dot",
         want = ragged_reference64(lhs[i], rhs[i] if per_entry else rhs, sizes[i],
                                   transpose_rhs=per_entry, residual=res[i], **epi)
         assert rel_frob(out[i], want) < bound, f"entry {i}"
+
+
+def check_summed_entries_grad(rng, e, m, k, n, g, transpose_rhs):
+    """jax.grad of the sum over jax.vmap'd hopper_ragged_dot calls sharing G experts (E
+    entries of M rows, their own sizes, some negative): the weights' gradient one grouped
+    contraction shaped as the weights (ragged_contract.summed_over_entries, no (E, G, K, N)),
+    d lhs one launch, no loop; both within the bf16 bound of float64, the rows past every
+    group of an entry getting none."""
+    lhs = random_operand(rng, (e, m, k), "bfloat16")
+    rhs = random_operand(rng, (g, n, k) if transpose_rhs else (g, k, n), "bfloat16")
+    sizes = jnp.asarray(rng.integers(-2, max(2 * m // g, 3), (e, g)), jnp.int32)
+    dy = random_operand(rng, (e, m, n), "float32")
+
+    def loss(lhs, rhs):
+        out = jax.vmap(lambda x, s: jax_hopper.hopper_ragged_dot(
+            x, rhs, s, transpose_rhs=transpose_rhs, out_dtype=jnp.float32))(lhs, sizes)
+        return jnp.sum(out * dy)
+
+    step = jax.grad(loss, (0, 1))
+    jaxpr = jax.make_jaxpr(step)(lhs, rhs).jaxpr
+    weight_grads = [eqn.outvars[0].aval.shape for eqn in program_eqns(jaxpr)
+                    if eqn.primitive.name == "hopper_ragged_contract"]
+    assert len(weight_grads) == 1 and weight_grads[0][0] == g, weight_grads
+    assert count_eqns(jaxpr, ("hopper_ragged_dot",)) == 2  # forward, d lhs
+    assert count_eqns(jaxpr, ("scan", "while")) == 0
+    dlhs, drhs = jax.jit(step)(lhs, rhs)
+    w64 = to64(rhs).swapaxes(1, 2) if transpose_rhs else to64(rhs)  # (G, K, N)
+    want_dlhs, want_drhs = np.zeros((e, m, k)), np.zeros((g, k, n))
+    for i in range(e):
+        valid = np.asarray(ragged_tiles.valid_sizes(sizes[i], m))
+        ends = np.cumsum(valid)
+        for j in range(g):
+            rows = slice(ends[j] - valid[j], ends[j])
+            want_dlhs[i, rows] = to64(dy[i, rows]) @ w64[j].T
+            want_drhs[j] += to64(lhs[i, rows]).T @ to64(dy[i, rows])
+    if transpose_rhs:
+        want_drhs = want_drhs.swapaxes(1, 2)
+    assert drhs.shape == rhs.shape and dlhs.shape == lhs.shape
+    assert rel_frob(dlhs, want_dlhs) < REL_FROB_BOUND["bfloat16"]
+    assert rel_frob(drhs, want_drhs) < REL_FROB_BOUND["bfloat16"]
 
 
 def emulate_grouped_kernel(monkeypatch) -> None:

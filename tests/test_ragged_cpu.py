@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged_entries,
-                          check_ragged_grads, count_eqns, emulate_grouped_kernel, program_eqns,
-                          random_operand, rel_frob, to64)
+                          check_ragged_grads, check_summed_entries_grad, count_eqns,
+                          emulate_grouped_kernel, program_eqns, random_operand, rel_frob, to64)
 from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.heuristics import choose_grouped_config
@@ -420,39 +420,8 @@ def test_grad_of_a_sum_over_entries_sharing_the_experts_is_one_contraction(rng, 
     step over a vmapped layer), the weights' gradient is one grouped contraction over every
     entry's rows, shaped as the weights: no entry's own gradient (E, G, K, N) is formed and
     then summed (ragged_product.py). d lhs is one launch over every entry. Both against
-    float64, rows past every group of an entry getting none."""
-    e, m, k, n, g = 3, 64, 32, 24, 4
-    lhs = random_operand(rng, (e, m, k), "bfloat16")
-    rhs = random_operand(rng, (g, n, k) if transpose_rhs else (g, k, n), "bfloat16")
-    sizes = jnp.asarray(rng.integers(-2, 30, (e, g)), jnp.int32)
-    dy = random_operand(rng, (e, m, n), "float32")
-
-    def loss(lhs, rhs):
-        out = jax.vmap(lambda x, s: hopper_ragged_dot(
-            x, rhs, s, transpose_rhs=transpose_rhs, out_dtype=jnp.float32))(lhs, sizes)
-        return jnp.sum(out * dy)
-
-    step = jax.grad(loss, (0, 1))
-    jaxpr = jax.make_jaxpr(step)(lhs, rhs).jaxpr
-    weight_grads = [eqn.outvars[0].aval.shape for eqn in program_eqns(jaxpr)
-                    if eqn.primitive.name == "hopper_ragged_contract"]
-    assert weight_grads == [rhs.shape], weight_grads
-    assert count_eqns(jaxpr, ("hopper_ragged_dot",)) == 2  # forward, d lhs
-    assert count_eqns(jaxpr, ("scan", "while")) == 0
-    dlhs, drhs = jax.jit(step)(lhs, rhs)
-    w64 = to64(rhs).swapaxes(1, 2) if transpose_rhs else to64(rhs)  # (G, K, N)
-    want_dlhs, want_drhs = np.zeros((e, m, k)), np.zeros((g, k, n))
-    for i in range(e):
-        valid = np.asarray(ragged_tiles.valid_sizes(sizes[i], m))
-        ends = np.cumsum(valid)
-        for j in range(g):
-            rows = slice(ends[j] - valid[j], ends[j])
-            want_dlhs[i, rows] = to64(dy[i, rows]) @ w64[j].T
-            want_drhs[j] += to64(lhs[i, rows]).T @ to64(dy[i, rows])
-    if transpose_rhs:
-        want_drhs = want_drhs.swapaxes(1, 2)
-    assert rel_frob(dlhs, want_dlhs) < REL_FROB_BOUND["bfloat16"]
-    assert rel_frob(drhs, want_drhs) < REL_FROB_BOUND["bfloat16"]
+    float64."""
+    check_summed_entries_grad(rng, 3, 64, 32, 24, 4, transpose_rhs)
 
 
 def test_forward_mode_of_the_plain_product(rng):

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged, check_ragged_entries,
-                          check_ragged_grads, count_eqns, entry_sizes, ragged_grads64,
+                          check_ragged_grads, check_summed_entries_grad, count_eqns,
+                          entry_sizes, ragged_grads64,
                           ragged_reference64, random_operand, rel_frob, run_in_command_buffer,
                           to64)
 from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
@@ -250,6 +251,16 @@ def test_vmap_folds_the_entries_into_one_launch(rng, case, m):
     shared experts 700 rows an entry run each entry's tiles apart, 200 the entries' rows
     placed expert by expert (ragged_primitive.runs_expert_major)."""
     check_ragged_entries(rng, m, 136, 192, case, REL_FROB_BOUND["float32"])
+
+
+@pytest.mark.parametrize("transpose_rhs", [False, True], ids=["gkn", "gnk"])
+@pytest.mark.parametrize("m", [700, 200])
+def test_grad_of_a_sum_over_entries_is_one_weight_gradient(rng, m, transpose_rhs):
+    """jax.grad of the sum over vmapped calls sharing 6 experts (a model's step over a vmapped
+    layer): the weights' gradient one contraction over every entry's rows placed expert by
+    expert (no per-entry gradient summed), d lhs one launch, against float64; 700 rows an
+    entry tile the forward per entry, 200 run it expert by expert too."""
+    check_summed_entries_grad(rng, 4, m, 136, 192, 6, transpose_rhs)
 
 
 @pytest.mark.parametrize("m", [700, 200])

@@ -39,7 +39,8 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "fp8_block_two_axes", "glu_grad_f_split", "ragged_glu_grad_f_split",
          "sequence_split_grad", "explicit_grad_types", "fp8_block_few_rows_warned",
          "explicit_result_types", "glu_vmap_grad", "ragged_vmap_entries",
-         "contract_vmap_entries", "ragged_glu_vmap_grad", "ragged_fp8_vmap_entries"]
+         "contract_vmap_entries", "ragged_glu_vmap_grad", "ragged_fp8_vmap_entries",
+         "ragged_vmap_summed_grad"]
 
 
 def _full_spec(x) -> tuple:
@@ -1208,6 +1209,33 @@ def _cases():
                         (w_shape, axis_type)
                 assert rel_frob(got, to64(want)) < 1e-5, (w_shape, axis_type)
 
+    def ragged_vmap_summed_grad():
+        # jax.grad of the sum over vmapped hopper_ragged_dot calls sharing the experts (a
+        # model's step over a vmapped layer), the entries split over the mesh (data
+        # parallelism): the weights' gradient is each device's entries contracted into one
+        # (G, K, N) partial and one all-reduce of it (ragged_contract.summed_over_entries),
+        # no all-gather of the entries' rows; as unsharded, on automatic and explicit axes.
+        from gemm_helpers import rel_frob, to64
+        x, w = _rand(rng, (n_dev, 40, k)), _rand(rng, (groups, k, n))
+        gs = jnp.asarray(rng.integers(-2, 12, (n_dev, groups)), jnp.int32)
+
+        def loss(x, w, s):
+            return jax.vmap(lambda x, s: hopper_ragged_dot(x, w, s, out_dtype=f32))(
+                x, s).sum()
+        step = jax.grad(loss, (0, 1))
+        want = jax.jit(step)(x, w, gs)
+        for axis_type in (jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto):
+            grid = jax.make_mesh((n_dev,), ("data",), axis_types=(axis_type,))
+            with jax.set_mesh(grid):
+                args = [jax.device_put(a, NamedSharding(grid, P(*spec))) for a, spec in
+                        ((x, ("data",)), (w, ()), (gs, ("data",)))]
+                got = jax.jit(step)(*args)
+                hlo = jax.jit(step).lower(*args).compile().as_text()
+                assert "all-gather" not in hlo, axis_type
+                assert hlo.count("all-reduce(") + hlo.count("all-reduce-start(") >= 1, axis_type
+            for g, w_ in zip(got, want):
+                assert rel_frob(g, to64(w_)) < 1e-2, axis_type
+
     def contract_vmap_entries():
         # hopper_ragged_contract under vmap (the weight gradients of vmap(grad)): one launch
         # of every entry (no loop), the entries split over one mesh axis and y's columns
@@ -1321,7 +1349,7 @@ def _cases():
                             explicit_grad_types, fp8_block_few_rows_warned,
                             explicit_result_types, glu_vmap_grad, ragged_vmap_entries,
                             contract_vmap_entries, ragged_glu_vmap_grad,
-                            ragged_fp8_vmap_entries]))
+                            ragged_fp8_vmap_entries, ragged_vmap_summed_grad]))
 
 
 def main():

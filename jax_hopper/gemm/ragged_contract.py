@@ -34,8 +34,9 @@ from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.primitive import call_attrs, freeze, gemm_target
-from jax_hopper.gemm.ragged_primitive import (entries_operand, entries_sizes, per_entry,
-                                              register)
+from jax_hopper.gemm.ragged_primitive import (entries_operand, entries_sizes, expert_major,
+                                              per_entry, register, rows_in,
+                                              vmapped_per_entry)
 from jax_hopper.gemm.ragged_sharding import gathered_operands, shard_sizes, split_rows
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
 from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape, resharded
@@ -173,21 +174,92 @@ def _partition(params, entries, mesh, arg_shapes, result_shape):
                                  arg_shapes, result_shape, entries=entries)
 
 
-def contraction_rule(x_factors, y_factors, scale_factors=(), entries=False):
+def summed_over_entries(x, y, gs, params: tuple):
+    """The contractions of vmap's entries sharing one result, summed: x (E, M, P), y (E, M, Q),
+    sizes (E, G) -> sum over e of x[e]_g^T y[e]_g, (G, P, Q) (the weight gradient of entries
+    sharing the weight: ragged_product's transpose). One launch a device (summed_launch: its
+    entries' rows placed expert by expert), a split of the entries or of their rows summing
+    its partials (contraction_partition); never each entry's (E, G, P, Q). Differentiable in
+    x and y."""
+    return _summed(x, y, gs, params)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _summed(x, y, gs, params):
+    return _summed_vmappable(params)(x, y, gs)
+
+
+@functools.lru_cache(maxsize=None)
+def _summed_vmappable(params):
+    return vmapped_per_entry(lambda x, y, gs: _summed_partitioned(params, x, y, gs))
+
+
+@functools.partial(custom_partitioning, static_argnums=(0,))
+def _summed_partitioned(params, x, y, gs):
+    return summed_launch(x, y, gs, **dict(params))
+
+
+def summed_launch(x, y, group_sizes, *, out_dtype, config):
+    """One device's summed_over_entries: the entries' rows placed expert by expert
+    (ragged_primitive.expert_major), one contraction over the experts' total rows. Typed
+    operands (explicit sharding) come only in the partitioner's trace for the result type,
+    never run: there the entries' own results, summed, give it."""
+    if explicitly_sharded(x) or explicitly_sharded(y):
+        return jnp.sum(launch(x, y, group_sizes, out_dtype=out_dtype, config=config), axis=0)
+    _, order, totals = expert_major(group_sizes, x.shape[1])
+    return launch(rows_in(x, order)[0], rows_in(y, order)[0], totals, out_dtype=out_dtype,
+                  config=config)
+
+
+def _summed_rule(params, mesh, value_types, result_types):
+    del params, mesh, value_types, result_types
+    return contraction_rule(_EX, _EY, entries=True, summed=True)
+
+
+def _summed_partition(params, mesh, arg_shapes, result_shape):
+    return contraction_partition("hopper_ragged_contract", summed_launch, _EX, _EY, params,
+                                 mesh, arg_shapes, result_shape, entries=True, summed=True)
+
+
+def_partition(_summed_partitioned, _summed_partition, _summed_rule)
+
+
+def _summed_fwd(x, y, gs, params):
+    return _summed(x, y, gs, params), (x, y, gs, manual_axes.types((x, y, gs)))
+
+
+def _summed_bwd(params, saved, dout):
+    # Each entry's share of the summed result: its d x and d y as _grads gives them against
+    # the one cotangent.
+    del params
+    *saved, primal_types = saved
+    x, y, gs = saved
+    grads = jax.vmap(lambda a, b, s: _grads(None, (a, b, s), dout)[:2])(x, y, gs)
+    return manual_axes.like_primals((*grads, np.zeros(gs.shape, jax.dtypes.float0)),
+                                    primal_types)
+
+
+_summed.defvjp(_summed_fwd, _summed_bwd)
+
+
+def contraction_rule(x_factors, y_factors, scale_factors=(), entries=False, summed=False):
     """The Shardy rule of a grouped contraction of x and y (their factors by dimension) and
     scale operands (theirs, None for a factor of the scale's own): m contracted (a reduction),
     the groups replicated; with launch's entries (factor o of x and y) the sizes and result
-    lead with them too."""
+    lead with them too, or, summed over the entries, o is contracted as m is."""
     o = "o " if entries else ""
     operands = [" ".join(x_factors), " ".join(y_factors), f"{o}g"]
     operands += [" ".join(f or f"s{i}_{d}" for d, f in enumerate(factors))
                  for i, factors in enumerate(scale_factors)]
-    return f"{', '.join(operands)} -> {o}g p q", {"reduction_factors": ("m",),
-                                                 "need_replication_factors": ("g",)}
+    # (Shardy's verifier wants the reduction factors in the order they first appear.)
+    return (f"{', '.join(operands)} -> {'' if summed else o}g p q",
+            {"reduction_factors": ("o", "m") if summed else ("m",),
+             "need_replication_factors": ("g",)})
 
 
 def contraction_partition(op, launch_fn, x_factors, y_factors, params, mesh, arg_shapes,
-                          result_shape, scale_factors=(), scale_blocks=False, entries=False):
+                          result_shape, scale_factors=(), scale_blocks=False, entries=False,
+                          summed=False):
     """custom_partitioning of a grouped contraction launch_fn(x, y, gs, *scales, **params): the
     columns of x and y (p, q) split run locally, the output split the same way; the rows (m)
     split evenly contract each device's shard of every group (the sizes cut to it) and sum the
@@ -196,11 +268,13 @@ def contraction_partition(op, launch_fn, x_factors, y_factors, params, mesh, arg
     factors scale_factors gives its dimensions (None: replicated); with scale_blocks, a scale
     dimension of m or q counts 128-wide blocks, so those split only into whole blocks. With
     launch's entries (factor o of x, y, the sizes and the result) a split of them runs each
-    device's own entries; an uneven one is gathered."""
+    device's own entries; an uneven one is gathered. summed: the entries' results summed (the
+    result (G, P, Q)), a split of them summed as a split of the rows is."""
     x, y, gs, *scales = arg_shapes
     mx = x_factors.index("m")
+    out_spec = spec_of(result_shape)
     axes, spec = _assign(mesh, (spec_of(x), x.shape), (spec_of(y), y.shape), x_factors,
-                         y_factors, spec_of(result_shape), scale_blocks)
+                         y_factors, (None, *out_spec) if summed else out_spec, scale_blocks)
     if axes["o"] and x.shape[0] % math.prod(mesh.shape[name] for name in axes["o"]):
         axes["o"] = ()
     rows = x.shape[mx]
@@ -215,15 +289,17 @@ def contraction_partition(op, launch_fn, x_factors, y_factors, params, mesh, arg
                       "x and y, and their rows split evenly, are split without gathering)",
                       stacklevel=2)
 
+    summed_axes = (*m_axes, *(axes["o"] if summed else ()))
+
     def lower_fn(x, y, gs, *scales):
         p = dict(params)
         gs = shard_sizes(gs, m_axes, rows, x.shape[mx])
-        if not m_axes:
+        if not summed_axes:
             return launch_fn(x, y, gs, *scales, **p)
         partial = launch_fn(x, y, gs, *scales, **{**p, "out_dtype": _F32})
-        return jax.lax.psum(partial, m_axes).astype(p["out_dtype"])
+        return jax.lax.psum(partial, summed_axes).astype(p["out_dtype"])
 
-    return (mesh, lower_fn, spec(*o, None, "p", "q"),
+    return (mesh, lower_fn, spec(*((() if summed else o)), None, "p", "q"),
             (spec(*x_factors), spec(*y_factors), spec(*o, None),
              *(spec(*factors) for factors in scale_factors)))
 

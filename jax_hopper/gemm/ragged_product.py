@@ -9,8 +9,9 @@ batches a custom VJP's backward pass entry by entry and only then sums the weigh
 cotangents, so E weight gradients (E, G, K, N) are computed and held before the sum. Here vmap
 folds the entries into one product first (fold_entries, as the fused path does), and that
 product's transpose in the weight is one grouped contraction over every entry's rows placed
-expert by expert (ragged_primitive.expert_major): the (G, K, N) sum itself. Under vmap of grad
-each entry's gradient is its own: the transposes are then batched as any op is.
+expert by expert (ragged_contract.summed_over_entries, on each device's entries under a
+sharded jit): the (G, K, N) sum itself. Under vmap of grad each entry's gradient is its own:
+the transposes are then batched as any op is.
 
 Operands as partitioned takes them: lhs3 (1, M, K), rhs (G, K, N) (or (G, N, K) read through
 b_mn_major = False), group sizes (G,) int32; or vmap's entries: lhs3 (E, M, K), sizes (E, G),
@@ -30,8 +31,8 @@ from jax.interpreters import ad, batching, mlir
 from jax_hopper import manual_axes
 from jax_hopper.gemm.primitive import explicit_placement, freeze
 from jax_hopper.gemm.ragged_contract import differentiable as contract
-from jax_hopper.gemm.ragged_primitive import (expert_major, fold_entries, holds_entries,
-                                              per_entry, rows_in)
+from jax_hopper.gemm.ragged_contract import summed_over_entries
+from jax_hopper.gemm.ragged_primitive import fold_entries, holds_entries, per_entry
 from jax_hopper.gemm.ragged_sharding import partitioned
 from jax_hopper.gemm.typed_reshape import reshape
 
@@ -105,8 +106,7 @@ def _weight_grad(lhs3, ct, gs, rhs_aval, b_mn_major: bool):
         return contract(x[0], y[0], gs, params)
     if holds_entries("grouped", "rhs", rhs_aval.ndim):
         return jax.vmap(lambda a, b, s: contract(a, b, s, params))(x, y, gs)
-    _, order, totals = expert_major(gs, lhs3.shape[1])
-    return contract(rows_in(x, order)[0], rows_in(y, order)[0], totals, params)
+    return summed_over_entries(x, y, gs, params)
 
 
 def _batch(args, dims, *, params):
@@ -115,8 +115,9 @@ def _batch(args, dims, *, params):
     batched = [d is not None for d in dims]
     lhs3, rhs, gs = [jnp.moveaxis(a, d, 0) if b else a for a, d, b in zip(args, dims, batched)]
     size = next(a.shape[0] for a, b in zip((lhs3, rhs, gs), batched) if b)
+    no_epilogue = (jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), dict(params)["out_dtype"]))
     folded = size and fold_entries("grouped", size, batched + [False, False], lhs3, rhs, gs,
-                          jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), dict(params)["out_dtype"]))
+                                   *no_epilogue)
     if not folded:  # no entries (a loop of none), or a fold that would copy a weight
         return per_entry(lambda *a: product(*a, params), batched, (lhs3, rhs, gs)), 0
     out = product(*folded[:3], params)
