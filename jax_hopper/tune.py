@@ -53,7 +53,7 @@ from jax_hopper.gemm.ragged_contract import hopper_ragged_contract_p
 from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_p
 from jax_hopper.gemm.ragged_fp8_contract import hopper_ragged_fp8_contract_p
 from jax_hopper.gemm.ragged_primitive import hopper_ragged_p
-from jax_hopper.gemm.ragged_product import grouped_product_p, launch_jaxpr
+from jax_hopper.gemm.ragged_product import inner_jaxprs
 from jax_hopper.kernels import catalog
 
 
@@ -397,13 +397,8 @@ def traced_problems(fn, *args, **kwargs) -> list[Problem]:
             problem = _problem_of(eqn)
             if problem is not None:
                 found.append(problem)
-            if eqn.primitive is grouped_product_p:  # lowered as the fused path's launch
-                walk(launch_jaxpr([v.aval for v in eqn.invars], eqn.params["params"]))
-            for v in eqn.params.values():
-                for sub in (v if isinstance(v, (tuple, list)) else (v,)):
-                    inner = getattr(sub, "jaxpr", sub)
-                    if hasattr(inner, "eqns"):
-                        walk(inner)
+            for inner in inner_jaxprs(eqn):
+                walk(inner)
 
     walk(jax.make_jaxpr(fn)(*args, **kwargs).jaxpr)
     return found

@@ -12,7 +12,6 @@ from unittest import mock
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend import core as jax_core
 
 import jax_hopper
 from jax_hopper.gemm import ragged_product, ragged_tiles
@@ -953,15 +952,11 @@ def check_ragged_fp8(rng, m, n, k, sizes, pair=("float8_e4m3fn", "float8_e4m3fn"
 
 
 def program_eqns(jaxpr):
-    """Every equation of a jaxpr, sub-jaxprs included, and the launch each grouped product
-    (ragged_product.grouped_product_p, a primitive lowered as the launch) lowers to."""
+    """Every equation of a jaxpr, sub-jaxprs included, and those of the launch each grouped
+    product lowers to (ragged_product.inner_jaxprs)."""
     for eqn in jaxpr.eqns:
         yield eqn
-        subs = list(jax_core.jaxprs_in_params(eqn.params))
-        if eqn.primitive is ragged_product.grouped_product_p:
-            subs.append(ragged_product.launch_jaxpr([v.aval for v in eqn.invars],
-                                                    eqn.params["params"]))
-        for sub in subs:
+        for sub in ragged_product.inner_jaxprs(eqn):
             yield from program_eqns(sub)
 
 

@@ -25,6 +25,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax._src import dispatch
+from jax.extend import core as jax_core
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
@@ -33,11 +34,10 @@ from jax_hopper.gemm.primitive import explicit_placement, freeze
 from jax_hopper.gemm.ragged_contract import differentiable as contract
 from jax_hopper.gemm.ragged_contract import summed_over_entries
 from jax_hopper.gemm.ragged_primitive import fold_entries, holds_entries, per_entry
-from jax_hopper.gemm.ragged_sharding import partitioned
+from jax_hopper.gemm.ragged_sharding import no_epilogue, partitioned
 from jax_hopper.gemm.typed_reshape import reshape
 
 grouped_product_p = Primitive("hopper_grouped_product")
-_F32 = jnp.dtype(jnp.float32)
 
 
 def product(lhs3, rhs, gs, params: tuple):
@@ -48,15 +48,18 @@ def product(lhs3, rhs, gs, params: tuple):
 
 def _launch(lhs3, rhs, gs, *, params):
     """The product as the fused path launches it, with an empty bias and residual."""
-    return partitioned(params, lhs3, rhs, gs, jnp.zeros((0,), _F32),
-                       jnp.zeros((0, 0, 0), dict(params)["out_dtype"]))
+    return partitioned(params, lhs3, rhs, gs, *no_epilogue(dict(params)))
 
 
-def launch_jaxpr(avals, params: tuple):
-    """The jaxpr this primitive lowers to for operands of `avals` (where tune.traced_problems
-    finds its grouped GEMM)."""
-    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
-    return jax.make_jaxpr(functools.partial(_launch, params=params))(*structs).jaxpr
+def inner_jaxprs(eqn):
+    """The jaxprs an equation holds in its parameters and, for this primitive, the launch it
+    lowers to: where a walk over a program's kernel launches (tune.traced_problems, the tests'
+    count_eqns) goes on."""
+    yield from jax_core.jaxprs_in_params(eqn.params)
+    if eqn.primitive is grouped_product_p:
+        structs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
+        launch = functools.partial(_launch, params=eqn.params["params"])
+        yield jax.make_jaxpr(launch)(*structs).jaxpr
 
 
 def _abstract_eval(lhs3, rhs, gs, *, params):
@@ -115,9 +118,8 @@ def _batch(args, dims, *, params):
     batched = [d is not None for d in dims]
     lhs3, rhs, gs = [jnp.moveaxis(a, d, 0) if b else a for a, d, b in zip(args, dims, batched)]
     size = next(a.shape[0] for a, b in zip((lhs3, rhs, gs), batched) if b)
-    no_epilogue = (jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), dict(params)["out_dtype"]))
     folded = size and fold_entries("grouped", size, batched + [False, False], lhs3, rhs, gs,
-                                   *no_epilogue)
+                                   *no_epilogue(dict(params)))
     if not folded:  # no entries (a loop of none), or a fold that would copy a weight
         return per_entry(lambda *a: product(*a, params), batched, (lhs3, rhs, gs)), 0
     out = product(*folded[:3], params)
