@@ -22,7 +22,8 @@ vmapped products named by --vmap-cases (VxMxNxK: jax.vmap over V entries of (M, 
 shared (K, N) weight, e.g. a decode step per sequence) and the vmapped grouped products named by
 --grouped-vmap-cases (ExMxGxKxN: hopper_ragged_dot over E entries, each routing its M rows to
 the G experts they share), with their per-entry gradients (--grouped-vmap-grad-cases) or a
-model's step over them (--grouped-vmap-train-cases: one gradient of the shared experts).
+model's step over them (--grouped-vmap-train-cases: one gradient of the shared experts; the
+same over hopper_ragged_glu: --grouped-glu-vmap-train-cases).
 Per case base and new are timed interleaved (timing.time_interleaved), then the peer (xla)
 alone: a peer between them would favour whichever runs right after it where the peer draws
 little power (XLA's ragged_dot; timing.time_interleaved's NOTES). Inputs rotate over sets
@@ -233,13 +234,15 @@ def grouped_vmap_case(case, key):
         xla(preferred_element_type=jnp.float32)
 
 
-def grouped_vmap_grad_case(case, key, summed: bool = False):
+def grouped_vmap_grad_case(case, key, summed: bool = False, glu: bool = False):
     """(shape, pairs, {variant: step(a, rhs)}, reference, check) of grouped_vmap_case's
     training step: each entry's gradients in its rows and in the experts (per-entry weight
     gradients, as per-example gradients are), jax.vmap of jax.grad; summed: a model's step
     over the vmapped layer, jax.grad of the sum over the entries (one gradient of the shared
-    experts). XLA's entries run as lax.map of jax.grad of jax.lax.ragged_dot (summed: jax.grad
-    of the map). shape: the products it amounts to (LINEAR_STEP_PRODUCTS)."""
+    experts). glu: hopper_ragged_glu's (N the gate's and up's columns) against swiglu on
+    jax.lax.ragged_dot's. XLA's entries run as lax.map of jax.grad of jax.lax.ragged_dot
+    (summed: jax.grad of the map). shape: the products it amounts to (LINEAR_STEP_PRODUCTS;
+    a GLU's step needs its forward too: three)."""
     e, m, g, k, n = case
     f32 = jnp.float32
 
@@ -259,14 +262,23 @@ def grouped_vmap_grad_case(case, key, summed: bool = False):
             return lambda a, r: jax.vmap(one, (0, 0, None))(a[0], a[1], r)
         return lambda a, r: jax.lax.map(lambda xs: one(xs[0], xs[1], r), a)
 
-    variants = {"xla": step(jax.lax.ragged_dot, False),
-                "base": step(jax_hopper_base.hopper_ragged_dot, True),
-                "new": step(jax_hopper.hopper_ragged_dot, True)}
-    reference = step(lambda x, r, s: jax.lax.ragged_dot(x, r, s, preferred_element_type=f32),
-                     False)
+    def xla(**kw):
+        if glu:
+            return lambda x, r, s: bench_epilogue.swiglu(jax.lax.ragged_dot(x, r, s, **kw), None)
+        return lambda x, r, s: jax.lax.ragged_dot(x, r, s, **kw)
+
+    def hopper(module):
+        if glu:
+            return lambda x, r, s: module.hopper_ragged_glu(x, r.reshape(g, k, 2, -1), s)
+        return module.hopper_ragged_dot
+
+    variants = {"xla": step(xla(), False), "base": step(hopper(jax_hopper_base), True),
+                "new": step(hopper(jax_hopper), True)}
+    reference = step(xla(preferred_element_type=f32), False)
     outputs = 2 * (e * m * k + (1 if summed else e) * g * k * n)  # d lhs and d rhs, bf16
-    return (LINEAR_STEP_PRODUCTS * e * m, n, k), grouped_vmap_pairs(case, key, outputs), variants, reference, \
-        worst_error
+    products = 3 if glu else LINEAR_STEP_PRODUCTS
+    return ((products * e * m, n, k), grouped_vmap_pairs(case, key, outputs), variants,
+            reference, worst_error)
 
 
 def grouped_vmap_pairs(case, key, out_bytes: int):
@@ -353,6 +365,10 @@ def main():
                         help="a model's training step over a --grouped-vmap-cases layer "
                         "(jax.grad of the sum over the entries: one gradient of the shared "
                         "experts)")
+    parser.add_argument("--grouped-glu-vmap-train-cases", nargs="*",
+                        type=timing.dims_parser("ExMxGxKxN"), default=[],
+                        help="the same step over hopper_ragged_glu (N: the gate's and up's "
+                        "columns) against swiglu on jax.lax.ragged_dot")
     parser.add_argument("--grouped-vmap-grad-cases", nargs="*",
                         type=timing.dims_parser("ExMxGxKxN"), default=[],
                         help="the training step of a --grouped-vmap-cases case (jax.vmap of "
@@ -402,6 +418,10 @@ def main():
         plans.append((f"grouped_vmap_train_{'x'.join(map(str, case))}",
                       *grouped_vmap_grad_case(case, jax.random.fold_in(key, 8500 + i), True),
                       None))
+    for i, case in enumerate(args.grouped_glu_vmap_train_cases):
+        plans.append((f"grouped_glu_vmap_train_{'x'.join(map(str, case))}",
+                      *grouped_vmap_grad_case(case, jax.random.fold_in(key, 9000 + i), True,
+                                              glu=True), None))
     # A plan: (name, shape, pairs, variants, reference[, check, bytes moved]); without the last
     # two, a product checked by its relative Frobenius error and rated in TFLOP/s (bytes None:
     # rated in TFLOP/s too).

@@ -53,7 +53,7 @@ from jax_hopper.gemm.ragged_contract import hopper_ragged_contract_p
 from jax_hopper.gemm.ragged_fp8 import hopper_ragged_fp8_p
 from jax_hopper.gemm.ragged_fp8_contract import hopper_ragged_fp8_contract_p
 from jax_hopper.gemm.ragged_primitive import hopper_ragged_p
-from jax_hopper.gemm.ragged_product import inner_jaxprs
+from jax_hopper.gemm.traced_primitive import inner_jaxprs
 from jax_hopper.kernels import catalog
 
 

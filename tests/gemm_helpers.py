@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_hopper
-from jax_hopper.gemm import ragged_product, ragged_tiles
+from jax_hopper.gemm import ragged_tiles, traced_primitive
 from jax_hopper.kernels import catalog
 
 # Relative Frobenius error bounds per out dtype. Inputs are exact in their dtype and the
@@ -317,12 +317,15 @@ def ragged_glu_grads64(x, w, group_sizes, dy):
     return dx, dw
 
 
-def check_ragged_glu_entry_grads(rng, m, k, f, bound, launches=None):
+def check_ragged_glu_entry_grads(rng, m, k, f, bound, launches=None, summed=False):
     """jax.vmap of jax.grad of hopper_ragged_glu (bilinear) over entries with their own sizes
     (entry_sizes), the weights shared: the gated product, d x and d w (the grouped contraction)
     one launch each over every entry (gated_product's _entries roles), no loop; each entry's
-    gradients in x and w within `bound` of float64. launches: the launch primitives' names and
-    how many of each (default 2 hopper_ragged_dot, 1 hopper_ragged_contract)."""
+    gradients in x and w within `bound` of float64. summed: jax.grad of the sum over the
+    vmapped entries (a model's step over a vmapped layer): the weights' gradient one
+    contraction shaped as the weights (gated_product's dw_summed, no (E, G, K, 2, F)), against
+    the entries' float64 gradients summed. launches: the launch primitives' names and how many
+    of each (default 2 hopper_ragged_dot, 1 hopper_ragged_contract)."""
     sizes = entry_sizes(m)
     e, g = len(sizes), len(sizes[0])
     x = random_operand(rng, (e, m, k), "bfloat16")
@@ -330,22 +333,35 @@ def check_ragged_glu_entry_grads(rng, m, k, f, bound, launches=None):
          ).astype(jnp.bfloat16)
     dy = random_operand(rng, (e, m, f), "float32")
 
-    def grads(x, sizes, dy):
-        return jax.grad(lambda x, w: jnp.sum(jax_hopper.hopper_ragged_glu(
-            x, w, sizes, activation=None, out_dtype=jnp.float32) * dy), (0, 1))(x, w)
+    def unit(x, w, sizes, dy):
+        return jnp.sum(jax_hopper.hopper_ragged_glu(x, w, sizes, activation=None,
+                                                    out_dtype=jnp.float32) * dy)
 
-    fn = jax.vmap(grads)
-    args = (x, jnp.asarray(sizes, jnp.int32), dy)
+    if summed:
+        fn = jax.grad(lambda x, sizes, dy, w: jnp.sum(jax.vmap(unit, (0, None, 0, 0))(
+            x, w, sizes, dy)), (0, 3))
+    else:
+        fn = jax.vmap(lambda x, sizes, dy, w: jax.grad(unit, (0, 1))(x, w, sizes, dy),
+                      (0, 0, 0, None))
+    args = (x, jnp.asarray(sizes, jnp.int32), dy, w)
     jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
     assert count_eqns(jaxpr, ("scan", "while")) == 0
     for name, count in (launches or {"hopper_ragged_dot": 2,
                                      "hopper_ragged_contract": 1}).items():
         assert count_eqns(jaxpr, (name,)) == count, name
-    got = jax.jit(fn)(*args)
-    for i in range(e):
-        want = ragged_glu_grads64(x[i], w, sizes[i], dy[i])
-        for name, a, wnt in zip(("x", "w"), got, want):
-            assert rel_frob(to64(a[i]), wnt) < bound, f"entry {i}: d {name}"
+    if summed:
+        shapes = [eqn.outvars[0].aval.shape for eqn in program_eqns(jaxpr)
+                  if eqn.primitive.name == "hopper_ragged_contract"]
+        assert all(s[0] == g for s in shapes), shapes  # one sum, not (E, G, ...)
+    dx, dw = jax.jit(fn)(*args)
+    assert dw.shape == (w.shape if summed else (e, *w.shape))
+    wants = [ragged_glu_grads64(x[i], w, sizes[i], dy[i]) for i in range(e)]
+    for i, (want_dx, want_dw) in enumerate(wants):
+        assert rel_frob(to64(dx[i]), want_dx) < bound, f"entry {i}: d x"
+        if not summed:
+            assert rel_frob(to64(dw[i]), want_dw) < bound, f"entry {i}: d w"
+    if summed:
+        assert rel_frob(to64(dw), sum(want for _, want in wants)) < bound, "d w"
 
 
 def check_ragged_glu(rng, m, k, f, group_sizes, *, dtype="bfloat16", out_dtype=None,
@@ -952,11 +968,11 @@ def check_ragged_fp8(rng, m, n, k, sizes, pair=("float8_e4m3fn", "float8_e4m3fn"
 
 
 def program_eqns(jaxpr):
-    """Every equation of a jaxpr, sub-jaxprs included, and those of the launch each grouped
-    product lowers to (ragged_product.inner_jaxprs)."""
+    """Every equation of a jaxpr, sub-jaxprs included, and those of the launch each traced
+    primitive lowers to (traced_primitive.inner_jaxprs: the grouped and gated products)."""
     for eqn in jaxpr.eqns:
         yield eqn
-        for sub in ragged_product.inner_jaxprs(eqn):
+        for sub in traced_primitive.inner_jaxprs(eqn):
             yield from program_eqns(sub)
 
 

@@ -135,6 +135,19 @@ def test_vmap_of_the_gradients_feeds_the_kernels_each_entrys_rows(rng, kernel_em
     check_ragged_glu_entry_grads(rng, 70, 32, 24, 1e-2, launches={"pure_callback": 3})
 
 
+@pytest.mark.parametrize("emulated", [False, True])
+def test_grad_of_the_sum_over_entries_is_one_weight_gradient(rng, kernel_emulation, emulated):
+    """jax.grad of the sum over vmapped calls sharing the experts (a model's step over a
+    vmapped layer): the weights' gradient one contraction over every entry's rows, shaped as
+    the weights (gated_product's dw_summed), not E of them summed; also with the folded
+    launches read as the kernels read them."""
+    if emulated:
+        emulate_grouped_kernel(kernel_emulation)
+        emulate_contraction_kernel(kernel_emulation)
+    check_ragged_glu_entry_grads(rng, 70, 32, 24, 1e-2, summed=True,
+                                 launches={"pure_callback": 3} if emulated else None)
+
+
 @pytest.mark.parametrize("m,k,f,groups", [(0, 8, 8, 2), (8, 0, 8, 2), (8, 8, 0, 2), (8, 8, 8, 0)])
 def test_empty_problems(rng, m, k, f, groups):
     out = hopper_ragged_glu(random_operand(rng, (m, k), "bfloat16"),

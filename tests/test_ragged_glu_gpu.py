@@ -105,6 +105,14 @@ def test_vmap_of_the_gradients_folds_the_products(rng, m):
     check_ragged_glu_entry_grads(rng, m, 256, 192, 2e-2)
 
 
+@pytest.mark.parametrize("m", [600, 200])
+def test_grad_of_the_sum_over_entries_is_one_weight_gradient(rng, m):
+    """jax.grad of the sum over the vmapped entries sharing the experts: one weight gradient
+    over every entry's rows (gated_product's dw_summed: at 200 rows placed expert by expert),
+    against the entries' float64 gradients summed."""
+    check_ragged_glu_entry_grads(rng, m, 256, 192, 2e-2, summed=True)
+
+
 _GRAPH_CHILD = r"""
 import jax, jax.numpy as jnp, numpy as np, sys
 sys.path.insert(0, {tests!r})

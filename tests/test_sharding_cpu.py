@@ -40,7 +40,7 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "sequence_split_grad", "explicit_grad_types", "fp8_block_few_rows_warned",
          "explicit_result_types", "glu_vmap_grad", "ragged_vmap_entries",
          "contract_vmap_entries", "ragged_glu_vmap_grad", "ragged_fp8_vmap_entries",
-         "ragged_vmap_summed_grad"]
+         "ragged_vmap_summed_grad", "ragged_glu_summed_grad"]
 
 
 def _full_spec(x) -> tuple:
@@ -1295,6 +1295,43 @@ def _cases():
             for g, v in zip(got, want):
                 assert rel_frob(g, to64(v)) < 2e-2, (axis_type, rel_frob(g, to64(v)))
 
+    def ragged_glu_summed_grad():
+        # jax.grad of the sum over vmapped hopper_ragged_glu calls sharing the experts, the
+        # entries split over one mesh axis and F over the other: the weights' gradient is one
+        # contraction of each device's entries into its F columns (gated_product's dw_summed)
+        # and an all-reduce of it over the entries' devices, never the (E, G, K, 2, F) of each
+        # entry; nothing gathered, no loop; as unsharded, on automatic and explicit axes.
+        import warnings
+        from gemm_helpers import count_eqns, program_eqns, rel_frob, to64
+        from jax_hopper import hopper_ragged_glu
+        if n_dev % 2:
+            return "skip: needs an even device count"
+        x, w = _rand(rng, (n_dev, 40, k)), _rand(rng, (groups, k, 2, n)) * 0.1
+        gs = jnp.asarray(rng.integers(-2, 12, (n_dev, groups)), jnp.int32)
+
+        def loss(x, w, s):
+            return jax.vmap(lambda x, s: hopper_ragged_glu(
+                x, w, s, activation="silu", out_dtype=f32) ** 2)(x, s).sum()
+        step = jax.grad(loss, (0, 1))
+        want = jax.jit(step)(x, w, gs)
+        for axis_type in (jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto):
+            grid = jax.make_mesh((2, n_dev // 2), ("data", "model"), axis_types=(axis_type,) * 2)
+            with jax.set_mesh(grid), warnings.catch_warnings():
+                warnings.simplefilter("error")  # no operand gathered (warned)
+                args = [jax.device_put(a, NamedSharding(grid, P(*spec))) for a, spec in
+                        ((x, ("data",)), (w, (None, None, None, "model")), (gs, ("data",)))]
+                jaxpr = jax.make_jaxpr(step)(*args).jaxpr
+                assert count_eqns(jaxpr, ("scan", "while")) == 0
+                assert [e.outvars[0].aval.shape for e in program_eqns(jaxpr)
+                        if e.primitive.name == "hopper_ragged_contract"] == [
+                            (groups, k, 2 * n)], axis_type
+                got = jax.jit(step)(*args)
+                hlo = jax.jit(step).lower(*args).compile().as_text()
+                assert "all-gather" not in hlo, axis_type
+                assert hlo.count("all-reduce(") + hlo.count("all-reduce-start(") >= 1, axis_type
+            for g, v in zip(got, want):
+                assert rel_frob(g, to64(v)) < 2e-2, (axis_type, rel_frob(g, to64(v)))
+
     def ragged_fp8_vmap_entries():
         # hopper_ragged_fp8_dot with block scales under vmap over entries with their own sizes
         # and lhs scales: one launch of every entry (no loop), the entries split over one mesh
@@ -1349,7 +1386,8 @@ def _cases():
                             explicit_grad_types, fp8_block_few_rows_warned,
                             explicit_result_types, glu_vmap_grad, ragged_vmap_entries,
                             contract_vmap_entries, ragged_glu_vmap_grad,
-                            ragged_fp8_vmap_entries, ragged_vmap_summed_grad]))
+                            ragged_fp8_vmap_entries, ragged_vmap_summed_grad,
+                            ragged_glu_summed_grad]))
 
 
 def main():

@@ -24,11 +24,18 @@ p (gate or up) and g (the experts) are never split; the rows (b, m) and F (n) on
 device's group sizes are cut to its rows (ragged_sharding.shard_sizes), so the grouped product
 and d x stay local under a row split and d w sums its partials, as the dense d w does.
 Operands split any other way are gathered (a warning says which, as the GEMMs' partitioning
-does). custom_partitioning has no batching rule: under vmap against a shared weight each
-product is one launch (_vmappable: dense, the entries merged into the batch, or d w's kernel
-batch, on each device's shards; grouped, the grouped launches' entries, each with its own group
-sizes: ragged_primitive.launch's, ragged_contract.launch's), a mapped weight once per entry;
-inside shard_map each call is the plain local launch.
+does).
+
+Each role is a primitive, gated_role_p (traced_primitive: lowered as its custom_partitioning
+launch), with JVP, transpose and vmap rules, not a custom VJP: custom_partitioning has no
+batching rule, and under jax.grad of a sum over vmapped calls sharing the weight a custom
+VJP's backward runs entry by entry, each entry's weight gradient (E, G, K, 2, F) computed and
+summed after. Under vmap against a shared weight each product is one launch (_batch: dense,
+the entries merged into the batch, or d w's kernel batch, on each device's shards; grouped,
+the grouped launches' entries, each with its own group sizes: ragged_primitive.launch's,
+ragged_contract.launch's), a mapped weight once per entry; the transpose of such a product in
+the shared weight is dw_summed, one sum over every entry's rows (grouped: placed expert by
+expert, ragged_contract.summed_launch). Inside shard_map each call is the plain local launch.
 """
 
 from __future__ import annotations
@@ -41,18 +48,20 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.custom_batching import custom_vmap
 from jax.experimental.custom_partitioning import custom_partitioning
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching
 from jax.sharding import PartitionSpec
 
 from jax_hopper import manual_axes
 from jax_hopper.gemm import primitive, ragged_primitive
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged_contract import launch as contraction
+from jax_hopper.gemm.ragged_contract import summed_launch
 from jax_hopper.gemm.ragged_primitive import entries_operand, per_entry
 from jax_hopper.gemm.ragged_sharding import gathered_operands, no_epilogue, shard_sizes
 from jax_hopper.gemm.sharding import assign_factors, def_partition, spec_of
+from jax_hopper.gemm.traced_primitive import def_traced
 from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape
 
 _F32 = jnp.dtype(jnp.float32)
@@ -61,13 +70,13 @@ _F32 = jnp.dtype(jnp.float32)
 def gated_product(x3, w, alpha: float):
     """alpha * x3 . w as (B, M, 2, F) in x3's dtype, differentiable (to any order: each
     product's gradients are the other two)."""
-    return _differentiable(_DENSE, "product", alpha, x3.dtype)(x3, w)
+    return _role(_DENSE, "product", alpha, x3.dtype, x3, w)
 
 
 def ragged_gated_product(x, w, group_sizes, alpha: float):
     """alpha * x_g . w[g] for the rows of each group g, (M, 2, F) in x's dtype; group_sizes
     (G,) int32 (ragged_tiles.int32_sizes). Differentiable in x and w, to any order."""
-    return _differentiable(_GROUPED, "product", alpha, x.dtype)(x, w, group_sizes)
+    return _role(_GROUPED, "product", alpha, x.dtype, x, w, group_sizes)
 
 
 def rows_contracted(x, y, alpha: float, out_dtype):
@@ -75,7 +84,7 @@ def rows_contracted(x, y, alpha: float, out_dtype):
     hopper_matmul's gradient of a weight the batch shares, the dense d w with one gate (the
     rows merged on each device's shards: a split of M sums partials instead of gathering).
     Differentiable."""
-    return _differentiable(_DENSE, "dw", alpha, out_dtype)(x, y[:, :, None])[:, 0]
+    return _role(_DENSE, "dw", alpha, out_dtype, x, y[:, :, None])[:, 0]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -88,41 +97,119 @@ class _Kind:
     compute: Callable
     grouped: bool
 
+    def __repr__(self):  # in a printed jaxpr's params
+        return self.op
+
 
 # The contracted factors a split of which leaves partial sums (p, contracted in d x, is never
 # split: Shardy takes it as a factor to replicate).
 _REDUCED = {"product": ("k",), "dx": ("n",), "dw": ("b", "m"), "product_entries": ("k",),
-            "dx_entries": ("n",), "dw_entries": ("b", "m")}
+            "dx_entries": ("n",), "dw_entries": ("b", "m"), "dw_summed": ("e", "b", "m")}
 
-# Each product's VJP in the other two, cotangent g: of z = product(x, w), d x = dx(g, w) and
-# d w = dw(x, g); of dx(dz, w) = dz . w^T, d dz = product(g, w) and d w = dw(g, dz); of
-# dw(x, dz) = x^T . dz, d x = dx(dz, g) and d dz = product(x, g). The group sizes go with
-# every product unchanged.
-_VJPS = {
-    "product": lambda x, y, g: ((("dx", x.dtype), (g, y)), (("dw", y.dtype), (x, g))),
-    "dx": lambda x, y, g: ((("product", x.dtype), (g, y)), (("dw", y.dtype), (g, x))),
-    "dw": lambda x, y, g: ((("dx", x.dtype), (y, g)), (("product", y.dtype), (x, g))),
+# Each role is bilinear in (x, y); its transposes, cotangent g: (role, operands) of x's and of
+# y's. Of z = product(x, w), d x = dx(g, w) and d w = dw(x, g); of dx(dz, w) = dz . w^T,
+# d dz = product(g, w) and d w = dw(g, dz); of dw(x, dz) = x^T . dz, d x = dx(dz, g) and
+# d dz = product(x, g). Under vmap against a shared weight the _entries forms transpose into
+# each other, the weight's into dw_summed (every entry's rows in one sum: the gradient of a
+# weight the entries share, never E of them); dw_entries' result is a weight per entry, so
+# its transposes are the per-entry roles, vmapped (a "*" before the role). The group sizes
+# go with every product unchanged.
+_TRANSPOSES = {
+    "product": (lambda y, g: ("dx", (g, y)), lambda x, g: ("dw", (x, g))),
+    "dx": (lambda y, g: ("product", (g, y)), lambda x, g: ("dw", (g, x))),
+    "dw": (lambda y, g: ("dx", (y, g)), lambda x, g: ("product", (x, g))),
+    "product_entries": (lambda y, g: ("dx_entries", (g, y)),
+                        lambda x, g: ("dw_summed", (x, g))),
+    "dx_entries": (lambda y, g: ("product_entries", (g, y)),
+                   lambda x, g: ("dw_summed", (g, x))),
+    "dw_summed": (lambda y, g: ("dx_entries", (y, g)),
+                  lambda x, g: ("product_entries", (x, g))),
+    "dw_entries": (lambda y, g: ("*dx", (y, g)), lambda x, g: ("*product", (x, g))),
 }
 
+gated_role_p = Primitive("hopper_gated_role")
 
-@functools.lru_cache(maxsize=None)
-def _differentiable(kind: _Kind, role: str, alpha: float, out_dtype):
-    """The role's product of (x, y[, group sizes]) in out_dtype, with its VJP (_VJPS)."""
-    f = jax.custom_vjp(_local(kind, role, freeze(dict(alpha=alpha,
-                                                      out_dtype=jnp.dtype(out_dtype)))))
 
-    def fwd(x, y, *sizes):
-        return f(x, y, *sizes), (x, y, sizes, manual_axes.types((x, y, *sizes)))
+def _role(kind: _Kind, role: str, alpha: float, out_dtype, x, y, *sizes):
+    """The role's product of (x, y[, group sizes]) in out_dtype: differentiable (to any
+    order: _TRANSPOSES) and vmappable (_batch)."""
+    return gated_role_p.bind(x, y, *sizes, kind=kind, role=role, params=freeze(dict(
+        alpha=alpha, out_dtype=jnp.dtype(out_dtype))))
 
-    def bwd(saved, g):
-        x, y, sizes, primal_types = saved
-        grads = [_differentiable(kind, other, alpha, dtype)(*args, *sizes)
-                 for (other, dtype), args in _VJPS[role](x, y, g.astype(x.dtype))]
-        grads += [np.zeros(s.shape, jax.dtypes.float0) for s in sizes]
-        return manual_axes.like_primals(tuple(grads), primal_types)
 
-    f.defvjp(fwd, bwd)
-    return f
+def _launch(x, y, *sizes, kind, role, params):
+    return _local(kind, role, params)(x, y, *sizes)
+
+
+def _abstract_eval(x, y, *sizes, kind, role, params):
+    out = kind.factors[role][2]
+    shape = tuple(_extent(kind, role, f, x, y, *sizes) for f in out)
+    return jax.core.ShapedArray(shape, dict(params)["out_dtype"],
+                                sharding=_out_sharding(kind, role, x, y))
+
+
+def _jvp(primals, tangents, *, kind, role, params):
+    x, y, *sizes = primals
+    tx, ty, *_ = tangents
+    bind = functools.partial(gated_role_p.bind, kind=kind, role=role, params=params)
+    out = bind(x, y, *sizes)
+    # y's term first: jax.grad transposes the terms last to first, so x's gradient launches
+    # before y's, as the custom VJP this replaced ran them (the other order took 1.8% longer
+    # on hopper_glu's 4096 x 28672 x 4096 step, H100, 2026-12-06: the two read the same dz).
+    terms = [bind(a, b, *sizes) for a, b in ((x, ty), (tx, y))
+             if not (type(a) is ad.Zero or type(b) is ad.Zero)]
+    if not terms:
+        return out, ad.Zero.from_primal_value(out)
+    return out, functools.reduce(jnp.add, terms)
+
+
+def _transpose(ct, x, y, *sizes, kind, role, params):
+    none = (None,) * len(sizes)
+    if type(ct) is ad.Zero:
+        return (None, None, *none)
+    undefined_x = ad.is_undefined_primal(x)
+    linear, known = (x, y) if undefined_x else (y, x)
+    x_dtype = (x.aval if undefined_x else x).dtype
+    other, args = _TRANSPOSES[role][0 if undefined_x else 1](known, ct.astype(x_dtype))
+    alpha = dict(params)["alpha"]
+    if other.startswith("*"):  # one per entry: the entries lead every operand
+        grad = jax.vmap(lambda a, b, *s: _role(kind, other[1:], alpha, linear.aval.dtype, a, b,
+                                               *s))(*args, *sizes)
+    else:
+        grad = _role(kind, other, alpha, linear.aval.dtype, *args, *sizes)
+    grad = manual_axes.like_aval(grad, linear.aval)
+    return (grad, None, *none) if undefined_x else (None, grad, *none)
+
+
+def _batch(args, dims, *, kind, role, params):
+    """vmap as one launch, as hopper_matmul's vmap folds its entries: against a shared weight
+    (only operands that carry the rows mapped: dense the batch b, grouped m; an unmapped one
+    of them, and unmapped group sizes, repeated), the role's _ENTRIES form, whose factor e
+    keeps the entries apart (dense: until each device's shards merge them, so a split of b is
+    never gathered; grouped: the launches' entries, each its own group sizes); an _ENTRIES form
+    under another vmap joins the outer entries to its own (V E). Else (a mapped weight, or
+    dw_summed, whose entries share one sum) one launch per entry."""
+    in_batched = [d is not None for d in dims]
+    args = [jnp.moveaxis(a, d, 0) if b else a for a, d, b in zip(args, dims, in_batched)]
+    axis_size = next(a.shape[0] for a, b in zip(args, in_batched) if b)
+    bind = functools.partial(gated_role_p.bind, kind=kind, role=role, params=params)
+    x_factors, y_factors, _ = kind.factors[role]
+    entries = role in _ENTRIES.values()
+    rows = "e" if entries else "m" if kind.grouped else "b"
+    carries = (rows in x_factors, rows in y_factors)
+    if (not axis_size  # no entries: per_entry's loop of none
+            or (not entries and (role not in _ENTRIES or _ENTRIES[role] not in kind.factors))
+            or any(m and not c for m, c in zip(in_batched, carries))):
+        return per_entry(bind, in_batched, args), 0
+    repeat = (*carries, *(True for _ in args[2:]))  # the sizes go with the rows
+    if entries:  # an _ENTRIES form's own entries joined by the mapped ones (V E)
+        out = bind(*[entries_operand(a, m, axis_size) if r else a
+                     for a, m, r in zip(args, in_batched, repeat)])
+        return reshape(out, (axis_size, -1, *out.shape[1:])), 0
+    return gated_role_p.bind(*[
+        a if m or not r else jnp.broadcast_to(a, (axis_size, *a.shape))
+        for a, m, r in zip(args, in_batched, repeat)], kind=kind, role=_ENTRIES[role],
+        params=params), 0
 
 
 def _merged(x, shape, sharding=None):
@@ -159,6 +246,10 @@ def _dense(role: str, x, y, sizes, out_dtype, alpha: float, sharding):
         base = "product" if role == "product_entries" else "dx"
         z = _dense(base, _merged(x, (e * b, *x.shape[2:])), y, (), out_dtype, alpha, None)
         return _merged(z, (e, b, *z.shape[1:]), sharding)
+    if role == "dw_summed":  # x (E, B, M, K), dz (E, B, M, 2, F): x^T . dz over (E, B, M)
+        e, b = x.shape[:2]
+        return _dense("dw", _merged(x, (e * b, *x.shape[2:])), _merged(y, (e * b, *y.shape[2:])),
+                      (), out_dtype, alpha, sharding)
     if role == "dw_entries":  # x (E, B, M, K), dz (E, B, M, 2, F): each entry's x^T . dz
         e, b, m, k = x.shape
         gates, f = y.shape[3:]
@@ -194,11 +285,12 @@ def _grouped(role: str, x, y, sizes, out_dtype, alpha: float, sharding):
         z = gemm(_merged(x, (*lead, m, 2 * f)), _merged(y, (groups, k, 2 * f)), False)
         return _merged(z, (*x.shape[:-2], k), sharding)
     # dw: x ([E,] M, K), dz ([E,] M, 2, F): x_g^T . dz_g, the grouped contraction (which has
-    # no alpha: applied to its float32 result)
-    m, k = x.shape[-2:]
+    # no alpha: applied to its float32 result); dw_summed: the entries' sum, their rows
+    # placed expert by expert (ragged_contract.summed_launch)
     f = y.shape[-1]
-    z = contraction(x, _merged(y, (*y.shape[:-2], 2 * f)), gs,
-                    out_dtype=_F32 if alpha != 1.0 else jnp.dtype(out_dtype), config=None)
+    contract = summed_launch if role == "dw_summed" else contraction
+    z = contract(x, _merged(y, (*y.shape[:-2], 2 * f)), gs,
+                 out_dtype=_F32 if alpha != 1.0 else jnp.dtype(out_dtype), config=None)
     z = (alpha * z).astype(out_dtype) if alpha != 1.0 else z
     return _merged(z, (*z.shape[:-1], 2, f), sharding)
 
@@ -212,6 +304,9 @@ _DENSE = _Kind("hopper_glu", {
     "product_entries": (("e", "b", "m", "k"), ("k", "p", "n"), ("e", "b", "m", "p", "n")),
     "dx_entries": (("e", "b", "m", "p", "n"), ("k", "p", "n"), ("e", "b", "m", "k")),
     "dw_entries": (("e", "b", "m", "k"), ("e", "b", "m", "p", "n"), ("e", "k", "p", "n")),
+    # The gradient of a weight the entries share (product_entries' transpose): one sum over
+    # every entry's rows.
+    "dw_summed": (("e", "b", "m", "k"), ("e", "b", "m", "p", "n"), ("k", "p", "n")),
 }, _dense, grouped=False)
 _ENTRIES = {"product": "product_entries", "dx": "dx_entries", "dw": "dw_entries"}
 _GROUPED = _Kind("hopper_ragged_glu", {
@@ -223,20 +318,30 @@ _GROUPED = _Kind("hopper_ragged_glu", {
     "product_entries": (("e", "m", "k"), ("g", "k", "p", "n"), ("e", "m", "p", "n")),
     "dx_entries": (("e", "m", "p", "n"), ("g", "k", "p", "n"), ("e", "m", "k")),
     "dw_entries": (("e", "m", "k"), ("e", "m", "p", "n"), ("e", "g", "k", "p", "n")),
+    "dw_summed": (("e", "m", "k"), ("e", "m", "p", "n"), ("g", "k", "p", "n")),
 }, _grouped, grouped=True)
 
 
-def _extent(kind: _Kind, role: str, factor: str, x, y) -> int:
-    """The size of the role's `factor` (one of x's or y's) in arrays x and y."""
+def _extent(kind: _Kind, role: str, factor: str, x, y, *sizes) -> int:
+    """The size of the role's `factor` in arrays x and y (or the group sizes: the experts g
+    of a d w)."""
     x_factors, y_factors, _ = kind.factors[role]
-    return (x.shape[x_factors.index(factor)] if factor in x_factors
-            else y.shape[y_factors.index(factor)])
+    if factor in x_factors:
+        return x.shape[x_factors.index(factor)]
+    if factor in y_factors:
+        return y.shape[y_factors.index(factor)]
+    return sizes[0].shape[_sizes_factors(kind, role).index(factor)]
+
+
+def _sizes_factors(kind: _Kind, role: str) -> tuple:
+    """The group sizes' factors: (G,), or (E, G) with the entries' rows."""
+    return ("e", "g") if "e" in kind.factors[role][0] else ("g",)
 
 
 def _out_sharding(kind: _Kind, role: str, x, y):
     """Under explicit sharding, the role's result where its partition places it (_assignment,
-    nothing asked of the result); None without."""
-    avals = jax.typeof(x), jax.typeof(y)
+    nothing asked of the result); None without. x, y: arrays or abstract values."""
+    avals = [a if isinstance(a, jax.core.AbstractValue) else jax.typeof(a) for a in (x, y)]
     typed = [a for a in avals if explicitly_sharded(a)]
     if not typed:
         return None
@@ -277,8 +382,7 @@ def _compute(kind: _Kind, role: str, p: dict, x, y, sizes, reduce_over: tuple):
 
 @functools.lru_cache(maxsize=None)
 def _local(kind: _Kind, role: str, params: tuple):
-    """The role's partitioned function of (x, y[, group sizes]), with a vmap rule of one
-    launch per entry."""
+    """The role's partitioned function of (x, y[, group sizes]): gated_role_p's launch."""
     p = dict(params)
     x_factors, y_factors, out_factors = kind.factors[role]
 
@@ -286,8 +390,7 @@ def _local(kind: _Kind, role: str, params: tuple):
     def partitioned(x, y, *sizes):
         return _compute(kind, role, p, x, y, sizes, ())
 
-    # The group sizes' factors: (G,), or (E, G) with the entries.
-    sizes_factors = ("e", "g") if "e" in out_factors else ("g",)
+    sizes_factors = _sizes_factors(kind, role)
 
     def rule(mesh, value_types, result_types):
         del mesh, value_types, result_types
@@ -322,36 +425,11 @@ def _local(kind: _Kind, role: str, params: tuple):
                  *(spec(*(f if f == "e" else None for f in sizes_factors)) for _ in sizes)))
 
     def_partition(partitioned, partition, rule)
-    return _vmappable(kind, role, params, partitioned)
+    return partitioned
 
 
-def _vmappable(kind: _Kind, role: str, params: tuple, partitioned):
-    """partitioned with a vmap rule of one launch, as hopper_matmul's vmap folds its entries:
-    against a shared weight (only operands that carry the rows mapped: dense the batch b,
-    grouped m; an unmapped one of them, and unmapped group sizes, repeated), the role's
-    _ENTRIES form, whose factor e keeps the entries apart (dense: until each device's shards
-    merge them, so a split of b is never gathered; grouped: the launches' entries, each its own
-    group sizes); an _ENTRIES form under another vmap joins the outer entries to its own (V E).
-    Else (a mapped weight) one launch per entry."""
-    x_factors, y_factors, _ = kind.factors[role]
-    entries = role in _ENTRIES.values()
-    rows = "e" if entries else "m" if kind.grouped else "b"
-    carries = (rows in x_factors, rows in y_factors)
-    fn = custom_vmap(partitioned)
-
-    def rule(axis_size, in_batched, *args):
-        if (not axis_size  # no entries: per_entry's loop of none
-                or (not entries and (role not in _ENTRIES or _ENTRIES[role] not in kind.factors))
-                or any(m and not c for m, c in zip(in_batched, carries))):
-            return per_entry(fn, in_batched, args), True
-        repeat = (*carries, *(True for _ in args[2:]))  # the sizes go with the rows
-        if entries:  # an _ENTRIES form's own entries joined by the mapped ones (V E)
-            out = fn(*[entries_operand(a, m, axis_size) if r else a
-                       for a, m, r in zip(args, in_batched, repeat)])
-            return reshape(out, (axis_size, -1, *out.shape[1:])), True
-        return _local(kind, _ENTRIES[role], params)(*[
-            a if m or not r else jnp.broadcast_to(a, (axis_size, *a.shape))
-            for a, m, r in zip(args, in_batched, repeat)]), True
-
-    fn.def_vmap(rule)
-    return fn
+def_traced(gated_role_p, _launch)
+gated_role_p.def_abstract_eval(manual_axes.typed_outputs(_abstract_eval))
+ad.primitive_jvps[gated_role_p] = _jvp
+ad.primitive_transposes[gated_role_p] = _transpose
+batching.primitive_batchers[gated_role_p] = _batch

@@ -8,19 +8,23 @@ expert as batch entry, GatedOps storing only the group's rows). Group sizes as
 hopper_ragged_dot takes them (ragged_tiles.py); rows past every group are the unit of a zero
 product (0, plus beta * residual).
 
-Layers: hopper_ragged_glu checks its arguments -> _glu (custom VJP) ->
+Layers: hopper_ragged_glu checks its arguments -> _glu (custom JVP) ->
 ragged_sharding.partitioned (sharded jit: F split locally, gate and up columns together;
 vmap one launch over every entry) -> ragged_primitive.launch (family "grouped_glu") ->
 hopper_ragged_p.
 
 NOTES:
-- Autodiff, as hopper_glu: the backward needs gate and up, and recomputing them costs the whole
-  forward product again, so under differentiation the forward runs `_unfused`: the grouped
+- Autodiff: the backward needs gate and up, and recomputing them costs the whole forward
+  product again, so under differentiation the forward runs `_unfused` (a custom JVP: its JVP,
+  which jax.grad transposes, and jax.jvp too): the grouped
   product of gate and up in x's dtype, (M, 2, F) (kept for the backward;
   gated_product.ragged_gated_product, whose d x is the grouped kernel and d w the grouped
   contraction, each merging (2, F) on a device's shards, so an F split is never gathered),
   and jnp applies the bias and the unit. The fused kernel serves the forward pass without a
-  gradient (inference).
+  gradient (inference). A JVP rather than hopper_glu's custom VJP: under jax.grad of a sum over
+  vmapped calls sharing the experts the transposes then see the entries' one product, and the
+  weight's gradient is one contraction over every entry's rows (gated_product's dw_summed),
+  not each entry's (E, G, K, 2, F) summed.
 """
 
 from __future__ import annotations
@@ -29,9 +33,8 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
-from jax_hopper import manual_axes
 from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import apply_activation
@@ -84,7 +87,7 @@ def hopper_ragged_glu(x, w, group_sizes, *, activation="silu", bias=None, residu
     return out[0]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+@functools.partial(jax.custom_jvp, nondiff_argnums=(5,))
 def _glu(lhs3, w, gs, bias, res, params):
     return partitioned(params, lhs3, w, gs, bias, res)
 
@@ -102,17 +105,17 @@ def _unfused(lhs3, w, gs, bias, res, params):
     return y.astype(p["out_dtype"])[None]
 
 
-def _fwd(lhs3, w, gs, bias, res, params):
-    out, vjp = jax.vjp(lambda *a: _unfused(a[0], a[1], gs, a[2], a[3], params),
-                       lhs3, w, bias, res)
-    return out, (vjp, gs, manual_axes.types((lhs3, w, bias, res)))
+@functools.partial(_glu.defjvp, symbolic_zeros=True)
+def _jvp(params, primals, tangents):
+    # _unfused's JVP in the operands that have a tangent (jax.grad transposes it: the gated
+    # product's primitives then see vmap's entries, and a weight they share gets one gradient).
+    live = [i for i in (0, 1, 3, 4) if type(tangents[i]) is not SymbolicZero]
 
+    def unit(*operands):
+        args = list(primals)
+        for i, operand in zip(live, operands):
+            args[i] = operand
+        return _unfused(*args, params)
 
-def _bwd(params, saved, dout):
-    del params
-    vjp, gs, primal_types = saved
-    dlhs, dw, dbias, dres = manual_axes.like_primals(vjp(dout), primal_types)
-    return dlhs, dw, np.zeros(gs.shape, jax.dtypes.float0), dbias, dres
-
-
-_glu.defvjp(_fwd, _bwd)
+    out, dout = jax.jvp(unit, [primals[i] for i in live], [tangents[i] for i in live])
+    return out, dout

@@ -1,7 +1,7 @@
 """hopper_ragged_dot's plain product, out = lhs[rows of g] @ rhs[g] with nothing fused (no
 activation, bias or residual; alpha 1), as a primitive of its own: hopper_grouped_product,
 linear in each operand, with JVP, transpose and vmap rules, lowered as the fused path's launch
-(ragged_sharding.partitioned: the same kernel, sharding rule and config).
+(ragged_sharding.partitioned: the same kernel, sharding rule and config; traced_primitive).
 
 Why not the custom VJP that the fused epilogues take (ragged._ragged): under jax.grad of a sum
 over jax.vmap'd calls sharing the experts' weights (a model's step over a vmapped layer), jax
@@ -24,10 +24,8 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax._src import dispatch
-from jax.extend import core as jax_core
 from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
+from jax.interpreters import ad, batching
 
 from jax_hopper import manual_axes
 from jax_hopper.gemm.primitive import explicit_placement, freeze
@@ -35,6 +33,7 @@ from jax_hopper.gemm.ragged_contract import differentiable as contract
 from jax_hopper.gemm.ragged_contract import summed_over_entries
 from jax_hopper.gemm.ragged_primitive import fold_entries, holds_entries, per_entry
 from jax_hopper.gemm.ragged_sharding import no_epilogue, partitioned
+from jax_hopper.gemm.traced_primitive import def_traced
 from jax_hopper.gemm.typed_reshape import reshape
 
 grouped_product_p = Primitive("hopper_grouped_product")
@@ -49,17 +48,6 @@ def product(lhs3, rhs, gs, params: tuple):
 def _launch(lhs3, rhs, gs, *, params):
     """The product as the fused path launches it, with an empty bias and residual."""
     return partitioned(params, lhs3, rhs, gs, *no_epilogue(dict(params)))
-
-
-def inner_jaxprs(eqn):
-    """The jaxprs an equation holds in its parameters and, for this primitive, the launch it
-    lowers to: where a walk over a program's kernel launches (tune.traced_problems, the tests'
-    count_eqns) goes on."""
-    yield from jax_core.jaxprs_in_params(eqn.params)
-    if eqn.primitive is grouped_product_p:
-        structs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
-        launch = functools.partial(_launch, params=eqn.params["params"])
-        yield jax.make_jaxpr(launch)(*structs).jaxpr
 
 
 def _abstract_eval(lhs3, rhs, gs, *, params):
@@ -126,19 +114,8 @@ def _batch(args, dims, *, params):
     return reshape(out, (size, out.shape[0] // size, *out.shape[1:]), warn=False), 0
 
 
-@functools.lru_cache(maxsize=None)
-def _jitted(params: tuple):
-    return jax.jit(functools.partial(_launch, params=params))
-
-
-grouped_product_p.def_impl(lambda *args, params: _jitted(params)(*args))
+def_traced(grouped_product_p, _launch)
 grouped_product_p.def_abstract_eval(manual_axes.typed_outputs(_abstract_eval))
 ad.primitive_jvps[grouped_product_p] = _jvp
 ad.primitive_transposes[grouped_product_p] = _transpose
 batching.primitive_batchers[grouped_product_p] = _batch
-mlir.register_lowering(grouped_product_p, mlir.lower_fun(_launch, multiple_results=False))
-# Its lowering holds custom_partitioning, which needs the devices: jit lowers a program with
-# none of the primitives on this list without them (so a cached executable moves between
-# devices), and custom_partitioning's lowering then fails. jax's own cuDNN wrappers of
-# custom_partitioning register so; the list has no public name (jax 0.10-0.11).
-dispatch.prim_requires_devices_during_lowering.add(grouped_product_p)
