@@ -17,6 +17,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr
 
 import jax_hopper
 from example_loader import load_example
+from gemm_helpers import program_eqns
 
 D, D_FF, HEADS, BATCH, SEQ = 64, 128, 2, 2, 16
 TINY = ["--d-model", str(D), "--d-ff", str(D_FF), "--heads", str(HEADS), "--batch", str(BATCH),
@@ -136,16 +137,11 @@ def test_every_projection_calls_hopper_matmul(example, inputs):
     assert out.shape == x.shape and out.dtype == jnp.bfloat16
 
 
-def _count_primitives(jaxpr, counts=None):
-    """Primitive names in a jaxpr and every jaxpr nested in its equations' parameters."""
-    counts = collections.Counter() if counts is None else counts
-    for eqn in jaxpr.eqns:
-        counts[eqn.primitive.name] += 1
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (tuple, list)) else (value,):
-                if isinstance(sub, (ClosedJaxpr, Jaxpr)):
-                    _count_primitives(getattr(sub, "jaxpr", sub), counts)
-    return counts
+def _count_primitives(jaxpr):
+    """Primitive names in a jaxpr, every jaxpr nested in its equations' parameters, and the
+    launches its traced primitives lower to (gemm_helpers.program_eqns: the gated products
+    of hopper_glu's gradient)."""
+    return collections.Counter(eqn.primitive.name for eqn in program_eqns(jaxpr))
 
 
 def _count_fp8_dots(jaxpr):
