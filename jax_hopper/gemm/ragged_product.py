@@ -20,8 +20,6 @@ rhs shared or one per entry (E, G, ...). params: ragged.py's frozen launch param
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 from jax.extend.core import Primitive
@@ -33,7 +31,7 @@ from jax_hopper.gemm.ragged_contract import differentiable as contract
 from jax_hopper.gemm.ragged_contract import summed_over_entries
 from jax_hopper.gemm.ragged_primitive import fold_entries, holds_entries, per_entry
 from jax_hopper.gemm.ragged_sharding import no_epilogue, partitioned
-from jax_hopper.gemm.traced_primitive import def_traced
+from jax_hopper.gemm.traced_primitive import bilinear_jvp, def_traced
 from jax_hopper.gemm.typed_reshape import reshape
 
 grouped_product_p = Primitive("hopper_grouped_product")
@@ -58,18 +56,6 @@ def _abstract_eval(lhs3, rhs, gs, *, params):
     return jax.core.ShapedArray((lhs3.shape[0], lhs3.shape[1], n), p["out_dtype"],
                                 sharding=explicit_placement(lhs3, rhs, False, p["b_mn_major"],
                                                             "matmul", 1))
-
-
-def _jvp(primals, tangents, *, params):
-    # Bilinear: d out = d lhs @ rhs + lhs @ d rhs (the sizes are integers: no tangent).
-    lhs3, rhs, gs = primals
-    t_lhs, t_rhs, _ = tangents
-    out = product(lhs3, rhs, gs, params)
-    terms = [product(t, r, gs, params) for t, r in ((t_lhs, rhs), (lhs3, t_rhs))
-             if not (type(t) is ad.Zero or type(r) is ad.Zero)]
-    if not terms:
-        return out, ad.Zero.from_primal_value(out)
-    return out, functools.reduce(jnp.add, terms)
 
 
 def _transpose(ct, lhs3, rhs, gs, *, params):
@@ -116,6 +102,7 @@ def _batch(args, dims, *, params):
 
 def_traced(grouped_product_p, _launch)
 grouped_product_p.def_abstract_eval(manual_axes.typed_outputs(_abstract_eval))
-ad.primitive_jvps[grouped_product_p] = _jvp
+ad.primitive_jvps[grouped_product_p] = lambda primals, tangents, params: bilinear_jvp(
+    lambda *a: product(*a, params), primals, tangents)
 ad.primitive_transposes[grouped_product_p] = _transpose
 batching.primitive_batchers[grouped_product_p] = _batch
