@@ -19,9 +19,10 @@ XLA's fp8 dot per tensor, the dequantise-then-bf16 dot per block), the quantizat
 --quantize-cases (RxC:MODE, a bench_quantize.py mode: quantize_fp8 of a bf16 (R, C) array
 against the same in jnp; the rate is GB/s of bench_quantize's traffic, not TFLOP/s), and the
 vmapped products named by --vmap-cases (VxMxNxK: jax.vmap over V entries of (M, K) against one
-shared (K, N) weight, e.g. a decode step per sequence) and the vmapped grouped products named by
---grouped-vmap-cases (ExMxGxKxN: hopper_ragged_dot over E entries, each routing its M rows to
-the G experts they share), with their per-entry gradients (--grouped-vmap-grad-cases) or a
+shared (K, N) weight, e.g. a decode step per sequence; a model's step over them, hopper_matmul's
+or hopper_glu's: --vmap-train-cases, --glu-vmap-train-cases) and the vmapped grouped products
+named by --grouped-vmap-cases (ExMxGxKxN: hopper_ragged_dot over E entries, each routing its M
+rows to the G experts they share), with their per-entry gradients (--grouped-vmap-grad-cases) or a
 model's step over them (--grouped-vmap-train-cases: one gradient of the shared experts; the
 same over hopper_ragged_glu: --grouped-glu-vmap-train-cases).
 Per case base and new are timed interleaved (timing.time_interleaved), then the peer (xla)
@@ -214,6 +215,37 @@ def vmap_case(case, key):
     return (v * m, n, k), timing.rotation(sets, n_calls), variants, jax.vmap(dot32, (0, None))
 
 
+def vmap_train_case(case, key, glu: bool):
+    """(shape, pairs, {variant: step(a, b)}, reference, check) of a model's training step over
+    a vmapped layer sharing its weight (a per-example model vmapped over its batch): jax.grad
+    of the sum over V entries a (V, M, K) of hopper_matmul, or of hopper_glu (N the gate's and
+    up's columns; against swiglu on jnp.dot), against one b (K, N). shape: the products it
+    amounts to (LINEAR_STEP_PRODUCTS; a GLU's step three)."""
+    v, m, n, k = case
+    n_calls, n_sets = timing.call_plan(v * m, n, k)
+    sets = [(a.reshape(v, m, k), b)
+            for a, b in timing.rotating_sets(key, v * m, n, k, n_sets)]
+
+    def layer(unit):
+        return training_step(lambda a, b: jax.vmap(lambda x: unit(x, b))(a))
+
+    def dot(**kw):
+        if glu:
+            return lambda x, b: bench_epilogue.swiglu(jnp.dot(x, b, **kw), None)
+        return lambda x, b: jnp.dot(x, b, **kw)
+
+    def hopper(jh):
+        if glu:
+            return lambda x, b: jh.hopper_glu(x, b.reshape(k, 2, -1))
+        return jh.hopper_matmul
+
+    variants = {"xla": layer(dot()), "base": layer(hopper(jax_hopper_base)),
+                "new": layer(hopper(jax_hopper))}
+    products = 3 if glu else LINEAR_STEP_PRODUCTS
+    return ((products * v * m, n, k), timing.rotation(sets, n_calls), variants,
+            layer(dot(preferred_element_type=jnp.float32)), worst_error)
+
+
 def grouped_vmap_case(case, key):
     """(shape, pairs, {variant: f(a, rhs)}, reference) of jax.vmap over E entries: a is
     (lhs (E, M, K), sizes (E, G)) (uniform routing, each entry its own), rhs the G experts
@@ -357,6 +389,13 @@ def main():
                         help="RxC:MODE quantizations (bench_quantize.py's modes)")
     parser.add_argument("--vmap-cases", nargs="*", type=timing.dims_parser("VxMxNxK"), default=[],
                         help="VxMxNxK: jax.vmap over V (M, K) entries against one (K, N)")
+    parser.add_argument("--vmap-train-cases", nargs="*", type=timing.dims_parser("VxMxNxK"),
+                        default=[], help="a model's training step over a --vmap-cases layer "
+                        "(jax.grad of the sum over the entries: one gradient of the shared b)")
+    parser.add_argument("--glu-vmap-train-cases", nargs="*",
+                        type=timing.dims_parser("VxMxNxK"), default=[],
+                        help="the same over hopper_glu (N: the gate's and up's columns) against "
+                        "swiglu on jnp.dot")
     parser.add_argument("--grouped-vmap-cases", nargs="*", type=timing.dims_parser("ExMxGxKxN"),
                         default=[], help="ExMxGxKxN: jax.vmap of hopper_ragged_dot over E "
                         "entries of M rows, each routed apart to G shared experts (K -> N)")
@@ -408,6 +447,12 @@ def main():
     for i, case in enumerate(args.vmap_cases):
         plans.append((f"vmap_{'x'.join(map(str, case))}",
                       *vmap_case(case, jax.random.fold_in(key, 4000 + i))))
+    for i, case in enumerate(args.vmap_train_cases):
+        plans.append((f"vmap_train_{'x'.join(map(str, case))}",
+                      *vmap_train_case(case, jax.random.fold_in(key, 4500 + i), False), None))
+    for i, case in enumerate(args.glu_vmap_train_cases):
+        plans.append((f"glu_vmap_train_{'x'.join(map(str, case))}",
+                      *vmap_train_case(case, jax.random.fold_in(key, 4700 + i), True), None))
     for i, case in enumerate(args.grouped_vmap_cases):
         plans.append((f"grouped_vmap_{'x'.join(map(str, case))}",
                       *grouped_vmap_case(case, jax.random.fold_in(key, 7000 + i))))

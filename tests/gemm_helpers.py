@@ -364,6 +364,39 @@ def check_ragged_glu_entry_grads(rng, m, k, f, bound, launches=None, summed=Fals
         assert rel_frob(to64(dw), sum(want for _, want in wants)) < bound, "d w"
 
 
+def check_glu_summed_grad(rng, e, m, k, f, bound):
+    """jax.grad of the sum over jax.vmap'd hopper_glu calls (bilinear) sharing w (a
+    per-example model vmapped over its batch): three launches (the gated product, d x, d w), d w
+    one GEMM over every entry's rows shaped as w (gated_product's dw_summed: no (E, K, 2F) of
+    per-entry gradients, no sum after); both gradients within `bound` of float64."""
+    x = random_operand(rng, (e, m, k), "bfloat16")
+    w = (random_operand(rng, (k, 2, f), "bfloat16").astype(jnp.float32) / np.sqrt(k)
+         ).astype(jnp.bfloat16)
+    dy = random_operand(rng, (e, m, f), "float32")
+
+    def loss(x, w):
+        out = jax.vmap(lambda a: jax_hopper.hopper_glu(a, w, activation=None,
+                                                       out_dtype=jnp.float32))(x)
+        return jnp.sum(out * dy)
+
+    step = jax.grad(loss, (0, 1))
+    jaxpr = jax.make_jaxpr(step)(x, w).jaxpr
+    launches = [eqn.outvars[0].aval.shape for eqn in program_eqns(jaxpr)
+                if eqn.primitive.name == "hopper_gemm"]
+    assert len(launches) == 3 and (1, k, 2 * f) in launches, launches
+    assert count_eqns(jaxpr, ("scan", "while")) == 0
+    dx, dw = jax.jit(step)(x, w)
+    x64, w64, d64 = to64(x), to64(w), to64(dy)
+    gate, up = x64 @ w64[:, 0], x64 @ w64[:, 1]
+    dgate, dup = d64 * up, d64 * gate
+    want_dx = dgate @ w64[:, 0].T + dup @ w64[:, 1].T
+    want_dw = np.stack([np.einsum("emk,emf->kf", x64, dgate),
+                        np.einsum("emk,emf->kf", x64, dup)], axis=1)
+    assert dx.shape == x.shape and dw.shape == w.shape
+    assert rel_frob(dx, want_dx) < bound
+    assert rel_frob(dw, want_dw) < bound
+
+
 def check_ragged_glu(rng, m, k, f, group_sizes, *, dtype="bfloat16", out_dtype=None,
                      config=None, bias=False, residual=False, activation="silu", alpha=1.0,
                      beta=1.0):

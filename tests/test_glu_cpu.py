@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import glu_reference64, random_operand, rel_frob
+from gemm_helpers import check_glu_summed_grad, glu_reference64, random_operand, rel_frob
 from jax_hopper import GemmConfig, hopper_glu, tune
 from jax_hopper.gemm import heuristics
 
@@ -114,3 +114,9 @@ def test_decode_rows_take_the_swapped_product(rng):
     cfg = GemmConfig(block_n=128, stages=6)
     assert [p.family for p in tune.problems_of(lambda x, w: hopper_glu(x, w, config=cfg),
                                                small, w)] == ["glu"]
+
+
+def test_grad_of_the_sum_over_vmapped_calls_is_one_weight_gradient(rng):
+    """jax.grad of the sum over vmapped hopper_glu calls sharing w: w's gradient one GEMM over
+    every entry's rows (the reference lowering), against float64."""
+    check_glu_summed_grad(rng, 3, 40, 64, 48, 1e-2)

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (REL_FROB_BOUND, glu_reference64, poisoned_call, random_operand,
-                          rel_frob, to64)
+from gemm_helpers import (REL_FROB_BOUND, check_glu_summed_grad, glu_reference64, poisoned_call,
+                          random_operand, rel_frob, to64)
 from jax_hopper import GemmConfig, _ffi, hopper_glu
 from jax_hopper.kernels import catalog
 
@@ -148,3 +148,10 @@ def test_vmap_over_x_and_over_w(rng):
     over_w = jax.jit(jax.vmap(hopper_glu, in_axes=(None, 0)))(x[0], w)
     ref = np.stack([glu_reference64(x[0], w[i]) for i in range(2)])
     assert rel_frob(over_w, ref) < GLU_BOUND["bfloat16"]
+
+
+@pytest.mark.parametrize("m", [256, 77])
+def test_grad_of_the_sum_over_vmapped_calls_is_one_weight_gradient(rng, m):
+    """jax.grad of the sum over vmapped hopper_glu calls sharing w (a per-example model
+    vmapped over its batch): w's gradient one GEMM over every entry's rows, against float64."""
+    check_glu_summed_grad(rng, 4, m, 512, 384, 2e-2)

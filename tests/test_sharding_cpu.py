@@ -40,7 +40,7 @@ CASES = ["batch", "m", "n", "n_k_major_b", "k_with_epilogue", "batch_and_n_2d", 
          "sequence_split_grad", "explicit_grad_types", "fp8_block_few_rows_warned",
          "explicit_result_types", "glu_vmap_grad", "ragged_vmap_entries",
          "contract_vmap_entries", "ragged_glu_vmap_grad", "ragged_fp8_vmap_entries",
-         "ragged_vmap_summed_grad", "ragged_glu_summed_grad"]
+         "ragged_vmap_summed_grad", "ragged_glu_summed_grad", "glu_summed_grad"]
 
 
 def _full_spec(x) -> tuple:
@@ -1178,6 +1178,42 @@ def _cases():
                 for g, v in zip(got, want):
                     assert rel_frob(g, to64(v)) < 1e-2, (spec, rel_frob(g, to64(v)))
 
+    def glu_summed_grad():
+        # jax.grad of the sum over vmapped hopper_glu calls sharing w (a per-example model
+        # vmapped over its batch), the entries or their rows split over one mesh axis and F
+        # over the other: w's gradient is one GEMM of each device's rows into its F columns
+        # (gated_product's dw_summed) and an all-reduce, never a (K, 2, F) per entry; nothing
+        # gathered, no loop; as unsharded, on automatic and explicit axes.
+        import warnings
+        if n_dev % 2:
+            return "skip: needs an even device count"
+        from gemm_helpers import count_eqns, program_eqns, rel_frob, to64
+        x, w = _rand(rng, (4, 2, 16, k)), _rand(rng, (k, 2, n)) * 0.1
+
+        def loss(x, w):
+            return (jax.vmap(lambda a: hopper_glu(a, w, activation="silu"))(x).astype(f32)
+                    ** 2).sum()
+        step = jax.grad(loss, (0, 1))
+        want = jax.jit(step)(x, w)
+        for axis_type in (jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto):
+            grid = jax.make_mesh((2, n_dev // 2), ("data", "model"), axis_types=(axis_type,) * 2)
+            for spec in (P("data"), P(None, "data")):
+                with jax.set_mesh(grid), warnings.catch_warnings():
+                    warnings.simplefilter("error")  # no operand gathered (warned)
+                    args = (jax.device_put(x, NamedSharding(grid, spec)),
+                            jax.device_put(w, NamedSharding(grid, P(None, None, "model"))))
+                    jaxpr = jax.make_jaxpr(step)(*args).jaxpr
+                    assert count_eqns(jaxpr, ("scan", "while")) == 0, spec
+                    shapes = [e.outvars[0].aval.shape for e in program_eqns(jaxpr)
+                              if e.primitive.name == "hopper_gemm"]
+                    assert len(shapes) == 3 and (1, k, 2 * n) in shapes, (spec, shapes)
+                    got = jax.jit(step)(*args)
+                    hlo = jax.jit(step).lower(*args).compile().as_text()
+                    assert "all-gather" not in hlo, (axis_type, spec)
+                    assert hlo.count("all-reduce(") + hlo.count("all-reduce-start(") >= 1
+                for g, v in zip(got, want):
+                    assert rel_frob(g, to64(v)) < 1e-2, (spec, rel_frob(g, to64(v)))
+
     def ragged_vmap_entries():
         # hopper_ragged_dot under vmap over entries with their own group sizes: one launch of
         # every entry (no loop), the entries split over one mesh axis and the experts'
@@ -1387,7 +1423,7 @@ def _cases():
                             explicit_result_types, glu_vmap_grad, ragged_vmap_entries,
                             contract_vmap_entries, ragged_glu_vmap_grad,
                             ragged_fp8_vmap_entries, ragged_vmap_summed_grad,
-                            ragged_glu_summed_grad]))
+                            ragged_glu_summed_grad, glu_summed_grad]))
 
 
 def main():

@@ -17,11 +17,7 @@ NOTES:
   b with a K-major a, the batch joins the contraction ((batch*M, K)^T @ (batch*M, N), one
   launch, the rows merged on each device's shards: gated_product.rows_contracted); otherwise one float32 partial per batch entry is reduced by a sum (a batch x operand
   float32 buffer).
-- The gated unit (hopper_glu) needs gate and up in the backward pass, which the fused kernel
-  never writes; recomputing them costs the whole forward GEMM again. So under differentiation
-  its forward runs unfused (`unfused`, handed down from hopper_glu: the product through this
-  GEMM, the unit in jnp), whose VJP, product kept, is the backward pass. Evaluation without a
-  gradient still runs the fused kernel.
+- The gated unit (hopper_glu) has its own rule, a custom JVP (glu.py's NOTES).
 """
 
 from __future__ import annotations
@@ -40,28 +36,20 @@ from jax_hopper.gemm.gated_product import rows_contracted
 _F32 = jnp.dtype(jnp.float32)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
-def gemm(a, b, bias, res, params, res_batch, unfused=None):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def gemm(a, b, bias, res, params, res_batch):
     """batching.gemm with a VJP. params: the primitive's, frozen; res_batch: the residual's
-    leading size (0 when there is none), static so that the residual need not be saved;
-    unfused: with gated params, the unit as unfused(a, b, bias, res, params) through this GEMM."""
+    leading size (0 when there is none), static so that the residual need not be saved."""
     del res_batch
-    return batching.gemm(a, b, bias, res, params, unfused)
+    return batching.gemm(a, b, bias, res, params)
 
 
-def _fwd(a, b, bias, res, params, res_batch, unfused):
+def _fwd(a, b, bias, res, params, res_batch):
     primal_types = manual_axes.types((a, b, bias, res))
-    if dict(params)["family"] == "glu":
-        out, vjp = jax.vjp(lambda *args: unfused(*args, params), a, b, bias, res)
-        return out, (vjp, primal_types)
-    return gemm(a, b, bias, res, params, res_batch, unfused), (a, b, bias, primal_types)
+    return gemm(a, b, bias, res, params, res_batch), (a, b, bias, primal_types)
 
 
-def _bwd(params, res_batch, unfused, saved, dy):
-    del unfused
-    if dict(params)["family"] == "glu":
-        vjp, primal_types = saved  # the unfused forward's VJP
-        return manual_axes.like_primals(vjp(dy), primal_types)
+def _bwd(params, res_batch, saved, dy):
     *saved, primal_types = saved
     return manual_axes.like_primals(_grads(params, res_batch, saved, dy), primal_types)
 

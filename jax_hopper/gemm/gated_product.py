@@ -48,6 +48,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
@@ -77,6 +78,23 @@ def ragged_gated_product(x, w, group_sizes, alpha: float):
     """alpha * x_g . w[g] for the rows of each group g, (M, 2, F) in x's dtype; group_sizes
     (G,) int32 (ragged_tiles.int32_sizes). Differentiable in x and w, to any order."""
     return _role(_GROUPED, "product", alpha, x.dtype, x, w, group_sizes)
+
+
+def unit_jvp(unfused, params, primals, tangents):
+    """A gated unit's custom JVP rule (symbolic zeros) through its unfused form: jax.jvp of
+    unfused(*primals, params) in the operands that have a tangent (never the integer group
+    sizes). jax.grad transposes it, so the gated products' primitives see vmap's entries, and a
+    weight they share gets one gradient (dw_summed); the fused kernel stays the primal without
+    a tangent."""
+    live = [i for i, t in enumerate(tangents) if type(t) is not SymbolicZero]
+
+    def unit(*operands):
+        args = list(primals)
+        for i, operand in zip(live, operands):
+            args[i] = operand
+        return unfused(*args, params)
+
+    return jax.jvp(unit, [primals[i] for i in live], [tangents[i] for i in live])
 
 
 def rows_contracted(x, y, alpha: float, out_dtype):

@@ -7,10 +7,11 @@ GatedWeightLoad in cuda/gemm/mainloop/operand_load.cuh, GatedOps in cuda/gemm/ep
 the (M, 2F) product never reaches memory, nor is it read back by a separate elementwise pass.
 
 hopper_glu only checks its arguments (x's leading dimensions become one batch) and enters the
-layers hopper_matmul goes through (jax_hopper/gemm/primitive.py) with family="glu":
-autodiff.gemm (jax.grad) -> batching.gemm (jax.vmap) -> sharding.partitioned (sharded jit) ->
-launch -> hopper_gemm_p. Where the unit's math differs the layers branch on `family`; what they
-need from here is `_unfused`, the same unit through the plain GEMM (gated_product) and jnp.
+layers hopper_matmul goes through (jax_hopper/gemm/primitive.py) with family="glu", but for
+its own rule under jax.grad: _glu (custom JVP) -> batching.gemm (jax.vmap) ->
+sharding.partitioned (sharded jit) -> launch -> hopper_gemm_p. Where the unit's math differs
+the layers branch on `family`; what they need from here is `_unfused`, the same unit through
+the plain GEMM (gated_product) and jnp.
 
 NOTES:
 - Autodiff: the backward pass needs gate and up. Recomputing them costs the whole forward GEMM
@@ -18,7 +19,11 @@ NOTES:
   in x's dtype (as the same layer written in jnp does) as (B, M, 2, F) (gated_product.py: under
   a split of F it merges (2, F) into the GEMM's 2F columns only on each device's shards, where a
   reshape of the global w would gather it), which the backward keeps, and jnp applies the unit.
-  The fused kernel serves evaluation without a gradient (inference, the forward pass).
+  The fused kernel serves evaluation without a gradient (inference, the forward pass). A
+  custom JVP (gated_product.unit_jvp; jax.jvp works too), not hopper_matmul's custom VJP:
+  under jax.grad of a sum over vmapped calls sharing w (a per-example model vmapped over its
+  batch) the transposes see the entries' one product, and w's gradient is one GEMM over every
+  entry's rows (gated_product's dw_summed), not each entry's (K, 2, F) summed.
 - vmap: a vmapped x joins the kernel's batch; a vmapped weight or bias runs `_unfused` per entry.
 - Sharding: w's F axis carries one factor for both halves, so a split of F gives every device
   matching gate and up columns; a split of K sums partial products (psum, in
@@ -30,14 +35,16 @@ NOTES:
 
 from __future__ import annotations
 
+import functools
 import math
 
+import jax
 import jax.numpy as jnp
 
-from jax_hopper.gemm import api, autodiff
+from jax_hopper.gemm import api, batching
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import activation_code, apply_activation
-from jax_hopper.gemm.gated_product import gated_product
+from jax_hopper.gemm.gated_product import gated_product, unit_jvp
 from jax_hopper.gemm.pitch import tma_unaddressable
 from jax_hopper.gemm.primitive import empty_call, freeze
 from jax_hopper.gemm.typed_reshape import reshape
@@ -100,8 +107,13 @@ def hopper_glu(x, w, *, activation="silu", bias=None, residual=None, alpha=1.0, 
         out = empty_call(batch, rows, 2 * f, bias2, res3, out_dtype=out_dtype, activation=code,
                          alpha=alpha, beta=beta, family="glu")  # nothing to launch
     else:
-        out = autodiff.gemm(x3, w, bias2, res3, params, res3.shape[0], _unfused)
+        out = _glu(x3, w, bias2, res3, params)
     return reshape(out, (*lead, f))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(4,))
+def _glu(x3, w, bias, res, params):
+    return batching.gemm(x3, w, bias, res, params, _unfused)
 
 
 def _unfused(x3, w, bias, res, params):
@@ -115,3 +127,6 @@ def _unfused(x3, w, bias, res, params):
     if res.size:
         y = y + p["beta"] * res.astype(_F32)
     return y.astype(p["out_dtype"])
+
+
+_glu.defjvp(functools.partial(unit_jvp, _unfused), symbolic_zeros=True)

@@ -15,16 +15,16 @@ hopper_ragged_p.
 
 NOTES:
 - Autodiff: the backward needs gate and up, and recomputing them costs the whole forward
-  product again, so under differentiation the forward runs `_unfused` (a custom JVP: its JVP,
-  which jax.grad transposes, and jax.jvp too): the grouped
-  product of gate and up in x's dtype, (M, 2, F) (kept for the backward;
-  gated_product.ragged_gated_product, whose d x is the grouped kernel and d w the grouped
-  contraction, each merging (2, F) on a device's shards, so an F split is never gathered),
-  and jnp applies the bias and the unit. The fused kernel serves the forward pass without a
-  gradient (inference). A JVP rather than hopper_glu's custom VJP: under jax.grad of a sum over
-  vmapped calls sharing the experts the transposes then see the entries' one product, and the
-  weight's gradient is one contraction over every entry's rows (gated_product's dw_summed),
-  not each entry's (E, G, K, 2, F) summed.
+  product again, so under differentiation the forward runs `_unfused`: the grouped product of
+  gate and up in x's dtype, (M, 2, F) (kept for the backward; gated_product.
+  ragged_gated_product, whose d x is the grouped kernel and d w the grouped contraction, each
+  merging (2, F) on a device's shards, so an F split is never gathered), and jnp applies the
+  bias and the unit. The fused kernel serves the forward pass without a gradient (inference).
+  The rule is a custom JVP through `_unfused` (gated_product.unit_jvp, as hopper_glu's; jax.jvp
+  works too), not a custom VJP: under jax.grad of a sum over vmapped calls sharing the experts
+  the transposes then see the entries' one product, and the weight's gradient is one
+  contraction over every entry's rows (gated_product's dw_summed), not each entry's
+  (E, G, K, 2, F) summed.
 """
 
 from __future__ import annotations
@@ -33,12 +33,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.custom_derivatives import SymbolicZero
 
 from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import apply_activation
-from jax_hopper.gemm.gated_product import ragged_gated_product
+from jax_hopper.gemm.gated_product import ragged_gated_product, unit_jvp
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged import check_group_sizes, residual3
 from jax_hopper.gemm.ragged_primitive import epilogue, per_row
@@ -105,17 +104,4 @@ def _unfused(lhs3, w, gs, bias, res, params):
     return y.astype(p["out_dtype"])[None]
 
 
-@functools.partial(_glu.defjvp, symbolic_zeros=True)
-def _jvp(params, primals, tangents):
-    # _unfused's JVP in the operands that have a tangent (jax.grad transposes it: the gated
-    # product's primitives then see vmap's entries, and a weight they share gets one gradient).
-    live = [i for i in (0, 1, 3, 4) if type(tangents[i]) is not SymbolicZero]
-
-    def unit(*operands):
-        args = list(primals)
-        for i, operand in zip(live, operands):
-            args[i] = operand
-        return _unfused(*args, params)
-
-    out, dout = jax.jvp(unit, [primals[i] for i in live], [tangents[i] for i in live])
-    return out, dout
+_glu.defjvp(functools.partial(unit_jvp, _unfused), symbolic_zeros=True)
