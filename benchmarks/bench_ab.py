@@ -6,14 +6,14 @@
 Cases: every shape of bench_gemm.py (bf16 hopper_matmul, default config; or --shapes), every
 case of bench_epilogue.py (the fused call; or --epilogue-cases), the gated units named by
 --glu-cases (hopper_glu of a bf16 (M, K) and a (K, N) weight, N its gate's and up's columns,
-against swiglu on jnp.dot), the bench_grouped.py cases
-named by --grouped-cases (hopper_ragged_dot against jax.lax.ragged_dot, uniform routing), the
-training steps (the gradients in x and w) of hopper_glu named by --glu-grad-cases and of
-hopper_ragged_glu on the bench_grouped cases named by --grouped-glu-grad-cases (against the
-same units in jnp and jax.lax.ragged_dot; rated as their three products; a linear unit's
-step as two, LINEAR_STEP_PRODUCTS), the
-same on e4m3 copies named by --grouped-fp8-cases (hopper_ragged_fp8_dot per tensor against
-jax.lax.ragged_dot on the same fp8 operands), the fp8 shapes named by --fp8-cases
+against swiglu on jnp.dot), hopper_matmul's training steps named by --grad-cases (MxNxK), the
+bench_grouped.py cases named by --grouped-cases (hopper_ragged_dot against jax.lax.ragged_dot,
+uniform routing), the training steps (the gradients in x and w) of hopper_glu named by
+--glu-grad-cases and of hopper_ragged_glu on the bench_grouped cases named by
+--grouped-glu-grad-cases (against the same units in jnp and jax.lax.ragged_dot; rated as their
+three products; a linear unit's step as two, LINEAR_STEP_PRODUCTS), the same on e4m3 copies
+named by --grouped-fp8-cases (hopper_ragged_fp8_dot per tensor against jax.lax.ragged_dot on
+the same fp8 operands), the fp8 shapes named by --fp8-cases
 (hopper_fp8_matmul with --fp8-scaling's scales, default config, against bench_fp8.py's peer:
 XLA's fp8 dot per tensor, the dequantise-then-bf16 dot per block), the quantizations named by
 --quantize-cases (RxC:MODE, a bench_quantize.py mode: quantize_fp8 of a bf16 (R, C) array
@@ -125,6 +125,28 @@ def training_step(unit):
     return jax.grad(lambda a, b: jnp.sum(unit(a, b).astype(jnp.float32)), (0, 1))
 
 
+# A linear unit's training step of sum(unit(a, b)) is two products (d lhs, d rhs): the sum's
+# cotangent does not depend on the forward's output, so jit drops the forward (a GLU's step
+# needs its forward: three). Rated as three, the Mixtral step read 1103 TFLOP/s on the H100,
+# past its 989 peak.
+LINEAR_STEP_PRODUCTS = 2
+
+
+def grad_case(shape, key):
+    """(shape, pairs, {variant: step(a, b)}, reference, check) of hopper_matmul's training step
+    (nothing fused: the plain product's primitive) on a bf16 (M, K) and (K, N), against
+    jnp.dot's; shape is that of the products it amounts to (LINEAR_STEP_PRODUCTS M, N, K)."""
+    m, n, k = shape
+    n_calls, n_sets = timing.call_plan(LINEAR_STEP_PRODUCTS * m, n, k)
+    sets = timing.rotating_sets(key, m, n, k, n_sets)
+    variants = {"xla": training_step(jnp.dot),
+                "base": training_step(jax_hopper_base.hopper_matmul),
+                "new": training_step(jax_hopper.hopper_matmul)}
+    reference = training_step(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
+    return ((LINEAR_STEP_PRODUCTS * m, n, k), timing.rotation(sets, n_calls), variants,
+            reference, worst_error)
+
+
 def glu_grad_case(shape, key):
     """(shape, pairs, {variant: step(a, b)}, reference, check) of hopper_glu's training step
     on a bf16 (M, K) and a (K, N) weight (N: the gate's and up's columns), against swiglu on
@@ -139,13 +161,6 @@ def glu_grad_case(shape, key):
     reference = training_step(lambda a, b: bench_epilogue.swiglu(jnp.dot(
         a, b, preferred_element_type=jnp.float32), None))
     return (3 * m, n, k), timing.rotation(sets, n_calls), variants, reference, worst_error
-
-
-# A linear unit's training step of sum(unit(a, b)) is two products (d lhs, d rhs): the sum's
-# cotangent does not depend on the forward's output, so jit drops the forward (a GLU's step
-# needs its forward: three). Rated as three, the Mixtral step read 1103 TFLOP/s on the H100,
-# past its 989 peak.
-LINEAR_STEP_PRODUCTS = 2
 
 
 def grouped_grad_case(name: str, key):
@@ -370,6 +385,9 @@ def main():
     parser.add_argument("--glu-cases", nargs="*", type=bench_gemm.parse_shape, default=[],
                         help="MxNxK of hopper_glu products (N: the gate's and up's columns "
                              "together), against swiglu on jnp.dot")
+    parser.add_argument("--grad-cases", nargs="*", type=bench_gemm.parse_shape, default=[],
+                        help="MxNxK: hopper_matmul's training step (the gradients in a and b) "
+                        "against jnp.dot's")
     parser.add_argument("--glu-grad-cases", nargs="*", type=bench_gemm.parse_shape, default=[],
                         help="MxNxK of hopper_glu training steps (the gradients in x and w)")
     parser.add_argument("--grouped-cases", nargs="*", default=[],
@@ -435,6 +453,9 @@ def main():
         plans.append((f"fp8_{args.fp8_scaling}_{bench_gemm.shape_name(shape)}",
                       *fp8_case(shape, args.fp8_scaling, jax.random.fold_in(key, 2000 + i))))
     # A training step: its check (worst_error) among the plan, rated in TFLOP/s (no bytes).
+    for i, shape in enumerate(args.grad_cases):
+        plans.append((f"grad_{bench_gemm.shape_name(shape)}",
+                      *grad_case(shape, jax.random.fold_in(key, 5500 + i)), None))
     for i, shape in enumerate(args.glu_grad_cases):
         plans.append((f"glu_grad_{bench_gemm.shape_name(shape)}",
                       *glu_grad_case(shape, jax.random.fold_in(key, 5000 + i)), None))

@@ -364,34 +364,43 @@ def check_ragged_glu_entry_grads(rng, m, k, f, bound, launches=None, summed=Fals
         assert rel_frob(to64(dw), sum(want for _, want in wants)) < bound, "d w"
 
 
-def check_glu_summed_grad(rng, e, m, k, f, bound):
-    """jax.grad of the sum over jax.vmap'd hopper_glu calls (bilinear) sharing w (a
-    per-example model vmapped over its batch): three launches (the gated product, d x, d w), d w
-    one GEMM over every entry's rows shaped as w (gated_product's dw_summed: no (E, K, 2F) of
-    per-entry gradients, no sum after); both gradients within `bound` of float64."""
+def check_summed_weight_grad(rng, e, m, k, n, bound, *, glu=False, transpose_b=False):
+    """jax.grad of the sum over jax.vmap'd calls sharing the weight (a per-example model
+    vmapped over its batch): hopper_matmul's plain product (w (K, N), or (N, K) with
+    transpose_b), or hopper_glu (bilinear; w (K, 2, N / 2)). Three launches (the product, d x,
+    d w), d w one GEMM over every entry's rows shaped as w (dense_product's and gated_product's
+    transposes: no per-entry gradients summed after); both gradients within `bound` of float64."""
     x = random_operand(rng, (e, m, k), "bfloat16")
-    w = (random_operand(rng, (k, 2, f), "bfloat16").astype(jnp.float32) / np.sqrt(k)
+    shape = (k, 2, n // 2) if glu else (n, k) if transpose_b else (k, n)
+    w = (random_operand(rng, shape, "bfloat16").astype(jnp.float32) / np.sqrt(k)
          ).astype(jnp.bfloat16)
-    dy = random_operand(rng, (e, m, f), "float32")
+    dy = random_operand(rng, (e, m, n // 2 if glu else n), "float32")
 
-    def loss(x, w):
-        out = jax.vmap(lambda a: jax_hopper.hopper_glu(a, w, activation=None,
-                                                       out_dtype=jnp.float32))(x)
-        return jnp.sum(out * dy)
+    def unit(a, w):
+        if glu:
+            return jax_hopper.hopper_glu(a, w, activation=None, out_dtype=jnp.float32)
+        return jax_hopper.hopper_matmul(a, w, transpose_b=transpose_b, out_dtype=jnp.float32)
 
-    step = jax.grad(loss, (0, 1))
+    step = jax.grad(lambda x, w: jnp.sum(jax.vmap(lambda a: unit(a, w))(x) * dy), (0, 1))
     jaxpr = jax.make_jaxpr(step)(x, w).jaxpr
     launches = [eqn.outvars[0].aval.shape for eqn in program_eqns(jaxpr)
                 if eqn.primitive.name == "hopper_gemm"]
-    assert len(launches) == 3 and (1, k, 2 * f) in launches, launches
+    stored = (1, n, k) if transpose_b else (1, k, n)
+    assert len(launches) == 3 and stored in launches, launches
     assert count_eqns(jaxpr, ("scan", "while")) == 0
     dx, dw = jax.jit(step)(x, w)
     x64, w64, d64 = to64(x), to64(w), to64(dy)
-    gate, up = x64 @ w64[:, 0], x64 @ w64[:, 1]
-    dgate, dup = d64 * up, d64 * gate
-    want_dx = dgate @ w64[:, 0].T + dup @ w64[:, 1].T
-    want_dw = np.stack([np.einsum("emk,emf->kf", x64, dgate),
-                        np.einsum("emk,emf->kf", x64, dup)], axis=1)
+    if glu:
+        gate, up = x64 @ w64[:, 0], x64 @ w64[:, 1]
+        dgate, dup = d64 * up, d64 * gate
+        want_dx = dgate @ w64[:, 0].T + dup @ w64[:, 1].T
+        want_dw = np.stack([np.einsum("emk,emf->kf", x64, dgate),
+                            np.einsum("emk,emf->kf", x64, dup)], axis=1)
+    else:
+        w_kn = w64.T if transpose_b else w64
+        want_dx = d64 @ w_kn.T
+        want_dw = np.einsum("emk,emn->kn", x64, d64)
+        want_dw = want_dw.T if transpose_b else want_dw
     assert dx.shape == x.shape and dw.shape == w.shape
     assert rel_frob(dx, want_dx) < bound
     assert rel_frob(dw, want_dw) < bound

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (REL_FROB_BOUND, check_glu_summed_grad, glu_reference64, poisoned_call,
-                          random_operand, rel_frob, to64)
+from gemm_helpers import (REL_FROB_BOUND, check_summed_weight_grad, glu_reference64,
+                          poisoned_call, random_operand, rel_frob, to64)
 from jax_hopper import GemmConfig, _ffi, hopper_glu
 from jax_hopper.kernels import catalog
 
@@ -154,4 +154,4 @@ def test_vmap_over_x_and_over_w(rng):
 def test_grad_of_the_sum_over_vmapped_calls_is_one_weight_gradient(rng, m):
     """jax.grad of the sum over vmapped hopper_glu calls sharing w (a per-example model
     vmapped over its batch): w's gradient one GEMM over every entry's rows, against float64."""
-    check_glu_summed_grad(rng, 4, m, 512, 384, 2e-2)
+    check_summed_weight_grad(rng, 4, m, 512, 768, 2e-2, glu=True)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from gemm_helpers import (REL_FROB_BOUND, count_eqns, random_operand, reference64, rel_frob,
-                          run_in_command_buffer, to64)
+from gemm_helpers import (REL_FROB_BOUND, check_summed_weight_grad, count_eqns, random_operand,
+                          reference64, rel_frob, run_in_command_buffer, to64)
 from jax_hopper import _ffi, hopper_glu, hopper_matmul
 
 ON_GPU = pytest.param("gpu", marks=pytest.mark.gpu)
@@ -152,6 +152,17 @@ def test_grad_of_batched_call_against_shared_weight_under_vmap(rng, platform):
     for g, ref in zip(got, want):
         assert g.shape == ref.shape
         assert rel_frob(g, to64(ref)) < GRAD_BOUND
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_grad_of_the_sum_over_vmapped_calls_is_one_weight_gradient(rng, platform, transpose_b):
+    """jax.grad of the sum over vmapped plain hopper_matmul calls sharing the weight (a
+    per-example model vmapped over its batch): the weight's gradient one GEMM over every
+    entry's rows, in its stored layout (dense_product's transpose), not a (K, N) per entry
+    summed; against float64."""
+    with jax.default_device(_device(platform)):
+        check_summed_weight_grad(rng, 3, 40, 64, 48, 1e-2, transpose_b=transpose_b)
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)

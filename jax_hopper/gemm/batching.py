@@ -17,6 +17,9 @@ entry is one product of V tokens, not V products of one.
 A vmapped bias, or a vmapped residual with a and b unmapped, splits the epilogue off: the kernel
 computes alpha*A.B in float32 (once, when a and b are unmapped) and jnp applies the epilogue.
 Nested vmaps apply the rule once per level, each merging into the batch the level below made.
+The merges are typed reshapes (typed_reshape.reshape): under explicit sharding a split of the
+call's own batch below the mapped axis cannot stay split in the merged batch and is gathered,
+with a warning (it had raised jax's ShardingTypeError).
 The gated unit (hopper_glu) has one (K, 2, F) weight for the whole kernel batch: a vmapped x (and
 residual) joins the batch; a vmapped weight or bias, or a vmapped residual with x unmapped, runs
 the op's unfused form (`unfused`, handed down from hopper_glu) per entry.
@@ -32,6 +35,7 @@ from jax.custom_batching import custom_vmap
 
 from jax_hopper.gemm import sharding
 from jax_hopper.gemm.primitive import apply_epilogue, freeze, problem_shape
+from jax_hopper.gemm.typed_reshape import reshape
 
 
 def gemm(a, b, bias, res, params: tuple, unfused=None):
@@ -49,14 +53,14 @@ def _vmappable(params, unfused):
 
 def as_4d(x, batched):
     """(V or 1, batch, r, c): the vmapped axis is already first when x is batched."""
-    return x if batched else x.reshape(1, *x.shape)
+    return x if batched else reshape(x, (1, *x.shape))
 
 
 def merge(x4, v, b):
     """(1, 1, r, c) stays shared as (1, r, c); anything else becomes (v*b, r, c)."""
     if x4.shape[:2] == (1, 1):
-        return x4.reshape(x4.shape[1:])
-    return jnp.broadcast_to(x4, (v, b, *x4.shape[2:])).reshape(v * b, *x4.shape[2:])
+        return reshape(x4, x4.shape[1:])
+    return reshape(jnp.broadcast_to(x4, (v, b, *x4.shape[2:])), (v * b, *x4.shape[2:]))
 
 
 def _split_epilogue(params, in_batched, args):
@@ -79,6 +83,16 @@ def _rule(params, unfused, v, in_batched, a, b, bias, res):
     ma, mb, mbias, mres = in_batched
     if mbias or (mres and not ma and not mb):
         return _split_epilogue(params, in_batched, (a, b, bias, res)), True
+    return fold_call(params, v, in_batched, a, b, bias, res, gemm), True
+
+
+def fold_call(params, v, in_batched, a, b, bias, res, launch):
+    """(V, batch, M, N): a GEMM's operands under vmap (V mapped entries, the `in_batched`
+    ones leading with them; bias and residual as the kernel takes them) as one call of
+    launch(a, b, bias, res, params) over the batch they merge into (the module docstring).
+    launch: this module's gemm, or a primitive's bind (dense_product's vmap rule)."""
+    p = dict(params)
+    ma, mb, _, mres = in_batched
     a4, b4 = as_4d(a, ma), as_4d(b, mb)
     batch, m, n, _ = problem_shape(a4.shape[1:], b4.shape[1:], p["a_mn_major"], p["b_mn_major"])
     r4 = as_4d(res, mres) if res.size else None
@@ -89,30 +103,31 @@ def _rule(params, unfused, v, in_batched, a, b, bias, res):
     fold = copies and not p["a_mn_major"] and batch > 1
     if fold and b4.shape[1] == 1:
         # b is shared along the batch: the kernel batch is V and a folds the batch.
-        return _folded(a4, b4, bias, r4, r3, batch, m, n, params), True
+        return _folded(a4, b4, bias, r4, r3, batch, m, n, params, launch)
     if fold and a4.shape[:2] == (v, 1) and b4.shape[:2] == (1, batch):
         # a varies along V only, b along the batch only: the kernel batch is the batch and a
         # folds V. custom_vmap wants V first: that costs one copy of the output.
         r4 = None if r4 is None else jnp.swapaxes(r4, 0, 1)
-        return jnp.swapaxes(_folded(a4, b4, bias, r4, r3, v, m, n, params), 0, 1), True
+        return jnp.swapaxes(_folded(a4, b4, bias, r4, r3, v, m, n, params, launch), 0, 1)
 
     if r4 is not None:
         r3 = merge(r4, v, batch)
-    out = gemm(merge(a4, v, batch), merge(b4, v, batch), bias, r3, params)
-    return out.reshape(v, batch, m, n), True
+    out = launch(merge(a4, v, batch), merge(b4, v, batch), bias, r3, params)
+    return reshape(out, (v, batch, m, n))
 
 
-def _folded(a4, b4, bias, r4, r3, inner, m, n, params):
+def _folded(a4, b4, bias, r4, r3, inner, m, n, params, launch):
     """(outer, inner, M, N): a K-major, its `inner` axis folded into its rows by a reshape; b's
     varying axis (`outer`) is the kernel batch; r4 is (outer or 1, inner or 1, M, N). a4 is
     (outer or 1, inner, M, K), or (inner, 1, M, K) where a varies along V only (its unit axis
     moves for free); the sizes are spelled out, as a -1 cannot be resolved in an empty array."""
     if r4 is not None:
-        r3 = jnp.broadcast_to(r4, (r4.shape[0], inner, m, n)).reshape(r4.shape[0], inner * m, n)
+        r3 = reshape(jnp.broadcast_to(r4, (r4.shape[0], inner, m, n)),
+                     (r4.shape[0], inner * m, n))
     a_outer = a4.shape[0] if a4.shape[1] == inner else 1
-    out = gemm(a4.reshape(a_outer, inner * m, a4.shape[3]),
-               b4.reshape(b4.shape[0] * b4.shape[1], *b4.shape[2:]), bias, r3, params)
-    return out.reshape(out.shape[0], inner, m, n)
+    out = launch(reshape(a4, (a_outer, inner * m, a4.shape[3])),
+                 reshape(b4, (b4.shape[0] * b4.shape[1], *b4.shape[2:])), bias, r3, params)
+    return reshape(out, (out.shape[0], inner, m, n))
 
 
 def _gated(params, unfused, v, in_batched, x, w, bias, res):
