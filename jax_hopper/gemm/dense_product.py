@@ -22,8 +22,6 @@ parameters (family "matmul", no activation, beta 1).
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 from jax.extend.core import Primitive
@@ -34,7 +32,7 @@ from jax_hopper.gemm import batching, sharding
 from jax_hopper.gemm.gated_product import rows_contracted
 from jax_hopper.gemm.primitive import explicit_placement, freeze, problem_shape
 from jax_hopper.gemm.ragged_sharding import no_epilogue
-from jax_hopper.gemm.traced_primitive import def_traced
+from jax_hopper.gemm.traced_primitive import bilinear_jvp, def_traced
 
 _F32 = jnp.dtype(jnp.float32)
 
@@ -119,19 +117,6 @@ def _abstract_eval(a3, b3, *, params):
         a3, b3, p["a_mn_major"], p["b_mn_major"], "matmul", batch))
 
 
-def _jvp(primals, tangents, *, params):
-    # Bilinear: d out = d a @ b + a @ d b. b's term first: jax.grad transposes the terms last
-    # to first, so d a launches before d b, as the custom VJP ran them.
-    a3, b3 = primals
-    ta, tb = tangents
-    out = product(a3, b3, params)
-    terms = [product(x, y, params) for x, y in ((a3, tb), (ta, b3))
-             if not (type(x) is ad.Zero or type(y) is ad.Zero)]
-    if not terms:
-        return out, ad.Zero.from_primal_value(out)
-    return out, functools.reduce(jnp.add, terms)
-
-
 def _transpose(ct, a3, b3, *, params):
     """The cotangent of whichever operand is the linear one (an ad.UndefinedPrimal)."""
     if type(ct) is ad.Zero:
@@ -160,6 +145,7 @@ def _batch(args, dims, *, params):
 
 def_traced(dense_product_p, _launch)
 dense_product_p.def_abstract_eval(manual_axes.typed_outputs(_abstract_eval))
-ad.primitive_jvps[dense_product_p] = _jvp
+ad.primitive_jvps[dense_product_p] = lambda primals, tangents, params: bilinear_jvp(
+    lambda a, b: product(a, b, params), primals, tangents)
 ad.primitive_transposes[dense_product_p] = _transpose
 jax_batching.primitive_batchers[dense_product_p] = _batch
