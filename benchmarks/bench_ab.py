@@ -132,19 +132,44 @@ def training_step(unit):
 LINEAR_STEP_PRODUCTS = 2
 
 
-def grad_case(shape, key):
+# A fused activation's step needs z (recomputed from a and b): three products.
+FUSED_STEP_PRODUCTS = 3
+
+
+def bias_gelu_units(key, n):
+    """{variant: unit(a, b)} of a bias + tanh-GELU linear layer: hopper_matmul's fused
+    epilogue (its custom JVP) in this tree and the base, jnp.dot's in XLA, and the float32
+    reference; one random bias (N,)."""
+    bias = jax.random.normal(key, (n,), jnp.float32).astype(jnp.bfloat16)
+
+    def hopper(jh):
+        return lambda a, b: jh.hopper_matmul(a, b, bias=bias, activation="gelu_tanh")
+
+    variants = {"xla": lambda a, b: bench_epilogue.gelu_bias(jnp.dot(a, b), bias),
+                "base": hopper(jax_hopper_base), "new": hopper(jax_hopper)}
+    reference = lambda a, b: bench_epilogue.gelu_bias(  # noqa: E731
+        jnp.dot(a, b, preferred_element_type=jnp.float32), bias.astype(jnp.float32))
+    return variants, reference
+
+
+def grad_case(shape, key, fused: bool = False):
     """(shape, pairs, {variant: step(a, b)}, reference, check) of hopper_matmul's training step
-    (nothing fused: the plain product's primitive) on a bf16 (M, K) and (K, N), against
-    jnp.dot's; shape is that of the products it amounts to (LINEAR_STEP_PRODUCTS M, N, K)."""
+    on a bf16 (M, K) and (K, N), against jnp.dot's: nothing fused (the plain product's
+    primitive), or with fused a bias and tanh-GELU (bias_gelu_units); shape is that of the
+    products it amounts to (LINEAR_STEP_PRODUCTS or FUSED_STEP_PRODUCTS M, N, K)."""
     m, n, k = shape
-    n_calls, n_sets = timing.call_plan(LINEAR_STEP_PRODUCTS * m, n, k)
+    products = FUSED_STEP_PRODUCTS if fused else LINEAR_STEP_PRODUCTS
+    n_calls, n_sets = timing.call_plan(products * m, n, k)
     sets = timing.rotating_sets(key, m, n, k, n_sets)
-    variants = {"xla": training_step(jnp.dot),
-                "base": training_step(jax_hopper_base.hopper_matmul),
-                "new": training_step(jax_hopper.hopper_matmul)}
-    reference = training_step(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
-    return ((LINEAR_STEP_PRODUCTS * m, n, k), timing.rotation(sets, n_calls), variants,
-            reference, worst_error)
+    if fused:
+        units, reference = bias_gelu_units(jax.random.fold_in(key, 1), n)
+    else:
+        units = {"xla": jnp.dot, "base": jax_hopper_base.hopper_matmul,
+                 "new": jax_hopper.hopper_matmul}
+        reference = lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32)  # noqa: E731
+    return ((products * m, n, k), timing.rotation(sets, n_calls),
+            {v: training_step(u) for v, u in units.items()}, training_step(reference),
+            worst_error)
 
 
 def glu_grad_case(shape, key):
@@ -230,12 +255,13 @@ def vmap_case(case, key):
     return (v * m, n, k), timing.rotation(sets, n_calls), variants, jax.vmap(dot32, (0, None))
 
 
-def vmap_train_case(case, key, glu: bool):
+def vmap_train_case(case, key, unit: str):
     """(shape, pairs, {variant: step(a, b)}, reference, check) of a model's training step over
     a vmapped layer sharing its weight (a per-example model vmapped over its batch): jax.grad
-    of the sum over V entries a (V, M, K) of hopper_matmul, or of hopper_glu (N the gate's and
-    up's columns; against swiglu on jnp.dot), against one b (K, N). shape: the products it
-    amounts to (LINEAR_STEP_PRODUCTS; a GLU's step three)."""
+    of the sum over V entries a (V, M, K) of unit "matmul" (hopper_matmul's plain product),
+    "fused" (bias_gelu_units) or "glu" (hopper_glu, N the gate's and up's columns; against
+    swiglu on jnp.dot), against one b (K, N). shape: the products it amounts to
+    (LINEAR_STEP_PRODUCTS, FUSED_STEP_PRODUCTS, a GLU's step three)."""
     v, m, n, k = case
     n_calls, n_sets = timing.call_plan(v * m, n, k)
     sets = [(a.reshape(v, m, k), b)
@@ -244,21 +270,22 @@ def vmap_train_case(case, key, glu: bool):
     def layer(unit):
         return training_step(lambda a, b: jax.vmap(lambda x: unit(x, b))(a))
 
-    def dot(**kw):
-        if glu:
-            return lambda x, b: bench_epilogue.swiglu(jnp.dot(x, b, **kw), None)
-        return lambda x, b: jnp.dot(x, b, **kw)
-
-    def hopper(jh):
-        if glu:
+    if unit == "fused":
+        units, reference = bias_gelu_units(jax.random.fold_in(key, 1), n)
+    elif unit == "glu":
+        def glu(jh):
             return lambda x, b: jh.hopper_glu(x, b.reshape(k, 2, -1))
-        return jh.hopper_matmul
-
-    variants = {"xla": layer(dot()), "base": layer(hopper(jax_hopper_base)),
-                "new": layer(hopper(jax_hopper))}
-    products = 3 if glu else LINEAR_STEP_PRODUCTS
-    return ((products * v * m, n, k), timing.rotation(sets, n_calls), variants,
-            layer(dot(preferred_element_type=jnp.float32)), worst_error)
+        units = {"xla": lambda x, b: bench_epilogue.swiglu(jnp.dot(x, b), None),
+                 "base": glu(jax_hopper_base), "new": glu(jax_hopper)}
+        reference = lambda x, b: bench_epilogue.swiglu(  # noqa: E731
+            jnp.dot(x, b, preferred_element_type=jnp.float32), None)
+    else:
+        units = {"xla": jnp.dot, "base": jax_hopper_base.hopper_matmul,
+                 "new": jax_hopper.hopper_matmul}
+        reference = lambda x, b: jnp.dot(x, b, preferred_element_type=jnp.float32)  # noqa: E731
+    products = {"matmul": LINEAR_STEP_PRODUCTS, "fused": FUSED_STEP_PRODUCTS, "glu": 3}[unit]
+    return ((products * v * m, n, k), timing.rotation(sets, n_calls),
+            {name: layer(u) for name, u in units.items()}, layer(reference), worst_error)
 
 
 def grouped_vmap_case(case, key):
@@ -390,6 +417,9 @@ def main():
                         "against jnp.dot's")
     parser.add_argument("--glu-grad-cases", nargs="*", type=bench_gemm.parse_shape, default=[],
                         help="MxNxK of hopper_glu training steps (the gradients in x and w)")
+    parser.add_argument("--fused-grad-cases", nargs="*", type=bench_gemm.parse_shape,
+                        default=[], help="MxNxK: training steps of hopper_matmul with a bias "
+                        "and tanh-GELU fused, against the same on jnp.dot")
     parser.add_argument("--grouped-cases", nargs="*", default=[],
                         choices=list(bench_grouped.CASES))
     parser.add_argument("--grouped-grad-cases", nargs="*", default=[],
@@ -410,6 +440,9 @@ def main():
     parser.add_argument("--vmap-train-cases", nargs="*", type=timing.dims_parser("VxMxNxK"),
                         default=[], help="a model's training step over a --vmap-cases layer "
                         "(jax.grad of the sum over the entries: one gradient of the shared b)")
+    parser.add_argument("--fused-vmap-train-cases", nargs="*",
+                        type=timing.dims_parser("VxMxNxK"), default=[],
+                        help="the same over hopper_matmul with a bias and tanh-GELU fused")
     parser.add_argument("--glu-vmap-train-cases", nargs="*",
                         type=timing.dims_parser("VxMxNxK"), default=[],
                         help="the same over hopper_glu (N: the gate's and up's columns) against "
@@ -456,6 +489,9 @@ def main():
     for i, shape in enumerate(args.grad_cases):
         plans.append((f"grad_{bench_gemm.shape_name(shape)}",
                       *grad_case(shape, jax.random.fold_in(key, 5500 + i)), None))
+    for i, shape in enumerate(args.fused_grad_cases):
+        plans.append((f"fused_grad_{bench_gemm.shape_name(shape)}",
+                      *grad_case(shape, jax.random.fold_in(key, 5700 + i), fused=True), None))
     for i, shape in enumerate(args.glu_grad_cases):
         plans.append((f"glu_grad_{bench_gemm.shape_name(shape)}",
                       *glu_grad_case(shape, jax.random.fold_in(key, 5000 + i)), None))
@@ -470,10 +506,13 @@ def main():
                       *vmap_case(case, jax.random.fold_in(key, 4000 + i))))
     for i, case in enumerate(args.vmap_train_cases):
         plans.append((f"vmap_train_{'x'.join(map(str, case))}",
-                      *vmap_train_case(case, jax.random.fold_in(key, 4500 + i), False), None))
+                      *vmap_train_case(case, jax.random.fold_in(key, 4500 + i), "matmul"), None))
+    for i, case in enumerate(args.fused_vmap_train_cases):
+        plans.append((f"fused_vmap_train_{'x'.join(map(str, case))}",
+                      *vmap_train_case(case, jax.random.fold_in(key, 4600 + i), "fused"), None))
     for i, case in enumerate(args.glu_vmap_train_cases):
         plans.append((f"glu_vmap_train_{'x'.join(map(str, case))}",
-                      *vmap_train_case(case, jax.random.fold_in(key, 4700 + i), True), None))
+                      *vmap_train_case(case, jax.random.fold_in(key, 4700 + i), "glu"), None))
     for i, case in enumerate(args.grouped_vmap_cases):
         plans.append((f"grouped_vmap_{'x'.join(map(str, case))}",
                       *grouped_vmap_case(case, jax.random.fold_in(key, 7000 + i))))

@@ -364,31 +364,42 @@ def check_ragged_glu_entry_grads(rng, m, k, f, bound, launches=None, summed=Fals
         assert rel_frob(to64(dw), sum(want for _, want in wants)) < bound, "d w"
 
 
-def check_summed_weight_grad(rng, e, m, k, n, bound, *, glu=False, transpose_b=False):
+def check_summed_weight_grad(rng, e, m, k, n, bound, *, glu=False, transpose_b=False,
+                             epilogue=False):
     """jax.grad of the sum over jax.vmap'd calls sharing the weight (a per-example model
     vmapped over its batch): hopper_matmul's plain product (w (K, N), or (N, K) with
-    transpose_b), or hopper_glu (bilinear; w (K, 2, N / 2)). Three launches (the product, d x,
-    d w), d w one GEMM over every entry's rows shaped as w (dense_product's and gated_product's
-    transposes: no per-entry gradients summed after); both gradients within `bound` of float64."""
+    transpose_b), with epilogue a fused one (alpha 0.7, bias, exact GELU, a residual shared by
+    the entries with beta 0.5; its custom JVP, autodiff.py), or hopper_glu (bilinear; w (K, 2,
+    N / 2)). The product, d x and d w launched once each (with the activation z once more,
+    recomputed), d w one GEMM over every entry's rows shaped as w (the plain product's and
+    the gated products' transposes: no per-entry gradients summed after); every gradient
+    within `bound` of float64."""
     x = random_operand(rng, (e, m, k), "bfloat16")
     shape = (k, 2, n // 2) if glu else (n, k) if transpose_b else (k, n)
     w = (random_operand(rng, shape, "bfloat16").astype(jnp.float32) / np.sqrt(k)
          ).astype(jnp.bfloat16)
     dy = random_operand(rng, (e, m, n // 2 if glu else n), "float32")
+    bias = random_operand(rng, (n,), "float32")
+    res = random_operand(rng, (m, n), "float32")
 
-    def unit(a, w):
+    def unit(a, w, bias, res):
         if glu:
             return jax_hopper.hopper_glu(a, w, activation=None, out_dtype=jnp.float32)
+        if epilogue:
+            return jax_hopper.hopper_matmul(a, w, transpose_b=transpose_b, bias=bias,
+                                            activation="gelu", residual=res, alpha=0.7,
+                                            beta=0.5, out_dtype=jnp.float32)
         return jax_hopper.hopper_matmul(a, w, transpose_b=transpose_b, out_dtype=jnp.float32)
 
-    step = jax.grad(lambda x, w: jnp.sum(jax.vmap(lambda a: unit(a, w))(x) * dy), (0, 1))
-    jaxpr = jax.make_jaxpr(step)(x, w).jaxpr
+    step = jax.grad(lambda x, w, bias, res: jnp.sum(
+        jax.vmap(lambda a: unit(a, w, bias, res))(x) * dy), (0, 1, 2, 3))
+    jaxpr = jax.make_jaxpr(step)(x, w, bias, res).jaxpr
     launches = [eqn.outvars[0].aval.shape for eqn in program_eqns(jaxpr)
                 if eqn.primitive.name == "hopper_gemm"]
     stored = (1, n, k) if transpose_b else (1, k, n)
-    assert len(launches) == 3 and stored in launches, launches
+    assert len(launches) == (4 if epilogue else 3) and stored in launches, launches
     assert count_eqns(jaxpr, ("scan", "while")) == 0
-    dx, dw = jax.jit(step)(x, w)
+    dx, dw, dbias, dres = jax.jit(step)(x, w, bias, res)
     x64, w64, d64 = to64(x), to64(w), to64(dy)
     if glu:
         gate, up = x64 @ w64[:, 0], x64 @ w64[:, 1]
@@ -398,8 +409,17 @@ def check_summed_weight_grad(rng, e, m, k, n, bound, *, glu=False, transpose_b=F
                             np.einsum("emk,emf->kf", x64, dup)], axis=1)
     else:
         w_kn = w64.T if transpose_b else w64
-        want_dx = d64 @ w_kn.T
-        want_dw = np.einsum("emk,emn->kn", x64, d64)
+        dz, alpha = d64, 1.0
+        if epilogue:  # d gelu(z) / dz = Phi(z) + z phi(z)
+            from scipy.special import erf  # noqa: PLC0415 (as reference64's)
+            alpha = 0.7
+            z = alpha * x64 @ w_kn + to64(bias)
+            dz = d64 * (0.5 * (1 + erf(z / np.sqrt(2)))
+                        + z * np.exp(-z * z / 2) / np.sqrt(2 * np.pi))
+            assert rel_frob(dbias, dz.sum((0, 1))) < bound
+            assert rel_frob(dres, 0.5 * d64.sum(0)) < bound
+        want_dx = alpha * dz @ w_kn.T
+        want_dw = alpha * np.einsum("emk,emn->kn", x64, dz)
         want_dw = want_dw.T if transpose_b else want_dw
     assert dx.shape == x.shape and dw.shape == w.shape
     assert rel_frob(dx, want_dx) < bound

@@ -95,7 +95,7 @@ def hopper_matmul(a, b, *, out_dtype=None, preferred_element_type=None, config=N
         raise ValueError(f"hopper_matmul(strict=True): {reason}; without strict it is copied "
                          "into a padded pitch")
     else:
-        out = autodiff.gemm(a3, b3, bias_arr, res_arr, freeze(params), res_arr.shape[0])
+        out = autodiff.gemm(a3, b3, bias_arr, res_arr, freeze(params))
 
     out = reshape(out, (*batch_shape, m, n))
     if squeeze_m:

@@ -1,26 +1,29 @@
-"""Reverse-mode rule of the GEMM: every gradient product is the same kernel with other flags.
+"""Derivatives of the GEMM: hopper_matmul's plain product is a primitive with its own rules
+(dense_product); a fused epilogue (bias, activation, residual) gets a custom JVP here whose
+tangent is built from that primitive, so jax transposes it into the same backward products.
 
-Forward: z = alpha * op(A) @ op(B) + bias, y = act(z) + beta * residual. With dz = dy * act'(z)
-and dP = alpha * dz:
-    dA = dP @ op(B)^T,  dB = op(A)^T @ dP,  dbias = sum of dz over rows,  dresidual = beta * dy.
-dA is produced in a's stored layout and dB in b's by choosing which operand goes first and its
-transpose flag (dense_product.grad_a/grad_b, the plain product's transposes: hopper_matmul
-without an epilogue is dense_product's primitive, whose vmap and transpose rules give a weight
-shared by vmapped calls one gradient); nothing is transposed in memory. alpha and beta are
-static.
+Forward: z = alpha * op(A) @ op(B) + bias, y = act(z) + beta * residual. The JVP:
+    dz = alpha * (op(A) @ op(dB) + op(dA) @ op(B)) + dbias,  dy = act'(z) * dz + beta * dres.
+jax.grad transposes it: dA = dP @ op(B)^T and dB = op(A)^T @ dP with dP = alpha * act'(z) * dy
+(dense_product.grad_a/grad_b: each gradient in its operand's stored layout, nothing transposed
+in memory), dbias the sum of dP / alpha over rows, dres = beta * dy summed over a batch the
+residual is shared by. alpha and beta are static.
+
+Why a JVP, not a VJP: under jax.grad of a sum over vmapped calls sharing b (a per-example
+model vmapped over its batch) jax batches a custom VJP's backward entry by entry and sums b's
+(K, N) cotangents after; the transposes of the vmapped plain product fold every entry's rows
+into one product, the sum itself (dense_product's docstring). jax.jvp works as well.
 
 NOTES:
-- Activation: the kernel writes only y, so z is recomputed in the backward pass by one more
-  launch (alpha*A@B + bias, float32 out). Saving z instead would force an unfused forward and
-  keep a float32 M x N buffer alive per call until the backward pass; without an activation
-  nothing is recomputed. The backward pass saves nothing beyond its inputs a, b and bias.
-- dz is rounded to the input dtype to feed the kernel (as with XLA's dot on bf16 operands);
-  alpha is applied inside the kernel.
-- An operand shared by the whole batch (batch 1) gets the gradient summed over the batch: for
-  b with a K-major a, the batch joins the contraction ((batch*M, K)^T @ (batch*M, N), one
-  launch, the rows merged on each device's shards: gated_product.rows_contracted); otherwise
-  one float32 partial per batch entry is reduced by a sum (a batch x operand float32 buffer).
-- The gated unit (hopper_glu) has its own rule, a custom JVP (glu.py's NOTES).
+- Activation: the kernel writes only y, so z is recomputed for act'(z) by one more launch
+  (alpha*A@B + bias, float32 out) inside jax.checkpoint: a linearisation saves a, b and bias,
+  never z or act'(z) (a float32 M x N buffer alive per call until the backward pass), and the
+  recompute runs in the backward pass. Without an activation nothing is recomputed.
+- The tangent's products are float32 and the cotangent is rounded to the input dtype to feed
+  the kernel (as with XLA's dot on bf16 operands); alpha is applied inside the kernel.
+- An operand shared by the whole batch (batch 1) gets its gradient summed over the batch
+  (dense_product.grad_a/grad_b; for b with a K-major a one launch over every entry's rows).
+- The gated unit (hopper_glu) has its own rule, a custom JVP through its unfused form (glu.py).
 """
 
 from __future__ import annotations
@@ -29,67 +32,61 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 
-from jax_hopper import manual_axes
 from jax_hopper.gemm import batching, dense_product
-from jax_hopper.gemm.dense_product import operand_grads
 from jax_hopper.gemm.epilogue import apply_activation
-from jax_hopper.gemm.primitive import freeze, problem_shape
+from jax_hopper.gemm.primitive import freeze
 
 _F32 = jnp.dtype(jnp.float32)
 
 
-def gemm(a, b, bias, res, params, res_batch):
+def gemm(a, b, bias, res, params):
     """The kernel path of hopper_matmul, differentiable and vmappable: with nothing fused the
     plain product's primitive (dense_product: its own transpose and vmap rules), else
-    batching.gemm with this module's VJP. params: the primitive's, frozen; res_batch: the
-    residual's leading size (0 when there is none), static so that the residual need not be
-    saved."""
+    batching.gemm with this module's JVP. params: the primitive's, frozen."""
     p = dict(params)
     if not p["activation"] and not bias.size and not res.size:
         return dense_product.product(a, b, params)
-    return _fused(a, b, bias, res, params, res_batch)
+    return _fused(a, b, bias, res, params)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _fused(a, b, bias, res, params, res_batch):
-    del res_batch
+@functools.partial(jax.custom_jvp, nondiff_argnums=(4,))
+def _fused(a, b, bias, res, params):
     return batching.gemm(a, b, bias, res, params)
 
 
-def _fwd(a, b, bias, res, params, res_batch):
-    primal_types = manual_axes.types((a, b, bias, res))
-    return _fused(a, b, bias, res, params, res_batch), (a, b, bias, primal_types)
-
-
-def _bwd(params, res_batch, saved, dy):
-    *saved, primal_types = saved
-    return manual_axes.like_primals(_grads(params, res_batch, saved, dy), primal_types)
-
-
-def _grads(params, res_batch, saved, dy):
-    """(da, db, dbias, dres) of the saved (a, b, bias)."""
+def _fused_jvp(params, primals, tangents):
+    a, b, bias, res = primals
+    da, db, dbias, dres = (None if type(t) is SymbolicZero else t for t in tangents)
     p = dict(params)
-    a, b, bias = saved
-    batch = problem_shape(a.shape, b.shape, p["a_mn_major"], p["b_mn_major"])[0]
-
-    dres = None
-    if res_batch:
-        dres = p["beta"] * dy.astype(_F32)
-        if res_batch == 1 and batch > 1:
-            dres = dres.sum(0, keepdims=True)
-        dres = dres.astype(p["out_dtype"])
-
-    dz = dy.astype(_F32)
-    if p["activation"]:
-        z = gemm(a, b, bias, jnp.zeros((0, 0, 0), _F32),
-                 freeze({**p, "out_dtype": _F32, "activation": 0}), 0)
-        _, act_vjp = jax.vjp(lambda z: apply_activation(z, p["activation"]), z)
-        dz = act_vjp(dz)[0]
-    dbias = dz.sum((0, 1)) if bias.size else jnp.zeros((0,), _F32)
-
-    da, db = operand_grads(a, b, dz, p)
-    return da, db, dbias, dres if res_batch else jnp.zeros((0, 0, 0), p["out_dtype"])
+    out = _fused(a, b, bias, res, params)
+    plain = dense_product.plain_params(p["a_mn_major"], p["b_mn_major"], _F32, p["alpha"])
+    # b's term first: jax.grad transposes the terms last to first, so d a launches before d b
+    # (traced_primitive.bilinear_jvp).
+    terms = [dense_product.product(x, y, plain) for x, y in ((a, db), (da, b))
+             if x is not None and y is not None]
+    if dbias is not None:
+        terms.append(jnp.broadcast_to(dbias, out.shape))
+    dy = functools.reduce(jnp.add, terms) if terms else None
+    if dy is not None and p["activation"]:
+        dy = _through_activation(a, b, bias, dy, params)
+    if dres is not None:
+        dres = p["beta"] * jnp.broadcast_to(dres.astype(_F32), out.shape)
+        dy = dres if dy is None else dy + dres
+    if dy is None:
+        return out, jnp.zeros_like(out)
+    return out, dy.astype(out.dtype)
 
 
-_fused.defvjp(_fwd, _bwd)
+@functools.partial(jax.checkpoint, static_argnums=(4,))
+def _through_activation(a, b, bias, dz, params):
+    """act'(z) * dz with z = alpha * op(a) @ op(b) + bias recomputed (a launch with the bias
+    fused, float32 out): checkpointed, so that a linearisation keeps a, b and bias, not z."""
+    p = dict(params)
+    z = gemm(a, b, bias, jnp.zeros((0, 0, 0), _F32),
+             freeze({**p, "out_dtype": _F32, "activation": 0}))
+    return jax.jvp(lambda z: apply_activation(z, p["activation"]), (z,), (dz,))[1]
+
+
+_fused.defjvp(_fused_jvp, symbolic_zeros=True)
