@@ -1180,45 +1180,53 @@ def _cases():
                     assert rel_frob(g, to64(v)) < 1e-2, (spec, rel_frob(g, to64(v)))
 
     def matmul_summed_grad():
-        # jax.grad of the sum over vmapped plain hopper_matmul calls sharing w, the entries
-        # split over one mesh axis and w's N over the other: w's gradient is one GEMM of each
-        # device's rows into its columns (dense_product's transpose) and an all-reduce, never
-        # a (K, N) per entry; nothing gathered, no loop; as unsharded, on automatic and
-        # explicit axes. A split of each call's own batch (below the mapped axis) merges with
-        # the entries into the kernel's batch and is gathered, as the forward's was (explicit
-        # types: with a warning; it had raised ShardingTypeError), correct either way.
+        # jax.grad of the sum over vmapped hopper_matmul calls sharing w, plain and with a
+        # fused bias and GELU (its custom JVP over the plain product), the entries split over
+        # one mesh axis and w's N over the other: w's gradient is one GEMM of each device's
+        # rows into its columns (dense_product's transpose) and an all-reduce, never a (K, N)
+        # per entry; nothing gathered, no loop; as unsharded, on automatic and explicit axes.
+        # A split of each call's own batch (below the mapped axis) merges with the entries
+        # into the kernel's batch and is gathered, as the forward's was (explicit types: with
+        # a warning; it had raised ShardingTypeError), correct either way.
         import warnings
         if n_dev % 2:
             return "skip: needs an even device count"
         from gemm_helpers import count_eqns, program_eqns, rel_frob, to64
-        x, w = _rand(rng, (4, 2, 16, k)), _rand(rng, (k, n)) * 0.1
+        x, w, bias = _rand(rng, (4, 2, 16, k)), _rand(rng, (k, n)) * 0.1, _rand(rng, (n,))
+        for fused in (False, True):
+            def unit(a, w, bias, fused=fused):
+                if fused:
+                    return hopper_matmul(a, w, bias=bias, activation="gelu")
+                return hopper_matmul(a, w)
 
-        def loss(x, w):
-            return (jax.vmap(lambda a: hopper_matmul(a, w))(x).astype(f32) ** 2).sum()
-        step = jax.grad(loss, (0, 1))
-        want = jax.jit(step)(x, w)
-        for axis_type in (jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto):
-            grid = jax.make_mesh((2, n_dev // 2), ("data", "model"), axis_types=(axis_type,) * 2)
-            for spec in (P("data"), P(None, "data")):
-                minor = spec == P(None, "data")
-                explicit = axis_type == jax.sharding.AxisType.Explicit
-                with jax.set_mesh(grid), warnings.catch_warnings(record=True) as seen:
-                    warnings.simplefilter("always" if minor else "error")
-                    args = (jax.device_put(x, NamedSharding(grid, spec)),
-                            jax.device_put(w, NamedSharding(grid, P(None, "model"))))
-                    jaxpr = jax.make_jaxpr(step)(*args).jaxpr
-                    assert count_eqns(jaxpr, ("scan", "while")) == 0, spec
-                    shapes = [e.outvars[0].aval.shape for e in program_eqns(jaxpr)
-                              if e.primitive.name == "hopper_gemm"]
-                    assert len(shapes) == 3 and (1, k, n) in shapes, (spec, shapes)
-                    got = jax.jit(step)(*args)
-                    hlo = jax.jit(step).lower(*args).compile().as_text()
-                    assert minor or "all-gather" not in hlo, (axis_type, spec)
-                    assert hlo.count("all-reduce(") + hlo.count("all-reduce-start(") >= 1
-                assert not (minor and explicit) or any("gathered" in str(m.message)
-                                                       for m in seen), spec
-                for g, v in zip(got, want):
-                    assert rel_frob(g, to64(v)) < 1e-2, (spec, rel_frob(g, to64(v)))
+            def loss(x, w, bias, unit=unit):
+                return (jax.vmap(lambda a: unit(a, w, bias))(x).astype(f32) ** 2).sum()
+            step = jax.grad(loss, (0, 1, 2))
+            want = jax.jit(step)(x, w, bias)
+            for axis_type in (jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto):
+                grid = jax.make_mesh((2, n_dev // 2), ("data", "model"),
+                                     axis_types=(axis_type,) * 2)
+                for spec in (P("data"), P(None, "data")):
+                    minor = spec == P(None, "data")
+                    explicit = axis_type == jax.sharding.AxisType.Explicit
+                    with jax.set_mesh(grid), warnings.catch_warnings(record=True) as seen:
+                        warnings.simplefilter("always" if minor else "error")
+                        args = (jax.device_put(x, NamedSharding(grid, spec)),
+                                jax.device_put(w, NamedSharding(grid, P(None, "model"))),
+                                jax.device_put(bias, NamedSharding(grid, P("model"))))
+                        jaxpr = jax.make_jaxpr(step)(*args).jaxpr
+                        assert count_eqns(jaxpr, ("scan", "while")) == 0, spec
+                        shapes = [e.outvars[0].aval.shape for e in program_eqns(jaxpr)
+                                  if e.primitive.name == "hopper_gemm"]
+                        assert len(shapes) == 3 + fused and (1, k, n) in shapes, (spec, shapes)
+                        got = jax.jit(step)(*args)
+                        hlo = jax.jit(step).lower(*args).compile().as_text()
+                        assert minor or "all-gather" not in hlo, (fused, axis_type, spec)
+                        assert hlo.count("all-reduce(") + hlo.count("all-reduce-start(") >= 1
+                    assert not (minor and explicit) or any("gathered" in str(m.message)
+                                                           for m in seen), spec
+                    for g, v in zip(got, want):
+                        assert rel_frob(g, to64(v)) < 1e-2, (fused, spec, rel_frob(g, to64(v)))
 
     def glu_summed_grad():
         # jax.grad of the sum over vmapped hopper_glu calls sharing w (a per-example model
