@@ -18,7 +18,10 @@ NOTES:
 - Activation: the kernel writes only y, so z is recomputed for act'(z) by one more launch
   (alpha*A@B + bias, float32 out) inside jax.checkpoint: a linearisation saves a, b and bias,
   never z or act'(z) (a float32 M x N buffer alive per call until the backward pass), and the
-  recompute runs in the backward pass. Without an activation nothing is recomputed.
+  recompute runs in the backward pass. Without an activation nothing is recomputed. No
+  optimization barrier (prevent_cse=False): nothing else computes z for XLA to merge it with,
+  and the barrier kept the cotangent's elementwise passes apart (two more fusions than the
+  custom VJP this replaced).
 - The tangent's products are float32 and the cotangent is rounded to the input dtype to feed
   the kernel (as with XLA's dot on bf16 operands); alpha is applied inside the kernel.
 - An operand shared by the whole batch (batch 1) gets its gradient summed over the batch
@@ -79,7 +82,7 @@ def _fused_jvp(params, primals, tangents):
     return out, dy.astype(out.dtype)
 
 
-@functools.partial(jax.checkpoint, static_argnums=(4,))
+@functools.partial(jax.checkpoint, static_argnums=(4,), prevent_cse=False)
 def _through_activation(a, b, bias, dz, params):
     """act'(z) * dz with z = alpha * op(a) @ op(b) + bias recomputed (a launch with the bias
     fused, float32 out): checkpointed, so that a linearisation keeps a, b and bias, not z."""
