@@ -178,6 +178,32 @@ def test_fused_epilogue_keeps_one_weight_gradient_under_vmap(rng, platform, tran
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
+def test_forward_mode_of_a_fused_epilogue(rng, platform):
+    """jax.jvp of hopper_matmul with a bias, tanh-GELU and a residual fused (its custom JVP,
+    the custom VJP before it had none), every operand with a tangent, against float64:
+    act'(z) * (alpha (t_a @ b + a @ t_b) + t_bias) + beta t_res."""
+    m, k, n = 40, 64, 48
+    a, t_a = (random_operand(rng, (m, k), "bfloat16") for _ in range(2))
+    b, t_b = ((random_operand(rng, (k, n), "float32") / np.sqrt(k)).astype(jnp.bfloat16)
+              for _ in range(2))
+    bias, t_bias = (random_operand(rng, (n,), "float32") for _ in range(2))
+    res, t_res = (random_operand(rng, (m, n), "float32") for _ in range(2))
+    args, tangents = _put(platform, a, b, bias, res), _put(platform, t_a, t_b, t_bias, t_res)
+    with jax.default_device(_device(platform)):
+        _, tangent = jax.jit(lambda *p: jax.jvp(
+            lambda a, b, bias, res: hopper_matmul(
+                a, b, bias=bias, activation="gelu_tanh", residual=res, alpha=0.5, beta=2.0,
+                out_dtype=jnp.float32), p[:4], p[4:]))(*args, *tangents)
+    z = 0.5 * to64(a) @ to64(b) + to64(bias)
+    inner = np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)
+    d_gelu = 0.5 * (1 + np.tanh(inner)) + 0.5 * z * (1 - np.tanh(inner) ** 2) * np.sqrt(
+        2 / np.pi) * (1 + 3 * 0.044715 * z ** 2)
+    dz = 0.5 * (to64(t_a) @ to64(b) + to64(a) @ to64(t_b)) + to64(t_bias)
+    want = d_gelu * dz + 2.0 * to64(t_res)
+    assert rel_frob(tangent, want) < REL_FROB_BOUND["float32"]
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
 def test_glu_gradients_under_vmap_fold_the_entries(rng, platform):
     """vmap(grad) and grad(vmap) of hopper_glu against a shared weight: the gated products
     fold the entries into one launch each (the product and d x into the batch, d w as the

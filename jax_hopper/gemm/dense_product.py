@@ -3,17 +3,18 @@ bias or residual), as a primitive of its own: hopper_dense_product, linear in ea
 with JVP, transpose and vmap rules, lowered as the fused path's launch (sharding.partitioned:
 the same kernel, sharding rule and config; traced_primitive).
 
-Why not the custom VJP that the fused epilogues take (autodiff.gemm): under jax.grad of a sum
-over jax.vmap'd calls sharing b (a per-example model vmapped over its batch), jax batches a
-custom VJP's backward entry by entry and only then sums b's cotangents, so a (K, N) gradient
-per entry is computed and held before the sum. Here vmap folds the entries into the kernel's
-batch first (batching.fold_call, the fused path's own vmap rule), and that product's transpose
-in the shared b is one product over every entry's rows (grad_b: the batch joins the
-contraction), the sum itself. Under vmap of grad each entry's gradient is its own.
+Why a primitive, not a custom VJP: under jax.grad of a sum over jax.vmap'd calls sharing b (a
+per-example model vmapped over its batch), jax batches a custom VJP's backward entry by entry
+and only then sums b's cotangents, so a (K, N) gradient per entry is computed and held before
+the sum. Here vmap folds the entries into the kernel's batch first (batching.fold_call, the
+fused path's own vmap rule), and that product's transpose in the shared b is one product over
+every entry's rows (grad_b: the batch joins the contraction), the sum itself. Under vmap of
+grad each entry's gradient is its own.
 
-The transposes are the fused path's backward products too (autodiff._grads): each gradient in
-its operand's stored layout, chosen by operand order and transpose flags, nothing transposed
-in memory (grad_a, grad_b); a batch-shared operand's gradient summed over the batch.
+The fused epilogues' custom JVP (autodiff.py) builds its tangent from this primitive, so its
+backward products are these transposes too: each gradient in its operand's stored layout,
+chosen by operand order and transpose flags, nothing transposed in memory (grad_a, grad_b); a
+batch-shared operand's gradient summed over the batch.
 
 Operands as sharding.partitioned takes them: a3 (Ba, M, K), or (Ba, K, M) MN-major; b3
 (Bb, N, K), or (Bb, K, N) MN-major; Ba and Bb 1 (shared) or the batch. params: the frozen launch

@@ -20,7 +20,7 @@ NOTES:
   a split of F it merges (2, F) into the GEMM's 2F columns only on each device's shards, where a
   reshape of the global w would gather it), which the backward keeps, and jnp applies the unit.
   The fused kernel serves evaluation without a gradient (inference, the forward pass). A
-  custom JVP (gated_product.unit_jvp; jax.jvp works too), not hopper_matmul's custom VJP:
+  custom JVP (gated_product.unit_jvp; jax.jvp works too), not a custom VJP:
   under jax.grad of a sum over vmapped calls sharing w (a per-example model vmapped over its
   batch) the transposes see the entries' one product, and w's gradient is one GEMM over every
   entry's rows (gated_product's dw_summed), not each entry's (K, 2, F) summed.
