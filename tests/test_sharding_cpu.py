@@ -829,8 +829,9 @@ def _cases():
                                 hopper_ragged_glu)
         per_dev, local_gs = 16, jnp.asarray([5, 11], jnp.int32)
         ops = {
-            "matmul": lambda x, w: hopper_matmul(x, w, bias=jnp.ones((n,), f32), alpha=0.5,
-                                                 activation="gelu"),
+            "matmul": lambda x, w: hopper_matmul(  # its bias from w: summed over devices
+                x, w, bias=w[0].astype(f32), alpha=0.5, activation="gelu", residual=x[:, :n],
+                beta=0.5),
             "glu": lambda x, w: hopper_glu(x, w.reshape(k, 2, n // 2)),
             "ragged_dot": lambda x, w: hopper_ragged_dot(x, jnp.stack([w, -w]), local_gs),
             "ragged_glu": lambda x, w: hopper_ragged_glu(  # its bias from w: summed too
