@@ -152,6 +152,14 @@ def bias_gelu_units(key, n):
     return variants, reference
 
 
+def plain_units():
+    """{variant: unit(a, b)} of the plain product (hopper_matmul here and in the base,
+    jnp.dot in XLA), and the float32 reference."""
+    units = {"xla": jnp.dot, "base": jax_hopper_base.hopper_matmul,
+             "new": jax_hopper.hopper_matmul}
+    return units, lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32)
+
+
 def grad_case(shape, key, fused: bool = False):
     """(shape, pairs, {variant: step(a, b)}, reference, check) of hopper_matmul's training step
     on a bf16 (M, K) and (K, N), against jnp.dot's: nothing fused (the plain product's
@@ -161,12 +169,7 @@ def grad_case(shape, key, fused: bool = False):
     products = FUSED_STEP_PRODUCTS if fused else LINEAR_STEP_PRODUCTS
     n_calls, n_sets = timing.call_plan(products * m, n, k)
     sets = timing.rotating_sets(key, m, n, k, n_sets)
-    if fused:
-        units, reference = bias_gelu_units(jax.random.fold_in(key, 1), n)
-    else:
-        units = {"xla": jnp.dot, "base": jax_hopper_base.hopper_matmul,
-                 "new": jax_hopper.hopper_matmul}
-        reference = lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32)  # noqa: E731
+    units, reference = bias_gelu_units(jax.random.fold_in(key, 1), n) if fused else plain_units()
     return ((products * m, n, k), timing.rotation(sets, n_calls),
             {v: training_step(u) for v, u in units.items()}, training_step(reference),
             worst_error)
@@ -280,9 +283,7 @@ def vmap_train_case(case, key, unit: str):
         reference = lambda x, b: bench_epilogue.swiglu(  # noqa: E731
             jnp.dot(x, b, preferred_element_type=jnp.float32), None)
     else:
-        units = {"xla": jnp.dot, "base": jax_hopper_base.hopper_matmul,
-                 "new": jax_hopper.hopper_matmul}
-        reference = lambda x, b: jnp.dot(x, b, preferred_element_type=jnp.float32)  # noqa: E731
+        units, reference = plain_units()
     products = {"matmul": LINEAR_STEP_PRODUCTS, "fused": FUSED_STEP_PRODUCTS, "glu": 3}[unit]
     return ((products * v * m, n, k), timing.rotation(sets, n_calls),
             {name: layer(u) for name, u in units.items()}, layer(reference), worst_error)

@@ -35,11 +35,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.custom_derivatives import SymbolicZero
 
 from jax_hopper.gemm import batching, dense_product
 from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.primitive import freeze
+from jax_hopper.gemm.traced_primitive import bilinear_tangent, is_zero
 
 _F32 = jnp.dtype(jnp.float32)
 
@@ -61,25 +61,29 @@ def _fused(a, b, bias, res, params):
 
 def _fused_jvp(params, primals, tangents):
     a, b, bias, res = primals
-    da, db, dbias, dres = (None if type(t) is SymbolicZero else t for t in tangents)
+    da, db, dbias, dres = tangents
     p = dict(params)
     out = _fused(a, b, bias, res, params)
     plain = dense_product.plain_params(p["a_mn_major"], p["b_mn_major"], _F32, p["alpha"])
-    # b's term first: jax.grad transposes the terms last to first, so d a launches before d b
-    # (traced_primitive.bilinear_jvp).
-    terms = [dense_product.product(x, y, plain) for x, y in ((a, db), (da, b))
-             if x is not None and y is not None]
-    if dbias is not None:
-        terms.append(jnp.broadcast_to(dbias, out.shape))
-    dy = functools.reduce(jnp.add, terms) if terms else None
-    if dy is not None and p["activation"]:
-        dy = _through_activation(a, b, bias, dy, params)
-    if dres is not None:
-        dres = p["beta"] * jnp.broadcast_to(dres.astype(_F32), out.shape)
-        dy = dres if dy is None else dy + dres
-    if dy is None:
-        return out, jnp.zeros_like(out)
-    return out, dy.astype(out.dtype)
+    dz = bilinear_tangent(lambda x, y: dense_product.product(x, y, plain), a, b, da, db)
+    if not is_zero(dbias):
+        dz = _plus(dz, jnp.broadcast_to(dbias, out.shape))
+    return out, epilogue_tangent(out, dz, p, dres,
+                                 lambda dz: _through_activation(a, b, bias, dz, params))
+
+
+def epilogue_tangent(out, dz, p: dict, dres, through_activation):
+    """d out of act(z) + beta * res, out's dtype, from z's float32 tangent dz (None: zero) and
+    the residual's (a zero per is_zero); through_activation(dz) is act'(z) * dz."""
+    if dz is not None and p["activation"]:
+        dz = through_activation(dz)
+    if not is_zero(dres):
+        dz = _plus(dz, p["beta"] * jnp.broadcast_to(dres.astype(_F32), out.shape))
+    return jnp.zeros_like(out) if dz is None else dz.astype(out.dtype)
+
+
+def _plus(x, y):
+    return y if x is None else x + y
 
 
 @functools.partial(jax.checkpoint, static_argnums=(4,), prevent_cse=False)
