@@ -52,7 +52,8 @@ from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged_contract import differentiable as contract
-from jax_hopper.gemm.ragged_primitive import epilogue, group_sums
+from jax_hopper.gemm.group_rows import group_sums
+from jax_hopper.gemm.ragged_primitive import epilogue
 from jax_hopper.gemm.ragged_product import product
 from jax_hopper.gemm.ragged_sharding import partitioned
 

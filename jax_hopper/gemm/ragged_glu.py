@@ -40,7 +40,8 @@ from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.gated_product import ragged_gated_product, unit_jvp
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.ragged import check_group_sizes, residual3
-from jax_hopper.gemm.ragged_primitive import epilogue, per_row
+from jax_hopper.gemm.group_rows import per_row
+from jax_hopper.gemm.ragged_primitive import epilogue
 from jax_hopper.gemm.ragged_sharding import partitioned
 
 _F32 = jnp.dtype(jnp.float32)

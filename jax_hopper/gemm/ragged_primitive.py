@@ -29,9 +29,9 @@ from jax.sharding import PartitionSpec
 from jax_hopper import _ffi, manual_axes
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.epilogue import apply_activation, apply_gated
+from jax_hopper.gemm.group_rows import per_row
 from jax_hopper.gemm.tuned import grouped_config
 from jax_hopper.gemm.pitch import pitch_granule, pitch_pad
-from jax_hopper.gemm.sharding import mesh_axes, spec_of
 from jax_hopper.gemm.primitive import (_KERNELS, _pad_columns, call_attrs, cuda_reference,
                                        explicit_placement, freeze, gemm_target)
 from jax_hopper.gemm.typed_reshape import explicitly_sharded, reshape, resharded
@@ -136,67 +136,6 @@ def epilogue(x, group_sizes, bias, residual, *, activation, beta, out_dtype, fam
     if residual.size:
         x = x + beta * residual[0].astype(_F32)
     return x.astype(out_dtype)[None]
-
-
-def per_row(values, group_sizes, rows_like):
-    """values (G, ...), one entry per group, taken by each row of rows_like (M, ...) from its
-    group; zeros for the rows past every group. Under explicit sharding the result is typed as
-    rows_like (so that its cotangent comes back split as the rows are). Differentiable in
-    values (group_sums)."""
-    rows = ragged_tiles.row_groups(group_sizes, rows_like.shape[0])
-    if explicitly_sharded(rows_like) or explicitly_sharded(values):
-        # The result typed as rows_like (values are one row per group: resharding moves little).
-        like = spec_of(jax.typeof(rows_like))
-        src = rows_like if explicitly_sharded(rows_like) else values
-        values = resharded(values, PartitionSpec(None, *like[1:]), on=src)
-        rows = resharded(rows, PartitionSpec(like[0]), on=src)
-    return _per_row(values, rows)
-
-
-def group_sums(x, rows, like):
-    """x (M, ...) summed over the rows of each group into `like`'s (G, ...) shape and dtype
-    (rows: each row's group, G for those past every group, which count for none). Under
-    explicit sharding each device sums its own rows and one all-reduce adds the devices'
-    sums (a scatter-add of the split rows would gather them), typed as `like` is."""
-    groups = like.shape[0]
-    if not explicitly_sharded(x):
-        return jax.ops.segment_sum(x, rows, num_segments=groups,
-                                   indices_are_sorted=True).astype(like.dtype)
-    x_spec = spec_of(jax.typeof(x))
-    row_axes = mesh_axes(x_spec[0])
-
-    def local(x, rows):
-        sums = jax.ops.segment_sum(x, rows, num_segments=groups, indices_are_sorted=True)
-        return jax.lax.psum(sums, row_axes) if row_axes else sums
-
-    sums = jax.shard_map(local, mesh=jax.typeof(x).sharding.mesh,
-                         in_specs=(PartitionSpec(*x_spec), PartitionSpec(x_spec[0])),
-                         out_specs=PartitionSpec(None, *x_spec[1:]))(
-        x, resharded(rows, PartitionSpec(x_spec[0]), on=x))
-    return resharded(sums.astype(like.dtype), PartitionSpec(*spec_of(jax.typeof(like))), on=x)
-
-
-@jax.custom_vjp
-def _per_row(values, rows):
-    out_sharding = None
-    if explicitly_sharded(values) or explicitly_sharded(rows):
-        spec = spec_of(jax.typeof(rows))[:1] + spec_of(jax.typeof(values))[1:]
-        src = rows if explicitly_sharded(rows) else values
-        out_sharding = jax.typeof(src).sharding.update(spec=PartitionSpec(*spec))
-    return values.at[rows].get(mode="fill", fill_value=0, out_sharding=out_sharding)
-
-
-def _per_row_fwd(values, rows):
-    return _per_row(values, rows), (values, rows, manual_axes.types((values, rows)))
-
-
-def _per_row_bwd(saved, g):
-    values, rows, primal_types = saved
-    return manual_axes.like_primals(
-        (group_sums(g, rows, values), np.zeros(rows.shape, jax.dtypes.float0)), primal_types)
-
-
-_per_row.defvjp(_per_row_fwd, _per_row_bwd)
 
 
 def launch(lhs, rhs, group_sizes, bias, res, **params):
