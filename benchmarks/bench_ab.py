@@ -191,15 +191,33 @@ def glu_grad_case(shape, key):
     return (3 * m, n, k), timing.rotation(sets, n_calls), variants, reference, worst_error
 
 
-def grouped_grad_case(name: str, key):
+def grouped_grad_case(name: str, key, fused: bool = False):
     """grouped_case's training step: hopper_ragged_dot's gradients in lhs and rhs (uniform
-    routing), against jax.grad of jax.lax.ragged_dot."""
+    routing), against jax.grad of jax.lax.ragged_dot; fused: with a per-expert bias and
+    tanh-GELU fused, against the same in jnp (three products: z again)."""
     (m, n, k), pairs, variants, reference = grouped_case(name, key)
+    if fused:
+        groups = bench_grouped.CASES[name][1]
+        bias = jax.random.normal(jax.random.fold_in(key, 1), (groups, n),
+                                 jnp.float32).astype(jnp.bfloat16)
+
+        def per_row(s, dtype):
+            return jnp.repeat(bias, s, axis=0, total_repeat_length=m).astype(dtype)
+        variants = {
+            "xla": lambda a, r: bench_epilogue.gelu_bias(jax.lax.ragged_dot(a[0], r, a[1]),
+                                                         per_row(a[1], jnp.bfloat16)),
+            **{v: (lambda jh: lambda a, r: jh.hopper_ragged_dot(
+                a[0], r, a[1], bias=bias, activation="gelu_tanh"))(jh)
+               for v, jh in (("base", jax_hopper_base), ("new", jax_hopper))}}
+        reference = lambda a, r: bench_epilogue.gelu_bias(  # noqa: E731
+            jax.lax.ragged_dot(a[0], r, a[1], preferred_element_type=jnp.float32),
+            per_row(a[1], jnp.float32))
 
     def step(unit):  # a is (lhs, sizes): the gradients in lhs and rhs
         return lambda a, r: training_step(lambda x, r: unit((x, a[1]), r))(a[0], r)
 
-    return ((LINEAR_STEP_PRODUCTS * m, n, k), pairs, {v: step(f) for v, f in variants.items()},
+    products = FUSED_STEP_PRODUCTS if fused else LINEAR_STEP_PRODUCTS
+    return ((products * m, n, k), pairs, {v: step(f) for v, f in variants.items()},
             step(reference), worst_error)
 
 
@@ -309,17 +327,20 @@ def grouped_vmap_case(case, key):
         xla(preferred_element_type=jnp.float32)
 
 
-def grouped_vmap_grad_case(case, key, summed: bool = False, glu: bool = False):
+def grouped_vmap_grad_case(case, key, summed: bool = False, unit: str = "plain"):
     """(shape, pairs, {variant: step(a, rhs)}, reference, check) of grouped_vmap_case's
     training step: each entry's gradients in its rows and in the experts (per-entry weight
     gradients, as per-example gradients are), jax.vmap of jax.grad; summed: a model's step
     over the vmapped layer, jax.grad of the sum over the entries (one gradient of the shared
-    experts). glu: hopper_ragged_glu's (N the gate's and up's columns) against swiglu on
-    jax.lax.ragged_dot's. XLA's entries run as lax.map of jax.grad of jax.lax.ragged_dot
-    (summed: jax.grad of the map). shape: the products it amounts to (LINEAR_STEP_PRODUCTS;
-    a GLU's step needs its forward too: three)."""
+    experts). unit "plain" (hopper_ragged_dot), "fused" (with a per-expert bias and tanh-GELU
+    fused, against the same in jnp on jax.lax.ragged_dot) or "glu" (hopper_ragged_glu, N the
+    gate's and up's columns, against swiglu on jax.lax.ragged_dot's). XLA's entries run as
+    lax.map of jax.grad of jax.lax.ragged_dot (summed: jax.grad of the map). shape: the
+    products it amounts to (LINEAR_STEP_PRODUCTS; a GLU's step needs its forward too and a
+    fused activation its z again: three)."""
     e, m, g, k, n = case
     f32 = jnp.float32
+    bias = jax.random.normal(jax.random.fold_in(key, 1), (g, n), f32).astype(jnp.bfloat16)
 
     def step(ragged, vmapped: bool):
         def one(x, s, r):
@@ -338,20 +359,28 @@ def grouped_vmap_grad_case(case, key, summed: bool = False, glu: bool = False):
         return lambda a, r: jax.lax.map(lambda xs: one(xs[0], xs[1], r), a)
 
     def xla(**kw):
-        if glu:
+        if unit == "glu":
             return lambda x, r, s: bench_epilogue.swiglu(jax.lax.ragged_dot(x, r, s, **kw), None)
+        if unit == "fused":  # each row's expert's bias (uniform routing: no row past them)
+            return lambda x, r, s: bench_epilogue.gelu_bias(
+                jax.lax.ragged_dot(x, r, s, **kw),
+                jnp.repeat(bias, s, axis=0, total_repeat_length=m).astype(
+                    kw.get("preferred_element_type", jnp.bfloat16)))
         return lambda x, r, s: jax.lax.ragged_dot(x, r, s, **kw)
 
     def hopper(module):
-        if glu:
+        if unit == "glu":
             return lambda x, r, s: module.hopper_ragged_glu(x, r.reshape(g, k, 2, -1), s)
+        if unit == "fused":
+            return lambda x, r, s: module.hopper_ragged_dot(x, r, s, bias=bias,
+                                                            activation="gelu_tanh")
         return module.hopper_ragged_dot
 
     variants = {"xla": step(xla(), False), "base": step(hopper(jax_hopper_base), True),
                 "new": step(hopper(jax_hopper), True)}
     reference = step(xla(preferred_element_type=f32), False)
     outputs = 2 * (e * m * k + (1 if summed else e) * g * k * n)  # d lhs and d rhs, bf16
-    products = 3 if glu else LINEAR_STEP_PRODUCTS
+    products = LINEAR_STEP_PRODUCTS if unit == "plain" else 3
     return ((products * e * m, n, k), grouped_vmap_pairs(case, key, outputs), variants,
             reference, worst_error)
 
@@ -426,6 +455,10 @@ def main():
     parser.add_argument("--grouped-grad-cases", nargs="*", default=[],
                         choices=list(bench_grouped.CASES),
                         help="bench_grouped cases as hopper_ragged_dot training steps")
+    parser.add_argument("--grouped-fused-grad-cases", nargs="*", default=[],
+                        choices=list(bench_grouped.CASES),
+                        help="bench_grouped cases as training steps of hopper_ragged_dot with "
+                        "a per-expert bias and tanh-GELU fused")
     parser.add_argument("--grouped-glu-grad-cases", nargs="*", default=[],
                         choices=list(bench_grouped.CASES),
                         help="bench_grouped cases as hopper_ragged_glu training steps")
@@ -460,6 +493,10 @@ def main():
                         type=timing.dims_parser("ExMxGxKxN"), default=[],
                         help="the same step over hopper_ragged_glu (N: the gate's and up's "
                         "columns) against swiglu on jax.lax.ragged_dot")
+    parser.add_argument("--grouped-fused-vmap-train-cases", nargs="*",
+                        type=timing.dims_parser("ExMxGxKxN"), default=[],
+                        help="the same step over hopper_ragged_dot with a per-expert bias and "
+                        "tanh-GELU fused, against the same in jnp on jax.lax.ragged_dot")
     parser.add_argument("--grouped-vmap-grad-cases", nargs="*",
                         type=timing.dims_parser("ExMxGxKxN"), default=[],
                         help="the training step of a --grouped-vmap-cases case (jax.vmap of "
@@ -499,6 +536,9 @@ def main():
     for i, name in enumerate(args.grouped_grad_cases):
         plans.append((f"grouped_grad_{name}",
                       *grouped_grad_case(name, jax.random.fold_in(key, 6500 + i)), None))
+    for i, name in enumerate(args.grouped_fused_grad_cases):
+        plans.append((f"grouped_fused_grad_{name}",
+                      *grouped_grad_case(name, jax.random.fold_in(key, 6700 + i), True), None))
     for i, name in enumerate(args.grouped_glu_grad_cases):
         plans.append((f"grouped_glu_grad_{name}",
                       *grouped_glu_grad_case(name, jax.random.fold_in(key, 6000 + i)), None))
@@ -527,7 +567,11 @@ def main():
     for i, case in enumerate(args.grouped_glu_vmap_train_cases):
         plans.append((f"grouped_glu_vmap_train_{'x'.join(map(str, case))}",
                       *grouped_vmap_grad_case(case, jax.random.fold_in(key, 9000 + i), True,
-                                              glu=True), None))
+                                              "glu"), None))
+    for i, case in enumerate(args.grouped_fused_vmap_train_cases):
+        plans.append((f"grouped_fused_vmap_train_{'x'.join(map(str, case))}",
+                      *grouped_vmap_grad_case(case, jax.random.fold_in(key, 9500 + i), True,
+                                              "fused"), None))
     # A plan: (name, shape, pairs, variants, reference[, check, bytes moved]); without the last
     # two, a product checked by its relative Frobenius error and rated in TFLOP/s (bytes None:
     # rated in TFLOP/s too).

@@ -566,44 +566,63 @@ def check_ragged_entries(rng, m, k, n, case, bound, launch=("hopper_ragged_dot",
         assert rel_frob(out[i], want) < bound, f"entry {i}"
 
 
-def check_summed_entries_grad(rng, e, m, k, n, g, transpose_rhs):
+def check_summed_entries_grad(rng, e, m, k, n, g, transpose_rhs, epilogue=False):
     """jax.grad of the sum over jax.vmap'd hopper_ragged_dot calls sharing G experts (E
     entries of M rows, their own sizes, some negative): the weights' gradient one grouped
     contraction shaped as the weights (ragged_contract.summed_over_entries, no (E, G, K, N)),
-    d lhs one launch, no loop; both within the bf16 bound of float64, the rows past every
-    group of an entry getting none."""
+    d lhs one launch, no loop; with epilogue a fused one (alpha 0.7, a per-expert bias, exact
+    GELU, a residual the entries share with beta 0.5; ragged._ragged's JVP: z recomputed by
+    one more launch), the bias's and residual's gradients too; all within the bf16 bound of
+    float64, the rows past every group of an entry getting none (nor any bias)."""
     lhs = random_operand(rng, (e, m, k), "bfloat16")
     rhs = random_operand(rng, (g, n, k) if transpose_rhs else (g, k, n), "bfloat16")
+    rhs = (rhs.astype(jnp.float32) / np.sqrt(k)).astype(jnp.bfloat16)
     sizes = jnp.asarray(rng.integers(-2, max(2 * m // g, 3), (e, g)), jnp.int32)
     dy = random_operand(rng, (e, m, n), "float32")
+    bias, res = random_operand(rng, (g, n), "float32"), random_operand(rng, (m, n), "float32")
+    fused = dict(bias=bias, activation="gelu", residual=res, alpha=0.7, beta=0.5) \
+        if epilogue else {}
 
-    def loss(lhs, rhs):
+    def loss(lhs, rhs, bias, res):
+        kw = dict(fused, bias=bias, residual=res) if epilogue else {}
         out = jax.vmap(lambda x, s: jax_hopper.hopper_ragged_dot(
-            x, rhs, s, transpose_rhs=transpose_rhs, out_dtype=jnp.float32))(lhs, sizes)
+            x, rhs, s, transpose_rhs=transpose_rhs, out_dtype=jnp.float32, **kw))(lhs, sizes)
         return jnp.sum(out * dy)
 
-    step = jax.grad(loss, (0, 1))
-    jaxpr = jax.make_jaxpr(step)(lhs, rhs).jaxpr
+    step = jax.grad(loss, (0, 1, 2, 3))
+    jaxpr = jax.make_jaxpr(step)(lhs, rhs, bias, res).jaxpr
     weight_grads = [eqn.outvars[0].aval.shape for eqn in program_eqns(jaxpr)
                     if eqn.primitive.name == "hopper_ragged_contract"]
     assert len(weight_grads) == 1 and weight_grads[0][0] == g, weight_grads
-    assert count_eqns(jaxpr, ("hopper_ragged_dot",)) == 2  # forward, d lhs
+    # forward, (z again,) d lhs
+    assert count_eqns(jaxpr, ("hopper_ragged_dot",)) == (3 if epilogue else 2)
     assert count_eqns(jaxpr, ("scan", "while")) == 0
-    dlhs, drhs = jax.jit(step)(lhs, rhs)
+    dlhs, drhs, dbias, dres = jax.jit(step)(lhs, rhs, bias, res)
     w64 = to64(rhs).swapaxes(1, 2) if transpose_rhs else to64(rhs)  # (G, K, N)
     want_dlhs, want_drhs = np.zeros((e, m, k)), np.zeros((g, k, n))
+    want_dbias, alpha = np.zeros((g, n)), (0.7 if epilogue else 1.0)
     for i in range(e):
         valid = np.asarray(ragged_tiles.valid_sizes(sizes[i], m))
         ends = np.cumsum(valid)
         for j in range(g):
             rows = slice(ends[j] - valid[j], ends[j])
-            want_dlhs[i, rows] = to64(dy[i, rows]) @ w64[j].T
-            want_drhs[j] += to64(lhs[i, rows]).T @ to64(dy[i, rows])
+            dz = to64(dy[i, rows])
+            if epilogue:  # d gelu(z) / dz = Phi(z) + z phi(z)
+                from scipy.special import erf  # noqa: PLC0415 (as reference64's)
+                z = alpha * to64(lhs[i, rows]) @ w64[j] + to64(bias[j])
+                dz = dz * (0.5 * (1 + erf(z / np.sqrt(2)))
+                           + z * np.exp(-z * z / 2) / np.sqrt(2 * np.pi))
+            want_dlhs[i, rows] = alpha * dz @ w64[j].T
+            want_drhs[j] += alpha * to64(lhs[i, rows]).T @ dz
+            want_dbias[j] += dz.sum(0)
     if transpose_rhs:
         want_drhs = want_drhs.swapaxes(1, 2)
     assert drhs.shape == rhs.shape and dlhs.shape == lhs.shape
     assert rel_frob(dlhs, want_dlhs) < REL_FROB_BOUND["bfloat16"]
     assert rel_frob(drhs, want_drhs) < REL_FROB_BOUND["bfloat16"]
+    if epilogue:
+        assert rel_frob(dbias, want_dbias) < REL_FROB_BOUND["bfloat16"]
+        assert rel_frob(dres, 0.5 * to64(dy).sum(0)) < REL_FROB_BOUND["float32"]
 
 
 def emulate_grouped_kernel(monkeypatch) -> None:

@@ -12,7 +12,8 @@ import pytest
 
 from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged_entries,
                           check_ragged_grads, check_summed_entries_grad, count_eqns,
-                          emulate_grouped_kernel, program_eqns, random_operand, rel_frob, to64)
+                          emulate_grouped_kernel, program_eqns, ragged_reference64, random_operand,
+                          rel_frob, to64)
 from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.heuristics import choose_grouped_config
@@ -424,6 +425,14 @@ def test_grad_of_a_sum_over_entries_sharing_the_experts_is_one_contraction(rng, 
     check_summed_entries_grad(rng, 3, 64, 32, 24, 4, transpose_rhs)
 
 
+@pytest.mark.parametrize("transpose_rhs", [False, True], ids=["gkn", "gnk"])
+def test_grad_of_the_sum_with_a_fused_epilogue_is_one_weight_gradient(rng, transpose_rhs):
+    """The same with a bias, GELU and a shared residual fused (the fused path's custom JVP over
+    the plain product): still one contraction for the weights, d lhs one launch; the bias's
+    and residual's gradients too, against float64."""
+    check_summed_entries_grad(rng, 3, 64, 32, 24, 4, transpose_rhs, epilogue=True)
+
+
 def test_forward_mode_of_the_plain_product(rng):
     """With nothing fused, hopper_ragged_dot has forward-mode derivatives too (jax.jvp: the
     product is linear in each operand), against float64."""
@@ -436,6 +445,32 @@ def test_forward_mode_of_the_plain_product(rng):
     want = np.zeros((m, n))
     for j, rows in enumerate((slice(0, 30), slice(30, 30), slice(30, 80))):
         want[rows] = (to64(t_lhs[rows]) @ to64(rhs[j]) + to64(lhs[rows]) @ to64(t_rhs[j]))
+    assert rel_frob(tangent, want) < REL_FROB_BOUND["float32"]
+
+
+def test_forward_mode_of_a_fused_epilogue(rng):
+    """jax.jvp of hopper_ragged_dot with a per-expert bias, tanh-GELU and a residual fused (its
+    custom JVP), every operand with a tangent, some rows past every group, against the float64
+    reference's central difference."""
+    m, k, n, g = 60, 32, 24, 3
+    lhs, t_lhs = (random_operand(rng, (m, k), "bfloat16") for _ in range(2))
+    rhs, t_rhs = ((random_operand(rng, (g, k, n), "float32") / np.sqrt(k)).astype(jnp.bfloat16)
+                  for _ in range(2))
+    bias, t_bias = (random_operand(rng, (g, n), "float32") for _ in range(2))
+    res, t_res = (random_operand(rng, (m, n), "float32") for _ in range(2))
+    sizes = jnp.asarray([20, 0, 30], jnp.int32)
+    kw = dict(activation="gelu_tanh", alpha=0.5, beta=2.0, out_dtype=jnp.float32)
+    _, tangent = jax.jvp(lambda x, w, b, r: hopper_ragged_dot(x, w, sizes, bias=b, residual=r,
+                                                               **kw),
+                         (lhs, rhs, bias, res), (t_lhs, t_rhs, t_bias, t_res))
+    eps = 1e-4
+    at = [np.asarray(v, np.float64) for v in (lhs, rhs, bias, res)]
+    steps = [eps * np.asarray(t, np.float64) for t in (t_lhs, t_rhs, t_bias, t_res)]
+    kw64 = dict(activation="gelu_tanh", alpha=0.5, beta=2.0)
+    plus, minus = (ragged_reference64(at[0] + s * steps[0], at[1] + s * steps[1], sizes,
+                                      bias=at[2] + s * steps[2], residual=at[3] + s * steps[3],
+                                      **kw64) for s in (1, -1))
+    want = (plus - minus) / (2 * eps)
     assert rel_frob(tangent, want) < REL_FROB_BOUND["float32"]
 
 

@@ -263,6 +263,15 @@ def test_grad_of_a_sum_over_entries_is_one_weight_gradient(rng, m, transpose_rhs
     check_summed_entries_grad(rng, 4, m, 136, 192, 6, transpose_rhs)
 
 
+@pytest.mark.parametrize("transpose_rhs", [False, True], ids=["gkn", "gnk"])
+@pytest.mark.parametrize("m", [700, 200])
+def test_grad_of_a_sum_over_entries_with_a_fused_epilogue(rng, m, transpose_rhs):
+    """The same with a bias, GELU and a shared residual fused (the fused path's custom JVP):
+    still one weight gradient, z recomputed once for every entry; bias and residual gradients
+    against float64 too."""
+    check_summed_entries_grad(rng, 4, m, 136, 192, 6, transpose_rhs, epilogue=True)
+
+
 @pytest.mark.parametrize("m", [700, 200])
 def test_vmap_of_the_gradient_folds_the_products(rng, m):
     """vmap of jax.grad over entries with their own sizes: the forward product, d lhs and d rhs

@@ -1298,30 +1298,34 @@ def _cases():
 
     def ragged_vmap_summed_grad():
         # jax.grad of the sum over vmapped hopper_ragged_dot calls sharing the experts (a
-        # model's step over a vmapped layer), the entries split over the mesh (data
+        # model's step over a vmapped layer), plain and with a per-expert bias and GELU fused
+        # (its custom JVP over the plain product), the entries split over the mesh (data
         # parallelism): the weights' gradient is each device's entries contracted into one
         # (G, K, N) partial and one all-reduce of it (ragged_contract.summed_over_entries),
-        # no all-gather of the entries' rows; as unsharded, on automatic and explicit axes.
+        # the bias's each device's segment sums all-reduced (group_rows.group_sums), no
+        # all-gather of the entries' rows; as unsharded, on automatic and explicit axes.
         from gemm_helpers import rel_frob, to64
-        x, w = _rand(rng, (n_dev, 40, k)), _rand(rng, (groups, k, n))
+        x, w = _rand(rng, (n_dev, 40, k)), _rand(rng, (groups, k, n)) * 0.1
+        bias = _rand(rng, (groups, n))
         gs = jnp.asarray(rng.integers(-2, 12, (n_dev, groups)), jnp.int32)
-
-        def loss(x, w, s):
-            return jax.vmap(lambda x, s: hopper_ragged_dot(x, w, s, out_dtype=f32))(
-                x, s).sum()
-        step = jax.grad(loss, (0, 1))
-        want = jax.jit(step)(x, w, gs)
-        for axis_type in (jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto):
-            grid = jax.make_mesh((n_dev,), ("data",), axis_types=(axis_type,))
-            with jax.set_mesh(grid):
-                args = [jax.device_put(a, NamedSharding(grid, P(*spec))) for a, spec in
-                        ((x, ("data",)), (w, ()), (gs, ("data",)))]
-                got = jax.jit(step)(*args)
-                hlo = jax.jit(step).lower(*args).compile().as_text()
-                assert "all-gather" not in hlo, axis_type
-                assert hlo.count("all-reduce(") + hlo.count("all-reduce-start(") >= 1, axis_type
-            for g, w_ in zip(got, want):
-                assert rel_frob(g, to64(w_)) < 1e-2, axis_type
+        for fused in ({}, {"activation": "gelu"}):
+            def loss(x, w, bias, s, fused=fused):
+                kw = dict(fused, bias=bias) if fused else {}
+                return jax.vmap(lambda x, s: hopper_ragged_dot(x, w, s, out_dtype=f32, **kw))(
+                    x, s).sum()
+            step = jax.grad(loss, (0, 1, 2))
+            want = jax.jit(step)(x, w, bias, gs)
+            for axis_type in (jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto):
+                grid = jax.make_mesh((n_dev,), ("data",), axis_types=(axis_type,))
+                with jax.set_mesh(grid):
+                    args = [jax.device_put(a, NamedSharding(grid, P(*spec))) for a, spec in
+                            ((x, ("data",)), (w, ()), (bias, ()), (gs, ("data",)))]
+                    got = jax.jit(step)(*args)
+                    hlo = jax.jit(step).lower(*args).compile().as_text()
+                    assert "all-gather" not in hlo, (fused, axis_type)
+                    assert hlo.count("all-reduce(") + hlo.count("all-reduce-start(") >= 1
+                for g, w_ in zip(got, want):
+                    assert rel_frob(g, to64(w_)) < 1e-2, (fused, axis_type)
 
     def contract_vmap_entries():
         # hopper_ragged_contract under vmap (the weight gradients of vmap(grad)): one launch

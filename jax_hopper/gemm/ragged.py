@@ -7,7 +7,7 @@ the launch is the same whatever they hold, so calls run in CUDA graphs and lax.s
 sizes count as 0, groups are cut at M, and rows past every group come out as the epilogue of a
 zero product (0 without bias/residual, as jax.lax.ragged_dot gives): ragged_tiles.py.
 
-Layers: hopper_ragged_dot checks its arguments -> _ragged (custom VJP), or with nothing fused
+Layers: hopper_ragged_dot checks its arguments -> _ragged (custom JVP), or with nothing fused
 ragged_product.product (a primitive with JVP, transpose and vmap rules) ->
 ragged_sharding.partitioned (sharded jit: rhs's N split runs locally) ->
 ragged_primitive.launch -> hopper_ragged_p.
@@ -15,12 +15,14 @@ ragged_primitive.launch -> hopper_ragged_p.
 NOTES:
 - Autodiff: d lhs is the same grouped kernel with rhs's layout flag flipped (dP @ rhs[g]^T);
   d rhs[g] = lhs_g^T dP_g, a GEMM whose groups split the contraction, is the grouped
-  contraction kernel (ragged_contract.py). d bias is a segment sum, d residual beta * d out. An
-  activation's pre-activation is recomputed by one more launch (float32 out), as hopper_matmul does.
-  With nothing fused the same two launches are the transposes of ragged_product's primitive,
-  which also gives jax.jvp, and under jax.grad of a sum over vmapped calls sharing the
-  weights one contraction over every entry's rows (the fused path's custom VJP, batched by
-  jax, computes each entry's weight gradient and then sums them).
+  contraction kernel (ragged_contract.py): the transposes of ragged_product's primitive. With
+  nothing fused that primitive is the op; a fused epilogue is a custom JVP whose tangent is
+  built from it (_ragged_jvp), d bias's term from group_rows.per_row (its transpose the segment
+  sum), d residual's beta * d out: so jax.jvp works, and under jax.grad of a sum over vmapped
+  calls sharing the weights their gradient is one contraction over every entry's rows, fused
+  or not (a custom VJP, batched by jax, computed each entry's weight gradient and summed
+  them). An activation's pre-activation is recomputed by one more launch (float32 out) under
+  jax.checkpoint, as hopper_matmul's is (autodiff.py).
 - vmap: one launch over every entry (ragged_primitive.fold_entries, answered above
   custom_partitioning in ragged_sharding): the entries' rows stacked, each entry's groups tiled
   apart in one table (ragged_tiles.entry_sizes, entry_groups), the weights shared or one per
@@ -44,15 +46,13 @@ import logging
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
-from jax_hopper import manual_axes
 from jax_hopper.gemm import api, ragged_tiles
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.primitive import freeze
-from jax_hopper.gemm.ragged_contract import differentiable as contract
-from jax_hopper.gemm.group_rows import group_sums
+from jax_hopper.gemm.group_rows import per_row
 from jax_hopper.gemm.ragged_primitive import epilogue
 from jax_hopper.gemm.ragged_product import product
 from jax_hopper.gemm.ragged_sharding import partitioned
@@ -111,7 +111,7 @@ def hopper_ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None, out
     elif not (act or bias2.size or res3.size or alpha != 1.0):  # nothing fused
         out = product(lhs3, rhs, gs, params)
     else:
-        out = _ragged(lhs3, rhs, gs, bias2, res3, params, res3.size > 0)
+        out = _ragged(lhs3, rhs, gs, bias2, res3, params)
     return out[0]
 
 
@@ -153,53 +153,51 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     return hopper_ragged_dot(lhs, rhs, group_sizes, preferred_element_type=out)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def _ragged(lhs3, rhs, gs, bias, res, params, has_residual):
-    """The (sharded) launch with a VJP. has_residual: static, so the residual need not be
-    saved."""
-    del has_residual
+@functools.partial(jax.custom_jvp, nondiff_argnums=(5,))
+def _ragged(lhs3, rhs, gs, bias, res, params):
+    """The (sharded) launch of the fused path, with a JVP over the plain product."""
     return partitioned(params, lhs3, rhs, gs, bias, res)
 
 
-def _fwd(lhs3, rhs, gs, bias, res, params, has_residual):
-    return (_ragged(lhs3, rhs, gs, bias, res, params, has_residual),
-            (lhs3, rhs, gs, bias, manual_axes.types((lhs3, rhs, gs, bias, res))))
-
-
-def _bwd(params, has_residual, saved, dout):
-    *saved, primal_types = saved
-    return manual_axes.like_primals(_grads(params, has_residual, saved, dout), primal_types)
-
-
-def _grads(params, has_residual, saved, dout):
-    """(d lhs3, d rhs, d gs, d bias, d res) of the saved (lhs3, rhs, gs, bias)."""
-    lhs3, rhs, gs, bias = saved
+def _ragged_jvp(params, primals, tangents):
+    """d out = act'(z) * (alpha (lhs @ d rhs[g] + d lhs @ rhs[g]) + d bias[g]) + beta d res,
+    the products the plain product's primitive (its transposes: d lhs's launch and the grouped
+    contraction, one over every vmapped entry's rows for shared weights), d bias[g] taken per
+    row by group_rows.per_row (its transpose the segment sum)."""
+    lhs3, rhs, gs, bias, res = primals
+    dlhs, drhs, _, dbias, dres = (None if type(t) is SymbolicZero else t for t in tangents)
     p = dict(params)
-    m = lhs3.shape[1]
-    dz = dout.astype(_F32)
-    if p["activation"]:
-        pre = _ragged(lhs3, rhs, gs, bias, jnp.zeros((0, 0, 0), _F32),
-                      freeze({**p, "activation": 0, "beta": 0.0, "out_dtype": _F32}), False)
-        dz = jax.vjp(lambda z: apply_activation(z, p["activation"]), pre)[1](dz)[0]
-    # d out is d P itself when nothing lies between them: no (M, N) copy.
-    plain = not p["activation"] and p["alpha"] == 1.0 and dout.dtype == lhs3.dtype
-    dp = dout if plain else (p["alpha"] * dz).astype(lhs3.dtype)
-    # d lhs = dP @ rhs[g]^T: rhs read through the other layout flag; N and K trade places
-    # (under sharding, rhs's N split is this product's K split: partial sums, psum).
-    dlhs_params = freeze(dict(b_mn_major=not p["b_mn_major"], out_dtype=lhs3.dtype,
-                              activation=0, alpha=1.0, beta=0.0, family="grouped", config=None))
-    dlhs = _ragged(dp, rhs, gs, jnp.zeros((0,), _F32), jnp.zeros((0, 0, 0), lhs3.dtype),
-                   dlhs_params, False)
-    # d rhs[g] = lhs_g^T dP_g, or dP_g^T lhs_g for rhs stored (G, N, K): the grouped
-    # contraction kernel, the groups splitting the rows (dP's N split stays local).
-    x, y = (lhs3[0], dp[0]) if p["b_mn_major"] else (dp[0], lhs3[0])
-    drhs = contract(x, y, gs, freeze(dict(out_dtype=jnp.dtype(rhs.dtype), config=None)))
-    dbias = bias
-    if bias.size:
-        dbias = group_sums(dz[0], ragged_tiles.row_groups(gs, m), bias)
-    dres = ((p["beta"] * dout.astype(_F32)).astype(dout.dtype) if has_residual
-            else jnp.zeros((0, 0, 0), dout.dtype))
-    return dlhs, drhs, np.zeros(gs.shape, jax.dtypes.float0), dbias, dres
+    out = _ragged(lhs3, rhs, gs, bias, res, params)
+    plain = freeze({**p, "out_dtype": _F32, "activation": 0, "alpha": 1.0, "config": None})
+    # rhs's term first: jax.grad transposes the terms last to first, so d lhs launches before
+    # d rhs (traced_primitive.bilinear_jvp).
+    terms = [product(x, y, gs, plain) for x, y in ((lhs3, drhs), (dlhs, rhs))
+             if x is not None and y is not None]
+    dy = functools.reduce(jnp.add, terms) if terms else None
+    if dy is not None and p["alpha"] != 1.0:
+        dy = p["alpha"] * dy
+    if dbias is not None:
+        db = per_row(dbias, gs, out[0])[None]
+        dy = db if dy is None else dy + db
+    if dy is not None and p["activation"]:
+        dy = _through_activation(lhs3, rhs, gs, bias, dy, params)
+    if dres is not None:
+        dres = p["beta"] * dres.astype(_F32)
+        dy = dres if dy is None else dy + dres
+    if dy is None:
+        return out, jnp.zeros_like(out)
+    return out, dy.astype(out.dtype)
 
 
-_ragged.defvjp(_fwd, _bwd)
+@functools.partial(jax.checkpoint, static_argnums=(5,), prevent_cse=False)
+def _through_activation(lhs3, rhs, gs, bias, dz, params):
+    """act'(z) * dz with z = alpha * lhs @ rhs[g] + bias[g] recomputed by one more launch
+    (float32 out), checkpointed: a linearisation keeps the operands, not z (autodiff.py's
+    NOTES, the same for the dense product)."""
+    p = dict(params)
+    z = _ragged(lhs3, rhs, gs, bias, jnp.zeros((0, 0, 0), _F32),
+                freeze({**p, "activation": 0, "beta": 0.0, "out_dtype": _F32}))
+    return jax.jvp(lambda z: apply_activation(z, p["activation"]), (z,), (dz,))[1]
+
+
+_ragged.defjvp(_ragged_jvp, symbolic_zeros=True)

@@ -3,15 +3,15 @@ activation, bias or residual; alpha 1), as a primitive of its own: hopper_groupe
 linear in each operand, with JVP, transpose and vmap rules, lowered as the fused path's launch
 (ragged_sharding.partitioned: the same kernel, sharding rule and config; traced_primitive).
 
-Why not the custom VJP that the fused epilogues take (ragged._ragged): under jax.grad of a sum
-over jax.vmap'd calls sharing the experts' weights (a model's step over a vmapped layer), jax
-batches a custom VJP's backward pass entry by entry and only then sums the weight's
-cotangents, so E weight gradients (E, G, K, N) are computed and held before the sum. Here vmap
-folds the entries into one product first (fold_entries, as the fused path does), and that
-product's transpose in the weight is one grouped contraction over every entry's rows placed
-expert by expert (ragged_contract.summed_over_entries, on each device's entries under a
-sharded jit): the (G, K, N) sum itself. Under vmap of grad each entry's gradient is its own:
-the transposes are then batched as any op is.
+Why a primitive, not a custom VJP (the fused epilogues' custom JVP, ragged._ragged, builds its
+tangent from it): under jax.grad of a sum over jax.vmap'd calls sharing the experts' weights (a
+model's step over a vmapped layer), jax batches a custom VJP's backward pass entry by entry and
+only then sums the weight's cotangents, so E weight gradients (E, G, K, N) are computed and
+held before the sum. Here vmap folds the entries into one product first (fold_entries, as the
+fused path does), and that product's transpose in the weight is one grouped contraction over
+every entry's rows placed expert by expert (ragged_contract.summed_over_entries, on each
+device's entries under a sharded jit): the (G, K, N) sum itself. Under vmap of grad each
+entry's gradient is its own: the transposes are then batched as any op is.
 
 Operands as partitioned takes them: lhs3 (1, M, K), rhs (G, K, N) (or (G, N, K) read through
 b_mn_major = False), group sizes (G,) int32; or vmap's entries: lhs3 (E, M, K), sizes (E, G),
@@ -24,9 +24,11 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
+from jax.sharding import PartitionSpec
 
 from jax_hopper import manual_axes
 from jax_hopper.gemm.primitive import explicit_placement, freeze
+from jax_hopper.gemm.sharding import mesh_axes, spec_of
 from jax_hopper.gemm.ragged_contract import differentiable as contract
 from jax_hopper.gemm.ragged_contract import summed_over_entries
 from jax_hopper.gemm.ragged_primitive import fold_entries, holds_entries, per_entry
@@ -50,12 +52,19 @@ def _launch(lhs3, rhs, gs, *, params):
 
 def _abstract_eval(lhs3, rhs, gs, *, params):
     # Typed as placed under explicit sharding, as the launch's own primitive is: rows as
-    # lhs's, columns as rhs's.
+    # lhs's, columns as rhs's; vmap's entries (lhs3 (E, M, K)) as lhs's entries, which run
+    # where they lie (typed unsplit, a cotangent through the fold's reshape was gathered).
     p = dict(params)
     n = rhs.shape[-1] if p["b_mn_major"] else rhs.shape[-2]
+    placed = explicit_placement(lhs3, rhs, False, p["b_mn_major"], "matmul", 1)
+    entries = spec_of(lhs3)[0] if lhs3.shape[0] > 1 else None
+    if placed is not None and entries is not None:
+        spec = (tuple(placed.spec) + (None,) * 3)[:3]
+        used = {a for entry in spec[1:] for a in mesh_axes(entry)}
+        if not used & set(mesh_axes(entries)):
+            placed = placed.update(spec=PartitionSpec(entries, *spec[1:]))
     return jax.core.ShapedArray((lhs3.shape[0], lhs3.shape[1], n), p["out_dtype"],
-                                sharding=explicit_placement(lhs3, rhs, False, p["b_mn_major"],
-                                                            "matmul", 1))
+                                sharding=placed)
 
 
 def _transpose(ct, lhs3, rhs, gs, *, params):
