@@ -474,6 +474,39 @@ def test_forward_mode_of_a_fused_epilogue(rng):
     assert rel_frob(tangent, want) < REL_FROB_BOUND["float32"]
 
 
+def test_derivatives_of_a_bias_per_entry_under_vmap(rng):
+    """vmap over entries each with its own bias (G, N) and group sizes, shared experts, GELU
+    fused: vmap of grad, grad of the sum and vmap of jvp in the bias (group_rows.per_row's
+    vmap rule, the tables of every entry stacked) equal each entry's own."""
+    e, m, k, n, g = 3, 40, 32, 16, 4
+    x = random_operand(rng, (e, m, k), "bfloat16")
+    w = (random_operand(rng, (g, k, n), "float32") / np.sqrt(k)).astype(jnp.bfloat16)
+    b = random_operand(rng, (e, g, n), "float32")
+    s = jnp.asarray(rng.integers(-1, 12, (e, g)), jnp.int32)
+
+    def loss(x, b, s):
+        return (hopper_ragged_dot(x, w, s, bias=b, activation="gelu",
+                                  out_dtype=jnp.float32) ** 2).sum()
+
+    def tangent(x, b, s):
+        return jax.jvp(lambda b: hopper_ragged_dot(x, w, s, bias=b, activation="gelu",
+                                                   out_dtype=jnp.float32), (b,), (b,))[1]
+
+    own = [jax.grad(loss, (0, 1))(x[i], b[i], s[i]) for i in range(e)]
+    want = [np.stack([np.asarray(o[j]) for o in own]) for j in range(2)]
+    got = {"vmap of grad": jax.jit(jax.vmap(jax.grad(loss, (0, 1))))(x, b, s),
+           "grad of the sum": jax.jit(jax.grad(
+               lambda x, b: jax.vmap(loss)(x, b, s).sum(), (0, 1)))(x, b)}
+    for how, grads in got.items():
+        for a, ref in zip(grads, want):
+            np.testing.assert_allclose(np.asarray(a), ref, rtol=1e-5, atol=1e-5 * np.abs(
+                ref).max(), err_msg=how)
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(jax.vmap(tangent))(x, b, s)),
+        np.stack([np.asarray(tangent(x[i], b[i], s[i])) for i in range(e)]), rtol=1e-5,
+        atol=1e-5)
+
+
 def test_vmap_of_a_bias_over_shared_weights_runs_per_entry(rng):
     """A mapped bias over shared weights would need the weights once per entry: each entry
     launches on its own (ragged_primitive.fold_entries' None), with the same result."""
