@@ -74,7 +74,8 @@ def _fused_jvp(params, primals, tangents):
 
 def epilogue_tangent(out, dz, p: dict, dres, through_activation):
     """d out of act(z) + beta * res, out's dtype, from z's float32 tangent dz (None: zero) and
-    the residual's (a zero per is_zero); through_activation(dz) is act'(z) * dz."""
+    the residual's (a zero per is_zero); through_activation(dz) is act'(z) * dz. The fused
+    epilogues' JVPs share it (dense here, grouped in ragged.py)."""
     if dz is not None and p["activation"]:
         dz = through_activation(dz)
     if not is_zero(dres):

@@ -46,9 +46,9 @@ import logging
 
 import jax
 import jax.numpy as jnp
-from jax.custom_derivatives import SymbolicZero
 
 from jax_hopper.gemm import api, ragged_tiles
+from jax_hopper.gemm.autodiff import epilogue_tangent
 from jax_hopper.gemm.config import checked_config
 from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.primitive import freeze
@@ -56,6 +56,7 @@ from jax_hopper.gemm.group_rows import per_row
 from jax_hopper.gemm.ragged_primitive import epilogue
 from jax_hopper.gemm.ragged_product import product
 from jax_hopper.gemm.ragged_sharding import partitioned
+from jax_hopper.gemm.traced_primitive import bilinear_tangent, is_zero
 
 _F32 = jnp.dtype(jnp.float32)
 _LOG = logging.getLogger("jax_hopper")
@@ -165,28 +166,18 @@ def _ragged_jvp(params, primals, tangents):
     contraction, one over every vmapped entry's rows for shared weights), d bias[g] taken per
     row by group_rows.per_row (its transpose the segment sum)."""
     lhs3, rhs, gs, bias, res = primals
-    dlhs, drhs, _, dbias, dres = (None if type(t) is SymbolicZero else t for t in tangents)
+    dlhs, drhs, _, dbias, dres = tangents
     p = dict(params)
     out = _ragged(lhs3, rhs, gs, bias, res, params)
     plain = freeze({**p, "out_dtype": _F32, "activation": 0, "alpha": 1.0, "config": None})
-    # rhs's term first: jax.grad transposes the terms last to first, so d lhs launches before
-    # d rhs (traced_primitive.bilinear_jvp).
-    terms = [product(x, y, gs, plain) for x, y in ((lhs3, drhs), (dlhs, rhs))
-             if x is not None and y is not None]
-    dy = functools.reduce(jnp.add, terms) if terms else None
-    if dy is not None and p["alpha"] != 1.0:
-        dy = p["alpha"] * dy
-    if dbias is not None:
+    dz = bilinear_tangent(lambda x, y: product(x, y, gs, plain), lhs3, rhs, dlhs, drhs)
+    if dz is not None and p["alpha"] != 1.0:
+        dz = p["alpha"] * dz
+    if not is_zero(dbias):
         db = per_row(dbias, gs, out[0])[None]
-        dy = db if dy is None else dy + db
-    if dy is not None and p["activation"]:
-        dy = _through_activation(lhs3, rhs, gs, bias, dy, params)
-    if dres is not None:
-        dres = p["beta"] * dres.astype(_F32)
-        dy = dres if dy is None else dy + dres
-    if dy is None:
-        return out, jnp.zeros_like(out)
-    return out, dy.astype(out.dtype)
+        dz = db if dz is None else dz + db
+    return out, epilogue_tangent(out, dz, p, dres,
+                                 lambda dz: _through_activation(lhs3, rhs, gs, bias, dz, params))
 
 
 @functools.partial(jax.checkpoint, static_argnums=(5,), prevent_cse=False)
