@@ -119,10 +119,18 @@ def grouped_fp8_case(name: str, key):
     return (m, n, k), timing.rotation(sets, 5), variants, reference
 
 
-def training_step(unit):
-    """(a, b) -> the gradients of sum(unit(a, b)) in a and b: a training step's backward
+def training_step(unit, needs_forward: bool = False):
+    """(a, b) -> the gradients of step_loss(unit(a, b)) in a and b: a training step's backward
     products (and the forward they need), one output per operand."""
-    return jax.grad(lambda a, b: jnp.sum(unit(a, b).astype(jnp.float32)), (0, 1))
+    return jax.grad(lambda a, b: step_loss(unit(a, b), needs_forward), (0, 1))
+
+
+def step_loss(y, needs_forward: bool = False):
+    """sum(y), whose cotangent does not depend on y, so jit drops a linear unit's forward; or,
+    needs_forward, 0.5 * sum(y^2), whose cotangent is y: the forward runs, as under a model's
+    next layer (a fused activation's step: FUSED_STEP_PRODUCTS)."""
+    y = y.astype(jnp.float32)
+    return 0.5 * jnp.sum(y * y) if needs_forward else jnp.sum(y)
 
 
 # A linear unit's training step of sum(unit(a, b)) is two products (d lhs, d rhs): the sum's
@@ -132,7 +140,8 @@ def training_step(unit):
 LINEAR_STEP_PRODUCTS = 2
 
 
-# A fused activation's step needs z (recomputed from a and b): three products.
+# A fused activation's step: the forward (whose z act'(z) needs, and whose y the loss's
+# cotangent is: step_loss's needs_forward) and the two gradients, three products.
 FUSED_STEP_PRODUCTS = 3
 
 
@@ -171,8 +180,8 @@ def grad_case(shape, key, fused: bool = False):
     sets = timing.rotating_sets(key, m, n, k, n_sets)
     units, reference = bias_gelu_units(jax.random.fold_in(key, 1), n) if fused else plain_units()
     return ((products * m, n, k), timing.rotation(sets, n_calls),
-            {v: training_step(u) for v, u in units.items()}, training_step(reference),
-            worst_error)
+            {v: training_step(u, fused) for v, u in units.items()},
+            training_step(reference, fused), worst_error)
 
 
 def glu_grad_case(shape, key):
@@ -194,7 +203,7 @@ def glu_grad_case(shape, key):
 def grouped_grad_case(name: str, key, fused: bool = False):
     """grouped_case's training step: hopper_ragged_dot's gradients in lhs and rhs (uniform
     routing), against jax.grad of jax.lax.ragged_dot; fused: with a per-expert bias and
-    tanh-GELU fused, against the same in jnp (three products: z again)."""
+    tanh-GELU fused, against the same in jnp (FUSED_STEP_PRODUCTS)."""
     (m, n, k), pairs, variants, reference = grouped_case(name, key)
     if fused:
         groups = bench_grouped.CASES[name][1]
@@ -214,7 +223,7 @@ def grouped_grad_case(name: str, key, fused: bool = False):
             per_row(a[1], jnp.float32))
 
     def step(unit):  # a is (lhs, sizes): the gradients in lhs and rhs
-        return lambda a, r: training_step(lambda x, r: unit((x, a[1]), r))(a[0], r)
+        return lambda a, r: training_step(lambda x, r: unit((x, a[1]), r), fused)(a[0], r)
 
     products = FUSED_STEP_PRODUCTS if fused else LINEAR_STEP_PRODUCTS
     return ((products * m, n, k), pairs, {v: step(f) for v, f in variants.items()},
@@ -288,8 +297,8 @@ def vmap_train_case(case, key, unit: str):
     sets = [(a.reshape(v, m, k), b)
             for a, b in timing.rotating_sets(key, v * m, n, k, n_sets)]
 
-    def layer(unit):
-        return training_step(lambda a, b: jax.vmap(lambda x: unit(x, b))(a))
+    def layer(u):
+        return training_step(lambda a, b: jax.vmap(lambda x: u(x, b))(a), unit == "fused")
 
     if unit == "fused":
         units, reference = bias_gelu_units(jax.random.fold_in(key, 1), n)
@@ -336,15 +345,15 @@ def grouped_vmap_grad_case(case, key, summed: bool = False, unit: str = "plain")
     fused, against the same in jnp on jax.lax.ragged_dot) or "glu" (hopper_ragged_glu, N the
     gate's and up's columns, against swiglu on jax.lax.ragged_dot's). XLA's entries run as
     lax.map of jax.grad of jax.lax.ragged_dot (summed: jax.grad of the map). shape: the
-    products it amounts to (LINEAR_STEP_PRODUCTS; a GLU's step needs its forward too and a
-    fused activation its z again: three)."""
+    products it amounts to (LINEAR_STEP_PRODUCTS; a GLU's step needs its forward too, and a
+    fused activation's loss is step_loss's that needs it: three)."""
     e, m, g, k, n = case
     f32 = jnp.float32
     bias = jax.random.normal(jax.random.fold_in(key, 1), (g, n), f32).astype(jnp.bfloat16)
 
     def step(ragged, vmapped: bool):
         def one(x, s, r):
-            return jax.grad(lambda x, r: jnp.sum(ragged(x, r, s).astype(f32)), (0, 1))(x, r)
+            return training_step(lambda x, r: ragged(x, r, s), unit == "fused")(x, r)
 
         def entries(x, s, r):
             if vmapped:
@@ -352,8 +361,8 @@ def grouped_vmap_grad_case(case, key, summed: bool = False, unit: str = "plain")
             return jax.lax.map(lambda xs: ragged(xs[0], r, xs[1]), (x, s))
 
         if summed:
-            return lambda a, r: jax.grad(
-                lambda x, r: jnp.sum(entries(x, a[1], r).astype(f32)), (0, 1))(a[0], r)
+            return lambda a, r: training_step(lambda x, r: entries(x, a[1], r),
+                                              unit == "fused")(a[0], r)
         if vmapped:
             return lambda a, r: jax.vmap(one, (0, 0, None))(a[0], a[1], r)
         return lambda a, r: jax.lax.map(lambda xs: one(xs[0], xs[1], r), a)

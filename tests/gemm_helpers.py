@@ -370,10 +370,10 @@ def check_summed_weight_grad(rng, e, m, k, n, bound, *, glu=False, transpose_b=F
     vmapped over its batch): hopper_matmul's plain product (w (K, N), or (N, K) with
     transpose_b), with epilogue a fused one (alpha 0.7, bias, exact GELU, a residual shared by
     the entries with beta 0.5; its custom JVP, autodiff.py), or hopper_glu (bilinear; w (K, 2,
-    N / 2)). The product, d x and d w launched once each (with the activation z once more,
-    recomputed), d w one GEMM over every entry's rows shaped as w (the plain product's and
-    the gated products' transposes: no per-entry gradients summed after); every gradient
-    within `bound` of float64."""
+    N / 2)). The product, d x and d w launched once each (a fused activation's forward is z,
+    kept for act'(z): never a fourth launch), d w one GEMM over every entry's rows shaped as w
+    (the plain product's and the gated products' transposes: no per-entry gradients summed
+    after); every gradient within `bound` of float64."""
     x = random_operand(rng, (e, m, k), "bfloat16")
     shape = (k, 2, n // 2) if glu else (n, k) if transpose_b else (k, n)
     w = (random_operand(rng, shape, "bfloat16").astype(jnp.float32) / np.sqrt(k)
@@ -397,7 +397,7 @@ def check_summed_weight_grad(rng, e, m, k, n, bound, *, glu=False, transpose_b=F
     launches = [eqn.outvars[0].aval.shape for eqn in program_eqns(jaxpr)
                 if eqn.primitive.name == "hopper_gemm"]
     stored = (1, n, k) if transpose_b else (1, k, n)
-    assert len(launches) == (4 if epilogue else 3) and stored in launches, launches
+    assert len(launches) == 3 and stored in launches, launches
     assert count_eqns(jaxpr, ("scan", "while")) == 0
     dx, dw, dbias, dres = jax.jit(step)(x, w, bias, res)
     x64, w64, d64 = to64(x), to64(w), to64(dy)
@@ -571,8 +571,8 @@ def check_summed_entries_grad(rng, e, m, k, n, g, transpose_rhs, epilogue=False)
     entries of M rows, their own sizes, some negative): the weights' gradient one grouped
     contraction shaped as the weights (ragged_contract.summed_over_entries, no (E, G, K, N)),
     d lhs one launch, no loop; with epilogue a fused one (alpha 0.7, a per-expert bias, exact
-    GELU, a residual the entries share with beta 0.5; ragged._ragged's JVP: z recomputed by
-    one more launch), the bias's and residual's gradients too; all within the bf16 bound of
+    GELU, a residual the entries share with beta 0.5; ragged._ragged's JVP: its forward z,
+    kept for act'(z), no launch more), the bias's and residual's gradients too; all within the bf16 bound of
     float64, the rows past every group of an entry getting none (nor any bias)."""
     lhs = random_operand(rng, (e, m, k), "bfloat16")
     rhs = random_operand(rng, (g, n, k) if transpose_rhs else (g, k, n), "bfloat16")
@@ -594,8 +594,8 @@ def check_summed_entries_grad(rng, e, m, k, n, g, transpose_rhs, epilogue=False)
     weight_grads = [eqn.outvars[0].aval.shape for eqn in program_eqns(jaxpr)
                     if eqn.primitive.name == "hopper_ragged_contract"]
     assert len(weight_grads) == 1 and weight_grads[0][0] == g, weight_grads
-    # forward, (z again,) d lhs
-    assert count_eqns(jaxpr, ("hopper_ragged_dot",)) == (3 if epilogue else 2)
+    # forward (z with an activation), d lhs
+    assert count_eqns(jaxpr, ("hopper_ragged_dot",)) == 2
     assert count_eqns(jaxpr, ("scan", "while")) == 0
     dlhs, drhs, dbias, dres = jax.jit(step)(lhs, rhs, bias, res)
     w64 = to64(rhs).swapaxes(1, 2) if transpose_rhs else to64(rhs)  # (G, K, N)

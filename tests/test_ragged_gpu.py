@@ -267,8 +267,8 @@ def test_grad_of_a_sum_over_entries_is_one_weight_gradient(rng, m, transpose_rhs
 @pytest.mark.parametrize("m", [700, 200])
 def test_grad_of_a_sum_over_entries_with_a_fused_epilogue(rng, m, transpose_rhs):
     """The same with a bias, GELU and a shared residual fused (the fused path's custom JVP):
-    still one weight gradient, z recomputed once for every entry; bias and residual gradients
-    against float64 too."""
+    still one weight gradient, and z the forward's own launch for every entry; bias and
+    residual gradients against float64 too."""
     check_summed_entries_grad(rng, 4, m, 136, 192, 6, transpose_rhs, epilogue=True)
 
 

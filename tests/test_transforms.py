@@ -170,8 +170,8 @@ def test_grad_of_the_sum_over_vmapped_calls_is_one_weight_gradient(rng, platform
 def test_fused_epilogue_keeps_one_weight_gradient_under_vmap(rng, platform, transpose_b):
     """The same with a fused epilogue (bias, GELU, a shared residual): its custom JVP's
     tangent is the plain product's primitive, so the weight's gradient is still one GEMM over
-    every entry's rows, and z is recomputed once for all entries; every gradient (bias and
-    residual too) against float64."""
+    every entry's rows, and z is the forward's own launch for all entries; every gradient
+    (bias and residual too) against float64."""
     with jax.default_device(_device(platform)):
         check_summed_weight_grad(rng, 3, 40, 64, 48, 1e-2, transpose_b=transpose_b,
                                  epilogue=True)

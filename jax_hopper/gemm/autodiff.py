@@ -15,13 +15,14 @@ model vmapped over its batch) jax batches a custom VJP's backward entry by entry
 into one product, the sum itself (dense_product's docstring). jax.jvp works as well.
 
 NOTES:
-- Activation: the kernel writes only y, so z is recomputed for act'(z) by one more launch
-  (alpha*A@B + bias, float32 out) inside jax.checkpoint: a linearisation saves a, b and bias,
-  never z or act'(z) (a float32 M x N buffer alive per call until the backward pass), and the
-  recompute runs in the backward pass. Without an activation nothing is recomputed. No
-  optimization barrier (prevent_cse=False): nothing else computes z for XLA to merge it with,
-  and the barrier kept the cotangent's elementwise passes apart (two more fusions than the
-  custom VJP this replaced).
+- Activation: the kernel writes only y, and act'(z) needs z. Differentiated, the forward is
+  the product with the bias fused and no activation (z in the output's dtype, the dot's
+  output XLA keeps for its own act'(z)), then act(z) + beta * res in jnp (primitive.
+  apply_epilogue, one elementwise pass XLA fuses), and act'(z) * dz is checkpointed on z: a
+  linearisation keeps z (M x N in the output's dtype), not act'(z) in float32, and the backward
+  pass computes act'(z) * dy in one pass. A model's step is so three products, as XLA's; z
+  recomputed in the backward pass instead (the first form) made it four. Undifferentiated
+  (inference) the epilogue stays fused. Without an activation the fused kernel is the forward.
 - The tangent's products are float32 and the cotangent is rounded to the input dtype to feed
   the kernel (as with XLA's dot on bf16 operands); alpha is applied inside the kernel.
 - An operand shared by the whole batch (batch 1) gets its gradient summed over the batch
@@ -38,7 +39,7 @@ import jax.numpy as jnp
 
 from jax_hopper.gemm import batching, dense_product
 from jax_hopper.gemm.epilogue import apply_activation
-from jax_hopper.gemm.primitive import freeze
+from jax_hopper.gemm.primitive import apply_epilogue, freeze
 from jax_hopper.gemm.traced_primitive import bilinear_tangent, is_zero
 
 _F32 = jnp.dtype(jnp.float32)
@@ -63,21 +64,32 @@ def _fused_jvp(params, primals, tangents):
     a, b, bias, res = primals
     da, db, dbias, dres = tangents
     p = dict(params)
-    out = _fused(a, b, bias, res, params)
+    if p["activation"]:
+        z = gemm(a, b, bias, jnp.zeros((0, 0, 0), _F32), freeze({**p, "activation": 0}))
+        out = activated(z, res, p)
+    else:
+        z, out = None, _fused(a, b, bias, res, params)
     plain = dense_product.plain_params(p["a_mn_major"], p["b_mn_major"], _F32, p["alpha"])
     dz = bilinear_tangent(lambda x, y: dense_product.product(x, y, plain), a, b, da, db)
     if not is_zero(dbias):
         dz = _plus(dz, jnp.broadcast_to(dbias, out.shape))
-    return out, epilogue_tangent(out, dz, p, dres,
-                                 lambda dz: _through_activation(a, b, bias, dz, params))
+    return out, epilogue_tangent(out, dz, p, dres, z)
 
 
-def epilogue_tangent(out, dz, p: dict, dres, through_activation):
+def activated(z, res, p: dict):
+    """act(z) + beta * res in out's dtype from the pre-activation z (alpha and the bias in it):
+    the fused epilogue's last steps in jnp, for a JVP whose forward keeps z."""
+    return apply_epilogue(z.astype(_F32), jnp.zeros((0,), _F32), res,
+                          activation=p["activation"], beta=p["beta"],
+                          out_dtype=p["out_dtype"], family="matmul")
+
+
+def epilogue_tangent(out, dz, p: dict, dres, z):
     """d out of act(z) + beta * res, out's dtype, from z's float32 tangent dz (None: zero) and
-    the residual's (a zero per is_zero); through_activation(dz) is act'(z) * dz. The fused
-    epilogues' JVPs share it (dense here, grouped in ragged.py)."""
+    the residual's (a zero per is_zero); z: the pre-activation (None without an activation).
+    The fused epilogues' JVPs share it (dense here, grouped in ragged.py)."""
     if dz is not None and p["activation"]:
-        dz = through_activation(dz)
+        dz = _through_activation(z, dz, p["activation"])
     if not is_zero(dres):
         dz = _plus(dz, p["beta"] * jnp.broadcast_to(dres.astype(_F32), out.shape))
     return jnp.zeros_like(out) if dz is None else dz.astype(out.dtype)
@@ -87,14 +99,11 @@ def _plus(x, y):
     return y if x is None else x + y
 
 
-@functools.partial(jax.checkpoint, static_argnums=(4,), prevent_cse=False)
-def _through_activation(a, b, bias, dz, params):
-    """act'(z) * dz with z = alpha * op(a) @ op(b) + bias recomputed (a launch with the bias
-    fused, float32 out): checkpointed, so that a linearisation keeps a, b and bias, not z."""
-    p = dict(params)
-    z = gemm(a, b, bias, jnp.zeros((0, 0, 0), _F32),
-             freeze({**p, "out_dtype": _F32, "activation": 0}))
-    return jax.jvp(lambda z: apply_activation(z, p["activation"]), (z,), (dz,))[1]
+@functools.partial(jax.checkpoint, static_argnums=(2,), prevent_cse=False)
+def _through_activation(z, dz, activation: int):
+    """act'(z) * dz, checkpointed: a linearisation keeps z, and act'(z) is computed where the
+    backward pass multiplies it (no float32 act'(z) buffer kept from the forward)."""
+    return jax.jvp(lambda z: apply_activation(z, activation), (z.astype(_F32),), (dz,))[1]
 
 
 _fused.defjvp(_fused_jvp, symbolic_zeros=True)

@@ -21,8 +21,9 @@ NOTES:
   sum), d residual's beta * d out: so jax.jvp works, and under jax.grad of a sum over vmapped
   calls sharing the weights their gradient is one contraction over every entry's rows, fused
   or not (a custom VJP, batched by jax, computed each entry's weight gradient and summed
-  them). An activation's pre-activation is recomputed by one more launch (float32 out) under
-  jax.checkpoint, as hopper_matmul's is (autodiff.py).
+  them). Differentiated with an activation, the forward is the launch without it (z, the
+  output's dtype, kept for act'(z)) and act(z) + beta * res in jnp, as hopper_matmul's
+  (autodiff.py's NOTES: three products a step, not four).
 - vmap: one launch over every entry (ragged_primitive.fold_entries, answered above
   custom_partitioning in ragged_sharding): the entries' rows stacked, each entry's groups tiled
   apart in one table (ragged_tiles.entry_sizes, entry_groups), the weights shared or one per
@@ -48,9 +49,8 @@ import jax
 import jax.numpy as jnp
 
 from jax_hopper.gemm import api, ragged_tiles
-from jax_hopper.gemm.autodiff import epilogue_tangent
+from jax_hopper.gemm.autodiff import activated, epilogue_tangent
 from jax_hopper.gemm.config import checked_config
-from jax_hopper.gemm.epilogue import apply_activation
 from jax_hopper.gemm.primitive import freeze
 from jax_hopper.gemm.group_rows import per_row
 from jax_hopper.gemm.ragged_primitive import epilogue
@@ -168,7 +168,12 @@ def _ragged_jvp(params, primals, tangents):
     lhs3, rhs, gs, bias, res = primals
     dlhs, drhs, _, dbias, dres = tangents
     p = dict(params)
-    out = _ragged(lhs3, rhs, gs, bias, res, params)
+    if p["activation"]:
+        z = _ragged(lhs3, rhs, gs, bias, jnp.zeros((0, 0, 0), _F32),
+                    freeze({**p, "activation": 0, "beta": 0.0}))
+        out = activated(z, res, p)
+    else:
+        z, out = None, _ragged(lhs3, rhs, gs, bias, res, params)
     plain = freeze({**p, "out_dtype": _F32, "activation": 0, "alpha": 1.0, "config": None})
     dz = bilinear_tangent(lambda x, y: product(x, y, gs, plain), lhs3, rhs, dlhs, drhs)
     if dz is not None and p["alpha"] != 1.0:
@@ -176,19 +181,7 @@ def _ragged_jvp(params, primals, tangents):
     if not is_zero(dbias):
         db = per_row(dbias, gs, out[0])[None]
         dz = db if dz is None else dz + db
-    return out, epilogue_tangent(out, dz, p, dres,
-                                 lambda dz: _through_activation(lhs3, rhs, gs, bias, dz, params))
-
-
-@functools.partial(jax.checkpoint, static_argnums=(5,), prevent_cse=False)
-def _through_activation(lhs3, rhs, gs, bias, dz, params):
-    """act'(z) * dz with z = alpha * lhs @ rhs[g] + bias[g] recomputed by one more launch
-    (float32 out), checkpointed: a linearisation keeps the operands, not z (autodiff.py's
-    NOTES, the same for the dense product)."""
-    p = dict(params)
-    z = _ragged(lhs3, rhs, gs, bias, jnp.zeros((0, 0, 0), _F32),
-                freeze({**p, "activation": 0, "beta": 0.0, "out_dtype": _F32}))
-    return jax.jvp(lambda z: apply_activation(z, p["activation"]), (z,), (dz,))[1]
+    return out, epilogue_tangent(out, dz, p, dres, z)
 
 
 _ragged.defjvp(_ragged_jvp, symbolic_zeros=True)
