@@ -440,6 +440,45 @@ def quantize_case(shape, mode: str, key):
     return pairs, variants, variants["xla"], check, moved
 
 
+def measure(args, name, shape, pairs, variants, reference, check=None, moved=None):
+    """One plan's row: its variants timed (base and new interleaved, XLA apart), each result
+    checked against the reference (the row's "wrong" set where one is past ERR_LIMIT)."""
+    check = check or (lambda out, ref: float(timing.rel_fro_error(out, ref)))
+    unit, field = ("GB/s", "gbs") if moved else ("TFLOP/s", "tflops")
+    ref = jax.jit(reference)(*pairs[-1])
+    runs = {v: (timing.chained(f), pairs) for v, f in variants.items()}
+    timed = timing.time_interleaved({v: runs[v] for v in ("base", "new")}, args.reps)
+    timed.update(timing.time_interleaved({"xla": runs["xla"]}, args.reps))
+    row = dict(case=name, shape=list(shape))
+    for v, r in timed.items():
+        if isinstance(r, Exception):
+            raise r
+        err = check(r["out"], ref)
+        row["wrong"] = row.get("wrong", False) or not err <= ERR_LIMIT
+        row[v] = dict(ms=r["median_s"] * 1e3, times_ms=[t * 1e3 for t in r["times_s"]],
+                      **{field: moved / r["median_s"] / 1e9 if moved else
+                         timing.tflops(*shape, r["median_s"])}, rel_err=err)
+    row["new_over_base"] = row["base"]["ms"] / row["new"]["ms"]  # speed ratio, > 1: faster
+    device = ""
+    if args.device_time and (d := timing.device_times(
+            {v: runs[v] for v in ("base", "new")}, args.reps)) is not None:
+        # XLA's in a trace of its own, as its chained time (apart from the two builds).
+        d.update(timing.device_times({"xla": runs["xla"]}, args.reps) or {})
+        for v in d:
+            row[v]["device_us"] = d[v] * 1e6
+        row["new_over_base_device"] = d["base"] / d["new"]
+        device = (f"  device {row['base']['device_us']:.1f} / {row['new']['device_us']:.1f}"
+                  f" us: {row['new_over_base_device']:.3f}")
+        if "xla" in d:
+            row["new_over_xla_device"] = d["xla"] / d["new"]
+            device += (f" (xla {row['xla']['device_us']:.1f} us, new/xla "
+                       f"{row['new_over_xla_device']:.3f})")
+    print(f"{name:28s} xla {row['xla'][field]:6.1f}  base {row['base'][field]:6.1f}  "
+          f"new {row['new'][field]:6.1f} {unit}  new/base {row['new_over_base']:.3f}  "
+          f"err {row['new']['rel_err']:.1e}{device}", flush=True)
+    return row
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -588,43 +627,21 @@ def main():
         plans.append((f"quantize_{mode}_{shape[0]}x{shape[1]}", shape,
                       *quantize_case(shape, mode, jax.random.fold_in(key, 3000 + i))))
     for name, shape, pairs, variants, reference, *quant in plans:
-        check, moved = quant or (lambda out, ref: float(timing.rel_fro_error(out, ref)), None)
-        unit, field = ("GB/s", "gbs") if moved else ("TFLOP/s", "tflops")
-        ref = jax.jit(reference)(*pairs[-1])
-        runs = {v: (timing.chained(f), pairs) for v, f in variants.items()}
-        timed = timing.time_interleaved({v: runs[v] for v in ("base", "new")}, args.reps)
-        timed.update(timing.time_interleaved({"xla": runs["xla"]}, args.reps))
-        row = dict(case=name, shape=list(shape))
-        for v, r in timed.items():
-            if isinstance(r, Exception):
-                raise r
-            err = check(r["out"], ref)
-            wrong |= not err <= ERR_LIMIT
-            row[v] = dict(ms=r["median_s"] * 1e3, times_ms=[t * 1e3 for t in r["times_s"]],
-                          **{field: moved / r["median_s"] / 1e9 if moved else
-                             timing.tflops(*shape, r["median_s"])}, rel_err=err)
-        row["new_over_base"] = row["base"]["ms"] / row["new"]["ms"]  # speed ratio, > 1: faster
-        device = ""
-        if args.device_time and (d := timing.device_times(
-                {v: runs[v] for v in ("base", "new")}, args.reps)) is not None:
-            # XLA's in a trace of its own, as its chained time (apart from the two builds).
-            d.update(timing.device_times({"xla": runs["xla"]}, args.reps) or {})
-            for v in d:
-                row[v]["device_us"] = d[v] * 1e6
-            row["new_over_base_device"] = d["base"] / d["new"]
-            device = (f"  device {row['base']['device_us']:.1f} / {row['new']['device_us']:.1f}"
-                      f" us: {row['new_over_base_device']:.3f}")
-            if "xla" in d:
-                row["new_over_xla_device"] = d["xla"] / d["new"]
-                device += (f" (xla {row['xla']['device_us']:.1f} us, new/xla "
-                           f"{row['new_over_xla_device']:.3f})")
+        try:
+            row = measure(args, name, shape, pairs, variants, reference, *quant)
+        except jax.errors.JaxRuntimeError as e:  # a peer (or the reference) out of memory
+            row = dict(case=name, shape=list(shape), failed=str(e).splitlines()[0])
+            print(f"{name:28s} failed: {row['failed'][:160]}", flush=True)
+        wrong |= row.pop("wrong", False)
         rows.append(row)
-        print(f"{name:28s} xla {row['xla'][field]:6.1f}  base {row['base'][field]:6.1f}  "
-              f"new {row['new'][field]:6.1f} {unit}  new/base {row['new_over_base']:.3f}  "
-              f"err {row['new']['rel_err']:.1e}{device}", flush=True)
+    failed = {r["case"]: r["failed"] for r in rows if "failed" in r}
+    rows = [r for r in rows if "failed" not in r]
+    if not rows:
+        print("every case failed")
+        return 1
     ratios = [r["new_over_base"] for r in rows]
     summary = dict(geomean=timing.geomean(ratios), worst=min(ratios),
-                   worst_case=rows[ratios.index(min(ratios))]["case"])
+                   worst_case=rows[ratios.index(min(ratios))]["case"], failed=failed)
     print(f"new/base speed: geomean {summary['geomean']:.4f}, worst {summary['worst']:.4f} "
           f"({summary['worst_case']}); results {'WRONG' if wrong else 'ok'}")
     if device_ratios := [r["new_over_base_device"] for r in rows if "new_over_base_device" in r]:
