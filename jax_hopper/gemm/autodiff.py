@@ -15,12 +15,13 @@ model vmapped over its batch) jax batches a custom VJP's backward entry by entry
 into one product, the sum itself (dense_product's docstring). jax.jvp works as well.
 
 NOTES:
-- Activation: the kernel writes only y, and act'(z) needs z. Differentiated, the forward is
-  the product with the bias fused and no activation (z in the output's dtype, the dot's
-  output XLA keeps for its own act'(z)), then act(z) + beta * res in jnp (primitive.
-  apply_epilogue, one elementwise pass XLA fuses), and act'(z) * dz is checkpointed on z: a
-  linearisation keeps z (M x N in the output's dtype), not act'(z) in float32, and the backward
-  pass computes act'(z) * dy in one pass. A model's step is so three products, as XLA's; z
+- Activation: the kernel writes only y, and act'(z + bias) needs z. Differentiated, the
+  forward is the plain product (z in the output's dtype, the dot's output XLA keeps for its
+  own act'), then act(z + bias) + beta * res in jnp (primitive.apply_epilogue, one elementwise
+  pass XLA fuses), and act'(z + bias) * dz is checkpointed on z and the bias: a linearisation
+  keeps z (M x N in the output's dtype), not act' in float32, and the backward pass computes
+  act'(z + bias) * dy in one pass. The bias is added there, not in the kernel: XLA fuses the
+  add into both passes, and the kernel's bias epilogue cost ... A model's step is so three products, as XLA's; z
   recomputed in the backward pass instead (the first form) made it four. Undifferentiated
   (inference) the epilogue stays fused. Without an activation the fused kernel is the forward.
 - The tangent's products are float32 and the cotangent is rounded to the input dtype to feed
@@ -65,31 +66,32 @@ def _fused_jvp(params, primals, tangents):
     da, db, dbias, dres = tangents
     p = dict(params)
     if p["activation"]:
-        z = gemm(a, b, bias, jnp.zeros((0, 0, 0), _F32), freeze({**p, "activation": 0}))
-        out = activated(z, res, p)
+        z = dense_product.product(a, b, dense_product.plain_params(
+            p["a_mn_major"], p["b_mn_major"], p["out_dtype"], p["alpha"], p["config"]))
+        out = activated(z, bias, res, p)
     else:
         z, out = None, _fused(a, b, bias, res, params)
     plain = dense_product.plain_params(p["a_mn_major"], p["b_mn_major"], _F32, p["alpha"])
     dz = bilinear_tangent(lambda x, y: dense_product.product(x, y, plain), a, b, da, db)
     if not is_zero(dbias):
         dz = _plus(dz, jnp.broadcast_to(dbias, out.shape))
-    return out, epilogue_tangent(out, dz, p, dres, z)
+    return out, epilogue_tangent(out, dz, p, dres, z, bias)
 
 
-def activated(z, res, p: dict):
-    """act(z) + beta * res in out's dtype from the pre-activation z (alpha and the bias in it):
-    the fused epilogue's last steps in jnp, for a JVP whose forward keeps z."""
-    return apply_epilogue(z.astype(_F32), jnp.zeros((0,), _F32), res,
-                          activation=p["activation"], beta=p["beta"],
-                          out_dtype=p["out_dtype"], family="matmul")
+def activated(z, bias, res, p: dict):
+    """act(z + bias) + beta * res in out's dtype from the product z (alpha in it; bias (N,) or
+    empty): the fused epilogue's last steps in jnp, for a JVP whose forward keeps z."""
+    return apply_epilogue(z.astype(_F32), bias, res, activation=p["activation"],
+                          beta=p["beta"], out_dtype=p["out_dtype"], family="matmul")
 
 
-def epilogue_tangent(out, dz, p: dict, dres, z):
-    """d out of act(z) + beta * res, out's dtype, from z's float32 tangent dz (None: zero) and
-    the residual's (a zero per is_zero); z: the pre-activation (None without an activation).
-    The fused epilogues' JVPs share it (dense here, grouped in ragged.py)."""
+def epilogue_tangent(out, dz, p: dict, dres, z, bias):
+    """d out of act(z + bias) + beta * res, out's dtype, from the pre-activation's float32
+    tangent dz (None: zero) and the residual's (a zero per is_zero); z: the product (None
+    without an activation), bias (N,) or empty. The fused epilogues' JVPs share it (dense
+    here, grouped in ragged.py)."""
     if dz is not None and p["activation"]:
-        dz = _through_activation(z, dz, p["activation"])
+        dz = _through_activation(z, bias, dz, p["activation"])
     if not is_zero(dres):
         dz = _plus(dz, p["beta"] * jnp.broadcast_to(dres.astype(_F32), out.shape))
     return jnp.zeros_like(out) if dz is None else dz.astype(out.dtype)
@@ -99,11 +101,12 @@ def _plus(x, y):
     return y if x is None else x + y
 
 
-@functools.partial(jax.checkpoint, static_argnums=(2,), prevent_cse=False)
-def _through_activation(z, dz, activation: int):
-    """act'(z) * dz, checkpointed: a linearisation keeps z, and act'(z) is computed where the
-    backward pass multiplies it (no float32 act'(z) buffer kept from the forward)."""
-    return jax.jvp(lambda z: apply_activation(z, activation), (z.astype(_F32),), (dz,))[1]
+@functools.partial(jax.checkpoint, static_argnums=(3,), prevent_cse=False)
+def _through_activation(z, bias, dz, activation: int):
+    """act'(z + bias) * dz, checkpointed: a linearisation keeps z and the bias, and act' is
+    computed where the backward pass multiplies it (no float32 buffer kept from the forward)."""
+    x = z.astype(_F32) + bias.reshape(-1) if bias.size else z.astype(_F32)
+    return jax.jvp(lambda x: apply_activation(x, activation), (x,), (dz,))[1]
 
 
 _fused.defjvp(_fused_jvp, symbolic_zeros=True)
