@@ -19,7 +19,9 @@ struct LinearOps {
   template <int BN, bool kByRow, typename P>
   __device__ static void apply(float* acc, const P& p, const float* bias, int32_t index0,
                                uint32_t wg_thread) {
-    if (p.alpha != 1.0f || bias != nullptr) {
+    if (!kByRow && bias != nullptr) {
+      add_column_bias<BN>(acc, p.alpha, bias, index0, p.n, wg_thread);
+    } else if (p.alpha != 1.0f || bias != nullptr) {
       for_each_accumulator<BN, kByRow>(acc, index0, wg_thread, [&](float x, int32_t c) {
         x *= p.alpha;
         return (bias != nullptr && c < p.n) ? x + bias[c] : x;
