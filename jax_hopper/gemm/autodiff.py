@@ -20,10 +20,13 @@ NOTES:
   own act'), then act(z + bias) + beta * res in jnp (primitive.apply_epilogue, one elementwise
   pass XLA fuses), and act'(z + bias) * dz is checkpointed on z and the bias: a linearisation
   keeps z (M x N in the output's dtype), not act' in float32, and the backward pass computes
-  act'(z + bias) * dy in one pass. The bias is added there, not in the kernel: XLA fuses the
-  add into both passes, and the kernel's bias epilogue cost ... A model's step is so three products, as XLA's; z
-  recomputed in the backward pass instead (the first form) made it four. Undifferentiated
-  (inference) the epilogue stays fused. Without an activation the fused kernel is the forward.
+  act'(z + bias) * dy in one pass. So a model's step is three products, as XLA's (z
+  recomputed in the backward pass, the first form, made it four: 1.32-1.40x faster without,
+  H100, 2026-12-06, ab_h100_20261206_fused_saves_z.log). The bias is added in those passes,
+  where XLA fuses the add for nothing (1.000-1.034x the bias fused into z's launch, when that
+  epilogue still cost 5-10% of a GEMM: ab_h100_20261206_fused_z_plain.json).
+  Undifferentiated (inference) the epilogue stays fused. Without an activation the fused
+  kernel is the forward.
 - The tangent's products are float32 and the cotangent is rounded to the input dtype to feed
   the kernel (as with XLA's dot on bf16 operands); alpha is applied inside the kernel.
 - An operand shared by the whole batch (batch 1) gets its gradient summed over the batch
