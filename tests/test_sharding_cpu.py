@@ -1219,7 +1219,8 @@ def _cases():
                         assert count_eqns(jaxpr, ("scan", "while")) == 0, spec
                         shapes = [e.outvars[0].aval.shape for e in program_eqns(jaxpr)
                                   if e.primitive.name == "hopper_gemm"]
-                        assert len(shapes) == 3 + fused and (1, k, n) in shapes, (spec, shapes)
+                        # the forward (a fused activation's: z), d x, d w: three either way
+                        assert len(shapes) == 3 and (1, k, n) in shapes, (spec, shapes)
                         got = jax.jit(step)(*args)
                         hlo = jax.jit(step).lower(*args).compile().as_text()
                         assert minor or "all-gather" not in hlo, (fused, axis_type, spec)
