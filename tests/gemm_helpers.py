@@ -1057,6 +1057,14 @@ def program_eqns(jaxpr):
             yield from program_eqns(sub)
 
 
+def saved_per_element(f, args, elements: int) -> list:
+    """The dtypes of what jax.vjp of f(*args) keeps for its backward pass (the leaves of the
+    VJP function) that hold `elements` values: an op's per-element residuals, e.g. a fused
+    activation's pre-activation."""
+    _, vjp = jax.vjp(f, *args)
+    return [x.dtype for x in jax.tree_util.tree_leaves(vjp) if x.size == elements]
+
+
 def count_eqns(jaxpr, names) -> int:
     """The equations of a (closed) jaxpr whose primitive is one of `names`, sub-jaxprs and
     grouped products' launches included (kernel calls: "hopper_gemm"; loops: "scan",

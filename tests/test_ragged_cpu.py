@@ -13,7 +13,7 @@ import pytest
 from gemm_helpers import (ADVERSARIAL_SIZES, REL_FROB_BOUND, check_ragged_entries,
                           check_ragged_grads, check_summed_entries_grad, count_eqns,
                           emulate_grouped_kernel, program_eqns, ragged_reference64, random_operand,
-                          rel_frob, to64)
+                          rel_frob, saved_per_element, to64)
 from jax_hopper import GemmConfig, hopper_ragged_dot, ragged_dot
 from jax_hopper.gemm import ragged_tiles
 from jax_hopper.gemm.heuristics import choose_grouped_config
@@ -376,6 +376,23 @@ def test_vmap_feeds_the_kernel_each_entrys_tiles(rng, kernel_emulation, case):
     # 400 rows over 5 experts: the shared experts' entries apart (runs_expert_major)
     check_ragged_entries(rng, 70 if case == "per_entry" else 400, 32, 24, case, 1e-6,
                          launch=("pure_callback",))
+
+
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+def test_a_fused_activation_keeps_one_product_for_the_backward_pass(rng, out_dtype):
+    """Differentiated, the fused path's forward is the grouped product with the per-expert bias
+    and no activation, kept in the output's dtype for act'(z): one M x N residual (some rows
+    past every group), no float32 act' beside it, no launch recomputed in the backward pass."""
+    m, k, n, g = 60, 32, 24, 3
+    lhs, res = random_operand(rng, (m, k), "bfloat16"), random_operand(rng, (m, n), "float32")
+    rhs, bias = random_operand(rng, (g, k, n), "bfloat16"), random_operand(rng, (g, n), "float32")
+    sizes = jnp.asarray([25, -1, 20], jnp.int32)
+
+    def unit(lhs, rhs, bias, res):
+        return hopper_ragged_dot(lhs, rhs, sizes, bias=bias, activation="gelu", residual=res,
+                                 alpha=0.5, beta=2.0, out_dtype=out_dtype)
+
+    assert saved_per_element(unit, (lhs, rhs, bias, res), m * n) == [jnp.dtype(out_dtype)]
 
 
 def test_vmap_of_vmap_and_of_the_gradient_fold_the_entries(rng):

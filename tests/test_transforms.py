@@ -11,7 +11,7 @@ import pytest
 from jax.test_util import check_grads
 
 from gemm_helpers import (REL_FROB_BOUND, check_summed_weight_grad, count_eqns, random_operand,
-                          reference64, rel_frob, run_in_command_buffer, to64)
+                          reference64, rel_frob, run_in_command_buffer, saved_per_element, to64)
 from jax_hopper import _ffi, hopper_glu, hopper_matmul
 
 ON_GPU = pytest.param("gpu", marks=pytest.mark.gpu)
@@ -175,6 +175,25 @@ def test_fused_epilogue_keeps_one_weight_gradient_under_vmap(rng, platform, tran
     with jax.default_device(_device(platform)):
         check_summed_weight_grad(rng, 3, 40, 64, 48, 1e-2, transpose_b=transpose_b,
                                  epilogue=True)
+
+
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("activation", ["gelu_tanh", "silu"])
+def test_a_fused_activation_keeps_one_product_for_the_backward_pass(rng, activation, out_dtype):
+    """Differentiated, a fused activation's forward is the product, kept in the output's dtype
+    for act'(z + bias) (as XLA keeps its dot's output): one M x N residual, no float32 act'
+    beside it, and so no product recomputed in the backward pass (autodiff.py's NOTES). A trace
+    property: on the default device."""
+    m, k, n = 40, 64, 48
+    a, res = random_operand(rng, (m, k), "bfloat16"), random_operand(rng, (m, n), "float32")
+    b = random_operand(rng, (k, n), "bfloat16")
+    bias = random_operand(rng, (n,), "float32")
+
+    def unit(a, b, bias, res):
+        return hopper_matmul(a, b, bias=bias, activation=activation, residual=res, alpha=0.5,
+                             beta=2.0, out_dtype=out_dtype)
+
+    assert saved_per_element(unit, (a, b, bias, res), m * n) == [jnp.dtype(out_dtype)]
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
