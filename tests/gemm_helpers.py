@@ -92,6 +92,12 @@ def act64(x, activation):
     raise ValueError(activation)
 
 
+def gelu_grad64(x):
+    """d gelu(x) / dx of the exact (erf) GELU: Phi(x) + x phi(x)."""
+    from scipy.special import erf  # noqa: PLC0415 (as act64's)
+    return 0.5 * (1 + erf(x / np.sqrt(2))) + x * np.exp(-x * x / 2) / np.sqrt(2 * np.pi)
+
+
 def reference64(a, b, *, transpose_a=False, transpose_b=False, bias=None, activation=None,
                 residual=None, alpha=1.0, beta=1.0):
     a64, b64 = to64(a), to64(b)
@@ -410,12 +416,9 @@ def check_summed_weight_grad(rng, e, m, k, n, bound, *, glu=False, transpose_b=F
     else:
         w_kn = w64.T if transpose_b else w64
         dz, alpha = d64, 1.0
-        if epilogue:  # d gelu(z) / dz = Phi(z) + z phi(z)
-            from scipy.special import erf  # noqa: PLC0415 (as reference64's)
+        if epilogue:
             alpha = 0.7
-            z = alpha * x64 @ w_kn + to64(bias)
-            dz = d64 * (0.5 * (1 + erf(z / np.sqrt(2)))
-                        + z * np.exp(-z * z / 2) / np.sqrt(2 * np.pi))
+            dz = d64 * gelu_grad64(alpha * x64 @ w_kn + to64(bias))
             assert rel_frob(dbias, dz.sum((0, 1))) < bound
             assert rel_frob(dres, 0.5 * d64.sum(0)) < bound
         want_dx = alpha * dz @ w_kn.T
@@ -572,8 +575,8 @@ def check_summed_entries_grad(rng, e, m, k, n, g, transpose_rhs, epilogue=False)
     contraction shaped as the weights (ragged_contract.summed_over_entries, no (E, G, K, N)),
     d lhs one launch, no loop; with epilogue a fused one (alpha 0.7, a per-expert bias, exact
     GELU, a residual the entries share with beta 0.5; ragged._ragged's JVP: its forward z,
-    kept for act'(z), no launch more), the bias's and residual's gradients too; all within the bf16 bound of
-    float64, the rows past every group of an entry getting none (nor any bias)."""
+    kept for act'(z), no launch more), the bias's and residual's gradients too; all within the
+    bf16 bound of float64, the rows past every group of an entry getting none (nor any bias)."""
     lhs = random_operand(rng, (e, m, k), "bfloat16")
     rhs = random_operand(rng, (g, n, k) if transpose_rhs else (g, k, n), "bfloat16")
     rhs = (rhs.astype(jnp.float32) / np.sqrt(k)).astype(jnp.bfloat16)
@@ -607,11 +610,8 @@ def check_summed_entries_grad(rng, e, m, k, n, g, transpose_rhs, epilogue=False)
         for j in range(g):
             rows = slice(ends[j] - valid[j], ends[j])
             dz = to64(dy[i, rows])
-            if epilogue:  # d gelu(z) / dz = Phi(z) + z phi(z)
-                from scipy.special import erf  # noqa: PLC0415 (as reference64's)
-                z = alpha * to64(lhs[i, rows]) @ w64[j] + to64(bias[j])
-                dz = dz * (0.5 * (1 + erf(z / np.sqrt(2)))
-                           + z * np.exp(-z * z / 2) / np.sqrt(2 * np.pi))
+            if epilogue:
+                dz = dz * gelu_grad64(alpha * to64(lhs[i, rows]) @ w64[j] + to64(bias[j]))
             want_dlhs[i, rows] = alpha * dz @ w64[j].T
             want_drhs[j] += alpha * to64(lhs[i, rows]).T @ dz
             want_dbias[j] += dz.sum(0)

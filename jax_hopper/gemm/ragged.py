@@ -168,10 +168,11 @@ def _ragged_jvp(params, primals, tangents):
     lhs3, rhs, gs, bias, res = primals
     dlhs, drhs, _, dbias, dres = tangents
     p = dict(params)
+    no_bias = jnp.zeros((0,), _F32)  # the per-expert bias is added in z's launch
     if p["activation"]:
         z = _ragged(lhs3, rhs, gs, bias, jnp.zeros((0, 0, 0), _F32),
                     freeze({**p, "activation": 0, "beta": 0.0}))
-        out = activated(z, jnp.zeros((0,), _F32), res, p)
+        out = activated(z, no_bias, res, p)
     else:
         z, out = None, _ragged(lhs3, rhs, gs, bias, res, params)
     plain = freeze({**p, "out_dtype": _F32, "activation": 0, "alpha": 1.0, "config": None})
@@ -181,7 +182,7 @@ def _ragged_jvp(params, primals, tangents):
     if not is_zero(dbias):
         db = per_row(dbias, gs, out[0])[None]
         dz = db if dz is None else dz + db
-    return out, epilogue_tangent(out, dz, p, dres, z, jnp.zeros((0,), _F32))
+    return out, epilogue_tangent(out, dz, p, dres, z, no_bias)
 
 
 _ragged.defjvp(_ragged_jvp, symbolic_zeros=True)
