@@ -22,12 +22,13 @@ struct GatedOps {
   __device__ static void apply(float* acc, const P& p, const float* bias, int32_t col0,
                                uint32_t wg_thread) {
     static_assert(!kByRow, "gate and up are paired along the strip's columns");
-    if (p.alpha != 1.0f || bias != nullptr) {
-      for_each_accumulator<BN>(acc, 0, wg_thread, [&](float x, int32_t c) {
-        const int32_t half = c >= BN / 2 ? 1 : 0, col = col0 + c - half * (BN / 2);
-        x *= p.alpha;
-        return (bias != nullptr && col < p.n) ? x + bias[half * p.n + col] : x;
-      });
+    if (bias != nullptr) {
+      // Registers [0, BN/4) are the fragment's columns [0, BN/2): the gate's, biased by row 0;
+      // the rest the up columns of the same indices, by row 1.
+      add_column_bias<BN / 2>(acc, p.alpha, bias, col0, p.n, wg_thread);
+      add_column_bias<BN / 2>(acc + BN / 4, p.alpha, bias + p.n, col0, p.n, wg_thread);
+    } else if (p.alpha != 1.0f) {
+      for_each_accumulator<BN>(acc, 0, wg_thread, [&](float x, int32_t) { return x * p.alpha; });
     }
     visit_activation(p.activation, [&](auto act) {
 #pragma unroll
