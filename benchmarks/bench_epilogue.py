@@ -8,8 +8,8 @@
     python benchmarks/bench_epilogue.py [--out-dir DIR] [--tag TAG] [--reps 7]
 
 Cases: MLP up 8192x28672x4096 with bias + GELU (tanh), the same product as a SwiGLU unit
-(silu(gate) * up, 14336 output columns), MLP down 8192x4096x14336 with bias + residual. Rotating
-input sets larger than L2, medians (benchmarks/timing.py). Writes epilogue_<tag>.json; exit status 1
+(silu(gate) * up, 14336 output columns; with a (2, F) bias too), MLP down 8192x4096x14336
+with bias + residual. Rotating input sets larger than L2, medians (benchmarks/timing.py). Writes epilogue_<tag>.json; exit status 1
 when a variant's result is wrong.
 """
 
@@ -52,6 +52,9 @@ CASES = {
                                                               activation="gelu_tanh")),
     "mlp_up_swiglu": ((8192, 28672, 4096), swiglu,
                       lambda jh, a, b, e: jh.hopper_glu(a, b.reshape(b.shape[0], 2, -1))),
+    "mlp_up_swiglu_bias": ((8192, 28672, 4096), lambda y, e: swiglu(y + e["bias"], e),
+                           lambda jh, a, b, e: jh.hopper_glu(a, b.reshape(b.shape[0], 2, -1),
+                                                             bias=e["bias"].reshape(2, -1))),
     "mlp_down_bias_residual": ((8192, 4096, 14336), lambda y, e: y + e["bias"] + e["residual"],
                                lambda jh, a, b, e: jh.hopper_matmul(a, b, bias=e["bias"],
                                                                     residual=e["residual"])),
