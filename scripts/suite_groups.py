@@ -1,8 +1,9 @@
 """Splits the test files into groups of about equal running time for scripts/gpu_suite.sh, and
 records the per-file times a suite run measured.
 
-    python3 scripts/suite_groups.py JOBS [--tests DIR] [--durations FILE]
-        one line per group: its test files, separated by spaces
+    python3 scripts/suite_groups.py JOBS [--tests DIR] [--durations FILE] [--skip-cpu-files]
+        one line per group: its test files, separated by spaces (--skip-cpu-files: all but
+        test_*_cpu.py)
     python3 scripts/suite_groups.py --record JUNIT.xml... [--durations FILE] [--out FILE]
         the per-file seconds of those junit reports merged over FILE's, written to --out
 
@@ -61,10 +62,13 @@ def split(cost: dict[str, float], jobs: int) -> list[list[str]]:
     return [files for _, files in groups if files]
 
 
-def test_files(tests_dir: str) -> dict[str, int]:
-    """test_*.py in `tests_dir`, with their sizes in bytes."""
+def test_files(tests_dir: str, skip_cpu_files: bool = False) -> dict[str, int]:
+    """test_*.py in `tests_dir`, with their sizes in bytes; skip_cpu_files leaves out the
+    test_*_cpu.py files, which the CPU CI runs on every commit (the GPU files and the unsuffixed
+    ones, whose GPU cases CI skips, stay)."""
     return {os.path.basename(p): os.path.getsize(p)
-            for p in glob.glob(os.path.join(tests_dir, "test_*.py"))}
+            for p in glob.glob(os.path.join(tests_dir, "test_*.py"))
+            if not (skip_cpu_files and p.endswith("_cpu.py"))}
 
 
 def junit_seconds(paths: list[str]) -> dict[str, float]:
@@ -90,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", nargs="+", metavar="JUNIT",
                         help="junit reports whose per-file seconds to merge into --durations")
     parser.add_argument("--out", help="where --record writes (default: --durations)")
+    parser.add_argument("--skip-cpu-files", action="store_true",
+                        help="leave out test_*_cpu.py (CI runs them on every commit)")
     args = parser.parse_args(argv)
     if args.record:
         merged = load_durations(args.durations)
@@ -100,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.jobs is None:
         parser.error("give JOBS (how many groups) or --record")
-    cost = costs(test_files(args.tests), load_durations(args.durations))
+    cost = costs(test_files(args.tests, args.skip_cpu_files), load_durations(args.durations))
     for group in split(cost, args.jobs):
         print(" ".join(group))
     return 0

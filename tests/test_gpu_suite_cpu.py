@@ -1,8 +1,8 @@
 """CPU tests of scripts/gpu_suite.sh's time limit and archive, with a stand-in Python whose
 build succeeds at once and whose pytest runs until it is interrupted: a test process past
 SUITE_TEST_LIMIT is stopped and said to be, SUITE_ARCHIVE=1 writes its archive however the
-script ends (a signal from an outer time limit included), and SUITE_PART's parts run every
-test file once between them."""
+script ends (a signal from an outer time limit included), SUITE_PART's parts run every
+test file once between them, and SUITE_SKIP_CPU_FILES=1 every file but test_*_cpu.py."""
 
 import os
 import signal
@@ -64,26 +64,42 @@ def test_the_archive_is_written_when_a_signal_ends_the_script(tmp_path):
     assert "tests.log" in _archived(out)
 
 
-def _part_files(tmp_path, part):
-    proc, out = _suite(tmp_path / part.replace("/", "_"), SUITE_JOBS="2",
-                       SUITE_TEST_LIMIT="2", SUITE_PART=part)
+def _run_files(tmp_path, groups, **env):
+    """The test files the stand-in pytest processes were given, over `groups` processes."""
+    proc, out = _suite(tmp_path, SUITE_TEST_LIMIT="2", **env)
     text, _ = proc.communicate(timeout=90)
-    assert text.count("stopped by SUITE_TEST_LIMIT, 2 s") == 2, text  # two groups a part
+    assert text.count("stopped by SUITE_TEST_LIMIT") == groups, text
     with tarfile.open(out / "gpu_suite_logs.tgz") as tar:
-        logs = [tar.extractfile(m).read().decode() for m in tar.getmembers()
-                if os.path.basename(m.name).startswith("tests_")]
-    return [f for log in logs for line in log.splitlines() if line.startswith("files:")
+        # tests.log: the one process's log, or every group's one after another
+        log = next(tar.extractfile(m).read().decode() for m in tar.getmembers()
+                   if os.path.basename(m.name) == "tests.log")
+    return [f for line in log.splitlines() if line.startswith("files:")
             for f in line.split()[1:]]
+
+
+def _part_files(tmp_path, part):
+    return _run_files(tmp_path / part.replace("/", "_"), 2, SUITE_JOBS="2", SUITE_PART=part)
+
+
+EVERY = sorted(f for f in os.listdir(os.path.join(ROOT, "tests"))
+               if f.startswith("test_") and f.endswith(".py"))
 
 
 def test_suite_parts_run_every_test_file_once(tmp_path):
     for sub in ("1_2", "2_2"):
         (tmp_path / sub).mkdir()
     first, second = _part_files(tmp_path, "1/2"), _part_files(tmp_path, "2/2")
-    every = sorted(f for f in os.listdir(os.path.join(ROOT, "tests"))
-                   if f.startswith("test_") and f.endswith(".py"))
     assert first and second and not set(first) & set(second)
-    assert sorted(first + second) == every
+    assert sorted(first + second) == EVERY
+
+
+def test_skipping_the_cpu_files_runs_every_other_file_once(tmp_path):
+    want = [f for f in EVERY if not f.endswith("_cpu.py")]
+    assert want and len(want) < len(EVERY)
+    for jobs, groups in (("1", 1), ("3", 3)):
+        (tmp_path / jobs).mkdir()
+        got = _run_files(tmp_path / jobs, groups, SUITE_JOBS=jobs, SUITE_SKIP_CPU_FILES="1")
+        assert sorted(got) == want, jobs
 
 
 def test_a_bad_suite_part_is_refused(tmp_path):
