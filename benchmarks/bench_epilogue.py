@@ -9,8 +9,8 @@
 
 Cases: MLP up 8192x28672x4096 with bias + GELU (tanh), the same product as a SwiGLU unit
 (silu(gate) * up, 14336 output columns; with a (2, F) bias too), MLP down 8192x4096x14336
-with bias + residual. Rotating input sets larger than L2, medians (benchmarks/timing.py). Writes epilogue_<tag>.json; exit status 1
-when a variant's result is wrong.
+with bias + residual. Rotating input sets larger than L2, medians (benchmarks/timing.py).
+Writes epilogue_<tag>.json; exit status 1 when a variant's result is wrong.
 """
 
 from __future__ import annotations
