@@ -9,11 +9,17 @@ and jax_hopper.hopper_matmul (default config plus --hopper-configs variants).
     python benchmarks/bench_gemm.py --decode --impls xla,hopper --device-time   # + device time
     python benchmarks/bench_gemm.py --shapes 8192x8192x8192 4096 \\
         --hopper-configs '[{"cluster_m": 2}, {"raster": "n", "group_size": 16}]'
+    python benchmarks/bench_gemm.py --shapes 8192x4096x1024 --bias --activation gelu_tanh \\
+        --impls xla,hopper --hopper-configs '[{"block_m": 128, "block_n": 128, "stages": 6,
+        "schedule": "pingpong", "stream_k": false}]'   # the configs under a fused epilogue
 
 Each shape's roofline floor is max(its FLOPs at the H100's dense bf16 peak, 989 TFLOP/s; its
 operand and output bytes at 3.0 TB/s); the table gives each time as a % of it. With
 --device-time each variant's device time per call is measured too (timing.device_times), and
 "dev h/X" is hopper's speed over XLA's by it: below ~25 us a chained call's time is the host's.
+With --bias and/or --activation every variant's product is followed by act(y + bias) (a (N,)
+bias): hopper_matmul fuses it into its kernel, XLA and Pallas run it in jnp after their product
+(XLA fuses it into the dot's consumer), and the reference is the same on the float32 product.
 Writes gemm_<tag>.json (rewritten after every shape, "complete": false until the last) and
 gemm_<tag>.png to --out-dir. Exit status 1 when hopper_matmul's
 result is wrong (relative Frobenius error > 1e-2 or NaN) for some shape.
@@ -97,6 +103,40 @@ def shape_name(shape) -> str:
     return "x".join(map(str, shape))
 
 
+@dataclasses.dataclass(frozen=True)
+class Epilogue:
+    """act(y + bias) after every variant's product y (--bias, --activation): fused into the
+    hopper variants' kernel, in jnp after the others' product."""
+    bias: bool = False
+    activation: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.bias or self.activation is not None
+
+    def operands(self, key, n: int) -> dict:
+        """hopper_matmul's epilogue arguments for an N-column product: a random-normal bf16
+        bias where asked for, and the activation."""
+        bias = (jax.random.normal(key, (n,), jnp.float32).astype(jnp.bfloat16)
+                if self.bias else None)
+        return dict(bias=bias, activation=self.activation)
+
+    def apply(self, y, operands: dict):
+        """The same epilogue in jnp, in y's dtype (the reference passes a float32 y)."""
+        from jax_hopper.gemm import epilogue  # the kernels' activations, by name
+        if operands["bias"] is not None:
+            y = y + operands["bias"].astype(y.dtype)
+        return epilogue.apply_activation(y, epilogue.activation_code(self.activation))
+
+    def wrap(self, variants: dict, impl_of: dict, operands: dict) -> dict:
+        """Each variant followed by the epilogue: a hopper variant given it as arguments, the
+        others applying it in jnp."""
+        if not self:
+            return variants
+        return {name: ((lambda a, b, f=f: f(a, b, **operands)) if impl_of[name] == "hopper"
+                       else (lambda a, b, f=f: self.apply(f(a, b), operands)))
+                for name, f in variants.items()}
+
+
 def pallas_variants(configs: dict) -> tuple[dict, dict]:
     """(name -> f(a, b), name -> reason skipped) for hopper_matmul_mgpu, whatever its version.
 
@@ -150,7 +190,8 @@ def hopper_variants(configs: list[dict]) -> tuple[dict, dict]:
         except TypeError as e:
             skipped[name] = str(e)
             continue
-        variants[name] = lambda a, b, config=config: jax_hopper.hopper_matmul(a, b, config=config)
+        variants[name] = (lambda a, b, config=config, **epilogue:
+                          jax_hopper.hopper_matmul(a, b, config=config, **epilogue))
     return variants, skipped
 
 
@@ -160,13 +201,18 @@ def error_text(e: Exception) -> str:
     return f"{type(e).__name__}: {lines[0][:300]}" if lines else repr(e)
 
 
-def bench_shape(shape, variants: dict, skipped: dict, impl_of: dict, args, key) -> dict:
+def bench_shape(shape, variants: dict, skipped: dict, impl_of: dict, args, key,
+                epilogue: Epilogue = Epilogue()) -> dict:
     m, n, k = shape
     set_bytes = (m * k + k * n) * 2
     n_calls, n_sets = timing.call_plan(m, n, k, args.calls, args.min_set_mb * 1e6)
     sets = timing.rotating_sets(key, m, n, k, n_sets)
     pairs = timing.rotation(sets, n_calls)
+    operands = epilogue.operands(jax.random.fold_in(key, 1), n)
+    variants = epilogue.wrap(variants, impl_of, operands)
     ref = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))(*sets[0])
+    if epilogue:
+        ref = epilogue.apply(ref, operands)
     log(f"  {n_sets} input sets ({n_sets * set_bytes / 1e6:.0f} MB), {n_calls} calls per run")
 
     results = {name: dict(impl=impl_of[name], error=reason) for name, reason in skipped.items()}
@@ -310,6 +356,11 @@ def parse_args(argv=None):
     p.add_argument("--impls", default="xla,pallas,hopper", help="comma list of xla,pallas,hopper")
     p.add_argument("--hopper-configs", type=json.loads, default=[],
                    help='JSON list of GemmConfig field dicts, e.g. \'[{"cluster_m": 2}]\'')
+    p.add_argument("--bias", action="store_true",
+                   help="a (N,) bias added to every variant's product (Epilogue)")
+    p.add_argument("--activation", default=None,
+                   help="an activation after every variant's product (and bias): "
+                        "hopper_matmul's names (relu, gelu_tanh, gelu, silu)")
     p.add_argument("--pallas-configs", type=json.loads, default=None,
                    help="JSON object name -> TuningConfig fields, replacing the built-in list")
     p.add_argument("--reps", type=int, default=7, help="timed runs per variant (median)")
@@ -345,9 +396,14 @@ def main(argv=None) -> int:
             variants.update(v)
             skipped.update(s)
             impl_of.update(dict.fromkeys([*v, *s], impl))
+    epilogue = Epilogue(args.bias, args.activation)
+    if args.activation is not None:
+        from jax_hopper.gemm.epilogue import activation_code
+        activation_code(args.activation)  # an unknown name fails here, naming the known ones
     env = environment()
     log(f"{env['device']} ({env['platform_version']}), jax {env['jax']}; "
-        f"{len(shapes)} shapes, variants: {', '.join(variants) or 'none'}")
+        f"{len(shapes)} shapes, variants: {', '.join(variants) or 'none'}"
+        + (f"; each product followed by {epilogue}" if epilogue else ""))
     for name, reason in skipped.items():
         log(f"  {name}: not run: {reason}")
 
@@ -357,8 +413,9 @@ def main(argv=None) -> int:
     for i, shape in enumerate(shapes):
         log(f"[{i + 1}/{len(shapes)}] {shape_name(shape)}")
         key = jax.random.fold_in(jax.random.key(args.seed), i)
-        rows.append(bench_shape(shape, variants, skipped, impl_of, args, key))
-        timing.write_run_json(stem + ".json", complete=False, environment=env, shapes=rows)
+        rows.append(bench_shape(shape, variants, skipped, impl_of, args, key, epilogue))
+        timing.write_run_json(stem + ".json", complete=False, environment=env,
+                              epilogue=dataclasses.asdict(epilogue), shapes=rows)
 
     print_table(rows)
     summary = large_shape_summary(rows)
@@ -374,7 +431,8 @@ def main(argv=None) -> int:
         log(f"hopper (default) / XLA, {name}: geomean {c['geomean']:.3f} over {c['n_shapes']} "
             f"shapes, {c['min']:.2f}-{c['max']:.2f}")
 
-    timing.write_run_json(stem + ".json", complete=True, environment=env, shapes=rows,
+    timing.write_run_json(stem + ".json", complete=True, environment=env,
+                          epilogue=dataclasses.asdict(epilogue), shapes=rows,
                           large_shape_summary=summary, m_class_summary=classes)
     import plot  # matplotlib only now: a missing one must not cost the numbers above
     plot.plot_results(rows, stem + ".png", title=f"bf16 GEMM, {env['device']}, jax {env['jax']}")

@@ -294,6 +294,51 @@ def test_cli_quick_on_cpu(tmp_path):
     assert (tmp_path / "gemm_t.png").stat().st_size > 0
 
 
+def test_epilogue_follows_every_variant(tmp_path, monkeypatch):
+    """--bias --activation: the hopper variants get the bias and activation as arguments (the
+    fused kernel's), XLA applies them in jnp, and both agree with act(y + bias) of the float32
+    product; without the epilogue XLA's plain product would be far from that reference."""
+    import jax_hopper
+    seen = []
+    real = jax_hopper.hopper_matmul
+
+    def recorded(a, b, **kwargs):
+        seen.append(kwargs)
+        return real(a, b, **kwargs)
+    monkeypatch.setattr(jax_hopper, "hopper_matmul", recorded)
+    rc = bench_gemm.main(["--shapes", "128x96x64", "--impls", "xla,hopper", "--reps", "2",
+                          "--bias", "--activation", "gelu_tanh", "--out-dir", str(tmp_path),
+                          "--tag", "e"])
+    assert rc == 0
+    data = json.loads((tmp_path / "gemm_e.json").read_text())
+    assert data["epilogue"] == {"bias": True, "activation": "gelu_tanh"}
+    (row,) = data["shapes"]
+    for name in ("xla", "hopper"):
+        assert row["variants"][name]["rel_err"] < 1e-2, name
+    assert seen and all(kw["activation"] == "gelu_tanh" and kw["bias"].shape == (96,)
+                        for kw in seen)
+
+
+def test_no_epilogue_leaves_the_variants_as_they_are():
+    """Without --bias or --activation nothing follows the product, and the variants stay as
+    they are."""
+    epilogue = bench_gemm.Epilogue()
+    assert not epilogue
+    variants = {"xla": jnp.dot}
+    assert epilogue.wrap(variants, {"xla": "xla"}, {}) is variants
+    y = jnp.arange(6.0).reshape(2, 3) - 2
+    operands = bench_gemm.Epilogue(activation="relu").operands(jax.random.key(0), 3)
+    assert operands["bias"] is None
+    np.testing.assert_array_equal(bench_gemm.Epilogue(activation="relu").apply(y, operands),
+                                  jnp.maximum(y, 0))
+
+
+def test_unknown_activation_is_refused_naming_the_known_ones(tmp_path):
+    with pytest.raises(ValueError, match="activation='swish' must be one of .*'gelu_tanh'"):
+        bench_gemm.main(["--shapes", "64x64x64", "--impls", "xla", "--activation", "swish",
+                         "--out-dir", str(tmp_path)])
+
+
 def _fake_jax_hopper():
     """A stand-in for jax_hopper: GemmConfig(scale=...) multiplies the product by scale, and the
     default config is wrong (x2) when M == 64."""
