@@ -11,6 +11,7 @@
 #   SUITE_TEST_LIMIT=380 bash scripts/gpu_suite.sh  # stop each test process after 380 s
 #   SUITE_JOBS=8 SUITE_PART=1/2 bash scripts/gpu_suite.sh  # half the test files (then 2/2)
 #   SUITE_JOBS=8 SUITE_SKIP_CPU_FILES=1 bash scripts/gpu_suite.sh  # all but tests/test_*_cpu.py
+#   SUITE_BUILD=0 bash scripts/gpu_suite.sh   # test the jax_hopper already installed
 # SUITE_JOBS > 1 splits the test files into that many groups of about equal running time (the
 # times recorded in scripts/suite_durations.json: scripts/suite_groups.py) and runs them at once,
 # each GPU process allocating as it goes (XLA_PYTHON_CLIENT_PREALLOCATE=false): six processes ran
@@ -28,6 +29,9 @@
 # so that the rest, every GPU test among them, fits one device call. Not the whole suite: a CPU
 # test has failed on a GPU host only (test_tune_cpu keying an H200's entries, 2026-11-28), so the
 # full run stays due after a change that such a test could see.
+# SUITE_BUILD=0 tests the jax_hopper already installed instead of building this tree: after
+# scripts/device_ab.sh installed it in the same device call (an A/B, then the change's GPU
+# tests), the build's minute is not spent twice.
 # SUITE_PART=i/n splits the test files into n x SUITE_JOBS groups of about equal recorded time
 # and runs part i's SUITE_JOBS of them (i = 1..n): the suite over n calls of a device lent by
 # the call, each within its limit (eight groups of the whole suite took over 380 s each on
@@ -51,13 +55,20 @@ export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$LOGS/gpu.txt" 2>&1
-echo "== build"
-start=$(date +%s)
-$PY -m pip install --no-build-isolation --no-deps -v . > "$LOGS/build.log" 2>&1
-build_rc=$?
-echo "build rc=$build_rc in $(( $(date +%s) - start )) s"
-grep -E "ptxas (warning|error)|spill|lmem" "$LOGS/build.log" | grep -v " 0 bytes spill" | head -20
-if [ $build_rc -ne 0 ]; then tail -40 "$LOGS/build.log"; exit 1; fi
+if [ "${SUITE_BUILD:-1}" = 0 ]; then
+  installed=$(cd /tmp && $PY -c "import jax_hopper, os; print(os.path.dirname(jax_hopper.__file__))" 2>&1 | tail -1)
+  echo "== build: skipped (SUITE_BUILD=0); testing the installed jax_hopper: $installed" \
+    | tee "$LOGS/build.log"
+  build_rc=0
+else
+  echo "== build"
+  start=$(date +%s)
+  $PY -m pip install --no-build-isolation --no-deps -v . > "$LOGS/build.log" 2>&1
+  build_rc=$?
+  echo "build rc=$build_rc in $(( $(date +%s) - start )) s"
+  grep -E "ptxas (warning|error)|spill|lmem" "$LOGS/build.log" | grep -v " 0 bytes spill" | head -20
+  if [ $build_rc -ne 0 ]; then tail -40 "$LOGS/build.log"; exit 1; fi
+fi
 
 echo "== tests"
 # Run from a neutral directory so the installed package (with its extension) is imported.

@@ -2,7 +2,8 @@
 build succeeds at once and whose pytest runs until it is interrupted: a test process past
 SUITE_TEST_LIMIT is stopped and said to be, SUITE_ARCHIVE=1 writes its archive however the
 script ends (a signal from an outer time limit included), SUITE_PART's parts run every
-test file once between them, and SUITE_SKIP_CPU_FILES=1 every file but test_*_cpu.py."""
+test file once between them, SUITE_SKIP_CPU_FILES=1 every file but test_*_cpu.py, and
+SUITE_BUILD=0 tests without building."""
 
 import os
 import re
@@ -28,9 +29,9 @@ exec {sys.executable} "$@"
 """
 
 
-def _suite(tmp_path, **env):
+def _suite(tmp_path, stand_in=STAND_IN, **env):
     python = tmp_path / "python"
-    python.write_text(STAND_IN)
+    python.write_text(stand_in)
     python.chmod(0o755)
     out = tmp_path / "out"
     # The caller's SUITE_* settings stay out: this file runs inside gpu_suite.sh itself, whose
@@ -102,6 +103,24 @@ def test_skipping_the_cpu_files_runs_every_other_file_once(tmp_path):
         (tmp_path / jobs).mkdir()
         got = _run_files(tmp_path / jobs, groups, SUITE_JOBS=jobs, SUITE_SKIP_CPU_FILES="1")
         assert sorted(got) == want, jobs
+
+
+def test_suite_build_0_tests_the_installed_package_without_building(tmp_path):
+    """SUITE_BUILD=0: no pip install (a stand-in whose pip fails would stop the suite at the
+    build), and the tests still run."""
+    failing_pip = STAND_IN.replace('if [ "$1 $2" = "-m pip" ]; then exit 0; fi',
+                                   'if [ "$1 $2" = "-m pip" ]; then exit 1; fi')
+    assert failing_pip != STAND_IN
+    proc, out = _suite(tmp_path, SUITE_BUILD="0", SUITE_JOBS="2", SUITE_TEST_LIMIT="2",
+                       stand_in=failing_pip)
+    text, _ = proc.communicate(timeout=90)
+    assert "build: skipped (SUITE_BUILD=0)" in text, text
+    assert "build rc=1" not in text and "build rc=0 tests rc=1" in text, text
+    assert text.count("stopped by SUITE_TEST_LIMIT, 2 s") == 2, text
+    # the same stand-in without SUITE_BUILD=0 stops at its failed build
+    proc, out = _suite(tmp_path, SUITE_JOBS="2", SUITE_TEST_LIMIT="2", stand_in=failing_pip)
+    text, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 1 and "build rc=1" in text and "stopped by" not in text, text
 
 
 def test_a_bad_suite_part_is_refused(tmp_path):
