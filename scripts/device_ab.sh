@@ -10,6 +10,8 @@
 #           copy of the working tree has no repository, so carry one, e.g. in an ignored .dev/)
 #   e.g. bash scripts/device_ab.sh .dev/base --device-time --reps 5 --tag h200_20261204_x \
 #            --shapes 792x3072x14336 16x4096x4096 --epilogue-cases
+# Its build of this tree stays installed: `SUITE_BUILD=0 bash scripts/gpu_suite.sh` after it, in
+# the same call, runs the change's GPU tests without building again.
 # Logs and bench_ab's JSON go to $OUT (or ./device_ab_logs): build_new.log, build_base.log,
 # sass.txt (AB_SASS_KERNELS: the kernels' regex, default every GEMM kernel), ab.log; the last
 # lines of each step are printed. The baseline is built into AB_BASE_DIR
