@@ -110,6 +110,15 @@ class Epilogue:
     bias: bool = False
     activation: str | None = None
 
+    def __post_init__(self):
+        self.code  # an unknown activation fails here, before anything runs, naming the known
+
+    @property
+    def code(self) -> int:
+        """The activation's kernel code (jax_hopper.gemm.epilogue: the names' one source)."""
+        from jax_hopper.gemm.epilogue import activation_code
+        return activation_code(self.activation)
+
     def __bool__(self) -> bool:
         return self.bias or self.activation is not None
 
@@ -122,10 +131,10 @@ class Epilogue:
 
     def apply(self, y, operands: dict):
         """The same epilogue in jnp, in y's dtype (the reference passes a float32 y)."""
-        from jax_hopper.gemm import epilogue  # the kernels' activations, by name
+        from jax_hopper.gemm.epilogue import apply_activation
         if operands["bias"] is not None:
             y = y + operands["bias"].astype(y.dtype)
-        return epilogue.apply_activation(y, epilogue.activation_code(self.activation))
+        return apply_activation(y, self.code)
 
     def wrap(self, variants: dict, impl_of: dict, operands: dict) -> dict:
         """Each variant followed by the epilogue: a hopper variant given it as arguments, the
@@ -397,9 +406,6 @@ def main(argv=None) -> int:
             skipped.update(s)
             impl_of.update(dict.fromkeys([*v, *s], impl))
     epilogue = Epilogue(args.bias, args.activation)
-    if args.activation is not None:
-        from jax_hopper.gemm.epilogue import activation_code
-        activation_code(args.activation)  # an unknown name fails here, naming the known ones
     env = environment()
     log(f"{env['device']} ({env['platform_version']}), jax {env['jax']}; "
         f"{len(shapes)} shapes, variants: {', '.join(variants) or 'none'}"
