@@ -22,7 +22,9 @@ A problem key is family, input dtype (fp8: "a*b" where b's differs, e.g.
 "float8_e4m3fn*float8_e5m2"), operand majors (k: K-major, m/n: MN-major) and batch x M x N x K
 (N in product columns: 2F for the gated unit). For the grouped families the groups G stand in
 the batch's place: G x M x N x K, M all rows; for the contractions, out (G, P, Q) over M
-contracted rows: G x P x Q x M. A file that cannot be read, is
+contracted rows: G x P x Q x M. The fused epilogue is not in the key: under bias + tanh-GELU
+the config that wins the plain product won on all five shapes timed (H100, 2026-12-07,
+docs/benchmarks.md, "Configs under a fused epilogue"). A file that cannot be read, is
 not this format, or holds an entry that is no longer a compiled config (the catalog changed) is
 ignored, that file, GPU section or entry, with one warning each: a cache never makes a call
 fail.

@@ -9,6 +9,13 @@
 // 2026-11-27, ab_h100_20261127_grouped_idle_wg.log). (The 0.90-0.95x of 2026-11-24 had the
 // base always right after XLA's ragged_dot.) Likely why, not profiled: the half tile still
 // loads whole 48 KB stages, and at twice the rate of a full tile that is more than L2 gives.
+// NOTES: the warpgroups taking their fix-ups and epilogues in turn (two turn mbarriers, as the
+// ping-pong schedule's), so that warpgroup 0 would start the next tile while warpgroup 1 stored,
+// ran 0.900-1.006x on the device, geomean 0.971, worst where it was meant to win (K = 1024 0.95x,
+// bias + tanh-GELU 0.90x; H100, 2026-12-07, ab_h100_20261207_stagger.json; branch
+// staggered-epilogues). Likely why, not profiled: a stage is released only once both warpgroups
+// have read it, so warpgroup 0 leads by at most the free stages, while each turn puts the other
+// warpgroup's whole epilogue on the tile's path.
 #pragma once
 
 #include <cstdint>
