@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemm_helpers import (REL_FROB_BOUND, check_matmul as _check, matmul_operands as _operands,
-                          random_operand, reference64, rel_frob, to64)
+from gemm_helpers import (REL_FROB_BOUND, act64, check_matmul as _check,
+                          matmul_operands as _operands, random_operand, reference64, rel_frob, to64)
 from jax_hopper import GemmConfig, _ffi, hopper_matmul
 from jax_hopper.kernels import catalog
 
@@ -110,6 +110,35 @@ def test_epilogue(rng, activation):
     residual = random_operand(rng, (m, n), "bfloat16")
     _check(rng, m, n, k, bias=bias, activation=activation, residual=residual, alpha=0.5,
            beta=-1.5)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu_tanh", "gelu", "silu"])
+@pytest.mark.parametrize("m,n", [(260, 16), (8, 520)])  # whole tiles; decode rows (swap-AB)
+def test_activation_values_element_by_element(activation, m, n):
+    """act(x) against float64 element by element, x from -40 to 40 (the tails included), +-Inf
+    and NaN, out float32: each product is a[i, 0] * b[0, j] (a bf16 value times a power of two,
+    exact), every other term 0, so the epilogue's activation alone is under test."""
+    grid = np.concatenate([np.linspace(-40.0, 40.0, max(m, n) - 3), [np.inf, -np.inf, np.nan]])
+    values = np.asarray(jnp.asarray(grid, jnp.bfloat16).astype(jnp.float32))
+    scales = np.resize([1.0, -1.0, 0.5, -2.0], min(m, n))
+    col, row = (values, scales) if m > n else (scales, values)
+    a = np.zeros((m, 16), np.float32)
+    b = np.zeros((16, n), np.float32)
+    a[:, 0], b[0, :] = col, row
+    out = hopper_matmul(jnp.asarray(a, jnp.bfloat16), jnp.asarray(b, jnp.bfloat16),
+                        activation=activation, out_dtype=jnp.float32)
+    x = np.outer(col, row).astype(np.float64)
+    with np.errstate(all="ignore"):
+        want = act64(x, activation)
+    out = np.asarray(out, np.float64)
+    for special in (np.isnan, np.isposinf, np.isneginf):
+        assert np.array_equal(special(out), special(want)), special.__name__
+    finite = np.isfinite(want)
+    error = np.abs(out[finite] - want[finite])
+    # float32 rounding of the steps, and up to 2^-31 |x| where the quotient forms flush to 0
+    bound = 1e-5 * np.abs(want[finite]) + 3e-7 * np.maximum(1.0, np.abs(x[finite]))
+    worst = np.argmax(error / bound)
+    assert (error <= bound).all(), (x[finite][worst], out[finite][worst], want[finite][worst])
 
 
 def test_repeated_runs_are_bitwise_identical(rng):

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
+#include "cuda/ptx/math.cuh"
 #include "jax_hopper_constants.h"
 
 namespace jax_hopper {
@@ -19,11 +21,6 @@ namespace jax_hopper {
 // 4096 x 1024 14.1 -> 11.8, 512 x 4096 x 4096 31.1 -> 29.2) and no faster warm or in the benchmark
 // (H100, 2026-11-25, ncu_h100_20261125_cold_code.txt). __builtin_expect on the passes and the
 // store's dtype switch moved them after the store in the PTX but changed no timing.
-__device__ __forceinline__ float tanh_fast(float u) {
-  // 1 - 2/(e^{2u}+1): ~1e-7 absolute error, saturates correctly for |u| large.
-  return 1.0f - __fdividef(2.0f, __expf(2.0f * u) + 1.0f);
-}
-
 __device__ __forceinline__ float erf_fast(float z) {
   // Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7, odd extension for z < 0.
   const float a = fabsf(z);
@@ -36,19 +33,86 @@ __device__ __forceinline__ float erf_fast(float z) {
 
 // x < 0 ? 0 : x rather than fmaxf(x, 0), which would turn NaN into 0 (jnp.maximum keeps NaN).
 struct Relu { __device__ float operator()(float x) const { return x < 0.0f ? 0.0f : x; } };
-struct GeluTanh {
-  __device__ float operator()(float x) const {
-    return 0.5f * x * (1.0f + tanh_fast(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+
+// Activations of the form x / d(x), d(x) = 1 + 2^t(x) (gelu_tanh, silu): d is clamped to
+// 1 + 2^31 so that four of them share one reciprocal (reciprocals4), and x / d is taken as 0
+// from A::kZeroBelow down, where t(x) reaches that clamp (x / d is then under |x| 2^-31), so
+// that -Inf still gives NaN, as x * sigmoid(...) does in jnp. Why: the exponential and the
+// reciprocal each take the special-function unit (MUFU), 16 a clock per SM against 128 FMAs,
+// so an element's two cost 16 issue slots' worth of time: as much as the whole 16-instruction
+// tanh-GELU pass (1 - 2 / (e^2u + 1), then 1 + that). One exponential and a quarter of a
+// reciprocal cost 10, under the pass's 11.6 instructions now (SASS, CUDA 13.0; silu 8.1
+// instructions and 2 MUFU before, 9.6 and 1.25 now).
+template <class A>
+struct QuotientActivation {
+  static constexpr float kMaxExponent = 31.0f;  // four (1 + 2^31)s multiply to under 2^124
+  __device__ float denominator(float x) const {
+    return 1.0f + ptx::ex2_approx(fminf(A::exponent(x), kMaxExponent));
+  }
+  // x / d(x), given inv = 1 / d(x).
+  __device__ float operator()(float x, float inv) const {
+    return x * (x < A::kZeroBelow ? 0.0f : inv);
   }
 };
+
+// gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3):
+// no cancellation in 1 + tanh(u) where u is large and negative. t(x) = -2u log2(e).
+struct GeluTanh : QuotientActivation<GeluTanh> {
+  static constexpr float kZeroBelow = -5.6f;  // t(-5.6) = 30.97; t(-5.6024) = 31
+  __device__ static float exponent(float x) {
+    constexpr float k1 = -2.0f * 0.7978845608028654f * 1.4426950408889634f;
+    constexpr float k2 = k1 * 0.044715f;
+    return x * (k2 * x * x + k1);
+  }
+};
+
 struct GeluErf {
   __device__ float operator()(float x) const {
     return 0.5f * x * (1.0f + erf_fast(x * 0.7071067811865476f));
   }
 };
-struct Silu {
-  __device__ float operator()(float x) const { return __fdividef(x, 1.0f + __expf(-x)); }
+
+// silu(x) = x / (1 + e^-x): t(x) = -x log2(e).
+struct Silu : QuotientActivation<Silu> {
+  static constexpr float kZeroBelow = -21.48f;  // t(-21.48) = 30.99; t(-21.4876) = 31
+  __device__ static float exponent(float x) { return x * -1.4426950408889634f; }
 };
+
+// 1 / d for four denominators in [1, 1 + 2^31] with one MUFU.RCP: the reciprocal of their
+// product (under 2^124, so it and its reciprocal are normal floats) times the other three.
+// A few units in the last place of error, against the reciprocal's one.
+__device__ __forceinline__ void reciprocals4(float (&d)[4]) {
+  const float d01 = d[0] * d[1], d23 = d[2] * d[3];
+  const float r = ptx::rcp_approx(d01 * d23);
+  const float r01 = d23 * r, r23 = d01 * r;  // 1 / (d0 d1), 1 / (d2 d3)
+  const float d0 = d[0], d2 = d[2];
+  d[0] = d[1] * r01;
+  d[1] = d0 * r01;
+  d[2] = d[3] * r23;
+  d[3] = d2 * r23;
+}
+
+// v[i] = act(v[i]) for a thread's N accumulators; a quotient activation four at a time.
+template <int N, typename Act>
+__device__ __forceinline__ void apply_activation(float* v, Act act) {
+  if constexpr (std::is_base_of_v<QuotientActivation<Act>, Act>) {
+    constexpr int kFours = N / 4 * 4;
+#pragma unroll
+    for (int i = 0; i < kFours; i += 4) {
+      float d[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) d[q] = act.denominator(v[i + q]);
+      reciprocals4(d);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) v[i + q] = act(v[i + q], d[q]);
+    }
+#pragma unroll
+    for (int i = kFours; i < N; ++i) v[i] = act(v[i], ptx::rcp_approx(act.denominator(v[i])));
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = act(v[i]);
+  }
+}
 
 // Calls f(value, index) for each accumulator of this thread and stores the result back; index
 // is the global column (index0 + the fragment column) or, kByRow, the global row (index0 + the

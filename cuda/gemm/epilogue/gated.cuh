@@ -33,8 +33,9 @@ struct GatedOps {
       for_each_accumulator<BN>(acc, 0, wg_thread, [&](float x, int32_t) { return x * p.alpha; });
     }
     visit_activation(p.activation, [&](auto act) {
+      apply_activation<BN / 4>(acc, act);
 #pragma unroll
-      for (int i = 0; i < BN / 4; ++i) acc[i] = act(acc[i]) * acc[i + BN / 4];
+      for (int i = 0; i < BN / 4; ++i) acc[i] *= acc[i + BN / 4];
     });
   }
 };

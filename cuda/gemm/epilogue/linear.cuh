@@ -28,9 +28,7 @@ struct LinearOps {
       });
     }
     if (p.activation != Activation::kNone) {
-      visit_activation(p.activation, [&](auto act) {
-        for_each_accumulator<BN>(acc, 0, wg_thread, [&](float x, int32_t) { return act(x); });
-      });
+      visit_activation(p.activation, [&](auto act) { apply_activation<BN / 2>(acc, act); });
     }
   }
 };
