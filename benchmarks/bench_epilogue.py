@@ -55,6 +55,11 @@ CASES = {
     "ffn_up_bias_gelu_k1024": ((8192, 4096, 1024), lambda y, e: gelu_bias(y, e["bias"]),
                                lambda jh, a, b, e: jh.hopper_matmul(a, b, bias=e["bias"],
                                                                     activation="gelu_tanh")),
+    # The same with the erf GELU (jax.nn.gelu(approximate=False): BERT's own, in HF's models).
+    "ffn_up_bias_gelu_erf_k1024": ((8192, 4096, 1024),
+                                   lambda y, e: jax.nn.gelu(y + e["bias"], approximate=False),
+                                   lambda jh, a, b, e: jh.hopper_matmul(a, b, bias=e["bias"],
+                                                                        activation="gelu")),
     "mlp_up_swiglu": ((8192, 28672, 4096), swiglu,
                       lambda jh, a, b, e: jh.hopper_glu(a, b.reshape(b.shape[0], 2, -1))),
     "mlp_up_swiglu_bias": ((8192, 28672, 4096), lambda y, e: swiglu(y + e["bias"], e),
