@@ -10,7 +10,7 @@ import pytest
 
 from gemm_helpers import (REL_FROB_BOUND, act64, check_matmul as _check,
                           matmul_operands as _operands, random_operand, reference64, rel_frob, to64)
-from jax_hopper import GemmConfig, _ffi, hopper_matmul
+from jax_hopper import GemmConfig, _ffi, hopper_glu, hopper_matmul
 from jax_hopper.kernels import catalog
 
 pytestmark = pytest.mark.gpu
@@ -113,11 +113,13 @@ def test_epilogue(rng, activation):
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu_tanh", "gelu", "silu"])
-@pytest.mark.parametrize("m,n", [(260, 16), (8, 520)])  # whole tiles; decode rows (swap-AB)
-def test_activation_values_element_by_element(activation, m, n):
+@pytest.mark.parametrize("op,m,n", [("matmul", 260, 16), ("matmul", 8, 520),  # decode: swap-AB
+                                    ("glu", 260, 16)])
+def test_activation_values_element_by_element(activation, op, m, n):
     """act(x) against float64 element by element, x from -40 to 40 (the tails included), +-Inf
     and NaN, out float32: each product is a[i, 0] * b[0, j] (a bf16 value times a power of two,
-    exact), every other term 0, so the epilogue's activation alone is under test."""
+    exact), every other term 0, so the epilogue's activation alone is under test; hopper_glu's
+    up product is 1 (a[:, 1] times its weight's row 1), NaN on the rows holding +-Inf or NaN."""
     grid = np.concatenate([np.linspace(-40.0, 40.0, max(m, n) - 3), [np.inf, -np.inf, np.nan]])
     values = np.asarray(jnp.asarray(grid, jnp.bfloat16).astype(jnp.float32))
     scales = np.resize([1.0, -1.0, 0.5, -2.0], min(m, n))
@@ -125,11 +127,18 @@ def test_activation_values_element_by_element(activation, m, n):
     a = np.zeros((m, 16), np.float32)
     b = np.zeros((16, n), np.float32)
     a[:, 0], b[0, :] = col, row
-    out = hopper_matmul(jnp.asarray(a, jnp.bfloat16), jnp.asarray(b, jnp.bfloat16),
-                        activation=activation, out_dtype=jnp.float32)
-    x = np.outer(col, row).astype(np.float64)
+    up = np.zeros((16, n), np.float32)
+    if op == "glu":
+        a[:, 1], up[1, :] = 1.0, 1.0
+        w = jnp.asarray(np.stack([b, up], axis=1), jnp.bfloat16)  # (K, 2, F): gate, up
+        out = hopper_glu(jnp.asarray(a, jnp.bfloat16), w, activation=activation,
+                         out_dtype=jnp.float32)
+    else:
+        out = hopper_matmul(jnp.asarray(a, jnp.bfloat16), jnp.asarray(b, jnp.bfloat16),
+                            activation=activation, out_dtype=jnp.float32)
     with np.errstate(all="ignore"):
-        want = act64(x, activation)
+        x = a.astype(np.float64) @ b  # Inf * 0 in a term gives NaN, as on the GPU
+        want = act64(x, activation) * (a.astype(np.float64) @ up if op == "glu" else 1.0)
     out = np.asarray(out, np.float64)
     for special in (np.isnan, np.isposinf, np.isneginf):
         assert np.array_equal(special(out), special(want)), special.__name__
