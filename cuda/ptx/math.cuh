@@ -11,7 +11,8 @@ __device__ __forceinline__ float ex2_approx(float x) {
   return y;
 }
 
-// 1/x, within one unit in the last place; for x of normal range whose reciprocal is normal too.
+// 1/x, within one unit in the last place; a reciprocal below the normal range (|x| past 2^126)
+// flushes to 0.
 __device__ __forceinline__ float rcp_approx(float x) {
   float y;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
