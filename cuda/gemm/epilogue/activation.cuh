@@ -24,18 +24,22 @@ namespace jax_hopper {
 // x < 0 ? 0 : x rather than fmaxf(x, 0), which would turn NaN into 0 (jnp.maximum keeps NaN).
 struct Relu { __device__ float operator()(float x) const { return x < 0.0f ? 0.0f : x; } };
 
-// Activations of the form x / d(x), d(x) = 1 + 2^t(x) (gelu_tanh, silu): d is clamped to
-// 1 + 2^31 so that four of them share one reciprocal (reciprocals4), and x / d is taken as 0
-// from A::kZeroBelow down, where t(x) reaches that clamp (x / d is then under |x| 2^-31), so
-// that -Inf still gives NaN, as x * sigmoid(...) does in jnp. Why: the exponential and the
-// reciprocal each take the special-function unit (MUFU), 16 a clock per SM against 128 FMAs,
-// so an element's two cost 16 issue slots' worth of time: as much as the whole 16-instruction
-// tanh-GELU pass (1 - 2 / (e^2u + 1), then 1 + that). One exponential and a quarter of a
-// reciprocal cost 10, under the pass's 11.6 instructions now (SASS, CUDA 13.0; silu 8.1
-// instructions and 2 MUFU before, 9.6 and 1.25 now).
+// Activations of the form x / d(x), d(x) = 1 + 2^t(x) (gelu_tanh, silu): d is clamped to 1 + 2^31
+// so that four of them share one reciprocal (reciprocals4), and x / d is taken as 0 from
+// A::kZeroBelow down, just above where t(x) reaches that clamp (x / d is then under |x| 2^-30.97),
+// so that -Inf still gives NaN, as x * sigmoid(...) does in jnp. The clamp is fminf, which returns
+// 31 for a NaN t: a NaN element keeps a finite denominator and cannot spoil the other three of its
+// group (a comparison-and-select clamp would). Why: the exponential and the reciprocal each take
+// the special-function unit (MUFU), 16 a clock per SM against 128 FMAs, so an element's two cost 16
+// issue slots' worth of time: as much as the whole 16-instruction tanh-GELU pass (1 - 2/(e^2u+1),
+// then 1 + that). One exponential and a quarter of a reciprocal cost 10, under the pass's 11.6
+// instructions now (SASS, CUDA 13.0; silu 8.1 instructions and 2 MUFU before, 9.6 and 1.25 now).
 template <class A>
 struct QuotientActivation {
-  static constexpr float kMaxExponent = 31.0f;  // four (1 + 2^31)s multiply to under 2^124
+  // In float 1 + 2^31 is 2^31, so four denominators multiply to at most 2^124 (a little past
+  // with ex2's error), below the 2^126 past which rcp.approx.ftz would flush their reciprocal.
+  static constexpr float kMaxExponent = 31.0f;
+  static_assert(4 * kMaxExponent <= 124.0f, "the product of four denominators stays normal");
   __device__ float denominator(float x) const {
     return 1.0f + ptx::ex2_approx(fminf(A::exponent(x), kMaxExponent));
   }
@@ -83,8 +87,8 @@ struct Silu : QuotientActivation<Silu> {
   __device__ static float exponent(float x) { return x * -1.4426950408889634f; }
 };
 
-// 1 / d for four denominators in [1, 1 + 2^31] with one MUFU.RCP: the reciprocal of their
-// product (under 2^124, so it and its reciprocal are normal floats) times the other three.
+// 1 / d for four denominators in [1, 2^31] with one MUFU.RCP: the reciprocal of their product
+// (about 2^124 at most, so it and its reciprocal are normal floats) times the other three.
 // A few units in the last place of error, against the reciprocal's one.
 __device__ __forceinline__ void reciprocals4(float (&d)[4]) {
   const float d01 = d[0] * d[1], d23 = d[2] * d[3];
