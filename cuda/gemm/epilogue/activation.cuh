@@ -105,9 +105,9 @@ __device__ __forceinline__ void reciprocals4(float (&d)[4]) {
 template <int N, typename Act>
 __device__ __forceinline__ void apply_activation(float* v, Act act) {
   if constexpr (std::is_base_of_v<QuotientActivation<Act>, Act>) {
-    constexpr int kFours = N / 4 * 4;
+    static_assert(N % 4 == 0, "a thread's accumulators are whole groups of four (BN >= 16)");
 #pragma unroll
-    for (int i = 0; i < kFours; i += 4) {
+    for (int i = 0; i < N; i += 4) {
       float d[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) d[q] = act.denominator(v[i + q]);
@@ -115,8 +115,6 @@ __device__ __forceinline__ void apply_activation(float* v, Act act) {
 #pragma unroll
       for (int q = 0; q < 4; ++q) v[i + q] = act(v[i + q], d[q]);
     }
-#pragma unroll
-    for (int i = kFours; i < N; ++i) v[i] = act(v[i], ptx::rcp_approx(act.denominator(v[i])));
   } else {
 #pragma unroll
     for (int i = 0; i < N; ++i) v[i] = act(v[i]);
