@@ -53,7 +53,7 @@ struct QuotientActivation {
 // no cancellation in 1 + tanh(u) where u is large and negative. t(x) = -2u log2(e).
 struct GeluTanh : QuotientActivation<GeluTanh> {
   static constexpr float kZeroBelow = -5.6f;  // t(-5.6) = 30.97; t(-5.6024) = 31
-  __device__ static float exponent(float x) {
+  __host__ __device__ static constexpr float exponent(float x) {
     constexpr float k1 = -2.0f * 0.7978845608028654f * 1.4426950408889634f;
     constexpr float k2 = k1 * 0.044715f;
     return x * (k2 * x * x + k1);
@@ -84,8 +84,19 @@ struct GeluErf {
 // silu(x) = x / (1 + e^-x): t(x) = -x log2(e).
 struct Silu : QuotientActivation<Silu> {
   static constexpr float kZeroBelow = -21.48f;  // t(-21.48) = 30.99; t(-21.4876) = 31
-  __device__ static float exponent(float x) { return x * -1.4426950408889634f; }
+  __host__ __device__ static constexpr float exponent(float x) { return x * -1.4426950408889634f; }
 };
+
+// Each quotient activation's zero threshold sits where its exponent is just under the clamp:
+// above it no denominator is clamped (the quotient is as computed), below it the true value is
+// under |x| 2^-30, the absolute error the GPU test allows.
+template <class A>
+constexpr bool zero_below_fits_clamp() {
+  constexpr float t = A::exponent(A::kZeroBelow);
+  return t >= 30.0f && t <= QuotientActivation<A>::kMaxExponent;
+}
+static_assert(zero_below_fits_clamp<GeluTanh>(), "gelu_tanh's kZeroBelow is off its clamp");
+static_assert(zero_below_fits_clamp<Silu>(), "silu's kZeroBelow is off its clamp");
 
 // 1 / d for four denominators in [1, 2^31] with one MUFU.RCP: the reciprocal of their product
 // (about 2^124 at most, so it and its reciprocal are normal floats) times the other three.
