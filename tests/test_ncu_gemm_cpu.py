@@ -1,0 +1,67 @@
+"""CPU tests of scripts/ncu_gemm.py: its reading of `ncu --csv` output, the side-by-side table,
+the shape argument, and the product it hands ncu (run on the CPU reference lowering here)."""
+
+import argparse
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import ncu_gemm  # noqa: E402
+
+# ncu --csv's details page: the program's own output first, then one row per metric.
+HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+          '"Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit",'
+          '"Metric Value"\n')
+
+
+def row(section, name, unit, value):
+    return (f'"0","77","python3","host","void jax_hopper::sm90_gemm_kernel<K>(P)","1","7",'
+            f'"(384, 1, 1)","(132, 1, 1)","0","9.0","{section}","{name}","{unit}","{value}"\n')
+
+
+OURS = ("==PROF== Connected to process 77\n" + HEADER
+        + row("Command line profiler metrics", "gpu__time_duration.sum", "usecond", "101.22")
+        + row("Command line profiler metrics", "smsp__inst_executed.sum", "inst", "1,234,567")
+        + row("Warp State Statistics", "Warp Cycles Per Issued Instruction", "cycle", "9.5"))
+XLA = (HEADER + row("Command line profiler metrics", "gpu__time_duration.sum", "usecond", "94.6")
+       + row("Command line profiler metrics", "smsp__inst_executed.sum", "inst", "617,000"))
+
+
+def test_parse_csv_reads_metrics_and_sections_past_the_programs_output():
+    got = ncu_gemm.parse_csv(OURS)
+    assert got == {"gpu__time_duration.sum": ("usecond", "101.22"),
+                   "smsp__inst_executed.sum": ("inst", "1,234,567"),
+                   "Warp State Statistics / Warp Cycles Per Issued Instruction": ("cycle", "9.5")}
+    assert ncu_gemm.parse_csv("==PROF== no kernels were profiled\n") == {}
+
+
+def test_table_gives_ours_over_xla_and_marks_what_one_side_lacks():
+    lines = ncu_gemm.table(ncu_gemm.parse_csv(XLA), ncu_gemm.parse_csv(OURS)).splitlines()
+    by_name = {line.split()[0]: line for line in lines[1:]}
+    assert by_name["gpu__time_duration.sum"].split()[-1] == f"{101.22 / 94.6:.3f}"
+    assert by_name["smsp__inst_executed.sum"].split()[-1] == f"{1234567 / 617000:.3f}"
+    warp = next(line for line in lines if line.startswith("Warp State"))
+    assert " - " in warp and warp.split()[-1] == "9.5"  # XLA's column empty, no ratio
+
+
+@pytest.mark.parametrize("text", ["8192x4096", "8x0x8", "axbxc", "8x8x8x8"])
+def test_shape_must_be_three_positive_integers(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="MxNxK"):
+        ncu_gemm.parse_shape(text)
+    assert ncu_gemm.parse_shape("8192X4096x1024") == (8192, 4096, 1024)
+
+
+@pytest.mark.parametrize("variant, extra", [
+    ("ours", []),
+    ("xla", ["--bias", "--activation", "gelu_tanh"]),
+    ("ours", ["--bias", "--activation", "silu", "--config", '{"block_n": 128, "stages": 6}']),
+])
+def test_run_is_the_product_ncu_watches(variant, extra):
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ncu_gemm.py"), "run",
+                           variant, "64x32x16", *extra], capture_output=True, text=True,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
