@@ -7,9 +7,9 @@
 The first form runs ncu twice (jnp.dot, then hopper_matmul), each on the third of four calls of
 the jitted product, at the GPU's free clocks (--clock-control none: the clocks a benchmark sees),
 and prints one table: each metric (ncu's raw name, or section / name) with XLA's value, ours and
-ours / XLA. XLA's autotuning launches many candidate kernels, so it is run once first with its
-results dumped, and the profiled process loads them: the profiled kernel is the one XLA picks,
-with no tuning launches to count past. With --bias / --activation the product is followed by
+ours / XLA. XLA's autotuning launches many candidate kernels, so it is run once first with a
+per-fusion autotune cache, which the profiled process then reads: the profiled kernel is the
+one XLA picks, with no tuning launches to count past. With --bias / --activation the product is followed by
 act(y + bias) (a (N,) bias), fused into our kernel; XLA's GEMM kernel is profiled alone (a fused
 cuBLAS epilogue comes with it, a separate fusion kernel does not).
 The metrics are those the profiles in benchmarks/results/ncu_* kept coming back to.
@@ -26,10 +26,10 @@ import subprocess
 import sys
 import tempfile
 
-# Our kernels' SASS name (cuda/gemm/kernel.cuh); XLA's GEMM is cuBLAS's (nvjet, cutlass, xmma)
-# or a Triton fusion (its name has "gemm").
+# Our kernels' SASS name (cuda/gemm/kernel.cuh); XLA's GEMM is cuBLAS's (nvjet, cutlass, xmma,
+# gemv) or a Triton fusion ("gemm_fusion", "triton").
 OURS_KERNELS = "regex:sm90_gemm_kernel"
-XLA_KERNELS = "regex:nvjet|gemm|cutlass|xmma"
+XLA_KERNELS = "regex:nvjet|gemm|gemv|cutlass|xmma|triton"
 METRICS = (
     "gpu__time_duration.sum",
     "sm__cycles_elapsed.avg.per_second",
@@ -45,6 +45,7 @@ METRICS = (
     "launch__registers_per_thread",
 )
 CALLS, SKIP = 4, 2
+ACTIVATIONS = ("relu", "silu", "gelu_tanh", "gelu")  # hopper_matmul's, each with a jnp twin
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -134,6 +135,14 @@ def _run_args(variant: str, args) -> list[str]:
     return out
 
 
+def autotune_cache_env(env: dict, cache_dir: str) -> dict:
+    """`env` with XLA's per-fusion autotune cache in `cache_dir`: the first process tunes and
+    fills it, a later one finds every fusion's choice there (ncu_h100_20261124_midm.txt's
+    method). jax aborts at start on a flag its XLA does not know."""
+    flags = f"{env.get('XLA_FLAGS', '')} --xla_gpu_per_fusion_autotune_cache_dir={cache_dir}"
+    return dict(env, XLA_FLAGS=flags.strip())
+
+
 def profile(variant: str, args, env: dict) -> tuple[dict, str]:
     """ncu's metrics for `variant`'s third call, and its raw output."""
     cmd = ["ncu", "--csv", "--clock-control", "none", "--kernel-name",
@@ -153,7 +162,7 @@ def main() -> int:
         parser.add_argument("shape", type=parse_shape)
         parser.add_argument("--config", type=json.loads)
         parser.add_argument("--bias", action="store_true")
-        parser.add_argument("--activation")
+        parser.add_argument("--activation", choices=ACTIVATIONS)
         args = parser.parse_args(sys.argv[2:])
         run(args.variant, args.shape, args.config, args.bias, args.activation)
         return 0
@@ -161,7 +170,7 @@ def main() -> int:
     parser.add_argument("shape", type=parse_shape, help="MxNxK, bf16, a (M, K) @ b (K, N)")
     parser.add_argument("--config", type=json.loads, help="GemmConfig fields for ours (JSON)")
     parser.add_argument("--bias", action="store_true")
-    parser.add_argument("--activation", choices=("relu", "silu", "gelu_tanh", "gelu"))
+    parser.add_argument("--activation", choices=ACTIVATIONS)
     parser.add_argument("--section", nargs="*", default=[], help="ncu sections to add")
     parser.add_argument("--timeout", type=float, default=180, help="seconds per ncu run")
     parser.add_argument("--out", help="also write the table (and the raw output) here")
@@ -169,14 +178,9 @@ def main() -> int:
 
     # With preallocation, ncu's backup of device memory between passes outlasted 60 s (H200).
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
-    with tempfile.TemporaryDirectory() as tmp:
-        tuned = os.path.join(tmp, "autotune.textproto")
-        flags = env.get("XLA_FLAGS", "")
-        subprocess.run(_run_args("xla", args), check=True, timeout=args.timeout,
-                       env=dict(env, XLA_FLAGS=f"{flags} --xla_gpu_dump_autotune_results_to={tuned}"))
-        xla_env = dict(env, XLA_FLAGS=f"{flags} --xla_gpu_load_autotune_results_from={tuned}")
-        if not os.path.exists(tuned):  # nothing tuned (no GEMM autotuning): run as is
-            xla_env = env
+    with tempfile.TemporaryDirectory() as cache:
+        xla_env = autotune_cache_env(env, cache)
+        subprocess.run(_run_args("xla", args), check=True, timeout=args.timeout, env=xla_env)
         xla, xla_raw = profile("xla", args, xla_env)
     ours, ours_raw = profile("ours", args, env)
     m, n, k = args.shape

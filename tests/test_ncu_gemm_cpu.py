@@ -60,8 +60,16 @@ def test_shape_must_be_three_positive_integers(text):
     ("xla", ["--bias", "--activation", "gelu_tanh"]),
     ("ours", ["--bias", "--activation", "silu", "--config", '{"block_n": 128, "stages": 6}']),
 ])
-def test_run_is_the_product_ncu_watches(variant, extra):
+def test_run_is_the_product_ncu_watches(variant, extra, tmp_path):
+    # With the XLA flags the tool passes: jax aborts at start on a flag its XLA does not know.
+    env = ncu_gemm.autotune_cache_env(dict(os.environ, JAX_PLATFORMS="cpu"), str(tmp_path))
     done = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ncu_gemm.py"), "run",
                            variant, "64x32x16", *extra], capture_output=True, text=True,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=300)
+                          env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_autotune_cache_env_keeps_the_callers_xla_flags():
+    env = ncu_gemm.autotune_cache_env({"XLA_FLAGS": "--xla_dump_to=/d", "A": "1"}, "/c")
+    assert env == {"A": "1", "XLA_FLAGS":
+                   "--xla_dump_to=/d --xla_gpu_per_fusion_autotune_cache_dir=/c"}
