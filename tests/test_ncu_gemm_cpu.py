@@ -1,7 +1,10 @@
 """CPU tests of scripts/ncu_gemm.py: its reading of `ncu --csv` output, the side-by-side table,
-the shape argument, and the product it hands ncu (run on the CPU reference lowering here)."""
+the shape argument, the product it hands ncu (run on the CPU reference lowering here), and its
+whole profile against a stand-in ncu: what it asks ncu for, with which XLA flags, and what it
+writes and returns."""
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -73,3 +76,68 @@ def test_autotune_cache_env_keeps_the_callers_xla_flags():
     env = ncu_gemm.autotune_cache_env({"XLA_FLAGS": "--xla_dump_to=/d", "A": "1"}, "/c")
     assert env == {"A": "1", "XLA_FLAGS":
                    "--xla_dump_to=/d --xla_gpu_per_fusion_autotune_cache_dir=/c"}
+
+
+def _time_row(us):
+    return row("Command line profiler metrics", "gpu__time_duration.sum", "usecond", us)
+
+
+# A stand-in for ncu on PATH: records its arguments and the XLA flags it was given, one line a
+# call, and prints a table for the kernels it was told to watch, or nothing for ours when
+# STAND_IN_FAIL_OURS is set (as ncu does when no kernel matched).
+STAND_IN = f'''#!{sys.executable}
+import json, os, sys
+with open(os.environ["STAND_IN_LOG"], "a") as f:
+    f.write(json.dumps({{"argv": sys.argv[1:], "xla_flags": os.environ.get("XLA_FLAGS", ""),
+                        "prealloc": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")}}) + "\\n")
+ours = "regex:sm90_gemm_kernel" in sys.argv
+if not (ours and os.environ.get("STAND_IN_FAIL_OURS")):
+    sys.stdout.write({HEADER!r} + ({_time_row("101.2")!r} if ours else {_time_row("94.6")!r}))
+'''
+
+
+def _profile(tmp_path, *extra, fail_ours=False):
+    ncu = tmp_path / "bin" / "ncu"
+    ncu.parent.mkdir()
+    ncu.write_text(STAND_IN)
+    ncu.chmod(0o755)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", STAND_IN_LOG=str(tmp_path / "calls.jsonl"),
+               PATH=f"{ncu.parent}{os.pathsep}{os.environ['PATH']}")
+    if fail_ours:
+        env["STAND_IN_FAIL_OURS"] = "1"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ncu_gemm.py"),
+                           "64x32x16", *extra], capture_output=True, text=True, env=env,
+                          timeout=300)
+    with open(tmp_path / "calls.jsonl") as f:
+        return done, [json.loads(line) for line in f]
+
+
+def test_profile_runs_ncu_on_xlas_kernel_then_ours_and_writes_one_table(tmp_path):
+    out = tmp_path / "table.txt"
+    done, calls = _profile(tmp_path, "--bias", "--activation", "gelu_tanh", "--section",
+                           "WarpStateStats", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    xla, ours = calls
+    for call, kernels, variant in ((xla, ncu_gemm.XLA_KERNELS, "xla"),
+                                   (ours, ncu_gemm.OURS_KERNELS, "ours")):
+        argv = call["argv"]
+        assert argv[argv.index("--kernel-name") + 1] == kernels
+        assert argv[argv.index("--launch-skip") + 1] == "2"
+        assert argv[argv.index("--launch-count") + 1] == "1"
+        assert argv[argv.index("--clock-control") + 1] == "none"
+        assert argv[argv.index("--section") + 1] == "WarpStateStats"
+        assert argv[-6:] == ["run", variant, "64x32x16", "--bias", "--activation", "gelu_tanh"]
+        assert call["prealloc"] == "false"
+    # XLA's profiled process reads the autotune cache its warm-up run filled; ours needs none.
+    assert "--xla_gpu_per_fusion_autotune_cache_dir=" in xla["xla_flags"]
+    assert "autotune" not in ours["xla_flags"]
+    line = next(x for x in out.read_text().splitlines() if x.startswith("gpu__time"))
+    assert line.split()[-3:] == ["94.6", "101.2", f"{101.2 / 94.6:.3f}"]
+    assert "## raw ncu output, ours" in out.read_text()
+
+
+def test_profile_fails_and_shows_ncus_output_when_a_kernel_was_not_profiled(tmp_path):
+    done, calls = _profile(tmp_path, fail_ours=True)
+    assert len(calls) == 2
+    assert done.returncode == 1
+    assert "ncu returned no metrics for ours" in done.stderr
