@@ -26,6 +26,13 @@ import subprocess
 import sys
 import tempfile
 
+import jax
+import jax.numpy as jnp
+
+import jax_hopper
+from jax_hopper.gemm import epilogue
+from jax_hopper.timing import parse_shape
+
 # Our kernels' SASS name (cuda/gemm/kernel.cuh); XLA's GEMM is cuBLAS's (nvjet, cutlass, xmma,
 # gemv) or a Triton fusion ("gemm_fusion", "triton").
 OURS_KERNELS = "regex:sm90_gemm_kernel"
@@ -45,23 +52,11 @@ METRICS = (
     "launch__registers_per_thread",
 )
 CALLS, SKIP = 4, 2
-ACTIVATIONS = ("relu", "silu", "gelu_tanh", "gelu")  # hopper_matmul's, each with a jnp twin
-
-
-def parse_shape(text: str) -> tuple[int, int, int]:
-    parts = text.lower().split("x")
-    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise argparse.ArgumentTypeError(f"shape {text!r}: want MxNxK of positive integers")
-    return tuple(int(p) for p in parts)
+ACTIVATIONS = [name for name in epilogue.ACTIVATIONS if name is not None]
 
 
 def run(variant: str, shape, config: dict | None, bias: bool, activation: str | None) -> None:
     """The product, CALLS times, each waited for."""
-    import jax
-    import jax.numpy as jnp
-
-    import jax_hopper
-
     m, n, k = shape
     ka, kb, kc = jax.random.split(jax.random.key(0), 3)
     a = jax.random.normal(ka, (m, k), jnp.bfloat16)
@@ -72,13 +67,11 @@ def run(variant: str, shape, config: dict | None, bias: bool, activation: str | 
         f = jax.jit(lambda a, b, c: jax_hopper.hopper_matmul(a, b, bias=c, activation=activation,
                                                              config=cfg))
     else:
-        act = {None: lambda y: y, "relu": jax.nn.relu, "silu": jax.nn.silu,
-               "gelu_tanh": lambda y: jax.nn.gelu(y, approximate=True),
-               "gelu": lambda y: jax.nn.gelu(y, approximate=False)}[activation]
+        code = epilogue.activation_code(activation)
 
         def xla(a, b, c):
             y = jnp.dot(a, b, preferred_element_type=jnp.float32)
-            return act(y if c is None else y + c).astype(a.dtype)
+            return epilogue.apply_activation(y if c is None else y + c, code).astype(a.dtype)
         f = jax.jit(xla)
     for _ in range(CALLS):
         jax.block_until_ready(f(a, b, bias_v))
@@ -199,7 +192,6 @@ def main() -> int:
         print(f"ncu returned no metrics for {variant}; the end of its output:\n{raw[-3000:]}",
               file=sys.stderr)
     return 1 if missing else 0
-    return 0
 
 
 if __name__ == "__main__":
