@@ -23,10 +23,11 @@ import numpy as np
 
 def parse_shape(text: str) -> tuple[int, int, int]:
     """'MxNxK', or one number for a cube (command-line shapes of the tuner and benchmarks)."""
-    dims = [int(d) for d in text.lower().split("x")]
-    if len(dims) == 1:
+    parts = text.lower().split("x")
+    dims = [int(d) for d in parts if d.isdigit()]
+    if len(dims) == 1 == len(parts):
         dims *= 3
-    if len(dims) != 3 or min(dims) <= 0:
+    if len(dims) != 3 or len(parts) not in (1, 3) or min(dims) <= 0:
         raise argparse.ArgumentTypeError(f"shape {text!r}: want MxNxK or N")
     return tuple(dims)
 
