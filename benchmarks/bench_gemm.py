@@ -382,7 +382,8 @@ def parse_args(argv=None):
                         "bound by the host")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "results"))
-    p.add_argument("--tag", default=datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    p.add_argument("--tag", type=timing.expand_tag,
+                   default="{gpu}_" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     return p.parse_args(argv)
 
 

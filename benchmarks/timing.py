@@ -13,6 +13,9 @@ import argparse  # noqa: E402
 import datetime  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
+import re  # noqa: E402
+
+import jax  # noqa: E402
 
 from jax_hopper.timing import (RUN_GAP_NS, call_plan, calls_for, chained,  # noqa: E402
                                device_time, device_times, geomean, n_sets_for, parse_shape,
@@ -20,7 +23,7 @@ from jax_hopper.timing import (RUN_GAP_NS, call_plan, calls_for, chained,  # noq
                                time_chained, time_interleaved)
 
 __all__ = ["RUN_GAP_NS", "add_output_args", "call_plan", "calls_for", "chained",
-           "device_time", "device_times", "dims_parser", "geomean", "run_spans",
+           "device_name", "device_time", "device_times", "dims_parser", "expand_tag", "geomean", "run_spans",
            "n_sets_for", "parse_shape", "pool_limit_warning", "rel_fro_error", "require_kernels",
            "rotating_sets", "rotation", "tflops", "time_chained", "time_interleaved",
            "RANDOM_M_CLASSES", "RANDOM_DIMS", "RANDOM_ODD_DIMS", "random_shapes", "class_summary",
@@ -41,11 +44,32 @@ def dims_parser(names: str):
     return parse
 
 
+def device_name(devices=None) -> str:
+    """The results' name for the machine (benchmarks/results/README.md): h100 / h200 from the
+    first device's kind, "x<count>" after it for several (h200x2), cpu without a GPU."""
+    devices = jax.devices() if devices is None else devices
+    if devices[0].platform != "gpu":
+        return "cpu"
+    kind = devices[0].device_kind.lower()
+    model = re.search(r"\b[a-z]\d{2,3}\b", kind)
+    name = model.group(0) if model else re.sub(r"[^a-z0-9]", "", kind.replace("nvidia", ""))
+    return name if len(devices) == 1 else f"{name}x{len(devices)}"
+
+
+def expand_tag(tag: str) -> str:
+    """An argparse type: `tag` with "{gpu}" replaced by device_name(), so that a tag written
+    before the machine is known (the device tool may lend an H200 for an H100) names the one
+    that ran."""
+    return tag.replace("{gpu}", device_name()) if "{gpu}" in tag else tag
+
+
 def add_output_args(parser, reps: int = 7) -> None:
-    """--out-dir (default benchmarks/results), --tag (default today) and --reps (timed runs
-    per variant, median): the options of every benchmark that writes one results file."""
+    """--out-dir (default benchmarks/results), --tag (default <gpu>_<today>; "{gpu}" in a tag
+    is the machine's name, expand_tag) and --reps (timed runs per variant, median): the
+    options of every benchmark that writes one results file."""
     parser.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "results"))
-    parser.add_argument("--tag", default=datetime.date.today().strftime("%Y%m%d"))
+    parser.add_argument("--tag", type=expand_tag,
+                        default="{gpu}_" + datetime.date.today().strftime("%Y%m%d"))
     parser.add_argument("--reps", type=int, default=reps)
 
 

@@ -8,7 +8,7 @@
 #   bash scripts/device_ab.sh BASE [bench_ab.py arguments...]
 #     BASE: a git revision, or a source tree (a `git archive` of the revision: the device tool's
 #           copy of the working tree has no repository, so carry one, e.g. in an ignored .dev/)
-#   e.g. bash scripts/device_ab.sh .dev/base --device-time --reps 5 --tag h200_20261204_x \
+#   e.g. bash scripts/device_ab.sh .dev/base --device-time --reps 5 --tag {gpu}_20261204_x \
 #            --shapes 792x3072x14336 16x4096x4096 --epilogue-cases
 # Its build of this tree stays installed: `SUITE_BUILD=0 bash scripts/gpu_suite.sh` after it, in
 # the same call, runs the change's GPU tests without building again.

@@ -2,6 +2,7 @@
 end on one tiny shape, and the pass/fail bookkeeping with a stand-in for jax_hopper."""
 
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -19,6 +20,25 @@ sys.path.insert(0, BENCH_DIR)
 import bench_gemm  # noqa: E402
 import timing  # noqa: E402
 from jax_hopper import timing as jax_hopper_timing  # noqa: E402  (what benchmarks/timing wraps)
+
+
+def test_device_name_follows_the_results_naming_scheme():
+    dev = lambda kind, platform="gpu": types.SimpleNamespace(device_kind=kind,  # noqa: E731
+                                                             platform=platform)
+    assert timing.device_name([dev("NVIDIA H100 80GB HBM3")]) == "h100"
+    assert timing.device_name([dev("NVIDIA H200")]) == "h200"
+    assert timing.device_name([dev("NVIDIA H200")] * 2) == "h200x2"
+    assert timing.device_name([dev("NVIDIA GH200 480GB")]) == "gh200480gb"  # no bare model
+    assert timing.device_name([dev("cpu", "cpu")]) == "cpu"
+
+
+def test_tag_names_the_machine_that_ran():
+    parser = argparse.ArgumentParser()
+    timing.add_output_args(parser)
+    today, here = datetime.date.today().strftime("%Y%m%d"), timing.device_name(jax.devices())
+    assert parser.parse_args([]).tag == f"{here}_{today}"
+    assert parser.parse_args(["--tag", "{gpu}_20261207_x"]).tag == f"{here}_20261207_x"
+    assert parser.parse_args(["--tag", "h100_20261207_x"]).tag == "h100_20261207_x"
 
 
 def test_n_sets_exceeds_the_byte_floor():
