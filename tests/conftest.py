@@ -37,7 +37,8 @@ def pytest_runtest_setup(item):
     """A GPU test on a Hopper machine whose extension does not load fails: its ops would lower
     to their XLA references (with only a warning) and it would pass for kernels it never ran.
     (pytest started in the checkout's root imports the source tree, which has no extension:
-    a tanh-GELU test then met XLA's tanh, which is -1 past |u| 7.9, not the kernel's.)"""
+    a tanh-GELU value test then failed on XLA's float32 tanh-GELU, -0.0 at x = -4.906, not on
+    the kernel's.)"""
     if "gpu" in item.keywords and _HOPPER and (no_extension := _missing_extension()):
         pytest.fail(f"a Hopper GPU is here but the kernels are not: {no_extension}",
                     pytrace=False)
