@@ -23,8 +23,8 @@ from jax_hopper.timing import (RUN_GAP_NS, call_plan, calls_for, chained,  # noq
                                time_chained, time_interleaved)
 
 __all__ = ["RUN_GAP_NS", "add_output_args", "call_plan", "calls_for", "chained",
-           "device_name", "device_time", "device_times", "dims_parser", "expand_tag", "geomean", "run_spans",
-           "n_sets_for", "parse_shape", "pool_limit_warning", "rel_fro_error", "require_kernels",
+           "device_name", "device_time", "device_times", "dims_parser", "expand_tag", "geomean",
+           "run_spans", "n_sets_for", "parse_shape", "pool_limit_warning", "rel_fro_error", "require_kernels",
            "rotating_sets", "rotation", "tflops", "time_chained", "time_interleaved",
            "RANDOM_M_CLASSES", "RANDOM_DIMS", "RANDOM_ODD_DIMS", "random_shapes", "class_summary",
            "write_run_json"]

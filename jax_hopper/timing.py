@@ -24,12 +24,9 @@ import numpy as np
 def parse_shape(text: str) -> tuple[int, int, int]:
     """'MxNxK', or one number for a cube (command-line shapes of the tuner and benchmarks)."""
     parts = text.lower().split("x")
-    dims = [int(d) for d in parts if d.isdigit()]
-    if len(dims) == 1 == len(parts):
-        dims *= 3
-    if len(dims) != 3 or len(parts) not in (1, 3) or min(dims) <= 0:
+    if len(parts) not in (1, 3) or not all(p.isdigit() and int(p) > 0 for p in parts):
         raise argparse.ArgumentTypeError(f"shape {text!r}: want MxNxK or N")
-    return tuple(dims)
+    return tuple(int(p) for p in parts * (3 // len(parts)))
 
 
 def n_sets_for(set_bytes: int, min_total_bytes: float = 200e6) -> int:
