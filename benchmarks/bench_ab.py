@@ -3,7 +3,8 @@
     bash scripts/install_baseline.sh REV DIR     # the build before the change, as jax_hopper_base
     PYTHONPATH=DIR python benchmarks/bench_ab.py [--reps 7] [--out-dir D] [--tag T]
 
-Cases: every shape of bench_gemm.py (bf16 hopper_matmul, default config; or --shapes), every
+Cases: every shape of bench_gemm.py (bf16 hopper_matmul, default config; or --shapes, with
+--config's GemmConfig fields for both builds where given, e.g. an opt-in schedule), every
 case of bench_epilogue.py (the fused call; or --epilogue-cases), the gated units named by
 --glu-cases (hopper_glu of a bf16 (M, K) and a (K, N) weight, N its gate's and up's columns,
 against swiglu on jnp.dot), hopper_matmul's training steps named by --grad-cases (MxNxK), the
@@ -62,14 +63,23 @@ import jax_hopper_base  # noqa: E402  (scripts/install_baseline.sh)
 ERR_LIMIT = 1e-2
 
 
-def cases(shapes, epilogue_cases, glu_shapes=()):
-    """name -> (shape, {variant: f(a, b)}, reference(a, b))."""
+def matmul(jh, config: dict | None):
+    """jh's hopper_matmul, with GemmConfig(**config) where config is given."""
+    if not config:
+        return jh.hopper_matmul
+    cfg = jh.GemmConfig(**config)
+    return lambda a, b: jh.hopper_matmul(a, b, config=cfg)
+
+
+def cases(shapes, epilogue_cases, glu_shapes=(), config=None):
+    """name -> (shape, {variant: f(a, b)}, reference(a, b)); config: GemmConfig fields of both
+    builds' plain GEMMs (None: the default config)."""
     out = {}
     dot32 = lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32)  # noqa: E731
     for shape in shapes:
         out[bench_gemm.shape_name(shape)] = (shape, {
-            "xla": jnp.dot, "base": jax_hopper_base.hopper_matmul,
-            "new": jax_hopper.hopper_matmul}, dot32)
+            "xla": jnp.dot, "base": matmul(jax_hopper_base, config),
+            "new": matmul(jax_hopper, config)}, dot32)
     # The gated unit: b (K, 2F) is the gate's F columns, then the up projection's.
     glu = lambda jh: lambda a, b: jh.hopper_glu(a, b.reshape(b.shape[0], 2, -1))  # noqa: E731
     for shape in glu_shapes:
@@ -487,6 +497,10 @@ def main():
     timing.add_output_args(parser)
     parser.add_argument("--shapes", nargs="*", type=bench_gemm.parse_shape,
                         default=bench_gemm.DEFAULT_SHAPES, help="MxNxK of the plain GEMMs")
+    parser.add_argument("--config", type=json.loads, default=None,
+                        help="GemmConfig fields (JSON) of both builds' --shapes calls, e.g. "
+                             "'{\"block_n\": 128, \"schedule\": \"pingpong\", "
+                             "\"stream_k\": false}'")
     parser.add_argument("--epilogue-cases", nargs="*", default=list(bench_epilogue.CASES),
                         choices=list(bench_epilogue.CASES))
     parser.add_argument("--glu-cases", nargs="*", type=bench_gemm.parse_shape, default=[],
@@ -559,7 +573,7 @@ def main():
     key = jax.random.key(0)
     rows, wrong = [], False
     plans = []
-    dense = cases(args.shapes, args.epilogue_cases, args.glu_cases)
+    dense = cases(args.shapes, args.epilogue_cases, args.glu_cases, args.config)
     for i, (name, (shape, variants, reference)) in enumerate(dense.items()):
         m, n, k = shape
         n_calls, n_sets = timing.call_plan(m, n, k)

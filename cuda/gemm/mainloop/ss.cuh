@@ -294,10 +294,13 @@ struct MainloopSS {
   // those rows over unit u's k-blocks (scaled); slice i's accumulators at acc[i * kSliceRegs].
   // coord() gives the unit's TileCoord, for a mainloop that needs it (MainloopSSPromoted reads
   // per-row scales); this one passes it to Scaling, which calls it only for scales per entry.
-  template <class CoordFn>
+  // issued() runs once the unit's last k-block is issued (so every wait of the unit on the
+  // ring is behind this warpgroup), before its wgmmas are waited for: the ping-pong schedule
+  // hands the tensor cores to the other warpgroup there.
+  template <class CoordFn, class IssuedFn>
   __device__ static void mma(const Params& p, const Shared& s, Pipe& pipe, const WorkUnit& u,
                              uint32_t part, uint32_t wg_thread, uint32_t cluster_size,
-                             float* acc, const CoordFn& coord) {
+                             float* acc, const CoordFn& coord, const IssuedFn& issued) {
     const typename Scaling::Value scale = Scaling::load(p.scale, coord);
     const Descs d0 = first_descs(s, part);
 #pragma unroll
@@ -330,6 +333,7 @@ struct MainloopSS {
       prev_stage = pipe.stage;
       pipe.advance();
     }
+    issued();
     ptx::wgmma_wait_group<0>();
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);

@@ -157,11 +157,13 @@ struct MainloopSSPromoted
   static constexpr bool kPadsKBlocks = false;
 
   // As MainloopSS::mma, for the same schedules: acc = rows [part * kSlices * 64, +kSlices * 64)
-  // of the tile `coord()` over unit u's k-blocks, each k-block scaled per element.
-  template <class CoordFn>
+  // of the tile `coord()` over unit u's k-blocks, each k-block scaled per element. issued()
+  // runs at the end: each step waits for its own wgmmas (to promote its last unit) before the
+  // next step's first wait on the ring, so nothing of the unit is in flight by then.
+  template <class CoordFn, class IssuedFn>
   __device__ static void mma(const Params& p, const Shared& s, Pipe& pipe, const WorkUnit& u,
                              uint32_t part, uint32_t wg_thread, uint32_t cluster_size,
-                             float* acc, const CoordFn& coord) {
+                             float* acc, const CoordFn& coord, const IssuedFn& issued) {
     // Each scale's pointer (KBlockScales' order) at the unit's first k-block; each k-block
     // steps every one by one.
     const float* scale_ptrs[kKBlockScales];
@@ -234,6 +236,7 @@ struct MainloopSSPromoted
         if (kb < u.k_end) step(std::integral_constant<int, 1>{});
       }
     }
+    issued();
   }
 
   // Issues unit J of a k-block whose stage's descriptors are `d` into `unit`.

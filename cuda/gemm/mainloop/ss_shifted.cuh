@@ -241,10 +241,10 @@ struct MainloopSSShifted
 
   // As MainloopSS::mma: A from the warpgroup's scratch, shifted in from each stage into the
   // set the wgmmas of two k-blocks before read (done: each k-block waits for the one before).
-  template <class CoordFn>
+  template <class CoordFn, class IssuedFn>
   __device__ static void mma(const Params& p, const Shared& s, Pipe& pipe, const WorkUnit& u,
                              uint32_t part, uint32_t wg_thread, uint32_t cluster_size,
-                             float* acc, const CoordFn&) {
+                             float* acc, const CoordFn&, const IssuedFn& issued) {
     uint8_t* const scratch = s.scratch + part * s.region_bytes;
     const uint64_t a_desc = Base::template desc<true>(scratch);
     const uint64_t b_desc = Base::template desc<BLoad::kMnMajor>(s.b);
@@ -270,6 +270,7 @@ struct MainloopSSShifted
       set ^= 1;
       pipe.advance();
     }
+    issued();
     ptx::wgmma_wait_group<0>();
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);

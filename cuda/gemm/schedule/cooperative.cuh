@@ -56,7 +56,7 @@ struct CooperativeSchedule {
     if (!have) ptx::cluster_arrive_if(cluster_size);
     while (have) {
       Mainloop::mma(p.mainloop, ml, pipe, u, wg, wg_thread, cluster_size, acc,
-                    [&] { return Scheduler::coord(p.scheduler, u, rank); });
+                    [&] { return Scheduler::coord(p.scheduler, u, rank); }, [] {});
       WorkUnit next;
       const bool more = work.next(p.scheduler, &next);
       // The last mainloop released the last stage: nothing of a peer's is touched after it.

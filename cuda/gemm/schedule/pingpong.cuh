@@ -8,7 +8,10 @@
 // makes the ring's parity waits sound: a stage's full barrier then never runs two phases ahead
 // of the warpgroup waiting on it. turn[w] (count 128: every thread of the other warpgroup
 // arrives once its last wait on the ring is behind it) completes once per unit the other
-// warpgroup finished; warpgroup 0's first unit waits for nothing.
+// warpgroup finished; warpgroup 0's first unit waits for nothing. A warpgroup arrives as soon
+// as its unit's last k-block is issued (the mainloop's issued()), not once those wgmmas are
+// done, so the other's first wgmmas queue behind them and the tensor cores do not drain
+// between units.
 #pragma once
 
 #include <cstdint>
@@ -62,8 +65,8 @@ struct PingPongSchedule {
       if (wg == 1 || mine > 0) ptx::mbarrier_wait(&turn[wg], (wg == 1 ? mine : mine - 1) & 1);
       ++mine;
       const TileCoord tc = Scheduler::coord(p.scheduler, u, rank);
-      Mainloop::mma(p.mainloop, ml, pipe, u, 0, wg_thread, cluster_size, acc, [&] { return tc; });
-      ptx::mbarrier_arrive(&turn[wg ^ 1]);
+      Mainloop::mma(p.mainloop, ml, pipe, u, 0, wg_thread, cluster_size, acc, [&] { return tc; },
+                    [&] { ptx::mbarrier_arrive(&turn[wg ^ 1]); });
       // The fix-up and the epilogue go 64-row slice by slice (the stream-K workspace and the
       // staging buffer are laid out per 64-row strip); a unit either publishes its partial
       // (every slice) or goes on to the epilogue.
