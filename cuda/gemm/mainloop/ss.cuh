@@ -360,12 +360,12 @@ struct MainloopSS {
   }
 
   // As mma(), for a warpgroup that feeds itself (the lean schedule: no producer warpgroup):
-  // its thread 0 keeps the ring up to STAGES k-blocks ahead of the wgmmas, refilling a stage
-  // once the wgmmas that read it are done (each k-block's are waited for before the next is
-  // issued; a warpgroup's wgmma completes only after all four warps issued it, so every warp
-  // has passed that stage's full barrier by then; so is the last one's, before the scaling).
-  // `fill` is where thread 0's loads are in the ring; it moves in step with `pipe`, so both are
-  // equal again after each unit.
+  // its thread 0 keeps the ring up to STAGES k-blocks ahead of the wgmmas. As in mma(), each
+  // k-block's wgmmas stay in flight while the previous k-block's are waited for, and that
+  // stage is then refilled with the k-block STAGES past it (a warpgroup's wgmma completes only
+  // after all four warps issued it, so every warp has passed that stage's full barrier by
+  // then). `fill` is where thread 0's loads are in the ring; it moves in step with `pipe`, so
+  // both are equal again after each unit.
   template <class CoordFn>
   __device__ static void mma_self_fed(const Params& p, const Shared& s, Pipe& pipe, Pipe& fill,
                                       const WorkUnit& u, const TileCoord& tc, uint32_t wg_thread,
@@ -384,24 +384,29 @@ struct MainloopSS {
     const Descs d0 = first_descs(s, 0);
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
+    // NOTES: unrolled (nvcc's default), this loop with its wait_group 1 had ptxas serialise
+    // every wgmma (C7515, or C7518 with thread 0's refill as a branch; CUDA 13.0), so each
+    // k-block's wgmmas used to be waited for before the refill (wait_group 0), which drained
+    // the tensor pipe every k-block. Kept rolled, the SASS has the k-block's wgmmas chained and
+    // one WARPGROUP.DEPBAR.LE gsb0, 0x1 a k-block, as mma()'s.
+#pragma unroll 1
     for (int32_t kb = u.k_begin; kb < u.k_end; ++kb) {
       ptx::mbarrier_wait(&s.full[pipe.stage], pipe.phase);
       issue_k_block(d0.at_stage(pipe.stage), acc);
-      // This k-block's wgmmas are done: its stage is free for the k-block STAGES ahead.
-      // NOTES: waiting for the previous k-block's only (wait_group 1, as mma()) with thread 0's
-      // refill between made ptxas serialise every wgmma (C7515, CUDA 13.0), moving the operand
-      // fence after the refill too; the 64 x 16 tile's four wgmmas a k-block are short next to
-      // the weight's stream, which the STAGES k-blocks in flight keep going.
-      ptx::wgmma_wait_group<0>();
+      ptx::wgmma_wait_group<1>();
 #pragma unroll
       for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
-      if (loader && next < u.k_end) {
+      // The previous k-block's stage (fill's) is free: the k-block STAGES past it goes there.
+      if (loader && kb > u.k_begin && next < u.k_end) {
         load_k_block(p, s, fill.stage, tc, u.k_offset + next * BK, ba, bb, 1, 1, 0);
         fill.advance();
         ++next;
       }
       pipe.advance();
     }
+    ptx::wgmma_wait_group<0>();
+#pragma unroll
+    for (int i = 0; i < kAccRegs; ++i) ptx::wgmma_fence_operand(acc[i]);
     Scaling::template apply<kAccRegs>(scale, acc);
   }
 };
