@@ -292,7 +292,9 @@ _SS_PROMOTED_SWAPPED = _SS_PROMOTED.replace("BlockScaling>", "SwappedBlockScalin
 # More bytes in flight (5 stages: 160 KB an SM) do not speed a large weight's stream, nor
 # does a tail without the last arrival's sum; a standalone probe of the same tile reached 9.6
 # us there (10.6 with its reduction). (Those lean tiles waited on the previous k-block's
-# wgmmas, which ptxas serialised: MainloopSS::mma_self_fed.) Kept: the 5-stage lean tile,
+# wgmmas, which ptxas serialised; since 2026-12-07 the k-loop is kept rolled and the previous
+# k-block's wgmmas are waited for: 1.00-1.055x device time on 13 decode cases, H100,
+# ab_h100_20261207_candidates.json; MainloopSS::mma_self_fed.) Kept: the 5-stage lean tile,
 # which the heuristic takes for short weight streams (heuristics.lean_swap_tile), bf16 and fp8
 # per tensor: on 15 fp8 calls of 1-32 rows the rule takes, 1.07-1.12x the device time of the
 # one-CTA swap tiles (geomean 1.096; 1.03x chained; H200, 2026-11-28,
