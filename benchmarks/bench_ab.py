@@ -502,7 +502,9 @@ def main():
                              "'{\"block_n\": 128, \"schedule\": \"pingpong\", "
                              "\"stream_k\": false}'")
     parser.add_argument("--epilogue-cases", nargs="*", default=list(bench_epilogue.CASES),
-                        choices=list(bench_epilogue.CASES))
+                        choices=list(bench_epilogue.CASES),
+                        help="bench_epilogue's cases to time (default: every one; the flag "
+                             "with no names: none)")
     parser.add_argument("--glu-cases", nargs="*", type=bench_gemm.parse_shape, default=[],
                         help="MxNxK of hopper_glu products (N: the gate's and up's columns "
                              "together), against swiglu on jnp.dot")

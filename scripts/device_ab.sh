@@ -10,6 +10,7 @@
 #           copy of the working tree has no repository, so carry one, e.g. in an ignored .dev/)
 #   e.g. bash scripts/device_ab.sh .dev/base --device-time --reps 5 --tag {gpu}_20261204_x \
 #            --shapes 792x3072x14336 16x4096x4096 --epilogue-cases
+#   (a bare --epilogue-cases times no fused-epilogue case; left out, bench_ab times them all)
 # Its build of this tree stays installed: `SUITE_BUILD=0 bash scripts/gpu_suite.sh` after it, in
 # the same call, runs the change's GPU tests without building again.
 # Logs and bench_ab's JSON go to $OUT (or ./device_ab_logs): build_new.log, build_base.log,
