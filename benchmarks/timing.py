@@ -22,9 +22,9 @@ from jax_hopper.timing import (RUN_GAP_NS, call_plan, calls_for, chained,  # noq
                                rel_fro_error, rotating_sets, rotation, run_spans, tflops,
                                time_chained, time_interleaved)
 
-__all__ = ["RUN_GAP_NS", "add_output_args", "call_plan", "calls_for", "chained",
-           "device_name", "device_time", "device_times", "dims_parser", "expand_tag", "geomean",
-           "run_spans", "n_sets_for", "parse_shape", "pool_limit_warning", "rel_fro_error", "require_kernels",
+__all__ = ["RUN_GAP_NS", "add_output_args", "call_plan", "calls_for", "chained", "device_name",
+           "device_time", "device_times", "dims_parser", "expand_tag", "geomean", "run_spans",
+           "n_sets_for", "parse_shape", "pool_limit_warning", "rel_fro_error", "require_kernels",
            "rotating_sets", "rotation", "tflops", "time_chained", "time_interleaved",
            "RANDOM_M_CLASSES", "RANDOM_DIMS", "RANDOM_ODD_DIMS", "random_shapes", "class_summary",
            "write_run_json"]
