@@ -9,7 +9,10 @@ the jitted product, at the GPU's free clocks (--clock-control none: the clocks a
 and prints one table: each metric (ncu's raw name, or section / name) with XLA's value, ours and
 ours / XLA. XLA's autotuning launches many candidate kernels, so it is run once first with a
 per-fusion autotune cache, which the profiled process then reads: the profiled kernel is the
-one XLA picks, with no tuning launches to count past. With --bias / --activation the product is followed by
+one XLA picks in that run, with no tuning launches to count past. Another process (a
+benchmark's) may pick another kernel for the same product: at 8192 x 4096 x 512 this one got a
+Triton fusion where the benchmark's processes ran cuBLAS's nvjet ping-pong 128x160 (H100,
+2026-12-07, timeline_h100_20261207_short_k_gaps.txt), so the table names both kernels. With --bias / --activation the product is followed by
 act(y + bias) (a (N,) bias), fused into our kernel; XLA's GEMM kernel is profiled alone (a fused
 cuBLAS epilogue comes with it, a separate fusion kernel does not).
 The metrics are those the profiles in benchmarks/results/ncu_* kept coming back to.
@@ -93,6 +96,16 @@ def parse_csv(text: str) -> dict[str, tuple[str, str]]:
             name = f"{section} / {name}"
         rows[name] = (row.get("Metric Unit", ""), row.get("Metric Value", ""))
     return rows
+
+
+def kernel_name(text: str) -> str:
+    """The profiled kernel's name in `ncu --csv` output (its first row's), "-" when none."""
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if '"Metric Name"' in line), None)
+    if start is None:
+        return "-"
+    first = next(csv.DictReader(io.StringIO("".join(lines[start:]))), None)
+    return (first or {}).get("Kernel Name") or "-"
 
 
 def _number(value: str) -> float | None:
@@ -180,7 +193,8 @@ def main() -> int:
     head = (f"# ncu, {m} x {n} x {k} bf16, a (M, K) @ b (K, N)"
             f"{', bias' if args.bias else ''}{', ' + args.activation if args.activation else ''}"
             f"; ours {args.config or 'default config'}; call {SKIP + 1} of {CALLS}, free clocks")
-    text = f"{head}\n{table(xla, ours)}\n"
+    kernels = f"# kernels: xla {kernel_name(xla_raw)[:100]}; ours {kernel_name(ours_raw)[:100]}"
+    text = f"{head}\n{kernels}\n{table(xla, ours)}\n"
     print(text)
     if args.out:
         with open(args.out, "w") as f:

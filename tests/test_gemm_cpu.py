@@ -256,7 +256,7 @@ def test_heuristic_off_line_rule(m, n, k, off_line_rule):
     (6, 120, True, A_OFF, False),            # a's alone off: never
     (20, 300, True, A_OFF, False),
     (6, 120, True, BOTH_OFF, True),          # both: b's rule
-    (8, 300, False, (0, 0), True),           # two waves or more
+    (8, 300, False, (0, 0), True),           # two waves or more (over a deep K: deep_k)
     (7, 336, False, (0, 0), False),          # ... an odd count of M tiles: the last pair half empty
     (17, 340, False, (0, 0), True),          # ... unless there are 16 or more
     (8, 200, True, (0, 0), False),           # between one and two waves
@@ -266,6 +266,33 @@ def test_heuristic_off_line_rule(m, n, k, off_line_rule):
 ])
 def test_pair_along_m(tiles_m, count, long_k, off_line, paired):
     assert pair_along_m(tiles_m, count, long_k, 132, off_line) == paired
+
+
+@pytest.mark.parametrize("tiles_m,count,off_line,paired", [
+    (8, 300, (0, 0), False),     # two waves of tiles over a short K: unpaired
+    (64, 1024, (0, 0), False),
+    (8, 120, (0, 0), False),     # one wave: long_k's call, not deep_k's
+    (12, 300, B_OFF, True),      # b's rows off the line: paired whatever the K
+])
+def test_pair_along_m_short_k(tiles_m, count, off_line, paired):
+    assert pair_along_m(tiles_m, count, False, 132, off_line, deep_k=False) == paired
+
+
+@pytest.mark.parametrize("m,n,k,cluster_m", [
+    (8192, 4096, 512, 1),    # 8 k-blocks of 128 x 256 tiles, 7.8 waves
+    (6144, 6144, 2496, 1),   # 39 k-blocks
+    (6144, 6144, 2560, 2),   # 40 (PAIR_WAVES_MIN_K_BLOCKS)
+    (8192, 8192, 8192, 2),
+])
+def test_heuristic_pairs_waves_from_a_deep_k(m, n, k, cluster_m):
+    """Two waves or more of tiles (b's rows on the L2 line) run in pairs along M only over
+    PAIR_WAVES_MIN_K_BLOCKS k-blocks or more (H100, 2026-12-07: unpaired 1.018x geomean on
+    12 held-out shapes under it)."""
+    from jax_hopper.gemm.heuristics import dense
+    assert dense.PAIR_WAVES_MIN_K_BLOCKS == 40
+    config = choose_config(m, n, k)
+    assert (config.block_m, config.block_n, config.schedule) == (128, 256, "cooperative")
+    assert config.cluster_m == cluster_m
 
 
 def test_heuristic_pairs_along_m_by_the_operands_pitches():

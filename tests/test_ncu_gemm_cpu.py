@@ -42,6 +42,12 @@ def test_parse_csv_reads_metrics_and_sections_past_the_programs_output():
     assert ncu_gemm.parse_csv("==PROF== no kernels were profiled\n") == {}
 
 
+def test_kernel_name_is_the_profiled_kernels():
+    """Which kernel XLA ran can differ between processes: the table names both."""
+    assert ncu_gemm.kernel_name(OURS) == "void jax_hopper::sm90_gemm_kernel<K>(P)"
+    assert ncu_gemm.kernel_name("==PROF== no kernels were profiled\n") == "-"
+
+
 def test_table_gives_ours_over_xla_and_marks_what_one_side_lacks():
     lines = ncu_gemm.table(ncu_gemm.parse_csv(XLA), ncu_gemm.parse_csv(OURS)).splitlines()
     by_name = {line.split()[0]: line for line in lines[1:]}
@@ -134,6 +140,7 @@ def test_profile_runs_ncu_on_xlas_kernel_then_ours_and_writes_one_table(tmp_path
     line = next(x for x in out.read_text().splitlines() if x.startswith("gpu__time"))
     assert line.split()[-3:] == ["94.6", "101.2", f"{101.2 / 94.6:.3f}"]
     assert "## raw ncu output, ours" in out.read_text()
+    assert "# kernels: xla void jax_hopper::sm90_gemm_kernel<K>(P); ours " in out.read_text()
 
 
 def test_profile_fails_and_shows_ncus_output_when_a_kernel_was_not_profiled(tmp_path):

@@ -225,10 +225,13 @@ def long_k_split_tile(m: int, n: int, k: int, batch: int,
 # Pairs along M over an odd count of M tiles leave the last pair's second CTA computing past
 # M; from this many M tiles that padding is a small share of the work (pair_along_m).
 PAIR_MIN_ODD_TILES_M = 16
+# Two waves of tiles or more run in pairs (b's rows on the L2 line) from this many k-blocks of
+# a tile (pair_along_m's deep_k).
+PAIR_WAVES_MIN_K_BLOCKS = 40
 
 
 def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
-                 off_line: tuple[int, int] = (0, 0)) -> bool:
+                 off_line: tuple[int, int] = (0, 0), deep_k: bool = True) -> bool:
     """Whether a product of `count` tiles, `tiles_m` of them along M, runs in 2-CTA clusters
     along M (b multicast to the pair). It needs two M tiles; an odd count of fewer than
     PAIR_MIN_ODD_TILES_M leaves the last pair's second CTA computing past M, a padding that
@@ -236,8 +239,8 @@ def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
     line: paired, but with that padding only where they start off a sector too
     (catalog.L2_SECTOR_BYTES) and the padding does not push a single wave of tiles into a
     second. Where a's alone do, never. Else, without such padding, with two waves of tiles or
-    more, or in a single wave over a K of 64 k-blocks or more (long_k) that pairs its M tiles
-    evenly.
+    more over a K of PAIR_WAVES_MIN_K_BLOCKS k-blocks or more (deep_k), or in a single wave
+    over a K of 64 k-blocks or more (long_k) that pairs its M tiles evenly.
 
     NOTES: the multicast halves B's L2->SM traffic. The pair gained 3-33% in a single wave
     over a K of 64 k-blocks or more (768x4096x4096 on 128x192 tiles 509 vs 430 TFLOP/s,
@@ -283,7 +286,25 @@ def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
     them. fp8 per tensor, whose pairing saw no row pitch before (1565 x 8192 x 6000 with both
     rows off: 0.75x unpaired), now sees it (heuristic_config): 0.96-1.34x on 6 shapes drawn
     after (ab_h200_20261128_pairs_lean64_fp8.json), the gated unit 0.99-1.24x on 5
-    (glu_* in ab_h200_20261128_pairs_lean64.json)."""
+    (glu_* in ab_h200_20261128_pairs_lean64.json).
+    Two waves or more of cooperative 128 x 256 tiles, b's rows on the line, paired
+    against unpaired (H100, 2026-12-07, one process, 5 reps, device time;
+    gemm_h100_20261207_short_k_sk.json, gemm_h100_20261207_pair_by_k.json): unpaired as fast
+    or faster on 14 of 16 shapes of 8-64 k-blocks, 1.000-1.035x (4096 x 4096 x 512 1.035, 4096
+    x 4096 x 1024 1.026, 8192 x 4096 x 512 1.025, 6144 x 6144 x 4096 1.019; 0.989x on two of
+    32), paired faster at 128 (4096 x 4096 x 8192 1.019x, 8192^3 1.016x). Pairs from 128
+    k-blocks, against main on 14 bf16 and 4 fp8 shapes drawn for it
+    (ab_h100_20261207_pair_by_k_heldout.json): 1.009-1.089x on 8 of the 10 under 40 k-blocks
+    (3968 x 8704 x 2432 1.089, 9488 x 2880 x 1728 1.057, 2624 x 6528 x 1728 1.055; 4704 x 11520
+    x 2176 0.996, 2104 x 8576 x 320 on 128 x 192 0.991), 0.958-0.996x on the five of 44-85 (1768 x 5760 x 4288 0.958, fp8
+    5848 x 3968 x 10624 0.981): hence 40. Set there, on 12 bf16 and 4 fp8 shapes drawn after
+    (ab_h100_20261207_pair_40kb_heldout.json): bf16 0.986-1.052x, geomean 1.018 (5152 x 11456
+    x 2176 1.052, 6952 x 9024 x 640 1.045, 3760 x 3712 x 1920 1.041; 4408 x 5376 x 2240 0.986,
+    10904 x 10240 x 384 0.989), fp8 0.998-1.013x; 1768 x 5760 x 4288, left paired, 1.001x. By
+    reading, not profiled: the pair ties two CTAs' rings together at every tile's start and
+    end, which a short K meets often, while its multicast, which halves b's L2 reads, pays
+    over a long one.
+    """
     a_off, b_off = off_line
     if tiles_m < 2 or (a_off and not b_off):
         return False
@@ -295,7 +316,8 @@ def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
         return b_off % catalog.L2_SECTOR_BYTES != 0 and not count <= num_sms < padded
     if odd:
         return False
-    return count >= 2 * num_sms or (count <= num_sms and long_k and tiles_m % 2 == 0)
+    return ((count >= 2 * num_sms and deep_k) or
+            (count <= num_sms and long_k and tiles_m % 2 == 0))
 
 
 class Choice(NamedTuple):
@@ -367,8 +389,9 @@ def dense_choice(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_
     # the L2 line (long_k_split_tile's NOTES).
     long_k = (math.ceil(k / tile.block_k) >= LONG_K_BLOCKS
               and (split is None or tile.block_n <= SPLIT_PAIR_MAX_BLOCK_N))
+    deep_k = math.ceil(k / tile.block_k) >= PAIR_WAVES_MIN_K_BLOCKS
     cluster_m = 2 if multicast and pair_along_m(tiles_m, count, long_k, num_sms,
-                                                off_line) else 1
+                                                off_line, deep_k) else 1
     stream_k = catalog.SCHEDULES[tile.schedule].stream_k and (
         count >= num_sms or split_k_pays(m, n, batch, tile.block_m, tile.block_n))
     return Choice(GemmConfig.for_tile(tile, cluster_m=cluster_m, cluster_n=1, raster="m",
