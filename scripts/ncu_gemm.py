@@ -5,16 +5,17 @@
     python3 scripts/ncu_gemm.py run xla|ours 8192x4096x1024 [...]   # the product ncu watches
 
 The first form runs ncu twice (jnp.dot, then hopper_matmul), each on the third of four calls of
-the jitted product, at the GPU's free clocks (--clock-control none: the clocks a benchmark sees),
-and prints one table: each metric (ncu's raw name, or section / name) with XLA's value, ours and
-ours / XLA. XLA's autotuning launches many candidate kernels, so it is run once first with a
-per-fusion autotune cache, which the profiled process then reads: the profiled kernel is the
-one XLA picks in that run, with no tuning launches to count past. Another process (a
+the jitted product, at the GPU's free clocks (--clock-control none: the clocks a benchmark
+sees), and prints one table: each metric (ncu's raw name, or section / name) with XLA's value,
+ours and ours / XLA. XLA's autotuning launches many candidate kernels, so it is run once first
+with a per-fusion autotune cache, which the profiled process then reads: the profiled kernel is
+the one XLA picks in that run, with no tuning launches to count past. Another process (a
 benchmark's) may pick another kernel for the same product: at 8192 x 4096 x 512 this one got a
 Triton fusion where the benchmark's processes ran cuBLAS's nvjet ping-pong 128x160 (H100,
-2026-12-07, timeline_h100_20261207_short_k_gaps.txt), so the table names both kernels. With --bias / --activation the product is followed by
-act(y + bias) (a (N,) bias), fused into our kernel; XLA's GEMM kernel is profiled alone (a fused
-cuBLAS epilogue comes with it, a separate fusion kernel does not).
+2026-12-07, timeline_h100_20261207_short_k_gaps.txt), so the table names both kernels. With
+--bias / --activation the product is followed by act(y + bias) (a (N,) bias), fused into our
+kernel; XLA's GEMM kernel is profiled alone (a fused cuBLAS epilogue comes with it, a separate
+fusion kernel does not).
 The metrics are those the profiles in benchmarks/results/ncu_* kept coming back to.
 """
 

@@ -287,23 +287,23 @@ def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
     rows off: 0.75x unpaired), now sees it (heuristic_config): 0.96-1.34x on 6 shapes drawn
     after (ab_h200_20261128_pairs_lean64_fp8.json), the gated unit 0.99-1.24x on 5
     (glu_* in ab_h200_20261128_pairs_lean64.json).
-    Two waves or more of cooperative 128 x 256 tiles, b's rows on the line, paired
-    against unpaired (H100, 2026-12-07, one process, 5 reps, device time;
-    gemm_h100_20261207_short_k_sk.json, gemm_h100_20261207_pair_by_k.json): unpaired as fast
-    or faster on 14 of 16 shapes of 8-64 k-blocks, 1.000-1.035x (4096 x 4096 x 512 1.035, 4096
-    x 4096 x 1024 1.026, 8192 x 4096 x 512 1.025, 6144 x 6144 x 4096 1.019; 0.989x on two of
-    32), paired faster at 128 (4096 x 4096 x 8192 1.019x, 8192^3 1.016x). Pairs from 128
-    k-blocks, against main on 14 bf16 and 4 fp8 shapes drawn for it
+    Two waves or more of cooperative 128 x 256 tiles, b's rows on the line, paired against
+    unpaired (H100, 2026-12-07, one process, 5 reps, device time;
+    gemm_h100_20261207_short_k_sk.json, gemm_h100_20261207_pair_by_k.json): unpaired as fast or
+    faster on 14 of 16 shapes of 8-64 k-blocks, 1.000-1.035x (4096 x 4096 x 512 1.035, 4096 x
+    4096 x 1024 1.026, 8192 x 4096 x 512 1.025, 6144 x 6144 x 4096 1.019; 0.989x on two of 32),
+    paired faster at 128 (4096 x 4096 x 8192 1.019x, 8192^3 1.016x). Pairs from 128 k-blocks,
+    against main on 14 bf16 and 4 fp8 shapes drawn for it
     (ab_h100_20261207_pair_by_k_heldout.json): 1.009-1.089x on 8 of the 10 under 40 k-blocks
     (3968 x 8704 x 2432 1.089, 9488 x 2880 x 1728 1.057, 2624 x 6528 x 1728 1.055; 4704 x 11520
-    x 2176 0.996, 2104 x 8576 x 320 on 128 x 192 0.991), 0.958-0.996x on the five of 44-85 (1768 x 5760 x 4288 0.958, fp8
-    5848 x 3968 x 10624 0.981): hence 40. Set there, on 12 bf16 and 4 fp8 shapes drawn after
-    (ab_h100_20261207_pair_40kb_heldout.json): bf16 0.986-1.052x, geomean 1.018 (5152 x 11456
-    x 2176 1.052, 6952 x 9024 x 640 1.045, 3760 x 3712 x 1920 1.041; 4408 x 5376 x 2240 0.986,
-    10904 x 10240 x 384 0.989), fp8 0.998-1.013x; 1768 x 5760 x 4288, left paired, 1.001x. By
-    reading, not profiled: the pair ties two CTAs' rings together at every tile's start and
-    end, which a short K meets often, while its multicast, which halves b's L2 reads, pays
-    over a long one.
+    x 2176 0.996, 2104 x 8576 x 320 on 128 x 192 0.991), 0.958-0.996x on the five of 44-85 (1768
+    x 5760 x 4288 0.958, fp8 5848 x 3968 x 10624 0.981): hence 40. Set there, on 12 bf16 and 4
+    fp8 shapes drawn after (ab_h100_20261207_pair_40kb_heldout.json): bf16 0.986-1.052x, geomean
+    1.018 (5152 x 11456 x 2176 1.052, 6952 x 9024 x 640 1.045, 3760 x 3712 x 1920 1.041; 4408 x
+    5376 x 2240 0.986, 10904 x 10240 x 384 0.989), fp8 0.998-1.013x; 1768 x 5760 x 4288, left
+    paired, 1.001x. By reading, not profiled: the pair ties two CTAs' rings together at every
+    tile's start and end, which a short K meets often, while its multicast, which halves b's L2
+    reads, pays over a long one.
     """
     a_off, b_off = off_line
     if tiles_m < 2 or (a_off and not b_off):
