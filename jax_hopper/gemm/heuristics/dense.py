@@ -301,9 +301,10 @@ def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
     fp8 shapes drawn after (ab_h100_20261207_pair_40kb_heldout.json): bf16 0.986-1.052x, geomean
     1.018 (5152 x 11456 x 2176 1.052, 6952 x 9024 x 640 1.045, 3760 x 3712 x 1920 1.041; 4408 x
     5376 x 2240 0.986, 10904 x 10240 x 384 0.989), fp8 0.998-1.013x; 1768 x 5760 x 4288, left
-    paired, 1.001x. By reading, not profiled: the pair ties two CTAs' rings together at every
-    tile's start and end, which a short K meets often, while its multicast, which halves b's L2
-    reads, pays over a long one.
+    paired, 1.001x; the gated unit (hopper_glu, ab_h100_20261207_pair_40kb_glu.json)
+    0.994-1.013x on 4 shapes, its kept control 1.031x. By reading, not profiled: the pair ties
+    two CTAs' rings together at every tile's start and end, which a short K meets often, while
+    its multicast, which halves b's L2 reads, pays over a long one.
     """
     a_off, b_off = off_line
     if tiles_m < 2 or (a_off and not b_off):
