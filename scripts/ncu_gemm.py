@@ -81,15 +81,19 @@ def run(variant: str, shape, config: dict | None, bias: bool, activation: str | 
         jax.block_until_ready(f(a, b, bias_v))
 
 
+def _csv_rows(text: str) -> list[dict[str, str]]:
+    """The rows of the table in `ncu --csv` output (past the program's own output); [] when
+    there is none."""
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if '"Metric Name"' in line), None)
+    return [] if start is None else list(csv.DictReader(io.StringIO("".join(lines[start:]))))
+
+
 def parse_csv(text: str) -> dict[str, tuple[str, str]]:
     """{metric: (unit, value)} of the one profiled kernel in `ncu --csv` output (a raw metric
     under its own name, a section's under "Section / Name"); {} when there is no table."""
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if '"Metric Name"' in line), None)
-    if start is None:
-        return {}
     rows = {}
-    for row in csv.DictReader(io.StringIO("".join(lines[start:]))):
+    for row in _csv_rows(text):
         name, section = row.get("Metric Name"), row.get("Section Name", "")
         if not name:
             continue
@@ -101,12 +105,8 @@ def parse_csv(text: str) -> dict[str, tuple[str, str]]:
 
 def kernel_name(text: str) -> str:
     """The profiled kernel's name in `ncu --csv` output (its first row's), "-" when none."""
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if '"Metric Name"' in line), None)
-    if start is None:
-        return "-"
-    first = next(csv.DictReader(io.StringIO("".join(lines[start:]))), None)
-    return (first or {}).get("Kernel Name") or "-"
+    rows = _csv_rows(text)
+    return (rows[0].get("Kernel Name") if rows else None) or "-"
 
 
 def _number(value: str) -> float | None:

@@ -388,11 +388,11 @@ def dense_choice(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_
     count = tile_count(m, n, batch, tile)
     # A split tile wider than SPLIT_PAIR_MAX_BLOCK_N runs unpaired unless b's rows are off
     # the L2 line (long_k_split_tile's NOTES).
-    long_k = (math.ceil(k / tile.block_k) >= LONG_K_BLOCKS
+    k_blocks = math.ceil(k / tile.block_k)
+    long_k = (k_blocks >= LONG_K_BLOCKS
               and (split is None or tile.block_n <= SPLIT_PAIR_MAX_BLOCK_N))
-    deep_k = math.ceil(k / tile.block_k) >= PAIR_WAVES_MIN_K_BLOCKS
-    cluster_m = 2 if multicast and pair_along_m(tiles_m, count, long_k, num_sms,
-                                                off_line, deep_k) else 1
+    cluster_m = 2 if multicast and pair_along_m(tiles_m, count, long_k, num_sms, off_line,
+                                                k_blocks >= PAIR_WAVES_MIN_K_BLOCKS) else 1
     stream_k = catalog.SCHEDULES[tile.schedule].stream_k and (
         count >= num_sms or split_k_pays(m, n, batch, tile.block_m, tile.block_n))
     return Choice(GemmConfig.for_tile(tile, cluster_m=cluster_m, cluster_n=1, raster="m",
