@@ -252,13 +252,14 @@ def test_heuristic_off_line_rule(m, n, k, off_line_rule):
     (13, 260, True, B_OFF, True),            #     (144 padded); past one wave stream-K spreads it
     (13, 260, True, (0, 32), False),         # ... with the rows on a sector: as on the line
     (12, 96, False, (0, 32), True),          #     (an even count: as off it)
-    (17, 255, True, B_OFF, True),            # ... from 16 M tiles the padding does not count
+    (33, 495, True, B_OFF, True),            # ... from 32 M tiles the padding does not count
     (6, 120, True, A_OFF, False),            # a's alone off: never
     (20, 300, True, A_OFF, False),
     (6, 120, True, BOTH_OFF, True),          # both: b's rule
     (8, 300, False, (0, 0), True),           # two waves or more (over a deep K: deep_k)
     (7, 336, False, (0, 0), False),          # ... an odd count of M tiles: the last pair half empty
-    (17, 340, False, (0, 0), True),          # ... unless there are 16 or more
+    (31, 620, False, (0, 0), False),         # ... unless there are 32 or more
+    (33, 660, False, (0, 0), True),
     (8, 200, True, (0, 0), False),           # between one and two waves
     (8, 120, True, (0, 0), True),            # one wave over a long K, M tiles in pairs
     (7, 112, True, (0, 0), False),           # ... an odd count of them: the last pair half empty

@@ -157,7 +157,11 @@ class TileShape:
 # 0.65-1.03x, no better in 2-CTA clusters sharing the token tile (H100, 2026-11-25,
 # gemm_h100_20261125_swapwide.*; the code, on a local branch, did not outlive that session).
 # Likely cause, not profiled: with one tile per CTA (one wave) a ping-pong CTA computes on one
-# warpgroup while the other has none. Not kept.
+# warpgroup while the other has none. Not kept. Ping-pong 128 x 160, cuBLAS's tile at short K
+# (branch pingpong-160: b's MN-major tile in three whole boxes, 64-byte output boxes; 4 and 5
+# stages) passed its GPU tests but its best config ran 0.78-0.97x cooperative 128 x 256 on 7
+# shapes of K = 256-4096, worst at long K (H100, 2026-12-07, gemm_h100_20261207_pp160.json): one
+# warpgroup's m64n160 wgmmas at a time, as ping-pong 128 x 128. Not kept.
 TILE_SHAPES = (TileShape(128, 256, 64, 4), TileShape(128, 192, 64, 4),
                TileShape(128, 128, 64, 6), TileShape(128, 128, 64, 6, "pingpong"),
                TileShape(64, 256, 64, 4, "pingpong"))

@@ -223,8 +223,9 @@ def long_k_split_tile(m: int, n: int, k: int, batch: int,
 
 
 # Pairs along M over an odd count of M tiles leave the last pair's second CTA computing past
-# M; from this many M tiles that padding is a small share of the work (pair_along_m).
-PAIR_MIN_ODD_TILES_M = 16
+# M; from this many M tiles that padding (1 / tiles_m of the work) is no more than what the
+# pair gains (pair_along_m).
+PAIR_MIN_ODD_TILES_M = 32
 # Two waves of tiles or more run in pairs (b's rows on the L2 line) from this many k-blocks of
 # a tile (pair_along_m's deep_k).
 PAIR_WAVES_MIN_K_BLOCKS = 40
@@ -305,6 +306,20 @@ def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
     0.994-1.013x on 4 shapes, its kept control 1.031x. By reading, not profiled: the pair ties
     two CTAs' rings together at every tile's start and end, which a short K meets often, while
     its multicast, which halves b's L2 reads, pays over a long one.
+    Odd counts of 17-63 M tiles, two waves or more over 40 k-blocks or more, b's rows on the
+    line (H100, 2026-12-07, one process, 5 reps, device time): never pairing them against
+    pairing from 16 M tiles, on 14 bf16 shapes drawn for it
+    (ab_h100_20261207_pair_odd_heldout.json): 17-31 M tiles 0.990-1.227x (2656 x 4800 x 8000
+    1.227, 2888 x 11648 x 3840 1.094, 3952 x 9792 x 3264 1.092), 33-53 0.948-1.033x (6776 x
+    2176 x 3776 0.948, 4920 x 2944 x 6464 0.965), fp8 per tensor 1.043-1.052x, the gated unit
+    1.015-1.043x, the control 1.015x: the padding's 1 / tiles_m against the pair's few
+    percent, hence PAIR_MIN_ODD_TILES_M = 32 (was 16). Set there, against main a9708c3 on 12
+    bf16 shapes of 17-31 M tiles drawn after (ab_h100_20261207_pair_odd32_heldout.json):
+    0.922-1.231x, geomean 1.060 (2416 x 5184 x 7296 1.231, 3336 x 3648 x 3584 1.132; 2064 x
+    6784 x 4416 0.922 and 2120 x 6336 x 5184 0.985, both of 17 M tiles), fp8 per tensor
+    1.018-1.040x, the gated unit 1.002x, the two unchanged controls 0.980x and 1.019x. The
+    same constant moves 17-31 odd M tiles with b's rows off the line but on a sector from
+    paired to unpaired (where such pairs lost above); not measured there.
     """
     a_off, b_off = off_line
     if tiles_m < 2 or (a_off and not b_off):
