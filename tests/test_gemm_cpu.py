@@ -266,7 +266,7 @@ def test_heuristic_off_line_rule(m, n, k, off_line_rule):
     (8, 120, False, (0, 0), False),          # one wave over a short K
 ])
 def test_pair_along_m(tiles_m, count, long_k, off_line, paired):
-    assert pair_along_m(tiles_m, count, long_k, 132, off_line) == paired
+    assert pair_along_m(tiles_m, count, long_k, 132, off_line, deep_k=True) == paired
 
 
 @pytest.mark.parametrize("tiles_m,count,off_line,paired", [

@@ -232,7 +232,7 @@ PAIR_WAVES_MIN_K_BLOCKS = 40
 
 
 def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
-                 off_line: tuple[int, int] = (0, 0), deep_k: bool = True) -> bool:
+                 off_line: tuple[int, int] = (0, 0), *, deep_k: bool) -> bool:
     """Whether a product of `count` tiles, `tiles_m` of them along M, runs in 2-CTA clusters
     along M (b multicast to the pair). It needs two M tiles; an odd count of fewer than
     PAIR_MIN_ODD_TILES_M leaves the last pair's second CTA computing past M, a padding that
@@ -406,8 +406,9 @@ def dense_choice(m: int, n: int, k: int, batch: int = 1, num_sms: int = DEFAULT_
     k_blocks = math.ceil(k / tile.block_k)
     long_k = (k_blocks >= LONG_K_BLOCKS
               and (split is None or tile.block_n <= SPLIT_PAIR_MAX_BLOCK_N))
-    cluster_m = 2 if multicast and pair_along_m(tiles_m, count, long_k, num_sms, off_line,
-                                                k_blocks >= PAIR_WAVES_MIN_K_BLOCKS) else 1
+    cluster_m = 2 if multicast and pair_along_m(
+        tiles_m, count, long_k, num_sms, off_line,
+        deep_k=k_blocks >= PAIR_WAVES_MIN_K_BLOCKS) else 1
     stream_k = catalog.SCHEDULES[tile.schedule].stream_k and (
         count >= num_sms or split_k_pays(m, n, batch, tile.block_m, tile.block_n))
     return Choice(GemmConfig.for_tile(tile, cluster_m=cluster_m, cluster_n=1, raster="m",
