@@ -47,6 +47,18 @@ def test_every_gemm_instance_uses_hgmma_and_tma(functions):
     assert tma_ops and all("UTMALDG" in b for b in tma_ops.values())
 
 
+def test_gemm_staging_uses_shared_stores(functions):
+    """The epilogue writes its staging buffer (and reads a residual there) with STS / LDS: a
+    generic ST / LD (a 64-bit address per access) in a GEMM instance means a pointer into shared
+    memory lost its address space (ptx::in_shared_window)."""
+    gemm = {name: body for name, body in functions.items() if "sm90_gemm_kernel" in name}
+    assert gemm
+    for name, body in gemm.items():
+        assert re.search(r"\bSTS(\.\w+)* ", body), f"no STS in {name}"
+        generic = re.findall(r"\b(?:ST|LD)\.E(?:\.\w+)* [^;]*;", body)
+        assert not generic, f"{name}: generic accesses {generic[:3]}"
+
+
 def test_no_kernel_uses_local_memory():
     usage = subprocess.run([CUOBJDUMP, "-res-usage", _ffi.extension().__file__], check=True,
                            capture_output=True, text=True).stdout

@@ -12,6 +12,19 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// The generic pointer `p` into this CTA's dynamic shared memory, re-derived from the shared array
+// itself, so that the compiler knows its address space: accesses through it compile to STS / LDS
+// with 32-bit addresses instead of generic ST / LD with 64-bit ones. NOTES: the epilogue's staging
+// pointer, carved in kernel.cuh, reached epilogue_store as a plain pointer, and its 524288
+// staging writes at 8192 x 4096 x 512 were ST.E, two integer adds each (ncu source counters,
+// H100, 2026-12-07; cuBLAS's kernels use STS). Aligning the whole carve-out this way (in
+// kernel.cuh) did the same but moved other kernels' register allocation: 4-152 bytes of
+// spills in the grouped ping-pong and block-scaled contraction instances (CUDA 13.0).
+__device__ __forceinline__ uint8_t* in_shared_window(void* p) {
+  extern __shared__ uint8_t smem_raw[];
+  return smem_raw + (smem_addr(p) - smem_addr(smem_raw));
+}
+
 __device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"

@@ -27,6 +27,7 @@
 #include "cuda/gemm/scheduler/tile_order.cuh"
 #include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/smem.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/tma/tensor_map.h"
 
@@ -184,7 +185,7 @@ __device__ __forceinline__ void epilogue_store(const float* acc, float beta,
                                                const CUtensorMap* tma_d, const CUtensorMap* tma_r,
                                                const EpilogueTile& t, const EpilogueSync& s,
                                                const GlobalOut& out) {
-  uint8_t* staging = s.staging;
+  uint8_t* staging = ptx::in_shared_window(s.staging);
   const uint32_t wg_thread = s.wg_thread;
   constexpr int kOutBytes = sizeof(TOut);
   constexpr int kBoxCols = 128 / kOutBytes;          // columns per 128-byte swizzle row
@@ -254,7 +255,7 @@ __device__ __forceinline__ void epilogue_store_transposed(const float* acc, floa
                                                           const CUtensorMap* tma_r,
                                                           const EpilogueTile& t,
                                                           const EpilogueSync& s) {
-  uint8_t* staging = s.staging;
+  uint8_t* staging = ptx::in_shared_window(s.staging);
   const uint32_t wg_thread = s.wg_thread;
   constexpr int kOutBytes = sizeof(TOut);
   constexpr int kBoxCols = 128 / kOutBytes;  // output columns per 128-byte swizzle row
