@@ -66,6 +66,7 @@ def test_shape_must_be_three_positive_integers(text):
 
 @pytest.mark.parametrize("variant, extra", [
     ("ours", []),
+    ("xla", []),
     ("xla", ["--bias", "--activation", "gelu_tanh"]),
     ("ours", ["--bias", "--activation", "silu", "--config", '{"block_n": 128, "stages": 6}']),
 ])
