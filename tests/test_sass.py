@@ -1,6 +1,6 @@
 """The built extension's machine code: every GEMM instance's mainloop uses wgmma (HGMMA; QGMMA for
-fp8) fed by TMA loads (UTMALDG), stores through TMA (UTMASTG), and uses no local memory (no
-spills).
+fp8) fed by TMA loads (UTMALDG), stores through TMA (UTMASTG) from a staging buffer written with
+STS (no generic stores), and uses no local memory (no spills).
 
 Needs cuobjdump (the CUDA toolkit's, or the nvidia-cuda-cuobjdump wheel of the test extras),
 not a GPU; the build already treats ptxas warnings (spills) and
