@@ -25,6 +25,17 @@ __device__ __forceinline__ uint8_t* in_shared_window(void* p) {
   return smem_raw + (smem_addr(p) - smem_addr(smem_raw));
 }
 
+// This CTA's dynamic shared memory rounded up to 1024 bytes, the 128B swizzle's period, so that a
+// box's swizzle phase starts at zero (jax_hopper/layout/tma_model.py assumes it). The *shared*
+// address is what the swizzle sees, so that is what gets aligned; the launch adds 1024 bytes of
+// slack. The GEMM kernel aligns its carve-out on the generic address instead (kernel.cuh): the
+// same bytes, since the shared window's base is 1024-aligned, but this form moved register
+// allocation there (in_shared_window's NOTES).
+__device__ __forceinline__ uint8_t* aligned_dynamic_smem() {
+  extern __shared__ uint8_t smem_raw[];
+  return smem_raw + (1024 - smem_addr(smem_raw) % 1024) % 1024;
+}
+
 __device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"

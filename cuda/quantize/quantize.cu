@@ -113,8 +113,7 @@ __device__ __forceinline__ uint16_t cvt2(float lo, float hi, float mul) {
 template <typename TIn, __nv_fp8_interpretation_t kFmt>
 __global__ void __launch_bounds__(kThreads)
     quantize_fp8_kernel(const __grid_constant__ QuantizeArgs p) {
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = smem_raw + (1024 - ptx::smem_addr(smem_raw) % 1024) % 1024;
+  uint8_t* smem = ptx::aligned_dynamic_smem();
   const TIn* x = reinterpret_cast<const TIn*>(smem);
   uint8_t* q = smem + sizeof(TIn) * kQuantTile * kQuantTile;
   uint8_t* qt = q + kStageBytes;

@@ -26,8 +26,7 @@ constexpr uint32_t kSmemBytes = 2 * kTileBytes + 8 + 1024;
 
 __global__ void __launch_bounds__(kThreads)
     transpose_fp8_kernel(const __grid_constant__ TransposeArgs p) {
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* x = smem_raw + (1024 - ptx::smem_addr(smem_raw) % 1024) % 1024;
+  uint8_t* x = ptx::aligned_dynamic_smem();
   uint8_t* t = x + kTileBytes;
   uint64_t* bar = reinterpret_cast<uint64_t*>(t + kTileBytes);
 

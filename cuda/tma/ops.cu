@@ -6,6 +6,7 @@
 
 #include "cuda/ptx/cluster.cuh"
 #include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/smem.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/tma/ops.h"
 #include "jax_hopper_constants.h"
@@ -32,15 +33,6 @@ __device__ __forceinline__ BoxCoord box_coord(const TmaBoxGrid& g, int64_t box) 
   c.row = static_cast<int32_t>(box % g.row_boxes) * g.box_rows;
   c.batch = static_cast<int32_t>(box / g.row_boxes);
   return c;
-}
-
-// The dynamic shared-memory buffer rounded up to 1024 bytes (the 128B swizzle's period), so the
-// swizzle phase of a box starts at zero, as jax_hopper/layout/tma_model.py assumes. The *shared*
-// address is what the swizzle sees, so that is what gets aligned.
-__device__ __forceinline__ uint8_t* aligned_smem() {
-  extern __shared__ uint8_t smem_raw[];
-  const uint32_t addr = ptx::smem_addr(smem_raw);
-  return smem_raw + ((1024 - addr % 1024) % 1024);
 }
 
 // Thread 0 initialises the barrier; the CTA barrier publishes it before anyone (the TMA unit
@@ -76,7 +68,7 @@ __global__ void __launch_bounds__(kIssueThreads)
     tma_store_back_kernel(const __grid_constant__ CUtensorMap src,
                           const __grid_constant__ CUtensorMap dst, const TmaBoxGrid g) {
   __shared__ uint64_t bar;
-  uint8_t* box = aligned_smem();
+  uint8_t* box = ptx::aligned_dynamic_smem();
   init_barrier(&bar);
   if (threadIdx.x != 0) return;
   ptx::tma_prefetch_descriptor(&dst);
@@ -97,7 +89,7 @@ __global__ void __launch_bounds__(kDumpThreads)
     tma_smem_bytes_kernel(const __grid_constant__ CUtensorMap src, uint8_t* __restrict__ out,
                           const TmaBoxGrid g) {
   __shared__ uint64_t bar;
-  uint8_t* box = aligned_smem();
+  uint8_t* box = ptx::aligned_dynamic_smem();
   init_barrier(&bar);
   if (threadIdx.x == 0) load_box(&src, &bar, box, box_coord(g, blockIdx.x), g.box_bytes);
   // Completing the phase makes the TMA's (async-proxy) writes visible to every waiting thread.
@@ -115,7 +107,7 @@ __global__ void __launch_bounds__(kIssueThreads)
     tma_multicast_kernel(const __grid_constant__ CUtensorMap src,
                          const __grid_constant__ CUtensorMap dst, const TmaBoxGrid g) {
   __shared__ uint64_t bar;
-  uint8_t* smem = aligned_smem();
+  uint8_t* smem = ptx::aligned_dynamic_smem();
   const uint32_t rank = ptx::cluster_ctarank(), n = ptx::cluster_nctarank();
   if (threadIdx.x == 0) {
     ptx::mbarrier_init(&bar, 1);
