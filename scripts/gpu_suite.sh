@@ -18,6 +18,10 @@
 # every GPU test file in 5.7 min where one takes over 10 (H100, 2026-11-26), which matters where
 # a device session's minutes are few; eight ran them in 7.4 min (2026-11-27), but by 2026-12-04
 # eight groups of equal bytes of source took 207 to over 480 s (H200), hence the recorded times.
+# A file longer than a group's mean share runs split into its tests (pytest node ids over the
+# groups; suite_groups.split_long_files): with whole files the two longest (~300 s each) bound
+# every SUITE_JOBS past 8, which now brings the longest group down toward the mean (not yet
+# timed on a device past 8 jobs).
 # SUITE_ARCHIVE=1 suits a machine that returns only a few files (the device tool: eight): the
 # suite writes two or more per job. The archive is written however the script ends, a signal
 # included: a device call that ran past its own limit lost a whole suite's logs so (2026-12-04).
