@@ -17,6 +17,12 @@
 # sass.txt (AB_SASS_KERNELS: the kernels' regex, default every GEMM kernel), ab.log; the last
 # lines of each step are printed. The baseline is built into AB_BASE_DIR
 # (default /tmp/jax_hopper_ab_base). Exit status: bench_ab's (1 where a build failed).
+# AB_OTHERS="TREE..." (source trees or revisions, as BASE) builds more candidates beside the two,
+# each as a baseline of its own (AB_BASE_DIR_<i>), and after the A/B times this tree against
+# each in turn (ab_vs_<name>.log, sass_vs_<name>.txt, bench_ab's tag + _vs_<name>): a candidate
+# against BASE is then the two ratios chained (new/BASE over new/candidate). The builds share the
+# cores: three took 171 s together on the device's 16 (H200 machine, 2026-12-07), where each
+# more device call costs a machine's start and two builds.
 set -uo pipefail
 if [ $# -lt 1 ]; then
   echo "usage: bash scripts/device_ab.sh BASE [bench_ab.py arguments...]" >&2
@@ -36,6 +42,14 @@ nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader 2>&1
 start=$(date +%s)
 $PY -m pip install --no-build-isolation --no-deps . > "$LOGS/build_new.log" 2>&1 &
 new_pid=$!
+read -r -a others <<< "${AB_OTHERS:-}"
+other_pids=()
+for i in "${!others[@]}"; do
+  [ -d "${others[$i]}" ] && others[$i]=$(realpath "${others[$i]}")
+  bash scripts/install_baseline.sh "${others[$i]}" "${BASE_DIR}_$i" \
+    > "$LOGS/build_$(basename "${others[$i]}").log" 2>&1 &
+  other_pids+=($!)
+done
 if bash scripts/kernel_inputs_match.sh "$base"; then
   # Only the Python differs (a heuristic's change): one build, the baseline its extension under
   # BASE's Python files (install_baseline.sh's PKG). This tree's build took 56-61 s alone on the
@@ -55,7 +69,9 @@ else
   wait $new_pid; new_rc=$?
   wait $base_pid; base_rc=$?
 fi
-echo "builds: new rc=$new_rc, base rc=$base_rc, $(( $(date +%s) - start )) s"
+other_rc=0
+for pid in "${other_pids[@]}"; do wait "$pid" || other_rc=1; done
+echo "builds: new rc=$new_rc, base rc=$base_rc, others rc=$other_rc, $(( $(date +%s) - start )) s"
 tail -1 "$LOGS/build_base.log"
 if [ $new_rc -ne 0 ] || [ $base_rc -ne 0 ]; then
   tail -20 "$LOGS/build_new.log" "$LOGS/build_base.log"
@@ -74,4 +90,23 @@ tail -2 "$LOGS/sass.txt"
 ab_rc=$?
 tail -30 "$LOGS/ab.log"
 echo "bench_ab rc=$ab_rc"
+
+# The other candidates, each as the baseline of this tree, under bench_ab's tag + _vs_<name>.
+tag="{gpu}_$(date +%Y%m%d)"
+args=("$@")
+for i in "${!args[@]}"; do [ "${args[$i]}" = --tag ] && tag=${args[$((i + 1))]:-$tag}; done
+for i in "${!others[@]}"; do
+  name=$(basename "${others[$i]}")
+  if [ $other_rc -ne 0 ]; then tail -20 "$LOGS/build_$name.log"; ab_rc=1; continue; fi
+  other_so=$(ls "${BASE_DIR}_$i"/jax_hopper_base/_jax_hopper*.so)
+  $PY scripts/sass.py "$new_so" "$other_so" --kernels "${AB_SASS_KERNELS:-sm90_gemm_kernel}" \
+    > "$LOGS/sass_vs_$name.txt" 2>&1 || echo "the SASS comparison failed: $LOGS/sass_vs_$name.txt"
+  tail -1 "$LOGS/sass_vs_$name.txt"
+  ( cd /tmp && PYTHONPATH="${BASE_DIR}_$i" $PY "$repo/benchmarks/bench_ab.py" --out-dir "$LOGS" \
+      "$@" --tag "${tag}_vs_$name" ) > "$LOGS/ab_vs_$name.log" 2>&1
+  rc=$?
+  echo "== this tree (new) against $name (base): bench_ab rc=$rc"
+  tail -4 "$LOGS/ab_vs_$name.log"
+  [ $rc -eq 0 ] || ab_rc=$rc
+done
 exit $ab_rc
