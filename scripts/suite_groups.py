@@ -1,11 +1,12 @@
 """Splits the test files into groups of about equal running time for scripts/gpu_suite.sh, and
-records the per-file times a suite run measured.
+records the per-file and per-test times a suite run measured.
 
     python3 scripts/suite_groups.py JOBS [--tests DIR] [--durations FILE] [--skip-cpu-files]
-        one line per group: its test files, separated by spaces (--skip-cpu-files: all but
-        test_*_cpu.py)
+        one line per group: its test files (or a long file's tests, file.py::test_x),
+        separated by spaces (--skip-cpu-files: all but test_*_cpu.py)
     python3 scripts/suite_groups.py --record JUNIT.xml... [--durations FILE] [--out FILE]
-        the per-file seconds of those junit reports merged over FILE's, written to --out
+        the per-file and per-test seconds of those junit reports merged over FILE's, written
+        to --out
 
 Each file's cost is its recorded seconds (scripts/suite_durations.json: the time its tests took
 in a suite run of several groups side by side, summed from pytest's junit reports), or, for a
@@ -158,9 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("jobs", nargs="?", type=int, help="how many groups")
     parser.add_argument("--tests", default=DEFAULT_TESTS, help="the directory of test_*.py")
     parser.add_argument("--durations", default=DEFAULT_DURATIONS,
-                        help="recorded seconds per file (JSON: {'seconds': {file: s}})")
+                        help="recorded seconds (JSON: {'seconds': {file: s}, "
+                             "'functions': {file::test: s}})")
     parser.add_argument("--record", nargs="+", metavar="JUNIT",
-                        help="junit reports whose per-file seconds to merge into --durations")
+                        help="junit reports whose seconds to merge into --durations")
     parser.add_argument("--out", help="where --record writes (default: --durations)")
     parser.add_argument("--skip-cpu-files", action="store_true",
                         help="leave out test_*_cpu.py (CI runs them on every commit)")
