@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 
 from jax_hopper import tune
 from jax_hopper.gemm import tuned
@@ -105,7 +106,13 @@ def main(argv=None) -> int:
     rows = []
     for path in args.reports:
         with open(path) as f:
-            rows += score(json.load(f))
+            report = json.load(f)
+        # benchmarks/results/tune_*.json holds other tuner outputs too (caches, hand-written
+        # sweeps): a file without the report's problems is named and passed over.
+        if not isinstance(report, dict) or not isinstance(report.get("problems"), dict):
+            print(f"{path}: not a tuner report (no 'problems'), skipped", file=sys.stderr)
+            continue
+        rows += score(report)
     print(f"{'problem':44s} {'best us':>8s} {'then x':>7s} {'now x':>7s} {'changed':7s}  rule")
     for r in rows:
         now = f"{r['now_us'] / r['best_us']:7.3f}" if r["now_us"] else "  -    "

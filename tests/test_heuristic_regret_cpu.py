@@ -107,3 +107,14 @@ def test_set_constant_changes_what_the_rules_read(monkeypatch):
                        ("choose_config=1", "NAME=VALUE"), ("LONG_K_BLOCKS=2.5", "is int")]:
         with pytest.raises(ValueError, match=match):
             heuristic_regret.set_constant(bad)
+
+
+def test_main_names_and_skips_a_file_that_is_not_a_tuner_report(tmp_path, capsys):
+    cache = tmp_path / "tune_cache.json"
+    cache.write_text('{"format": 2, "gpus": {}}')
+    sweep = tmp_path / "tune_sweep.json"
+    sweep.write_text('{"1470x1000x11008": {"us": 12.0}}')
+    assert heuristic_regret.main([str(cache), str(sweep)]) == 0
+    out = capsys.readouterr()
+    assert f"{cache}: not a tuner report" in out.err and f"{sweep}: not a tuner report" in out.err
+    assert "0 problems timed both ways" in out.out
