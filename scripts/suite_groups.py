@@ -19,9 +19,10 @@ within the longest unit of the mean.
 NOTES: grouping by bytes of source alone (its predecessor) left the eight groups of the H200 run
 of 2026-12-04 between 207 and over 480 s (tests_h200_20261204_suite_warp_producer.log): a file's
 bytes say little about its device time (test_random_calls_gpu.py: 3 KB, 182 s), and the suite
-ran past the device tool's 10-minute limit. Whole files only, the longest (test_random_calls_gpu,
-test_ragged_gpu, ~300 s each) bounded the GPU files' suite at about 330 s in eight groups
-whose mean was 250 (H100, 2026-12-07).
+ran past the device tool's 10-minute limit. Whole files only, the two longest
+(test_random_calls_gpu 304 s, test_ragged_gpu 298 s recorded) bound the longest group at ~304 s
+however many groups run, where twelve groups of the suite without the CPU files have a mean
+share of 199 s (the recorded times, 2026-12-07).
 """
 
 from __future__ import annotations
