@@ -96,3 +96,42 @@ def test_install_baseline_puts_the_baselines_python_over_a_matching_build(tmp_pa
     assert swap.endswith(marker)
     assert "from jax_hopper.kernels import" not in swap
     assert "from jax_hopper_base.kernels import catalog" in swap
+
+
+def test_other_candidates_are_built_and_timed_against_this_tree(tmp_path):
+    """AB_OTHERS: each tree built as a baseline of its own beside the two, and bench_ab run once
+    more per tree, with it as the base and the tag + _vs_<name>; builds, SASS and timing
+    stubbed (they need the device)."""
+    fake = tmp_path / "repo"
+    (fake / "scripts").mkdir(parents=True)
+    shutil.copy(SCRIPT, fake / "scripts" / "device_ab.sh")
+    (fake / "scripts" / "kernel_inputs_match.sh").write_text("exit 1\n")
+    (fake / "scripts" / "install_baseline.sh").write_text(
+        'mkdir -p "$2/jax_hopper_base" && touch "$2/jax_hopper_base/_jax_hopper.so"\n'
+        'echo "installed $1 as jax_hopper_base in $2 (stub)"\n')
+    calls = tmp_path / "calls.txt"
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/bin/bash\n"
+        f'echo "PYTHONPATH=${{PYTHONPATH:-}} $*" >> {calls}\n'
+        'case "$*" in *"-c "*) echo /stub/_jax_hopper.so ;; esac\n')
+    python.chmod(0o755)
+    for tree in ("base", "cand_a", "cand_b"):
+        (tmp_path / tree).mkdir()
+    run = subprocess.run(
+        ["bash", str(fake / "scripts" / "device_ab.sh"), str(tmp_path / "base"), "--reps", "3",
+         "--tag", "t1"], capture_output=True, text=True,
+        env=dict(os.environ, PYTHON=str(python), OUT=str(tmp_path / "logs"),
+                 AB_BASE_DIR=str(tmp_path / "ab_base"),
+                 AB_OTHERS=f"{tmp_path / 'cand_a'} {tmp_path / 'cand_b'}"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    benches = [line for line in calls.read_text().splitlines() if "bench_ab.py" in line]
+    assert len(benches) == 3
+    assert benches[0].startswith(f"PYTHONPATH={tmp_path / 'ab_base'} ")
+    assert benches[0].endswith("--reps 3 --tag t1")
+    for i, name in enumerate(("cand_a", "cand_b")):
+        assert benches[i + 1].startswith(f"PYTHONPATH={tmp_path / 'ab_base'}_{i} ")
+        assert benches[i + 1].endswith(f"--reps 3 --tag t1 --tag t1_vs_{name}")
+        assert (tmp_path / "logs" / f"build_{name}.log").exists()
+        assert (tmp_path / "logs" / f"ab_vs_{name}.log").exists()
+        assert f"against {name} (base): bench_ab rc=0" in run.stdout
