@@ -187,3 +187,25 @@ def test_the_command_line_covers_every_test_of_a_split_file_once():
             assert sorted(u for u in units if u.startswith(f + "::")) == sorted(expected)
         else:
             assert f in units
+
+
+def _collected(args):
+    run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                          "-p", "no:cacheprovider", *args], cwd=suite_groups.DEFAULT_TESTS,
+                         capture_output=True, text=True)
+    # node ids relative to the tests directory, however pytest roots them
+    return sorted(line.split("tests/", 1)[-1] if line.startswith("tests/") else line
+                  for line in run.stdout.splitlines() if "::" in line)
+
+
+def test_a_split_files_tests_collect_as_the_whole_file_does():
+    """pytest, given a split file's node ids (16 groups), collects exactly the tests it collects
+    from the file itself: nothing of the file is left out or run twice."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "suite_groups.py"), "16",
+                          "--skip-cpu-files"], check=True, capture_output=True, text=True).stdout
+    units = [u for u in out.split() if "::" in u]
+    files = sorted({u.split("::")[0] for u in units})
+    assert files
+    whole = _collected(files)
+    assert {node.split("::")[0] for node in whole} == set(files)
+    assert _collected(units) == whole
