@@ -69,9 +69,10 @@ else
   wait $new_pid; new_rc=$?
   wait $base_pid; base_rc=$?
 fi
-other_rc=0
-for pid in "${other_pids[@]}"; do wait "$pid" || other_rc=1; done
-echo "builds: new rc=$new_rc, base rc=$base_rc, others rc=$other_rc, $(( $(date +%s) - start )) s"
+other_rcs=()
+for i in "${!other_pids[@]}"; do wait "${other_pids[$i]}"; other_rcs[$i]=$?; done
+echo "builds: new rc=$new_rc, base rc=$base_rc, others rc=${other_rcs[*]:-none}," \
+  "$(( $(date +%s) - start )) s"
 tail -1 "$LOGS/build_base.log"
 if [ $new_rc -ne 0 ] || [ $base_rc -ne 0 ]; then
   tail -20 "$LOGS/build_new.log" "$LOGS/build_base.log"
@@ -97,7 +98,7 @@ args=("$@")
 for i in "${!args[@]}"; do [ "${args[$i]}" = --tag ] && tag=${args[$((i + 1))]:-$tag}; done
 for i in "${!others[@]}"; do
   name=$(basename "${others[$i]}")
-  if [ $other_rc -ne 0 ]; then tail -20 "$LOGS/build_$name.log"; ab_rc=1; continue; fi
+  if [ "${other_rcs[$i]}" -ne 0 ]; then tail -20 "$LOGS/build_$name.log"; ab_rc=1; continue; fi
   other_so=$(ls "${BASE_DIR}_$i"/jax_hopper_base/_jax_hopper*.so)
   $PY scripts/sass.py "$new_so" "$other_so" --kernels "${AB_SASS_KERNELS:-sm90_gemm_kernel}" \
     > "$LOGS/sass_vs_$name.txt" 2>&1 || echo "the SASS comparison failed: $LOGS/sass_vs_$name.txt"
