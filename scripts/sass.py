@@ -4,6 +4,10 @@
         per kernel (mangled names matched by REGEX, default every one): its instruction count and
         the opcodes that matter when reading a GEMM's SASS, NEW's and, given BASE, BASE's beside
         them (kernels paired by name), then the totals
+    python3 scripts/sass.py NEW [BASE] --loops [--kernels REGEX]
+        per kernel its innermost wgmma loops (mma_loops): static instructions, wgmmas,
+        instructions per wgmma, barrier operations, branches, uniform instructions; a
+        consumer's per-k-block overhead compared between builds without a GPU
 
 Used by tests/test_sass.py (what every build must show) and by hand on an A/B of a kernel change
 (e.g. beside scripts/install_baseline.sh: the base build's extension is under DIR/jax_hopper_base).
@@ -55,7 +59,9 @@ def kernel_sass(library: str, cuobjdump: str) -> dict[str, str]:
     unit) extracted with `cuobjdump -xelf` and disassembled on every core at once (one
     `cuobjdump -sass` of the whole extension took 2 minutes of one core on CI's machine); or of
     one .cubin (a translation unit compiled alone, e.g. `nvcc -cubin` of a generated
-    sm90_gemm_*.cu: seconds, no build of the package)."""
+    sm90_gemm_*.cu: seconds, no build of the package), or of a directory of such .cubin files
+    (every generated translation unit: python jax_hopper/kernels/codegen.py DIR, then nvcc
+    -cubin per file)."""
     # cuobjdump runs the nvdisasm on PATH (the wheels put both in one bin directory)
     env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(cuobjdump),
                                                  os.environ.get("PATH", "")]))
@@ -66,6 +72,12 @@ def kernel_sass(library: str, cuobjdump: str) -> dict[str, str]:
 
     if library.endswith(".cubin"):
         return split_functions(sass(library))
+    if os.path.isdir(library):  # every translation unit compiled alone, as above
+        cubins = sorted(glob.glob(os.path.join(library, "*.cubin")))
+        if not cubins:
+            raise RuntimeError(f"no .cubin in {library}")
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            return split_functions("".join(pool.map(sass, cubins)))
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([cuobjdump, "-xelf", "all", os.path.abspath(library)], check=True,
                        capture_output=True, cwd=tmp, env=env)
@@ -93,6 +105,80 @@ def opcode_counts(body: str) -> collections.Counter:
             if opcode == prefix or opcode.startswith(prefix + "."):
                 counts[prefix] += 1
     return counts
+
+
+# One instruction: its address, its opcode (past any predicate guard) and its operands.
+_ADDRESSED = re.compile(
+    r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", re.M)
+_TARGET = re.compile(r"\b0x([0-9a-f]+)\b")
+_MMA = ("HGMMA", "QGMMA")
+# What a loop's line shows beside its size: the barrier operations (mbarrier waits and arrives,
+# named barriers, wgmma's fence and wait), branches, and the uniform datapath's instructions
+# (descriptor and stage arithmetic on Hopper).
+LOOP_GROUPS = {"sync": ("SYNCS", "BAR", "WARPGROUP"), "branch": ("BRA", "BSSY", "BSYNC"),
+               "uniform": ("U",)}
+
+
+def mma_loops(body: str) -> list[dict]:
+    """The innermost loops of a function that issue wgmmas, in address order: each backward
+    branch spans a loop from its target to itself; those that hold an HGMMA / QGMMA and no EXIT
+    (an out-of-line spin, placed after the kernel's end, jumps back into the loop from past its
+    EXIT) and no other such loop. For each: its first and last address, its static instruction
+    count, its MMAs, and its instructions in LOOP_GROUPS. Static counts: a loop body's
+    instructions per k-block that every warp issues, except what a branch inside skips (a
+    release by one thread, a clear of a partial k-block). The consumer's per-k-block cost
+    beside its wgmmas, readable without a GPU."""
+    code = [(int(a, 16), op, rest) for a, op, rest in _ADDRESSED.findall(body)]
+    spans = []
+    for address, op, rest in code:
+        target = _TARGET.search(rest) if op.startswith("BRA") else None
+        if target and int(target.group(1), 16) < address:
+            spans.append((int(target.group(1), 16), address))
+    loops = []
+    for lo, hi in spans:
+        inside = [op for a, op, _ in code if lo <= a <= hi]
+        if any(op.startswith(_MMA) for op in inside) and "EXIT" not in inside:
+            loops.append((lo, hi, inside))
+    innermost = [(lo, hi, ops) for lo, hi, ops in loops
+                 if not any((l2, h2) != (lo, hi) and lo <= l2 and h2 <= hi for l2, h2, _ in loops)]
+    rows = []
+    for lo, hi, ops in sorted(set((lo, hi, tuple(ops)) for lo, hi, ops in innermost)):
+        row = {"first": lo, "last": hi, "instructions": len(ops),
+               "mma": sum(op.startswith(_MMA) for op in ops)}
+        for group, prefixes in LOOP_GROUPS.items():
+            row[group] = sum(op.startswith(prefixes) for op in ops)
+        rows.append(row)
+    return rows
+
+
+def loop_lines(new: dict[str, str], base: dict[str, str] | None = None,
+               pattern: str = "") -> list[str]:
+    """Per kernel matching `pattern`, its wgmma loops (mma_loops) as lines: NEW's counts, or
+    NEW/BASE where BASE has the kernel (its loops paired in address order); then the total
+    instructions of every such loop in each build."""
+    new = {_pairing_name(n): body for n, body in new.items()}
+    base = None if base is None else {_pairing_name(n): body for n, body in base.items()}
+    lines, totals = [], collections.Counter()
+    keys = ("instructions", "mma") + tuple(LOOP_GROUPS)
+    for name in sorted(n for n in new if re.search(pattern, n)):
+        mine = mma_loops(new[name])
+        theirs = mma_loops(base[name]) if base is not None and name in base else None
+        totals["new"] += sum(r["instructions"] for r in mine)
+        totals["new mma"] += sum(r["mma"] for r in mine)
+        if theirs is not None:
+            totals["base"] += sum(r["instructions"] for r in theirs)
+            totals["base mma"] += sum(r["mma"] for r in theirs)
+        for i, row in enumerate(mine):
+            other = theirs[i] if theirs is not None and i < len(theirs) else None
+            cells = [f"{k}={row[k]}" + (f"/{other[k]}" if other else "") for k in keys]
+            # nvcc unrolls some loops and not others: per wgmma is what compares across builds
+            cells.append(f"per_mma={row['instructions'] / row['mma']:.1f}"
+                         + (f"/{other['instructions'] / other['mma']:.1f}" if other else ""))
+            lines.append(f"loop {i} " + " ".join(cells) + "  " + name)
+    lines.append(f"total loop instructions new {totals['new']} ({totals['new mma']} wgmmas)"
+                 + (f" base {totals['base']} ({totals['base mma']} wgmmas)"
+                    if base is not None else ""))
+    return lines
 
 
 def _pairing_name(name: str) -> str:
@@ -132,17 +218,22 @@ def compare(new: dict[str, str], base: dict[str, str] | None, pattern: str = "")
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("new", help="a built extension (.so, e.g. jax_hopper/_jax_hopper*.so) "
-                        "or one compiled translation unit (.cubin)")
+    parser.add_argument("new", help="a built extension (.so, e.g. jax_hopper/_jax_hopper*.so), "
+                        "one compiled translation unit (.cubin) or a directory of them")
     parser.add_argument("base", nargs="?", help="another build's, to compare with")
     parser.add_argument("--kernels", default="", help="regex over the mangled kernel names")
+    parser.add_argument("--loops", action="store_true",
+                        help="each kernel's innermost wgmma loops instead (mma_loops): their "
+                        "static instructions per k-block, MMAs, barrier operations, branches "
+                        "and uniform instructions")
     args = parser.parse_args(argv)
     cuobjdump = find_cuobjdump()
     if cuobjdump is None:
         parser.error("cuobjdump not found (the CUDA toolkit's, or pip's nvidia-cuda-cuobjdump)")
     new = kernel_sass(args.new, cuobjdump)
     base = kernel_sass(args.base, cuobjdump) if args.base else None
-    print("\n".join(compare(new, base, args.kernels)))
+    report = loop_lines if args.loops else compare
+    print("\n".join(report(new, base, args.kernels)))
     return 0
 
 

@@ -47,6 +47,17 @@ def test_every_gemm_instance_uses_hgmma_and_tma(functions):
     assert tma_ops and all("UTMALDG" in b for b in tma_ops.values())
 
 
+def test_every_gemm_instance_has_a_wgmma_loop(functions):
+    """scripts/sass.py --loops finds each GEMM instance's k-block loop in the real SASS (a
+    backward branch around its wgmmas), so that its per-wgmma counts compare builds."""
+    gemm = {name: body for name, body in functions.items() if "sm90_gemm_kernel" in name}
+    assert gemm
+    for name, body in gemm.items():
+        loops = sass.mma_loops(body)
+        assert loops, f"no wgmma loop found in {name}"
+        assert all(row["instructions"] > row["mma"] >= 1 and row["sync"] >= 1 for row in loops)
+
+
 def test_gemm_staging_uses_shared_stores(functions):
     """The epilogue writes its staging buffer (and reads a residual there) with STS / LDS: a
     generic ST / LD (a 64-bit address per access) in a GEMM instance means a pointer into shared

@@ -5,6 +5,8 @@ paired by kernel, anonymous namespaces' per-build hashes ignored."""
 import os
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import sass  # noqa: E402
@@ -80,3 +82,67 @@ def test_compare_keeps_the_kernels_a_pattern_names_and_says_which_one_build_lack
     assert len(lines) == 3 and lines[0].endswith("(not in base)  " + GEMM)
     lines = sass.compare({}, new, pattern="sm90_gemm")
     assert lines[0] == "(only in base)  " + GEMM
+
+
+# A kernel's wgmma loop as nvcc lays it out: the inner k-block loop (its full-barrier wait, a
+# forward branch to an out-of-line spin, two wgmmas), inside an outer loop over tiles; a loop
+# without wgmmas; the kernel's EXIT, its trap, and the out-of-line spin that jumps back into
+# the k-block loop from past the EXIT.
+LOOPS = """
+\t\tFunction : _Z5loopsv
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   UMOV UR4, 0x0 ;
+        /*0020*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R4 ;
+        /*0030*/              @!P0 BRA 0x100 ;
+        /*0040*/                   WARPGROUP.ARRIVE ;
+        /*0050*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24 ;
+        /*0060*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24, gsb0 ;
+        /*0070*/                   UIADD3 UR4, UR4, 0x1, URZ ;
+        /*0080*/               @P1 BRA 0x20 ;
+        /*0090*/               @P2 BRA 0x10 ;
+        /*00a0*/                   IADD3 R2, R2, 0x1, RZ ;
+        /*00b0*/               @P3 BRA 0xa0 ;
+        /*00c0*/                   EXIT ;
+        /*00d0*/                   BRA 0xd0 ;
+        /*0100*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R4 ;
+        /*0110*/              @!P0 BRA 0x100 ;
+        /*0120*/                   BRA 0x40 ;
+"""
+
+
+def test_mma_loops_finds_the_innermost_wgmma_loop_only():
+    (body,) = sass.split_functions(LOOPS).values()
+    assert sass.mma_loops(body) == [{"first": 0x20, "last": 0x80, "instructions": 7, "mma": 2,
+                                     "sync": 2, "branch": 2, "uniform": 1}]
+
+
+def test_loop_lines_compare_builds_per_wgmma():
+    new = sass.split_functions(LOOPS)
+    # The base build's loop: the same but for one more uniform instruction before the branch.
+    base = {name: body.replace("        /*0080*/               @P1 BRA 0x20 ;",
+                               "        /*0078*/                   UMOV UR5, UR4 ;\n"
+                               "        /*0080*/               @P1 BRA 0x20 ;")
+            for name, body in new.items()}
+    lines = sass.loop_lines(new, base)
+    assert lines[0] == ("loop 0 instructions=7/8 mma=2/2 sync=2/2 branch=2/2 uniform=1/2 "
+                        "per_mma=3.5/4.0  _Z5loopsv")
+    assert lines[-1] == "total loop instructions new 7 (2 wgmmas) base 8 (2 wgmmas)"
+    assert sass.loop_lines({}, None) == ["total loop instructions new 0 (0 wgmmas)"]
+
+
+def test_kernel_sass_reads_every_cubin_of_a_directory(tmp_path, monkeypatch):
+    (tmp_path / "a.cubin").write_text(DUMP)
+    (tmp_path / "b.cubin").write_text(LOOPS)
+    (tmp_path / "notes.txt").write_text("not a cubin")
+
+    class Done:
+        def __init__(self, path):
+            self.stdout = open(path).read()
+
+    monkeypatch.setattr(sass.subprocess, "run", lambda cmd, **kw: Done(cmd[-1]))
+    assert sorted(sass.kernel_sass(str(tmp_path), "cuobjdump")) == sorted([GEMM, TABLE,
+                                                                             "_Z5loopsv"])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(RuntimeError, match="no .cubin"):
+        sass.kernel_sass(str(empty), "cuobjdump")
