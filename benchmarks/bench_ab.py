@@ -479,8 +479,9 @@ def measure(args, name, shape, pairs, variants, reference, check=None, moved=Non
         for v in d:
             row[v]["device_us"] = d[v] * 1e6
         row["new_over_base_device"] = d["base"] / d["new"]
-        device = (f"  device {row['base']['device_us']:.1f} / {row['new']['device_us']:.1f}"
-                  f" us: {row['new_over_base_device']:.3f}")
+        # base's time first, then new's; the ratio is new's speed over base's (> 1: faster)
+        device = (f"  device base {row['base']['device_us']:.1f} / new "
+                  f"{row['new']['device_us']:.1f} us: new/base {row['new_over_base_device']:.3f}")
         if "xla" in d:
             row["new_over_xla_device"] = d["xla"] / d["new"]
             device += (f" (xla {row['xla']['device_us']:.1f} us, new/xla "
