@@ -17,6 +17,7 @@ Needs cuobjdump: the CUDA toolkit's, or the nvidia-cuda-cuobjdump wheel of the t
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import concurrent.futures
 import glob
@@ -34,7 +35,9 @@ import tempfile
 # thread of an unconverged warp).
 OPCODES = ("HGMMA", "QGMMA", "UTMALDG", "UTMASTG", "LDL", "STL", "R2UR", "ELECT", "BRA.U.ANY")
 
-_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_.]*)", re.M)
+# One instruction: its address, its opcode (past any predicate guard) and its operands.
+_INSTRUCTION = re.compile(
+    r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", re.M)
 
 
 def find_cuobjdump() -> str | None:
@@ -70,23 +73,21 @@ def kernel_sass(library: str, cuobjdump: str) -> dict[str, str]:
         return subprocess.run([cuobjdump, "-sass", path], check=True, capture_output=True,
                               text=True, env=env).stdout
 
+    def disassemble(directory, why_none):
+        cubins = sorted(glob.glob(os.path.join(directory, "*.cubin")))
+        if not cubins:
+            raise RuntimeError(why_none)
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            return split_functions("".join(pool.map(sass, cubins)))
+
     if library.endswith(".cubin"):
         return split_functions(sass(library))
     if os.path.isdir(library):  # every translation unit compiled alone, as above
-        cubins = sorted(glob.glob(os.path.join(library, "*.cubin")))
-        if not cubins:
-            raise RuntimeError(f"no .cubin in {library}")
-        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-            return split_functions("".join(pool.map(sass, cubins)))
+        return disassemble(library, f"no .cubin in {library}")
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([cuobjdump, "-xelf", "all", os.path.abspath(library)], check=True,
                        capture_output=True, cwd=tmp, env=env)
-        cubins = sorted(glob.glob(os.path.join(tmp, "*.cubin")))
-        if not cubins:
-            raise RuntimeError(f"cuobjdump -xelf extracted no cubin from {library}")
-        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-            text = "".join(pool.map(sass, cubins))
-    return split_functions(text)
+        return disassemble(tmp, f"cuobjdump -xelf extracted no cubin from {library}")
 
 
 def split_functions(text: str) -> dict[str, str]:
@@ -99,7 +100,7 @@ def opcode_counts(body: str) -> collections.Counter:
     """A function's instruction count ("instructions") and how many of its instructions start
     with each of OPCODES (a predicate guard is not part of the opcode)."""
     counts = collections.Counter()
-    for opcode in _INSTRUCTION.findall(body):
+    for _, opcode, _ in _INSTRUCTION.findall(body):
         counts["instructions"] += 1
         for prefix in OPCODES:
             if opcode == prefix or opcode.startswith(prefix + "."):
@@ -107,9 +108,6 @@ def opcode_counts(body: str) -> collections.Counter:
     return counts
 
 
-# One instruction: its address, its opcode (past any predicate guard) and its operands.
-_ADDRESSED = re.compile(
-    r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", re.M)
 _TARGET = re.compile(r"\b0x([0-9a-f]+)\b")
 _MMA = ("HGMMA", "QGMMA")
 # What a loop's line shows beside its size: the barrier operations (mbarrier waits and arrives,
@@ -128,25 +126,28 @@ def mma_loops(body: str) -> list[dict]:
     instructions per k-block that every warp issues, except what a branch inside skips (a
     release by one thread, a clear of a partial k-block). The consumer's per-k-block cost
     beside its wgmmas, readable without a GPU."""
-    code = [(int(a, 16), op, rest) for a, op, rest in _ADDRESSED.findall(body)]
-    spans = []
+    code = [(int(a, 16), op, rest) for a, op, rest in _INSTRUCTION.findall(body)]
+    addresses = [a for a, _, _ in code]
+
+    def ops(lo, hi):  # the opcodes from address lo to hi, both included (code is in order)
+        return [op for _, op, _ in code[bisect.bisect_left(addresses, lo):
+                                        bisect.bisect_right(addresses, hi)]]
+
+    loops = []
     for address, op, rest in code:
         target = _TARGET.search(rest) if op.startswith("BRA") else None
         if target and int(target.group(1), 16) < address:
-            spans.append((int(target.group(1), 16), address))
-    loops = []
-    for lo, hi in spans:
-        inside = [op for a, op, _ in code if lo <= a <= hi]
-        if any(op.startswith(_MMA) for op in inside) and "EXIT" not in inside:
-            loops.append((lo, hi, inside))
-    innermost = [(lo, hi, ops) for lo, hi, ops in loops
-                 if not any((l2, h2) != (lo, hi) and lo <= l2 and h2 <= hi for l2, h2, _ in loops)]
+            inside = ops(int(target.group(1), 16), address)
+            if any(o.startswith(_MMA) for o in inside) and "EXIT" not in inside:
+                loops.append((int(target.group(1), 16), address, inside))
     rows = []
-    for lo, hi, ops in sorted(set((lo, hi, tuple(ops)) for lo, hi, ops in innermost)):
-        row = {"first": lo, "last": hi, "instructions": len(ops),
-               "mma": sum(op.startswith(_MMA) for op in ops)}
+    for lo, hi, inside in loops:
+        if any((l2, h2) != (lo, hi) and lo <= l2 and h2 <= hi for l2, h2, _ in loops):
+            continue  # not innermost
+        row = {"first": lo, "last": hi, "instructions": len(inside),
+               "mma": sum(o.startswith(_MMA) for o in inside)}
         for group, prefixes in LOOP_GROUPS.items():
-            row[group] = sum(op.startswith(prefixes) for op in ops)
+            row[group] = sum(o.startswith(prefixes) for o in inside)
         rows.append(row)
     return rows
 
