@@ -81,13 +81,22 @@ fi
 
 # From a neutral directory, so that the installed package (with its extension) is imported.
 new_so=$(cd /tmp && $PY -c "from jax_hopper import _ffi; print(_ffi.extension().__file__)")
-base_so=$(ls "$BASE_DIR"/jax_hopper_base/_jax_hopper*.so)
-$PY scripts/sass.py "$new_so" "$base_so" --kernels "${AB_SASS_KERNELS:-sm90_gemm_kernel}" \
-  > "$LOGS/sass.txt" 2>&1 || echo "the SASS comparison failed: $LOGS/sass.txt"
-tail -2 "$LOGS/sass.txt"
 
-( cd /tmp && PYTHONPATH="$BASE_DIR" $PY "$repo/benchmarks/bench_ab.py" --out-dir "$LOGS" "$@" ) \
-  > "$LOGS/ab.log" 2>&1
+# against DIR SASS_LOG AB_LOG [bench_ab.py arguments...]: this tree's build against the baseline
+# installed in DIR (install_baseline.sh's): their GEMM kernels' SASS side by side, then bench_ab;
+# bench_ab's exit status.
+against() {
+  local dir=$1 sass_log=$2 ab_log=$3
+  shift 3
+  $PY scripts/sass.py "$new_so" "$(ls "$dir"/jax_hopper_base/_jax_hopper*.so)" \
+    --kernels "${AB_SASS_KERNELS:-sm90_gemm_kernel}" > "$sass_log" 2>&1 \
+    || echo "the SASS comparison failed: $sass_log"
+  tail -2 "$sass_log"
+  ( cd /tmp && PYTHONPATH="$dir" $PY "$repo/benchmarks/bench_ab.py" --out-dir "$LOGS" "$@" ) \
+    > "$ab_log" 2>&1
+}
+
+against "$BASE_DIR" "$LOGS/sass.txt" "$LOGS/ab.log" "$@"
 ab_rc=$?
 tail -30 "$LOGS/ab.log"
 echo "bench_ab rc=$ab_rc"
@@ -99,12 +108,8 @@ for i in "${!args[@]}"; do [ "${args[$i]}" = --tag ] && tag=${args[$((i + 1))]:-
 for i in "${!others[@]}"; do
   name=$(basename "${others[$i]}")
   if [ "${other_rcs[$i]}" -ne 0 ]; then tail -20 "$LOGS/build_$name.log"; ab_rc=1; continue; fi
-  other_so=$(ls "${BASE_DIR}_$i"/jax_hopper_base/_jax_hopper*.so)
-  $PY scripts/sass.py "$new_so" "$other_so" --kernels "${AB_SASS_KERNELS:-sm90_gemm_kernel}" \
-    > "$LOGS/sass_vs_$name.txt" 2>&1 || echo "the SASS comparison failed: $LOGS/sass_vs_$name.txt"
-  tail -1 "$LOGS/sass_vs_$name.txt"
-  ( cd /tmp && PYTHONPATH="${BASE_DIR}_$i" $PY "$repo/benchmarks/bench_ab.py" --out-dir "$LOGS" \
-      "$@" --tag "${tag}_vs_$name" ) > "$LOGS/ab_vs_$name.log" 2>&1
+  against "${BASE_DIR}_$i" "$LOGS/sass_vs_$name.txt" "$LOGS/ab_vs_$name.log" \
+    "$@" --tag "${tag}_vs_$name"
   rc=$?
   echo "== this tree (new) against $name (base): bench_ab rc=$rc"
   tail -4 "$LOGS/ab_vs_$name.log"
