@@ -20,8 +20,8 @@
 # eight groups of equal bytes of source took 207 to over 480 s (H200), hence the recorded times.
 # A file longer than a group's mean share runs split into its tests (pytest node ids over the
 # groups; suite_groups.split_long_files): with whole files the two longest (~300 s each) bound
-# every SUITE_JOBS past 8, which now brings the longest group down toward the mean (not yet
-# timed on a device past 8 jobs).
+# every SUITE_JOBS past 8. Twelve jobs so ran every GPU test file in 318 s against eight's ~330
+# (H100, 2026-12-07): the one GPU, not the process count, bounds it past eight.
 # SUITE_ARCHIVE=1 suits a machine that returns only a few files (the device tool: eight): the
 # suite writes two or more per job. The archive is written however the script ends, a signal
 # included: a device call that ran past its own limit lost a whole suite's logs so (2026-12-04).
