@@ -16,6 +16,13 @@
 // staggered-epilogues). Likely why, not profiled: a stage is released only once both warpgroups
 // have read it, so warpgroup 0 leads by at most the free stages, while each turn puts the other
 // warpgroup's whole epilogue on the tile's path.
+// NOTES: each strip's second staging pass (and the wait for the first pass's TMA reads) deferred
+// into the next tile's first k-block, its 16-bit results packed two to a register (at most 32
+// beside the accumulators; all 64 spilled) and stored from a hook MainloopSS::mma called after
+// that k-block's wgmmas issued, ran 1.007-1.009x at K = 512-1024, 0.997-1.001x elsewhere and
+// 0.983x for hopper_glu (whose one-pass strip waited whole), geomean 0.9998, for 15% more
+// machine code (H100, 2026-12-07, ab_h100_20261207_deferred_store.json; docs/benchmarks.md).
+// The store's exposed time is not what separates short K from cuBLAS. Not kept.
 #pragma once
 
 #include <cstdint>
