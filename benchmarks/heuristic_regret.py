@@ -33,21 +33,24 @@ _RULE_MODULES = (dense, swap, grouped, plan)
 
 def set_constant(assignment: str) -> None:
     """'NAME=VALUE': the heuristics' constant NAME (a module-level int or float of the rules'
-    modules) set to VALUE for this process, where the rules read it. ValueError naming the
-    rule for anything else."""
+    modules) set to VALUE for this process, in every rule module that binds it: a constant
+    one module imports from another (swap.py's LONG_K_BLOCKS, plan.py's SPLIT_PIECE_KBLOCKS,
+    from dense.py) is the importer's own name, which the rules there read. ValueError naming
+    the rule for anything else."""
     name, sep, text = assignment.partition("=")
-    module = next((mod for mod in _RULE_MODULES if name.isupper() and
-                   type(getattr(mod, name, None)) in (int, float)), None)
-    if not sep or module is None:
+    modules = [mod for mod in _RULE_MODULES
+               if name.isupper() and type(getattr(mod, name, None)) in (int, float)]
+    if not sep or not modules:
         raise ValueError(f"--set {assignment!r}: want NAME=VALUE, NAME an int or float "
                          "constant of jax_hopper.gemm.heuristics' rules (e.g. "
                          "SPLIT_PIECE_KBLOCKS=3)")
-    kind = type(getattr(module, name))
+    kind = type(getattr(modules[0], name))
     try:
         value = kind(text)
     except ValueError:
         raise ValueError(f"--set {assignment!r}: {name} is {kind.__name__}") from None
-    setattr(module, name, value)
+    for module in modules:
+        setattr(module, name, value)
 
 
 def score(report: dict) -> list[dict]:

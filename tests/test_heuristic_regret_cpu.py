@@ -94,15 +94,21 @@ def test_by_rule_scores_each_rule_over_its_timed_problems():
 
 def test_set_constant_changes_what_the_rules_read(monkeypatch):
     """--set: long_k_split_tile past every K (LONG_K_BLOCKS huge) leaves a long-K mid-M product
-    to the rule after it; a name that is no constant of the rules, or a value of another type,
-    is refused naming the rule."""
-    from jax_hopper.gemm.heuristics import dense
-    monkeypatch.setattr(dense, "LONG_K_BLOCKS", dense.LONG_K_BLOCKS)  # restored after
+    to the rule after it; a constant imported into another rule module (swap.py's
+    LONG_K_BLOCKS, plan.py's SPLIT_PIECE_KBLOCKS) changes there too, where its rules read it;
+    a name that is no constant of the rules, or a value of another type, is refused naming the
+    rule."""
+    from jax_hopper.gemm.heuristics import dense, plan, swap
+    for module, name in [(dense, "LONG_K_BLOCKS"), (swap, "LONG_K_BLOCKS"),
+                         (dense, "SPLIT_PIECE_KBLOCKS"), (plan, "SPLIT_PIECE_KBLOCKS")]:
+        monkeypatch.setattr(module, name, getattr(module, name))  # restored after
     args = ("matmul", True, 1, 384, 4096, 4096)  # a (K, M) lhs: no swap-AB
     assert heuristics.heuristic_choice(*args).rule == "long_k_split_tile"
     heuristic_regret.set_constant("LONG_K_BLOCKS=1000000")
-    assert dense.LONG_K_BLOCKS == 1000000
+    assert dense.LONG_K_BLOCKS == swap.LONG_K_BLOCKS == 1000000
     assert heuristics.heuristic_choice(*args).rule != "long_k_split_tile"
+    heuristic_regret.set_constant("SPLIT_PIECE_KBLOCKS=7.5")
+    assert dense.SPLIT_PIECE_KBLOCKS == plan.SPLIT_PIECE_KBLOCKS == 7.5
     for bad, match in [("NO_SUCH_CONSTANT=1", "NAME=VALUE"), ("LONG_K_BLOCKS", "NAME=VALUE"),
                        ("choose_config=1", "NAME=VALUE"), ("LONG_K_BLOCKS=2.5", "is int")]:
         with pytest.raises(ValueError, match=match):
