@@ -107,7 +107,9 @@ def test_every_cooperative_tile_has_a_measured_efficiency():
 def test_heuristic_choices():
     big = choose_config(8192, 8192, 8192)
     assert (big.block_m, big.block_n, big.cluster_m) == (128, 256, 2)
-    decode = choose_config(256, 4096, 4096)
+    decode = choose_config(256, 4096, 4096)  # one wave over 64 k-blocks: split, unpaired
+    assert (decode.block_n, decode.cluster_m, decode.stream_k) == (128, 1, True)
+    decode = choose_config(256, 4096, 8192)  # a longer K: the pair's multicast pays
     assert (decode.block_n, decode.cluster_m, decode.stream_k) == (128, 2, True)
     # One row of tiles streaming a large B: HBM, not the SMs, limits; no split-K.
     assert not choose_config(128, 8192, 8192).stream_k
@@ -117,8 +119,10 @@ def test_heuristic_choices():
     # one fuller wave (768 x 4096: 132 tiles against 96 of 128x256).
     assert choose_config(1024, 4096, 14336).block_n == 256
     assert choose_config(896, 4096, 4096).block_n == 256
-    mid = choose_config(768, 4096, 4096)
+    mid = choose_config(768, 4096, 8192)
     assert (mid.block_n, mid.cluster_m) == (192, 2)       # one wave, long K: multicast
+    mid = choose_config(768, 4096, 4096)
+    assert (mid.block_n, mid.cluster_m) == (192, 1)       # 64 k-blocks: not long enough
     assert choose_config(768, 4096, 1024).cluster_m == 1  # one wave, short K
     assert choose_config(2048, 4096, 4096).cluster_m == 1  # between one and two waves
     assert choose_config(512, 4096, 4096).block_n == 128   # one wave of small tiles

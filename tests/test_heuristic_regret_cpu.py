@@ -60,10 +60,11 @@ def test_score_finds_the_current_choice_among_the_candidates():
     ("matmul", False, 792, 3000, 14336, (0, 0), False, "swap_mid_config"),
     ("matmul", False, 2093, 6144, 2560, (0, 0), False, "swap_past_wave_config"),
     ("matmul", False, 559, 3000, 3072, (0, 0), False, "pingpong_mid_m"),
-    ("matmul", False, 384, 4096, 4096, (0, 0), False, "long_k_split_tile"),
+    ("matmul", False, 256, 4096, 14336, (0, 0), False, "long_k_split_tile"),
+    ("matmul", False, 512, 4096, 4096, (0, 0), False, "pingpong_mid_m"),  # 64 k-blocks: no split
     ("matmul", False, 4000, 3000, 2056, (16, 112), False, "off_line_tile"),
     ("matmul", False, 8192, 8192, 8192, (0, 0), False, "wave_cost"),
-    ("matmul", True, 8, 4096, 4096, (0, 0), False, "long_k_split_tile"),  # no swap for a (K, M)
+    ("matmul", True, 8, 4096, 8192, (0, 0), False, "long_k_split_tile"),  # no swap for a (K, M)
     ("glu", False, 384, 4096, 4096, (0, 0), False, "wave_cost"),
 ])
 def test_heuristic_choice_names_the_rule_behind_the_config(family, a_mn, m, n, k, off_line,
@@ -102,7 +103,7 @@ def test_set_constant_changes_what_the_rules_read(monkeypatch):
     for module, name in [(dense, "LONG_K_BLOCKS"), (swap, "LONG_K_BLOCKS"),
                          (dense, "SPLIT_PIECE_KBLOCKS"), (plan, "SPLIT_PIECE_KBLOCKS")]:
         monkeypatch.setattr(module, name, getattr(module, name))  # restored after
-    args = ("matmul", True, 1, 384, 4096, 4096)  # a (K, M) lhs: no swap-AB
+    args = ("matmul", True, 1, 384, 4096, 8192)  # a (K, M) lhs: no swap-AB
     assert heuristics.heuristic_choice(*args).rule == "long_k_split_tile"
     heuristic_regret.set_constant("LONG_K_BLOCKS=1000000")
     assert dense.LONG_K_BLOCKS == swap.LONG_K_BLOCKS == 1000000

@@ -152,8 +152,9 @@ def off_line_tile(m: int, n: int, batch: int, tiles: tuple[catalog.TileShape, ..
 
 
 # The fewest k-blocks for which a single partial wave is split along K on the tile of
-# long_k_split_tile (a k-block: the tile's block_k).
-LONG_K_BLOCKS = 64
+# long_k_split_tile (a k-block: the tile's block_k): past 64, so K = 4096 in bf16 stays with
+# the earlier rules (long_k_split_tile's NOTES).
+LONG_K_BLOCKS = 65
 # What one more piece of a split tile costs (its fp32 partial stored, then read and summed by
 # the tile's last piece), in k-blocks of that tile's work (long_k_split_tile).
 SPLIT_PIECE_KBLOCKS = 5.0
@@ -208,7 +209,15 @@ def long_k_split_tile(m: int, n: int, k: int, batch: int,
     five of 1024 columns 0.873-0.986: 428 x 1024 x 14336 32.7 -> 37.5 us): hence
     SPLIT_PAIR_MAX_BLOCK_N. The tile choice itself still loses there on the H100 (241 x 6144
     x 4096: unsplit ping-pong 128 x 128 25.2 us against the split 128 x 192's 29.7; 256 x
-    4096 x 14336: 128 x 128 51.2 against 128 x 192's 56.8), not yet acted on."""
+    4096 x 14336: 128 x 128 51.2 against 128 x 192's 56.8). At exactly 64 k-blocks the H100
+    reports favoured the earlier rules (512 x 4096 x 4096: ping-pong 128 x 128 25.9 us against
+    the split's 28.7; 256 x 4096 x 4096 1.07x behind): LONG_K_BLOCKS 64 -> 65 scored 1.025 ->
+    1.018x the best over the H100's 35 timed problems and changed no H200 problem's choice
+    (heuristic_regret.py --set). Against main 10774c9 on 14 shapes of K = 4096 drawn after it
+    (M 129-1100) and 256-1024 x 4096 x 4096 (H100, 2026-12-08, 5 reps, device time,
+    ab_h100_20261208_long_k_65_heldout.json): 0.944-1.170x, geomean 1.050 (654 x 2560 x 4096
+    32.3 -> 27.6 us, 527 x 2560 x 4096 1.119; 941 x 2560 x 4096 0.944, the swapped 160-token
+    pair given up for the unswapped 128 x 192)."""
     costs = {}
     for t in ranked_tiles(tiles):
         count = tile_count(m, n, batch, t)
