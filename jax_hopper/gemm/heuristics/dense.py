@@ -250,7 +250,7 @@ def pair_along_m(tiles_m: int, count: int, long_k: bool, num_sms: int,
     (catalog.L2_SECTOR_BYTES) and the padding does not push a single wave of tiles into a
     second. Where a's alone do, never. Else, without such padding, with two waves of tiles or
     more over a K of PAIR_WAVES_MIN_K_BLOCKS k-blocks or more (deep_k), or in a single wave
-    over a K of 64 k-blocks or more (long_k) that pairs its M tiles evenly.
+    over a K of LONG_K_BLOCKS k-blocks or more (long_k) that pairs its M tiles evenly.
 
     NOTES: the multicast halves B's L2->SM traffic. The pair gained 3-33% in a single wave
     over a K of 64 k-blocks or more (768x4096x4096 on 128x192 tiles 509 vs 430 TFLOP/s,
