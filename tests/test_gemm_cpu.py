@@ -169,8 +169,8 @@ def test_heuristic_pingpong_for_one_partial_wave(m, n, tiles128, pingpong, k):
     (140, 3072, 4032, None),    # 63
     (241, 6144, 4096, None)])   # 64: the earlier rules (LONG_K_BLOCKS' NOTES)
 def test_long_k_split_tile_weighs_work_against_pieces(m, n, k, block_n):
-    """Under a wave over LONG_K_BLOCKS (65) k-blocks or more, the split tile whose k-blocks per SM plus
-    SPLIT_PIECE_KBLOCKS per extra piece cost the least; None where K is short or no tile
+    """Under a wave over LONG_K_BLOCKS k-blocks or more, the split tile whose k-blocks per SM
+    plus SPLIT_PIECE_KBLOCKS per extra piece cost the least; None where K is short or no tile
     makes SPLIT_MIN_PIECES pieces."""
     tile = long_k_split_tile(m, n, k, 1, catalog.TILE_SHAPES, DEFAULT_NUM_SMS)
     assert (tile.block_n if tile else None) == block_n

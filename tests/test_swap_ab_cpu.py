@@ -202,7 +202,7 @@ def test_plan_cost_counts_waves_k_blocks_and_pieces():
     (1025, 2048, 7168, 160, (2, 1)),   # 16 x 7 tiles; 128 tokens: 144 tiles
     (640, 4096, 8192, 160, (1, 2)),    # 32 x 4 tiles, a 67 MB weight: the weight shared
     (512, 4096, 4160, 128, (1, 2)),    # 32 x 4 tiles, a 34 MB weight: the weight shared
-    (512, 4096, 4096, None, None),    # 64 k-blocks: ping-pong 128 x 128 over one wave
+    (512, 4096, 4096, None, None),     # 64 k-blocks: ping-pong 128 x 128 over one wave
     (935, 2048, 5120, 128, (2, 1)),    # 16 x 8 tiles, a 21 MB weight: the tokens shared
     (900, 1408, 12288, 160, (1, 2)),   # 11 x 6 tiles: weight tiles odd, token tiles even
     (765, 3200, 7616, 160, (1, 1)),    # 25 x 5 tiles: unpaired, 125 CTAs
